@@ -1,0 +1,91 @@
+"""effectgate: make an AI agent's real-world side effects happen at most once.
+
+Name each consequence with an effect key (``"refund:{txn_id}"``); the gate reserves it in one
+atomic write before the action runs, and answers every repeat from the store::
+
+    import effectgate as eg
+
+    gate = eg.Gate()
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    def refund(txn_id: str, amount_cents: int) -> dict:
+        ...
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .classify import Classifier, classify, classify_httpx, classify_requests
+from .decorator import EffectSpec, ResultNotStoredWarning, current_effect, refusal
+from .errors import (
+    ApprovalRequired,
+    ConfigError,
+    EffectAmbiguous,
+    EffectDenied,
+    EffectGateError,
+    EffectInFlight,
+    EffectKeyError,
+    EffectRefused,
+    InvalidTransition,
+    NotExecuted,
+    PayloadError,
+    PayloadMismatch,
+    PolicyError,
+    StaleLease,
+    StoreError,
+    UnknownEffect,
+)
+from .gate import Gate, Reconciled, effect_context
+from .keys import KeyTemplate
+from .payload import canonical_json, payload_hash
+from .records import BeginDecision, EffectRecord, HistoryEntry
+from .states import Decision, Outcome, State
+from .vendors import VENDOR_RULES, VendorKey
+
+try:
+    __version__ = version("effectgate")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    "VENDOR_RULES",
+    "ApprovalRequired",
+    "BeginDecision",
+    "Classifier",
+    "ConfigError",
+    "Decision",
+    "EffectAmbiguous",
+    "EffectDenied",
+    "EffectGateError",
+    "EffectInFlight",
+    "EffectKeyError",
+    "EffectRecord",
+    "EffectRefused",
+    "EffectSpec",
+    "Gate",
+    "HistoryEntry",
+    "InvalidTransition",
+    "KeyTemplate",
+    "NotExecuted",
+    "Outcome",
+    "PayloadError",
+    "PayloadMismatch",
+    "PolicyError",
+    "Reconciled",
+    "ResultNotStoredWarning",
+    "StaleLease",
+    "State",
+    "StoreError",
+    "UnknownEffect",
+    "VendorKey",
+    "__version__",
+    "canonical_json",
+    "classify",
+    "classify_httpx",
+    "classify_requests",
+    "current_effect",
+    "effect_context",
+    "payload_hash",
+    "refusal",
+]

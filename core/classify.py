@@ -1,0 +1,88 @@
+"""Exception classifiers: did the action certainly not happen (FAILED), or is it unknown
+(AMBIGUOUS)?
+
+A classifier takes an exception and answers ``Outcome.FAILED``, ``Outcome.AMBIGUOUS`` or
+``None`` (no opinion). The gate asks the user's classifiers first, then the built-ins below;
+without an answer every exception is AMBIGUOUS — the safe default, since a retry of an effect
+that did happen is the harm this library exists to prevent.
+
+Built-ins, for errors that provably happen before a request byte leaves:
+
+* :class:`~effectgate.NotExecuted` → FAILED (the body says so).
+* httpx: ``ConnectError`` (refused, DNS failure) and ``ConnectTimeout`` → FAILED;
+  every other transport error (read/write timeouts, remote disconnects) → AMBIGUOUS.
+* requests: ``ConnectTimeout`` → FAILED; ``ConnectionError`` caused by urllib3's
+  ``NewConnectionError`` / ``NameResolutionError`` → FAILED; other errors → AMBIGUOUS.
+
+httpx and requests are never imported by effectgate: an exception is recognised by its class's
+module, and the class hierarchy is read from the exception itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from .errors import NotExecuted
+from .states import Outcome
+
+__all__ = ["Classifier", "classify", "classify_httpx", "classify_requests"]
+
+Classifier = Callable[[BaseException], "Outcome | None"]
+
+
+def _class_names(exc: BaseException) -> set[str]:
+    return {f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__}
+
+
+def classify_httpx(exc: BaseException) -> Outcome | None:
+    """httpx errors raised before any byte of the request left → FAILED."""
+    if not type(exc).__module__.startswith("httpx"):
+        return None
+    names = _class_names(exc)
+    if "httpx.ConnectError" in names or "httpx.ConnectTimeout" in names:
+        return Outcome.FAILED
+    return Outcome.AMBIGUOUS
+
+
+_URLLIB3_BEFORE_SEND = {
+    "urllib3.exceptions.NewConnectionError",
+    "urllib3.exceptions.NameResolutionError",
+    "urllib3.exceptions.ConnectTimeoutError",
+}
+
+
+def classify_requests(exc: BaseException) -> Outcome | None:
+    """requests errors raised before any byte of the request left → FAILED."""
+    if not type(exc).__module__.startswith("requests"):
+        return None
+    names = _class_names(exc)
+    if "requests.exceptions.ConnectTimeout" in names:
+        return Outcome.FAILED
+    if "requests.exceptions.ConnectionError" in names:
+        cause: BaseException | None = exc
+        seen = 0
+        while cause is not None and seen < 8:
+            if _class_names(cause) & _URLLIB3_BEFORE_SEND:
+                return Outcome.FAILED
+            reason = getattr(cause, "reason", None)
+            args = getattr(cause, "args", ())
+            nxt = reason if isinstance(reason, BaseException) else None
+            if nxt is None and args and isinstance(args[0], BaseException):
+                nxt = args[0]
+            cause = nxt or cause.__cause__ or cause.__context__
+            seen += 1
+    return Outcome.AMBIGUOUS
+
+
+BUILTIN_CLASSIFIERS: tuple[Classifier, ...] = (classify_httpx, classify_requests)
+
+
+def classify(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Outcome:
+    """FAILED if the action certainly did not happen, else AMBIGUOUS."""
+    if isinstance(exc, NotExecuted):
+        return Outcome.FAILED
+    for classifier in (*classifiers, *BUILTIN_CLASSIFIERS):
+        verdict = classifier(exc)
+        if verdict is not None:
+            return Outcome(verdict)
+    return Outcome.AMBIGUOUS

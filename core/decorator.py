@@ -1,0 +1,351 @@
+"""``@gate.effect``: one line around a function, sync or async.
+
+:class:`EffectSpec` is the gated call written once: arguments in, key and payload hash out,
+``begin``, the body, ``report``. The decorator and every framework adapter drive it; only how
+the body and the store are awaited differs between :meth:`EffectSpec.run` and
+:meth:`EffectSpec.arun`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import warnings
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .classify import Classifier, classify
+from .errors import (
+    ApprovalRequired,
+    ConfigError,
+    EffectAmbiguous,
+    EffectDenied,
+    EffectGateError,
+    EffectInFlight,
+    EffectRefused,
+    PayloadError,
+)
+from .keys import KeyTemplate
+from .records import BeginDecision
+from .states import Decision, Outcome
+
+if TYPE_CHECKING:
+    from .gate import Gate, _Request
+
+__all__ = ["EffectSpec", "ResultNotStoredWarning", "current_effect", "refusal", "gate_function"]
+
+log = logging.getLogger("effectgate")
+T = TypeVar("T")
+_current: contextvars.ContextVar[BeginDecision | None] = contextvars.ContextVar(
+    "effectgate_current_effect", default=None
+)
+
+
+class ResultNotStoredWarning(UserWarning):
+    """The effect committed, but its result had no JSON form, so a duplicate returns None."""
+
+
+def current_effect() -> BeginDecision:
+    """The effect whose body is running: ``key``, ``attempt``, ``vendor_idempotency_key``...
+
+    Raises :class:`EffectGateError` outside an effect body.
+    """
+    decision = _current.get()
+    if decision is None:
+        raise EffectGateError("current_effect() is only available inside an effect's body")
+    return decision
+
+
+def refusal(d: BeginDecision) -> EffectRefused:
+    """The exception that stands for a refusing decision (anything but execute/duplicate)."""
+    fields: dict[str, Any] = {
+        "key": d.key, "state": d.state.value, "decision": d.decision.value,
+        "reason": d.reason, "effect_id": d.effect_id,
+    }
+    if d.decision is Decision.IN_FLIGHT:
+        return EffectInFlight(
+            f"{d.key!r} is being executed by another holder; ask again in "
+            f"{d.retry_after_seconds}s", retry_after_seconds=d.retry_after_seconds, **fields,
+        )
+    if d.decision is Decision.BLOCKED:
+        return EffectAmbiguous(
+            f"{d.key!r} may or may not have happened ({d.reason}); it is not retried until an "
+            "operator or a reconcile hook resolves it", **fields,
+        )
+    if d.decision is Decision.APPROVAL_REQUIRED:
+        return ApprovalRequired(
+            f"{d.key!r} needs a human's approval (approval id {d.approval_id})",
+            approval_id=d.approval_id, **fields,
+        )
+    if d.decision is Decision.DENIED:
+        return EffectDenied(f"{d.key!r} was denied: {d.reason}", **fields)
+    raise ValueError(f"{d.decision.value!r} is not a refusal")
+
+
+def _accepted(fn: Callable[..., Any]) -> tuple[frozenset[str] | None, bool]:
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None, True
+    return frozenset(p.name for p in params), False
+
+
+class EffectSpec:
+    """A declared effect: key template, effect type and options, bound to a gate.
+
+    ``run(arguments, body)`` gates one call whose arguments (by name) are ``arguments``;
+    ``arun`` is its async twin. Adapters build ``arguments`` from a tool call.
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        key: str,
+        *,
+        effect_type: str,
+        vendor: str | None = None,
+        cost_micros: int | Callable[..., int] | None = None,
+        lease_seconds: float | None = None,
+        max_attempts: int | None = None,
+        group_key: str | None = None,
+        compensation: Any = None,
+        redact: Callable[[Any], Any] | None = None,
+        store_result: bool = True,
+        classifiers: tuple[Classifier, ...] = (),
+        result_type: Any = None,
+    ) -> None:
+        self.gate = gate
+        self.template = KeyTemplate(key)
+        self.group_template = KeyTemplate(group_key) if group_key else None
+        self.effect_type = effect_type
+        self.vendor = vendor
+        self.cost_micros = cost_micros
+        self._cost_params = _accepted(cost_micros) if callable(cost_micros) else None
+        self.compensation = compensation
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        self.redact = redact
+        self.store_result = store_result
+        self.classifiers = tuple(classifiers) + tuple(gate.classifiers)
+        self.result_type = result_type
+        self._adapter: Any = None
+        # Validate the options now, not at the first refund.
+        gate.request(effect_type=effect_type, key="probe", payload={}, vendor=vendor,
+                     lease_seconds=lease_seconds, max_attempts=max_attempts)
+
+    def check_names(self, names: Any, where: str) -> None:
+        """Raise :class:`EffectKeyError` if a template names an argument ``where`` lacks."""
+        self.template.check_names(names, where)
+        if self.group_template is not None:
+            self.group_template.check_names(names, where)
+
+    def request(self, arguments: Mapping[str, Any]) -> _Request:
+        """Key, payload hash and options for one call; every error before anything runs."""
+        key = self.template.render(arguments)
+        cost = self.cost_micros
+        if callable(cost):
+            names, everything = self._cost_params or (None, True)
+            args = arguments if everything or names is None else {
+                k: v for k, v in arguments.items() if k in names
+            }
+            try:
+                cost = cost(**args)
+            except Exception as err:
+                raise ConfigError(f"cost_micros for {key!r} raised {err!r}", key=key) from err
+        compensation = self.compensation
+        if callable(compensation):
+            compensation = compensation(**arguments)
+        return self.gate.request(
+            effect_type=self.effect_type, key=key, payload=arguments,
+            group_key=self.group_template.render(arguments) if self.group_template else None,
+            compensation=compensation, lease_seconds=self.lease_seconds,
+            estimated_cost_micros=cost, vendor=self.vendor, max_attempts=self.max_attempts,
+        )
+
+    def answer(self, d: BeginDecision) -> Any:
+        """The value a non-executing decision stands for: a duplicate's stored result (rebuilt
+        as ``result_type`` where one is known), or the refusal raised."""
+        if d.decision is Decision.DUPLICATE:
+            return self._rebuild(d.result)
+        raise refusal(d)
+
+    def _rebuild(self, stored: Any) -> Any:
+        kind = self.result_type
+        if kind in (None, inspect.Signature.empty, Any) or stored is None:
+            return stored
+        if isinstance(kind, type) and type(stored) is kind:
+            return stored
+        try:
+            if self._adapter is None:
+                from pydantic import TypeAdapter
+
+                self._adapter = TypeAdapter(self.result_type)
+            return self._adapter.validate_python(stored)
+        except Exception:  # the stored JSON is still the truth; hand it back as is
+            return stored
+
+    def _stored(self, d: BeginDecision, result: Any) -> Any:
+        if not self.store_result:
+            return None
+        value = self.redact(result) if self.redact is not None else result
+        from .gate import result_json
+
+        try:
+            result_json(value)
+        except PayloadError as err:
+            warnings.warn(
+                f"{d.key!r} committed, but its result is not stored ({err.message}); a "
+                "duplicate will return None. Pass redact= to store a JSON form.",
+                ResultNotStoredWarning, stacklevel=4,
+            )
+            return None
+        return value
+
+    def _failure(self, d: BeginDecision, exc: BaseException) -> tuple[Outcome, str]:
+        outcome = classify(exc, self.classifiers)
+        if outcome is Outcome.COMMITTED:  # an exception cannot prove the effect happened
+            outcome = Outcome.AMBIGUOUS
+        return outcome, f"{type(exc).__name__}: {exc}"
+
+    def run(self, arguments: Mapping[str, Any], body: Callable[[], T]) -> T:
+        """Gate one synchronous call."""
+        gate = self.gate
+        d = gate.begin_request(self.request(arguments))
+        if d.decision is not Decision.EXECUTE:
+            return self.answer(d)  # type: ignore[no-any-return]
+        token = _current.set(d)
+        try:
+            result = body()
+        except BaseException as exc:
+            outcome, error = self._failure(d, exc)
+            try:
+                gate.report(d, outcome, error=error)
+            except EffectGateError as report_err:
+                exc.add_note(f"effectgate could not record {outcome.value}: {report_err}")
+            raise
+        finally:
+            _current.reset(token)
+        gate.report(d, Outcome.COMMITTED, result=self._stored(d, result))
+        return result
+
+    async def arun(self, arguments: Mapping[str, Any], body: Callable[[], Awaitable[T]]) -> T:
+        """Gate one asynchronous call; the store is reached off the event loop."""
+        gate = self.gate
+        req = self.request(arguments)
+        d = await asyncio.to_thread(gate.begin_request, req)
+        if d.decision is not Decision.EXECUTE:
+            return self.answer(d)  # type: ignore[no-any-return]
+        token = _current.set(d)
+        try:
+            result = await body()
+        except BaseException as exc:
+            outcome, error = self._failure(d, exc)
+            try:
+                # Shielded: a second cancellation must not lose the AMBIGUOUS record.
+                await asyncio.shield(asyncio.to_thread(gate.report, d, outcome, error=error))
+            except EffectGateError as report_err:
+                exc.add_note(f"effectgate could not record {outcome.value}: {report_err}")
+            except asyncio.CancelledError:
+                pass
+            raise
+        finally:
+            _current.reset(token)
+        stored = self._stored(d, result)
+        await asyncio.to_thread(gate.report, d, Outcome.COMMITTED, result=stored)
+        return result
+
+
+def gate_function(gate: Gate, fn: Callable[..., T], key: str, *,
+                  effect_type: str | None = None, **options: Any) -> Callable[..., T]:
+    """Wrap ``fn`` so each call passes through ``gate`` under the key template ``key``."""
+    if not callable(fn):
+        raise ConfigError(f"@gate.effect decorates a function, not {type(fn).__name__}")
+    signature = inspect.signature(fn)
+    names = list(signature.parameters)
+    skip = 1 if names and names[0] in ("self", "cls") else 0
+    result_type = options.pop("result_type", _return_type(fn, signature))
+    spec = EffectSpec(gate, key, effect_type=effect_type or fn.__name__,
+                      result_type=result_type, **options)
+    spec.check_names(names[skip:], f"{fn.__qualname__}()")
+    arguments = _binder(fn, signature, skip)
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def gated_async(*args: Any, **kwargs: Any) -> Any:
+            return await spec.arun(arguments(args, kwargs), lambda: fn(*args, **kwargs))
+
+        gated_async.effect_spec = spec  # type: ignore[attr-defined]
+        return gated_async  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        return spec.run(arguments(args, kwargs), lambda: fn(*args, **kwargs))
+
+    gated.effect_spec = spec  # type: ignore[attr-defined]
+    return gated  # type: ignore[return-value]
+
+
+def _binder(fn: Callable[..., Any], signature: inspect.Signature,
+            skip: int) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+    """A function from (args, kwargs) to the call's arguments by name, defaults applied.
+
+    Plain signatures take a fast path; anything unusual (``*args``, positional-only, a wrong
+    call) goes through ``inspect.Signature.bind`` for its exact semantics and messages."""
+    params = list(signature.parameters.values())
+    names = [p.name for p in params]
+    simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    known = frozenset(names)
+    first = names[0] if skip else None
+
+    def slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise ConfigError(f"{fn.__qualname__}(): {err}") from None
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        if first is not None:
+            del values[first]
+        return values
+
+    if not simple:
+        return slow
+
+    def fast(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if len(args) > len(positional):
+            return slow(args, kwargs)
+        values = dict(zip(positional, args))
+        for name, value in kwargs.items():
+            if name in values or name not in known:
+                return slow(args, kwargs)
+            values[name] = value
+        if len(values) < len(names):
+            for name in names:
+                if name not in values:
+                    if name not in defaults:
+                        return slow(args, kwargs)
+                    values[name] = defaults[name]
+        if first is not None:
+            del values[first]
+        return values
+
+    return fast
+
+
+def _return_type(fn: Callable[..., Any], signature: inspect.Signature) -> Any:
+    """The return annotation, resolved when it is a string (``from __future__ import
+    annotations``); None when it cannot be resolved (the stored JSON is returned as is)."""
+    annotation = signature.return_annotation
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        import typing
+
+        return typing.get_type_hints(fn).get("return")
+    except Exception:
+        return None

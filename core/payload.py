@@ -1,0 +1,136 @@
+"""Canonical JSON and the payload hash.
+
+The raw payload is never stored: only ``sha256(canonical_json(payload))``. The canonical form is
+JSON with sorted keys and no whitespace, after these rules:
+
+==================  ==========================================================================
+``str``             as is (not normalised: a payload is the exact action)
+``int``, ``bool``   as JSON numbers and ``true``/``false``; ``None`` as ``null``
+``float``           finite only (NaN and infinities are refused); a float equal to an integer
+                    below 2**53 is written as that integer (``500.0`` == ``500``), others by the
+                    shortest repr that round-trips
+``Decimal``         finite only; an integral one as that integer, others as the exact decimal
+                    text in a string (``Decimal("1.10")`` -> ``"1.1"``; no float rounding)
+``datetime``        timezone-aware only, as ISO 8601 in UTC (``...Z``); naive ones are refused
+``date``, ``time``  ISO 8601
+``bytes``           ``{"$bytes": "<base64>"}``
+``Enum``            its value
+``UUID``            its string
+pydantic models     ``model_dump()``, then these rules
+dataclasses         their fields, then these rules
+mappings            string keys only (``{1: x}`` and ``{"1": x}`` would collide)
+lists, tuples       arrays; sets and frozensets as arrays sorted by canonical form
+==================  ==========================================================================
+
+Anything else, and cycles, raise :class:`~effectgate.PayloadError` naming the path.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import decimal
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+from .errors import PayloadError
+
+__all__ = ["canonical_json", "payload_hash", "to_canonical"]
+
+_EXACT_FLOAT_LIMIT = 2**53
+_dumps = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+
+
+def _float(value: float, path: str) -> int | float:
+    if not math.isfinite(value):
+        raise PayloadError(f"{path}: {value!r} has no canonical JSON form")
+    if value.is_integer() and abs(value) < _EXACT_FLOAT_LIMIT:
+        return int(value)
+    return value
+
+
+def _decimal(value: decimal.Decimal, path: str) -> int | str:
+    if not value.is_finite():
+        raise PayloadError(f"{path}: Decimal {value} has no canonical JSON form")
+    if value == value.to_integral_value():
+        return int(value)
+    return format(value.normalize(), "f")
+
+
+def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = frozenset()) -> Any:
+    """Turn ``value`` into plain JSON types by the rules above; raise :class:`PayloadError`."""
+    # The common cases first: this runs on every gated call.
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float:
+        return _float(value, path)
+    if isinstance(value, Enum):
+        return to_canonical(value.value, path, _seen)
+    if isinstance(value, (str, int)):  # subclasses of str / int
+        return str(value) if isinstance(value, str) else int(value)
+    if isinstance(value, float):
+        return _float(float(value), path)
+    ident = id(value)
+    if ident in _seen:
+        raise PayloadError(f"{path}: the payload contains a cycle")
+    seen = _seen | {ident}
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise PayloadError(
+                    f"{path}: mapping keys must be str; {k!r} is a {type(k).__name__}"
+                )
+            out[k] = to_canonical(v, f"{path}.{k}", seen)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [to_canonical(v, f"{path}[{i}]", seen) for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        items = [to_canonical(v, f"{path}{{}}", seen) for v in value]
+        return sorted(items, key=_dumps)
+    if isinstance(value, decimal.Decimal):
+        return _decimal(value, path)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise PayloadError(f"{path}: a naive datetime is ambiguous; give it a timezone")
+        utc = value.astimezone(datetime.UTC).replace(tzinfo=None)
+        return utc.isoformat() + "Z"
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return to_canonical(dump(), path, seen)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return to_canonical(fields, path, seen)
+    raise PayloadError(f"{path}: a {type(value).__name__} has no canonical JSON form")
+
+
+def canonical_json(value: Any, path: str = "payload") -> str:
+    """The canonical JSON text of ``value``."""
+    try:
+        return _dumps(to_canonical(value, path))
+    except RecursionError:
+        raise PayloadError(f"{path}: nested too deeply to be made canonical") from None
+
+
+def payload_hash(payload: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON of a payload, which must be a mapping."""
+    if not isinstance(payload, Mapping):
+        raise PayloadError(
+            f"a payload is the action's parameters by name: a mapping, not {type(payload).__name__}"
+        )
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()

@@ -1,0 +1,213 @@
+"""Tables, the store's clock and schema migrations, declared once for every dialect.
+
+Times are seconds since the epoch on the *database's* clock (:class:`db_now`), never a
+worker's. Every transition of ``state`` or of the fencing ``token`` is copied into
+``effectgate_history`` by a trigger, so history costs no extra round trip and cannot be
+forgotten by a code path. ``effectgate_meta`` holds the schema version and the store's secret
+for vendor keys; :func:`ensure_schema` applies pending migrations under a lock.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from .errors import ConfigError
+
+__all__ = ["SCHEMA_VERSION", "db_now", "effects", "ensure_schema", "history", "metadata"]
+
+metadata = MetaData()
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+
+effects = Table(
+    "effectgate_effects",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("key", String(512), nullable=False),
+    Column("effect_type", String(200), nullable=False),
+    Column("payload_hash", String(64), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("lease_expires_at", Double),
+    Column("attempt_started_at", Double),
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+    Column("result", Text),
+    Column("error", Text),
+    Column("reason", Text),
+    Column("run_id", String(256)),
+    Column("agent_id", String(256)),
+    Column("group_key", String(512)),
+    Column("compensation", Text),
+    Column("compensates_effect_id", BigInteger),
+    Column("vendor", String(32)),
+    Column("estimated_cost_micros", BigInteger),
+    Column("actual_cost_micros", BigInteger),
+    Column("approval_id", String(64)),
+    Column("actor", String(256)),
+    Column("note", Text),
+    Column("pruned_at", Double),
+    UniqueConstraint("namespace", "key", name="uq_effectgate_effects_key"),
+)
+Index(
+    "ix_effectgate_effects_group",
+    effects.c.namespace,
+    effects.c.group_key,
+    sqlite_where=effects.c.group_key.isnot(None),
+    postgresql_where=effects.c.group_key.isnot(None),
+)
+
+history = Table(
+    "effectgate_history",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("effect_id", BigInteger, nullable=False, index=True),
+    Column("from_state", String(20)),
+    Column("to_state", String(20), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("by", String(256)),
+    Column("note", Text),
+    Column("token", BigInteger, nullable=False),
+)
+
+meta = Table(
+    "effectgate_meta",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+
+class db_now(FunctionElement[float]):
+    """The database's clock as epoch seconds (a float), fixed for the statement."""
+
+    type = Double()
+    inherit_cache = True
+    name = "db_now"
+
+
+@compiles(db_now, "sqlite")
+def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+@compiles(db_now, "postgresql")
+def _now_postgres(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)"
+
+
+_HISTORY_COLUMNS = "effect_id, from_state, to_state, at, by, note, token"
+
+_TRIGGERS: dict[str, list[str]] = {
+    "sqlite": [
+        f"""CREATE TRIGGER IF NOT EXISTS effectgate_history_insert
+        AFTER INSERT ON effectgate_effects BEGIN
+          INSERT INTO effectgate_history ({_HISTORY_COLUMNS})
+          VALUES (new.id, NULL, new.state, new.updated_at, new.actor, new.note, new.token);
+        END""",
+        f"""CREATE TRIGGER IF NOT EXISTS effectgate_history_update
+        AFTER UPDATE OF state, token ON effectgate_effects
+        WHEN old.state IS NOT new.state OR old.token IS NOT new.token BEGIN
+          INSERT INTO effectgate_history ({_HISTORY_COLUMNS})
+          VALUES (new.id, old.state, new.state, new.updated_at, new.actor, new.note, new.token);
+        END""",
+    ],
+    "postgresql": [
+        f"""CREATE OR REPLACE FUNCTION effectgate_history_fn() RETURNS trigger
+        LANGUAGE plpgsql AS $$ BEGIN
+          INSERT INTO effectgate_history ({_HISTORY_COLUMNS}) VALUES (
+            NEW.id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state,
+            NEW.updated_at, NEW.actor, NEW.note, NEW.token);
+          RETURN NULL;
+        END $$""",
+        """CREATE TRIGGER effectgate_history_insert AFTER INSERT ON effectgate_effects
+        FOR EACH ROW EXECUTE FUNCTION effectgate_history_fn()""",
+        """CREATE TRIGGER effectgate_history_update AFTER UPDATE OF state, token
+        ON effectgate_effects FOR EACH ROW
+        WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.token IS DISTINCT FROM NEW.token)
+        EXECUTE FUNCTION effectgate_history_fn()""",
+    ],
+}
+
+
+def _v1(conn: Connection, dialect: str) -> None:
+    metadata.create_all(conn)
+    for ddl in _TRIGGERS[dialect]:
+        conn.exec_driver_sql(ddl)
+    conn.execute(meta.insert().values(name="vendor_secret", value=secrets.token_hex(32)))
+
+
+# Each migration takes the store from version n-1 to n, inside one transaction.
+MIGRATIONS: list[Callable[[Connection, str], None]] = [_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def ensure_schema(engine: Engine) -> dict[str, str]:
+    """Create or migrate the store's tables; return the ``effectgate_meta`` rows.
+
+    Runs under a lock (SQLite ``BEGIN IMMEDIATE``, a Postgres advisory lock) so that many
+    workers starting at once migrate exactly once.
+    """
+    dialect = engine.dialect.name
+    if dialect not in _TRIGGERS:
+        raise ConfigError(f"effectgate supports SQLite and PostgreSQL, not {dialect}")
+    with engine.connect() as conn:
+        if dialect == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7406253911)")
+        try:
+            version = _current_version(conn)
+            if version > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"the store's schema is version {version}, newer than this effectgate "
+                    f"understands ({SCHEMA_VERSION}); upgrade effectgate"
+                )
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[number - 1](conn, dialect)
+            if version < SCHEMA_VERSION:
+                stmt = text(
+                    "UPDATE effectgate_meta SET value = :v WHERE name = 'schema_version'"
+                    if version
+                    else "INSERT INTO effectgate_meta (name, value) VALUES ('schema_version', :v)"
+                )
+                conn.execute(stmt, {"v": str(SCHEMA_VERSION)})
+            rows = {name: value for name, value in conn.execute(meta.select())}
+            conn.exec_driver_sql("COMMIT")
+        except BaseException:
+            conn.exec_driver_sql("ROLLBACK")
+            raise
+    return rows
+
+
+def _current_version(conn: Connection) -> int:
+    from sqlalchemy import inspect
+
+    if not inspect(conn).has_table("effectgate_meta"):
+        return 0
+    value = conn.execute(
+        text("SELECT value FROM effectgate_meta WHERE name = 'schema_version'")
+    ).scalar()
+    return int(value) if value is not None else 0

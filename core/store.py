@@ -1,0 +1,445 @@
+"""The store: one set of tables on SQLAlchemy Core, SQLite (WAL) or PostgreSQL.
+
+SQLAlchemy declares the tables, runs migrations and compiles every statement once per dialect
+(:class:`Statements`). The per-call path then runs those compiled strings on the driver
+connection the engine pools (``sqlite3`` / ``psycopg``), each as a single autocommit statement:
+one round trip, no ORM, no per-call compilation.
+
+* SQLite: WAL, ``busy_timeout`` so concurrent processes wait rather than fail, and
+  ``synchronous=FULL`` for every commit that reserves (an effect's reservation survives a power
+  cut); the outcome commit runs at ``NORMAL`` and rides on the next sync (a lost outcome decays
+  to AMBIGUOUS, never to a second execution). ``durability="all"`` syncs outcomes too;
+  ``durability="relaxed"`` syncs nothing (an explicit opt-in).
+* PostgreSQL: a unique index and ``INSERT … ON CONFLICT DO NOTHING`` in one statement with the
+  read of the existing row (:meth:`Store.reserve`), and compare-and-set ``UPDATE``\\ s on the
+  fencing token for every later transition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import namedtuple
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import (
+    Engine,
+    create_engine,
+    event,
+    exists,
+    false,
+    literal_column,
+    null,
+    select,
+    true,
+    union_all,
+)
+from sqlalchemy import bindparam as p
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.sql import Executable
+
+from .errors import ConfigError, StoreError
+from .schema import db_now, effects, ensure_schema, history
+
+__all__ = ["DEFAULT_URL", "Durability", "Statements", "Store", "StoredEffect", "resolve_url"]
+
+DEFAULT_URL = "sqlite:///.effectgate/effects.db"
+Durability = Literal["reserve", "all", "relaxed"]
+
+_COLUMNS = [c for c in effects.c]
+StoredEffect = namedtuple(  # type: ignore[misc]
+    "StoredEffect", [c.name for c in _COLUMNS] + ["now", "inserted"], defaults=(False,)
+)
+StoredEffect.__doc__ = "One row of ``effectgate_effects`` plus the store's clock at the read."
+_HISTORY_COLUMNS = [
+    history.c.from_state, history.c.to_state, history.c.at, history.c.by, history.c.note,
+    history.c.token,
+]
+
+IN_FLIGHT = literal_column("'in_flight'")
+AMBIGUOUS = literal_column("'ambiguous'")
+
+
+def resolve_url(url: str | None) -> str:
+    """``url``, else ``$EFFECTGATE_URL``, else the embedded SQLite default."""
+    return url or os.environ.get("EFFECTGATE_URL") or DEFAULT_URL
+
+
+class _Sql:
+    """A statement compiled once for one dialect; ``params`` fills in its literal binds."""
+
+    __slots__ = ("defaults", "text")
+
+    def __init__(self, stmt: Executable, dialect: Any) -> None:
+        compiled = stmt.compile(dialect=dialect)
+        self.text = compiled.string
+        self.defaults = {k: v for k, v in compiled.params.items() if v is not None}
+
+    def params(self, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        if not self.defaults:
+            return values
+        out = dict(self.defaults)
+        out.update(values)
+        return out
+
+
+class Statements:
+    """Every statement of the per-call path, written once, compiled for one dialect."""
+
+    def __init__(self, dialect: Any, dialect_name: str) -> None:
+        now = db_now()
+        t = effects.c
+        where_key = (t.namespace == p("namespace")) & (t.key == p("key"))
+        returning = [*_COLUMNS, now.label("now")]
+        insert_values = {
+            "namespace": p("namespace"),
+            "key": p("key"),
+            "effect_type": p("effect_type"),
+            "payload_hash": p("payload_hash"),
+            "state": p("state"),
+            "attempt": 1,
+            "token": 1,
+            "lease_expires_at": now + p("lease_seconds"),
+            "attempt_started_at": now,
+            "created_at": now,
+            "updated_at": now,
+            "reason": p("reason"),
+            "run_id": p("run_id"),
+            "agent_id": p("agent_id"),
+            "group_key": p("group_key"),
+            "compensation": p("compensation"),
+            "compensates_effect_id": p("compensates_effect_id"),
+            "vendor": p("vendor"),
+            "estimated_cost_micros": p("estimated_cost_micros"),
+            "approval_id": p("approval_id"),
+            "actor": p("actor"),
+            "note": p("note"),
+        }
+        dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+        insert = (
+            dialect_insert(effects)
+            .values(insert_values)
+            .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
+        )
+        self.fetch = _Sql(select(*returning).where(where_key), dialect)
+        self.fetch_id = _Sql(select(*returning).where(t.id == p("id")), dialect)
+        self.insert = _Sql(insert.returning(*returning, true().label("inserted")), dialect)
+        # Postgres: insert-if-absent and read-if-present in one statement, one round trip.
+        # (A row committed by a racing insert after this statement's snapshot shows in
+        # neither branch: the caller runs the statement again.)
+        ins = insert.returning(*_COLUMNS, true().label("inserted")).cte("ins")
+        self.reserve = _Sql(
+            union_all(
+                select(*[ins.c[c.name] for c in _COLUMNS], now.label("now"), ins.c.inserted),
+                select(*returning, false().label("inserted"))
+                .where(where_key)
+                .where(~exists(select(ins.c.id))),
+            ),
+            dialect,
+        )
+        cas = (t.id == p("id")) & (t.token == p("token"))
+        live = (t.state == IN_FLIGHT) & (t.lease_expires_at >= now)
+        # A new attempt on a FAILED effect (or an approved one): a new holder, a new token.
+        self.take = _Sql(
+            effects.update()
+            .where(cas & (t.state == p("expected_state")))
+            .values(
+                state=IN_FLIGHT,
+                attempt=t.attempt + p("attempt_increment"),
+                token=t.token + 1,
+                lease_expires_at=now + p("lease_seconds"),
+                attempt_started_at=now,
+                updated_at=now,
+                result=null(),
+                error=null(),
+                reason=null(),
+                run_id=p("run_id"),
+                agent_id=p("agent_id"),
+                estimated_cost_micros=p("estimated_cost_micros"),
+                actual_cost_micros=null(),
+                vendor=p("vendor"),
+                actor=p("actor"),
+                note=p("note"),
+            )
+            .returning(*returning),
+            dialect,
+        )
+        self.lapse = _Sql(
+            effects.update()
+            .where(cas & (t.state == IN_FLIGHT) & (t.lease_expires_at < now))
+            .values(state=AMBIGUOUS, reason="lease lapsed", updated_at=now, actor="lease",
+                    note=null())
+            .returning(*returning),
+            dialect,
+        )
+        self.report = _Sql(
+            effects.update()
+            .where(cas & live)
+            .values(
+                state=p("state"),
+                result=p("result"),
+                error=p("error"),
+                reason=p("reason"),
+                actual_cost_micros=p("actual_cost_micros"),
+                lease_expires_at=null(),
+                updated_at=now,
+                actor=p("actor"),
+                note=null(),
+            )
+            .returning(t.updated_at),
+            dialect,
+        )
+        self.extend = _Sql(
+            effects.update()
+            .where(cas & live)
+            .values(lease_expires_at=now + p("lease_seconds"), updated_at=now)
+            .returning(t.lease_expires_at, now.label("now")),
+            dialect,
+        )
+        self.resolve = _Sql(
+            effects.update()
+            .where(cas & (t.state == p("expected_state")))
+            .values(
+                state=p("state"),
+                token=t.token + 1,
+                result=p("result"),
+                error=p("error"),
+                reason=p("reason"),
+                lease_expires_at=null(),
+                updated_at=now,
+                actor=p("actor"),
+                note=p("note"),
+            )
+            .returning(*returning),
+            dialect,
+        )
+        self.history = _Sql(
+            select(*_HISTORY_COLUMNS)
+            .where(history.c.effect_id == p("id"))
+            .order_by(history.c.at, history.c.id),
+            dialect,
+        )
+        self.now = _Sql(select(now), dialect)
+
+
+class Store:
+    """Connections, durability and the compiled statements for one database URL."""
+
+    def __init__(self, url: str | None = None, *, durability: Durability = "reserve") -> None:
+        self.url = resolve_url(url)
+        if durability not in ("reserve", "all", "relaxed"):
+            raise ConfigError(
+                f"durability must be 'reserve', 'all' or 'relaxed', not {durability!r}"
+            )
+        self.durability = durability
+        self.engine = _make_engine(self.url)
+        self.dialect_name = self.engine.dialect.name
+        self.is_sqlite = self.dialect_name == "sqlite"
+        try:
+            self.meta = ensure_schema(self.engine)
+        except StoreError:
+            raise
+        except Exception as err:
+            if isinstance(err, ConfigError):
+                raise
+            raise StoreError(f"cannot open the store at {_safe(self.url)}: {err}") from err
+        self.secret = bytes.fromhex(self.meta["vendor_secret"])
+        dialect = sqlite.dialect(paramstyle="named") if self.is_sqlite else self.engine.dialect
+        self.sql = Statements(dialect, self.dialect_name)
+        self._sync_reserve = "PRAGMA synchronous=NORMAL" if durability == "relaxed" else (
+            "PRAGMA synchronous=FULL"
+        )
+        self._sync_outcome = "PRAGMA synchronous=FULL" if durability == "all" else (
+            "PRAGMA synchronous=NORMAL"
+        )
+        self._local = threading.local()
+        self._opened: list[Any] = []  # to close on dispose; a dead thread's stays until then
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _driver(self) -> Any:
+        """This thread's driver connection, opened from the engine once and kept.
+
+        The per-call path skips the pool's checkout and reset: a thread keeps its connection
+        (a forked child opens its own), and a connection that broke is dropped and reopened.
+        """
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None or local.pid != os.getpid():
+            try:
+                proxied = self.engine.raw_connection()
+            except Exception as err:
+                raise StoreError(f"cannot reach the store at {_safe(self.url)}: {err}") from err
+            conn = proxied.driver_connection
+            proxied.detach()  # ours now: the pool neither counts nor resets it
+            local.conn, local.pid = conn, os.getpid()
+            self._opened.append(conn)
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        """This thread's driver connection (``sqlite3`` or ``psycopg``), in autocommit mode."""
+        conn = self._driver()
+        try:
+            yield conn
+        except BaseException as err:
+            if _is_disconnect(err) or _is_disconnect(err.__cause__):
+                self._drop()
+            raise
+
+    def _run(self, sql: _Sql, values: Mapping[str, Any], sync: str | None = None) -> list[Any]:
+        conn = self._driver()
+        try:
+            if sync is not None and self.is_sqlite:
+                conn.execute(sync)
+            return conn.execute(sql.text, sql.params(values)).fetchall()  # type: ignore[no-any-return]
+        except Exception as err:
+            if _is_disconnect(err):
+                self._drop()
+            raise _store_error(err, writing=sync is not None) from err
+
+    def _one(self, sql: _Sql, values: Mapping[str, Any], sync: str | None = None) -> Any:
+        rows = self._run(sql, values, sync)
+        return StoredEffect(*rows[0]) if rows else None
+
+    # -- the per-call operations -------------------------------------------------------------
+
+    def reserve(self, values: Mapping[str, Any]) -> Any:
+        """Insert the effect if its key is absent; otherwise return the existing row.
+
+        Either way, one row with ``inserted`` telling which. The insert is durable (FULL)."""
+        for _ in range(8):
+            if self.is_sqlite:
+                # Embedded: a read is cheap, and a repeat (the common refusal) must not write.
+                row = self._one(self.sql.fetch, values)
+                if row is None:
+                    row = self._one(self.sql.insert, values, self._sync_reserve)
+            else:
+                row = self._one(self.sql.reserve, values)
+            if row is not None:
+                return row
+        raise StoreError("could not reserve or read the key after 8 tries", key=values["key"])
+
+    def fetch(self, namespace: str, key: str) -> Any:
+        """The row for ``key``, or None."""
+        return self._one(self.sql.fetch, {"namespace": namespace, "key": key})
+
+    def fetch_id(self, effect_id: int) -> Any:
+        """The row with ``effect_id``, or None."""
+        return self._one(self.sql.fetch_id, {"id": effect_id})
+
+    def take(self, values: Mapping[str, Any]) -> Any:
+        """Compare-and-set a FAILED (or approved) effect to a new IN_FLIGHT attempt."""
+        return self._one(self.sql.take, values, self._sync_reserve)
+
+    def lapse(self, effect_id: int, token: int) -> Any:
+        """Compare-and-set an IN_FLIGHT effect past its lease to AMBIGUOUS."""
+        return self._one(self.sql.lapse, {"id": effect_id, "token": token}, self._sync_outcome)
+
+    def report(self, values: Mapping[str, Any]) -> bool:
+        """Record the holder's outcome; False when the token or the lease no longer holds."""
+        return bool(self._run(self.sql.report, values, self._sync_outcome))
+
+    def extend(self, effect_id: int, token: int, seconds: float) -> Any:
+        """Push the lease out by ``seconds`` from now; None when it no longer holds."""
+        rows = self._run(
+            self.sql.extend, {"id": effect_id, "token": token, "lease_seconds": seconds},
+            self._sync_outcome,
+        )
+        return rows[0] if rows else None
+
+    def resolve(self, values: Mapping[str, Any]) -> Any:
+        """Compare-and-set an effect to an operator's (or reconciler's) outcome."""
+        return self._one(self.sql.resolve, values, self._sync_reserve)
+
+    def history(self, effect_id: int) -> list[Any]:
+        """The transitions of one effect, oldest first."""
+        return self._run(self.sql.history, {"id": effect_id})
+
+    def now(self) -> float:
+        """The store's clock, epoch seconds."""
+        return float(self._run(self.sql.now, {})[0][0])
+
+    def dispose(self) -> None:
+        """Close every connection this store opened."""
+        for conn in self._opened:
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._opened.clear()
+        self._local = threading.local()
+        self.engine.dispose()
+
+
+def _make_engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError as err:
+        raise ConfigError(f"not a database URL: {url!r} ({err})") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
+            raise ConfigError(
+                "an in-memory SQLite store cannot be shared between calls and processes; "
+                "use a file (effectgate.testing.temporary_gate() makes a throw-away one)"
+            )
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            parsed, isolation_level="AUTOCOMMIT",
+            connect_args={"timeout": 60.0, "check_same_thread": False},
+        )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.execute("PRAGMA busy_timeout=60000")
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute("PRAGMA synchronous=FULL")
+
+        return engine
+    if backend == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+        try:
+            return create_engine(parsed, isolation_level="AUTOCOMMIT", pool_size=8,
+                                 max_overflow=32)
+        except (ModuleNotFoundError, NoSuchModuleError) as err:
+            raise ConfigError(
+                'the Postgres store needs psycopg: pip install "effectgate[postgres]"'
+            ) from err
+    raise ConfigError(f"effectgate supports sqlite and postgresql URLs, not {backend!r}")
+
+
+def _is_disconnect(err: BaseException | None) -> bool:
+    if err is None:
+        return False
+    name = type(err).__module__
+    if name.startswith("psycopg"):
+        conn_closed = "closed" in str(err).lower() or "terminat" in str(err).lower()
+        return conn_closed or type(err).__name__ in ("OperationalError", "InterfaceError")
+    return False
+
+
+def _store_error(err: Exception, *, writing: bool) -> StoreError:
+    if isinstance(err, StoreError):
+        return err
+    # A write whose connection broke may or may not have committed.
+    unknown = writing and _is_disconnect(err)
+    return StoreError(f"the store failed: {type(err).__name__}: {err}", outcome_unknown=unknown)
+
+
+def _safe(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<bad url>"

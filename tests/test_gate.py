@@ -1,0 +1,363 @@
+"""The core gate on both backends: decisions, states, leases, fencing, resolve (G1, G3–G7)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import effectgate as eg
+from effectgate.testing import lapse_leases
+
+from .conftest import snapshot
+
+REFUND = {"txn_id": "txn_1", "amount_cents": 500}
+
+
+def begin(gate: eg.Gate, key: str = "refund:txn_1", payload: Any = None, **kw: Any) -> Any:
+    return gate.begin(effect_type="payment.refund", key=key,
+                      payload=REFUND if payload is None else payload, **kw)
+
+
+def test_g1_committed_effect_never_executes_again(make_gate: Any) -> None:
+    """G1: a committed effect is never executed again; a duplicate returns the stored result."""
+    gate = make_gate()
+    calls: list[str] = []
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    def refund(txn_id: str, amount_cents: int) -> dict[str, Any]:
+        calls.append(txn_id)
+        return {"refund_id": f"re_{len(calls)}", "amount": amount_cents}
+
+    first = refund("txn_1", 500)
+    assert refund("txn_1", 500) == first
+    assert refund(txn_id="txn_1", amount_cents=500) == first
+    # Another process's gate (no shared memory) answers from the store.
+    other = make_gate(memo_size=0)
+    d = begin(other, payload={"txn_id": "txn_1", "amount_cents": 500})
+    assert d.decision is eg.Decision.DUPLICATE
+    assert d.result == first
+    assert calls == ["txn_1"]
+    record = gate.get("refund:txn_1")
+    assert record.state is eg.State.COMMITTED and record.result == first
+    assert [(h.from_state, h.to_state) for h in record.history] == [
+        (None, eg.State.IN_FLIGHT), (eg.State.IN_FLIGHT, eg.State.COMMITTED)
+    ]
+
+
+def test_protocol_begin_report_duplicate(gate: eg.Gate) -> None:
+    d = begin(gate)
+    assert d.decision is eg.Decision.EXECUTE and d.should_execute
+    assert d.attempt == 1 and d.lease_token >= 1 and d.lease_expires_at is not None
+    gate.report(d, "committed", result={"ok": True})
+    again = begin(gate)
+    assert again.decision is eg.Decision.DUPLICATE and again.result == {"ok": True}
+    assert again.effect_id == d.effect_id
+
+
+def test_in_flight_while_lease_is_live(gate: eg.Gate) -> None:
+    d = begin(gate, lease_seconds=30)
+    other = begin(gate)
+    assert other.decision is eg.Decision.IN_FLIGHT
+    assert 0 < other.retry_after_seconds <= 30
+    gate.report(d, "committed", result=1)
+    assert begin(gate).decision is eg.Decision.DUPLICATE
+
+
+def test_g3_lapsed_lease_is_ambiguous_and_blind_retry_refused(gate: eg.Gate) -> None:
+    """G3: past its lease an IN_FLIGHT effect reads AMBIGUOUS at once and a retry is blocked."""
+    d = begin(gate, lease_seconds=0.2)
+    time.sleep(0.35)
+    # A read says so before anyone calls begin again.
+    assert gate.get("refund:txn_1").state is eg.State.AMBIGUOUS
+    retry = begin(gate)
+    assert retry.decision is eg.Decision.BLOCKED
+    assert retry.reason == "lease lapsed"
+    assert begin(gate).decision is eg.Decision.BLOCKED
+    # The late holder cannot report over it.
+    with pytest.raises(eg.StaleLease):
+        gate.report(d, "committed", result={"late": True})
+    assert gate.get("refund:txn_1").state is eg.State.AMBIGUOUS
+
+
+def test_resolve_committed_then_retry_returns_stored_result(gate: eg.Gate) -> None:
+    begin(gate, lease_seconds=30)
+    lapse_leases(gate)
+    assert begin(gate).decision is eg.Decision.BLOCKED
+    record = gate.resolve("refund:txn_1", "committed", by="alice", result={"seen": "dashboard"},
+                          note="seen in the dashboard")
+    assert record.state is eg.State.COMMITTED
+    assert record.history[-1].by == "alice" and record.history[-1].note == "seen in the dashboard"
+    again = begin(gate)
+    assert again.decision is eg.Decision.DUPLICATE and again.result == {"seen": "dashboard"}
+
+
+def test_g4_failed_permits_new_attempt_with_new_vendor_key(gate: eg.Gate) -> None:
+    """G4: FAILED permits a new attempt, with a new token and a new vendor key."""
+    d1 = begin(gate, vendor="stripe")
+    gate.report(d1, "failed", error="card declined before charge")
+    d2 = begin(gate, vendor="stripe")
+    assert d2.decision is eg.Decision.EXECUTE
+    assert d2.attempt == 2 and d2.lease_token > d1.lease_token
+    assert d2.vendor_idempotency_key != d1.vendor_idempotency_key
+    # Deterministic: the same attempt of the same effect gives the same key on any gate.
+    assert d1.vendor_idempotency_key == eg.vendors.vendor_key(
+        gate.store.secret, "stripe", namespace=gate.namespace, effect_type="payment.refund",
+        key="refund:txn_1", attempt=1,
+    ).value
+
+
+def test_max_attempts_denies_further_attempts(gate: eg.Gate) -> None:
+    for _ in range(2):
+        d = begin(gate, max_attempts=2)
+        assert d.decision is eg.Decision.EXECUTE
+        gate.report(d, "failed")
+    denied = begin(gate, max_attempts=2)
+    assert denied.decision is eg.Decision.DENIED and "max_attempts" in (denied.reason or "")
+
+
+def test_g5_key_reused_with_another_payload_is_refused(gate: eg.Gate) -> None:
+    """G5: the same key with a different payload raises PayloadMismatch in every state."""
+    d = begin(gate)
+    before = snapshot(gate)
+    with pytest.raises(eg.PayloadMismatch) as err:
+        begin(gate, payload={"txn_id": "txn_1", "amount_cents": 501})
+    assert err.value.key == "refund:txn_1" and err.value.state == "in_flight"
+    gate.report(d, "committed", result=None)
+    with pytest.raises(eg.PayloadMismatch):
+        begin(gate, payload={"txn_id": "txn_1", "amount_cents": 501})
+    assert snapshot(gate)[0][0] == before[0][0]
+
+
+def test_g6_stale_token_refused_after_resolve(gate: eg.Gate) -> None:
+    """G6: once an operator resolves, the old holder's token is stale."""
+    d = begin(gate, lease_seconds=30)
+    gate.resolve("refund:txn_1", "failed", by="ops")
+    with pytest.raises(eg.StaleLease) as err:
+        gate.report(d, "committed", result={"zombie": True})
+    assert err.value.state == "failed"
+    with pytest.raises(eg.StaleLease):
+        gate.extend_lease(d, 30)
+    assert gate.get("refund:txn_1").state is eg.State.FAILED
+
+
+def test_g6_zombie_cannot_report_over_newer_attempt(gate: eg.Gate) -> None:
+    """G6: a holder past its lease cannot report over what a newer attempt did."""
+    zombie = begin(gate, lease_seconds=30)
+    lapse_leases(gate)
+    begin(gate)  # lapses to AMBIGUOUS
+    gate.resolve("refund:txn_1", "failed", by="ops")
+    fresh = begin(gate)
+    assert fresh.decision is eg.Decision.EXECUTE and fresh.attempt == 2
+    with pytest.raises(eg.StaleLease) as err:
+        gate.report(zombie, "committed", result={"zombie": True})
+    assert "stale" in str(err.value)
+    gate.report(fresh, "committed", result={"fresh": True})
+    assert gate.get("refund:txn_1").result == {"fresh": True}
+
+
+def test_g7_unresolvable_template_fails_before_body(gate: eg.Gate) -> None:
+    """G7: a template that cannot be resolved raises EffectKeyError; nothing runs or is stored."""
+    calls: list[Any] = []
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    def refund(txn_id: Any, amount_cents: int = 0) -> None:
+        calls.append(txn_id)
+
+    for bad in (None, "", 1.5, ["a"], {"a": 1}, True):
+        with pytest.raises(eg.EffectKeyError):
+            refund(bad)
+    assert calls == []
+    assert snapshot(gate) == []
+    with pytest.raises(eg.EffectKeyError):
+
+        @gate.effect("refund:{txn}", effect_type="payment.refund")
+        def typo(txn_id: str) -> None: ...
+
+
+def test_extend_lease_keeps_holder(gate: eg.Gate) -> None:
+    d = begin(gate, lease_seconds=0.3)
+    new_expiry = gate.extend_lease(d, 30)
+    assert new_expiry > d.lease_expires_at
+    time.sleep(0.4)
+    assert begin(gate).decision is eg.Decision.IN_FLIGHT
+    gate.report(d, "committed", result="ok")
+
+
+def test_report_ambiguous_blocks(gate: eg.Gate) -> None:
+    d = begin(gate)
+    gate.report(d, "ambiguous", error="reply lost")
+    blocked = begin(gate)
+    assert blocked.decision is eg.Decision.BLOCKED and blocked.reason == "reply lost"
+
+
+def test_report_by_effect_id_and_token(gate: eg.Gate) -> None:
+    d = begin(gate)
+    gate.report(d.effect_id, "committed", lease_token=d.lease_token, result=[1, 2])
+    assert gate.get_by_id(d.effect_id).result == [1, 2]
+
+
+def test_decorator_failures_classified(gate: eg.Gate) -> None:
+    attempts: list[int] = []
+
+    @gate.effect("email:{msg}", effect_type="email.send")
+    def send(msg: str) -> str:
+        attempts.append(eg.current_effect().attempt)
+        if len(attempts) == 1:
+            raise eg.NotExecuted("SMTP refused the connection")
+        if len(attempts) == 2:
+            raise TimeoutError("no reply")
+        return "sent"
+
+    with pytest.raises(eg.NotExecuted):
+        send("m1")
+    assert gate.get("email:m1").state is eg.State.FAILED
+    with pytest.raises(TimeoutError):
+        send("m1")
+    assert gate.get("email:m1").state is eg.State.AMBIGUOUS
+    with pytest.raises(eg.EffectAmbiguous) as err:
+        send("m1")
+    assert err.value.decision == "blocked" and err.value.key == "email:m1"
+    assert attempts == [1, 2]
+
+
+def test_keyboard_interrupt_is_ambiguous(gate: eg.Gate) -> None:
+    @gate.effect("deploy:{env}", effect_type="deploy")
+    def deploy(env: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        deploy("prod")
+    assert gate.get("deploy:prod").state is eg.State.AMBIGUOUS
+
+
+def test_current_effect_outside_body() -> None:
+    with pytest.raises(eg.EffectGateError):
+        eg.current_effect()
+
+
+class Receipt(BaseModel):
+    refund_id: str
+    amount: int
+
+
+def test_duplicate_rebuilds_annotated_type(make_gate: Any) -> None:
+    gate = make_gate()
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    def refund(txn_id: str) -> Receipt:
+        return Receipt(refund_id="re_1", amount=5)
+
+    first = refund("t")
+    again = refund("t")
+    assert isinstance(again, Receipt) and again == first
+
+
+def test_reconciler_resolves_ambiguous(gate: eg.Gate) -> None:
+    asked: list[str] = []
+
+    @gate.reconciler("payment.*")
+    def ask_vendor(record: eg.EffectRecord) -> eg.Reconciled:
+        asked.append(record.key)
+        if record.key == "refund:txn_1":
+            return eg.Reconciled("committed", {"vendor": "says done"})
+        if record.key == "refund:txn_2":
+            return eg.Reconciled("failed")
+        return eg.Reconciled("unknown")
+
+    for key in ("refund:txn_1", "refund:txn_2", "refund:txn_3"):
+        d = begin(gate, key=key)
+        gate.report(d, "ambiguous", error="reply lost")
+    dup = begin(gate, key="refund:txn_1")
+    assert dup.decision is eg.Decision.DUPLICATE and dup.result == {"vendor": "says done"}
+    retry = begin(gate, key="refund:txn_2")
+    assert retry.decision is eg.Decision.EXECUTE and retry.attempt == 2
+    assert begin(gate, key="refund:txn_3").decision is eg.Decision.BLOCKED
+    assert asked == ["refund:txn_1", "refund:txn_2", "refund:txn_3"]
+    assert gate.get("refund:txn_1").history[-1].by.startswith("reconciler:")
+
+
+def test_resolve_rules(gate: eg.Gate) -> None:
+    d = begin(gate)
+    gate.report(d, "committed", result=1)
+    with pytest.raises(eg.InvalidTransition):
+        gate.resolve("refund:txn_1", "failed", by="ops")
+    with pytest.raises(eg.UnknownEffect):
+        gate.resolve("refund:nope", "failed", by="ops")
+    with pytest.raises(eg.InvalidTransition):
+        gate.resolve("refund:txn_1", "ambiguous", by="ops")
+
+
+def test_namespaces_are_separate(make_gate: Any, namespace: str) -> None:
+    a = make_gate(namespace=namespace + "-a")
+    b = make_gate(namespace=namespace + "-b")
+    assert begin(a).decision is eg.Decision.EXECUTE
+    assert begin(b).decision is eg.Decision.EXECUTE
+
+
+def test_effect_context_sets_run_and_agent(gate: eg.Gate) -> None:
+    with eg.effect_context(run_id="run_7", agent_id="billing"):
+        d = begin(gate)
+    record = gate.get(d.key)
+    assert record.run_id == "run_7" and record.agent_id == "billing"
+
+
+async def test_async_decorator_and_twins(gate: eg.Gate) -> None:
+    calls: list[int] = []
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    async def refund(txn_id: str, amount_cents: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        calls.append(eg.current_effect().attempt)
+        return {"amount": amount_cents}
+
+    results = await asyncio.gather(*(refund("t1", 5) for _ in range(3)),
+                                   return_exceptions=True)
+    done = [r for r in results if r == {"amount": 5}]
+    assert calls == [1] and len(done) >= 1
+    assert all(isinstance(r, (dict, eg.EffectInFlight)) for r in results)
+    d = await gate.abegin(effect_type="x", key="k:async", payload={"a": 1})
+    await gate.aextend_lease(d, 10)
+    await gate.areport(d, "committed", result="r")
+    assert (await gate.aget("k:async")).result == "r"
+
+
+async def test_async_cancellation_is_ambiguous(gate: eg.Gate) -> None:
+    started = asyncio.Event()
+
+    @gate.effect("deploy:{env}", effect_type="deploy")
+    async def deploy(env: str) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    task = asyncio.create_task(deploy("prod"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gate.get("deploy:prod").state is eg.State.AMBIGUOUS
+
+
+def test_memo_answers_repeat_without_store(gate: eg.Gate) -> None:
+    d = begin(gate)
+    gate.report(d, "committed", result={"r": 1})
+    gate.store.dispose()  # the memo still answers; no connection is needed
+    calls = []
+    original = gate.store.reserve
+    gate.store.reserve = lambda values: calls.append(values) or original(values)  # type: ignore[method-assign]
+    assert begin(gate).result == {"r": 1}
+    assert calls == []
+
+
+def test_ungated_result_not_storable_warns(gate: eg.Gate) -> None:
+    @gate.effect("obj:{n}", effect_type="x")
+    def make(n: int) -> object:
+        return object()
+
+    with pytest.warns(eg.ResultNotStoredWarning):
+        make(1)
+    assert gate.get("obj:1").state is eg.State.COMMITTED
+    assert make(1) is None
