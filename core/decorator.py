@@ -285,7 +285,7 @@ def gate_function(gate: Gate, fn: Callable[..., T], key: str, *,
         return spec.run(arguments(args, kwargs), lambda: fn(*args, **kwargs))
 
     gated.effect_spec = spec  # type: ignore[attr-defined]
-    return gated  # type: ignore[return-value]
+    return gated
 
 
 def _binder(fn: Callable[..., Any], signature: inspect.Signature,
@@ -319,7 +319,7 @@ def _binder(fn: Callable[..., Any], signature: inspect.Signature,
     def fast(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if len(args) > len(positional):
             return slow(args, kwargs)
-        values = dict(zip(positional, args))
+        values = dict(zip(positional, args, strict=False))
         for name, value in kwargs.items():
             if name in values or name not in known:
                 return slow(args, kwargs)

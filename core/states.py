@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["Decision", "Outcome", "State"]
 
 
-class State(str, Enum):
+class State(StrEnum):
     """Where an effect stands. ``COMMITTED`` is terminal."""
 
     IN_FLIGHT = "in_flight"
@@ -17,11 +17,8 @@ class State(str, Enum):
     PENDING_APPROVAL = "pending_approval"
     DENIED = "denied"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Decision(str, Enum):
+class Decision(StrEnum):
     """What ``begin`` answers. Only ``EXECUTE`` lets the caller run the action."""
 
     EXECUTE = "execute"
@@ -31,16 +28,10 @@ class Decision(str, Enum):
     APPROVAL_REQUIRED = "approval_required"
     DENIED = "denied"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """What a holder (``report``) or an operator (``resolve``) says happened."""
 
     COMMITTED = "committed"
     FAILED = "failed"
     AMBIGUOUS = "ambiguous"
-
-    def __str__(self) -> str:
-        return self.value

@@ -41,7 +41,8 @@ from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.expression import ColumnClause
 
 from .errors import ConfigError, StoreError
 from .schema import db_now, effects, ensure_schema, history
@@ -61,8 +62,8 @@ _HISTORY_COLUMNS = [
     history.c.token,
 ]
 
-IN_FLIGHT = literal_column("'in_flight'")
-AMBIGUOUS = literal_column("'ambiguous'")
+IN_FLIGHT: ColumnClause[str] = literal_column("'in_flight'")
+AMBIGUOUS: ColumnClause[str] = literal_column("'ambiguous'")
 
 
 def resolve_url(url: str | None) -> str:
@@ -75,7 +76,7 @@ class _Sql:
 
     __slots__ = ("defaults", "text")
 
-    def __init__(self, stmt: Executable, dialect: Any) -> None:
+    def __init__(self, stmt: ClauseElement, dialect: Any) -> None:
         compiled = stmt.compile(dialect=dialect)
         self.text = compiled.string
         self.defaults = {k: v for k, v in compiled.params.items() if v is not None}
