@@ -142,7 +142,7 @@ def _seconds(value: object, name: str) -> float:
 def parse_outcome(outcome: object, allowed: tuple[Outcome, ...] = tuple(Outcome)) -> Outcome:
     """``outcome`` as an :class:`Outcome`; :class:`InvalidTransition` if it is not one."""
     try:
-        parsed = Outcome(outcome)
+        parsed = Outcome(outcome)  # type: ignore[arg-type]
     except ValueError:
         parsed = None
     if parsed is None or parsed not in allowed:
