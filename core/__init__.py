@@ -17,7 +17,14 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from .classify import Classifier, classify, classify_httpx, classify_requests
-from .decorator import EffectSpec, ResultNotStoredWarning, current_effect, refusal
+from .decorator import (
+    BudgetWarning,
+    EffectSpec,
+    ResultNotStoredWarning,
+    current_effect,
+    current_effect_scope,
+    refusal,
+)
 from .errors import (
     ApprovalRequired,
     ConfigError,
@@ -39,7 +46,9 @@ from .errors import (
 from .gate import Gate, Reconciled, effect_context
 from .keys import KeyTemplate
 from .payload import canonical_json, payload_hash
-from .records import BeginDecision, EffectRecord, HistoryEntry
+from .policy import ApprovalRule, Budget, EffectRule, Policy
+from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry
+from .sagas import UnwindReport, UnwindStep
 from .states import Decision, Outcome, State
 from .vendors import VENDOR_RULES, VendorKey
 
@@ -50,8 +59,12 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 __all__ = [
     "VENDOR_RULES",
+    "ApprovalRecord",
     "ApprovalRequired",
+    "ApprovalRule",
     "BeginDecision",
+    "Budget",
+    "BudgetWarning",
     "Classifier",
     "ConfigError",
     "Decision",
@@ -62,6 +75,7 @@ __all__ = [
     "EffectKeyError",
     "EffectRecord",
     "EffectRefused",
+    "EffectRule",
     "EffectSpec",
     "Gate",
     "HistoryEntry",
@@ -71,6 +85,7 @@ __all__ = [
     "Outcome",
     "PayloadError",
     "PayloadMismatch",
+    "Policy",
     "PolicyError",
     "Reconciled",
     "ResultNotStoredWarning",
@@ -78,6 +93,8 @@ __all__ = [
     "State",
     "StoreError",
     "UnknownEffect",
+    "UnwindReport",
+    "UnwindStep",
     "VendorKey",
     "__version__",
     "canonical_json",
@@ -85,6 +102,7 @@ __all__ = [
     "classify_httpx",
     "classify_requests",
     "current_effect",
+    "current_effect_scope",
     "effect_context",
     "payload_hash",
     "refusal",

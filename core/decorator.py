@@ -9,12 +9,13 @@ the body and the store are awaited differs between :meth:`EffectSpec.run` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .classify import Classifier, classify
@@ -35,13 +36,21 @@ from .states import Decision, Outcome
 if TYPE_CHECKING:
     from .gate import Gate, _Request
 
-__all__ = ["EffectSpec", "ResultNotStoredWarning", "current_effect", "refusal", "gate_function"]
+__all__ = [
+    "BudgetWarning",
+    "EffectSpec", "ResultNotStoredWarning", "current_effect", "current_effect_scope",
+    "gate_function", "refusal",
+]
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
 _current: contextvars.ContextVar[BeginDecision | None] = contextvars.ContextVar(
     "effectgate_current_effect", default=None
 )
+
+
+class BudgetWarning(UserWarning):
+    """A spend ceiling applies to this effect but the call declared no cost: it cannot fire."""
 
 
 class ResultNotStoredWarning(UserWarning):
@@ -57,6 +66,16 @@ def current_effect() -> BeginDecision:
     if decision is None:
         raise EffectGateError("current_effect() is only available inside an effect's body")
     return decision
+
+
+@contextlib.contextmanager
+def current_effect_scope(d: BeginDecision) -> Iterator[BeginDecision]:
+    """Make ``d`` the :func:`current_effect` inside the block (for hand-written gated calls)."""
+    token = _current.set(d)
+    try:
+        yield d
+    finally:
+        _current.reset(token)
 
 
 def refusal(d: BeginDecision) -> EffectRefused:
@@ -215,6 +234,8 @@ class EffectSpec:
         d = gate.begin_request(self.request(arguments))
         if d.decision is not Decision.EXECUTE:
             return self.answer(d)  # type: ignore[no-any-return]
+        if d.budget_warning:
+            warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
         token = _current.set(d)
         try:
             result = body()
@@ -237,6 +258,8 @@ class EffectSpec:
         d = await asyncio.to_thread(gate.begin_request, req)
         if d.decision is not Decision.EXECUTE:
             return self.answer(d)  # type: ignore[no-any-return]
+        if d.budget_warning:
+            warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
         token = _current.set(d)
         try:
             result = await body()

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import datetime
 import fnmatch
 import json
 import logging
 import math
+import os
 import threading
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
+from . import approvals, sagas
 from .errors import (
     ConfigError,
     EffectGateError,
@@ -29,11 +32,20 @@ from .errors import (
     StoreError,
     UnknownEffect,
 )
+from .governance import Governance, dump_keys, evaluate, load_keys, release_delta
 from .keys import check_key
 from .payload import canonical_json, payload_hash, to_canonical
-from .records import BeginDecision, EffectRecord, HistoryEntry, epoch_to_datetime
+from .policy import Policy
+from .records import (
+    ApprovalRecord,
+    BeginDecision,
+    EffectRecord,
+    HistoryEntry,
+    epoch_to_datetime,
+)
+from .sagas import Compensator, UnwindReport
 from .states import Decision, Outcome, State
-from .store import Durability, Store
+from .store import Durability, Rollback, Store
 from .vendors import VendorKey, rule_for, vendor_key
 
 __all__ = ["Gate", "Reconciled", "Reconciler", "effect_context", "parse_outcome", "result_json"]
@@ -44,6 +56,7 @@ T = TypeVar("T")
 _MAX_ERROR = 2000
 _MAX_LEASE = 7 * 24 * 3600.0
 _IN_FLIGHT, _COMMITTED, _FAILED, _AMBIGUOUS = "in_flight", "committed", "failed", "ambiguous"
+_PENDING, _DENIED = "pending_approval", "denied"
 _MAX_RETRY_AFTER = 1.0
 
 
@@ -91,16 +104,17 @@ class effect_context:
 class _Request:
     """A validated ``begin``: everything checked before the store is touched."""
 
-    __slots__ = ("effect_type", "key", "max_attempts", "payload_hash", "values", "vendor")
+    __slots__ = ("effect_type", "gov", "key", "max_attempts", "payload_hash", "values", "vendor")
 
     def __init__(self, key: str, effect_type: str, payload_hash: str, vendor: str | None,
-                 max_attempts: int, values: dict[str, Any]) -> None:
+                 max_attempts: int, values: dict[str, Any], gov: Governance | None) -> None:
         self.key = key
         self.effect_type = effect_type
         self.payload_hash = payload_hash
         self.vendor = vendor
         self.max_attempts = max_attempts
         self.values = values
+        self.gov = gov
 
 
 def _text(value: object, name: str, limit: int, *, required: bool = False) -> str | None:
@@ -177,7 +191,7 @@ class Gate:
     def __init__(
         self,
         url: str | None = None,
-        policy: Any = None,
+        policy: Policy | str | os.PathLike[str] | Mapping[str, Any] | None = None,
         *,
         namespace: str = "default",
         durability: Durability = "reserve",
@@ -194,12 +208,20 @@ class Gate:
             raise ConfigError("max_attempts must be an int of at least 1")
         self.max_attempts = max_attempts
         self.classifiers = tuple(classifiers)
-        self.policy = policy
+        if policy is not None and not isinstance(policy, Policy):
+            if isinstance(policy, (str, os.PathLike)):
+                policy = Policy.load(os.fspath(policy))
+            elif isinstance(policy, Mapping):
+                policy = Policy.from_dict(policy)
+            else:
+                raise ConfigError("policy must be an eg.Policy, a path or a mapping")
+        self.policy: Policy | None = policy
         self._store = Store(url, durability=durability)
         self._memo: OrderedDict[str, tuple[str, int, str, int, int, str | None]] = OrderedDict()
         self._memo_size = max(0, int(memo_size))
         self._memo_lock = threading.Lock()
         self._reconcilers: dict[str, Reconciler] = {}
+        self._compensators: dict[str, Compensator] = {}
 
     # -- properties ------------------------------------------------------------------------
 
@@ -249,6 +271,11 @@ class Gate:
         key = check_key(key)
         effect_type = _text(effect_type, "effect_type", 200, required=True) or ""
         digest = payload_digest or payload_hash(payload)
+        rule = self.policy.rule_for(effect_type) if self.policy is not None else None
+        if rule is not None:
+            vendor = vendor if vendor is not None else rule.vendor
+            lease_seconds = lease_seconds if lease_seconds is not None else rule.lease_seconds
+            max_attempts = max_attempts if max_attempts is not None else rule.max_attempts
         if vendor is not None:
             rule_for(vendor)
         if run_id is None or agent_id is None:
@@ -283,11 +310,15 @@ class Gate:
             "vendor": vendor,
             "estimated_cost_micros": _micros(estimated_cost_micros, "estimated_cost_micros"),
             "approval_id": None,
+            "budget_keys": None,
             "actor": agent,
             "note": None,
         }
+        gov = None
+        if self.policy is not None:
+            gov = evaluate(self.policy, effect_type, _micros(estimated_cost_micros, "cost"))
         return _Request(key, effect_type, digest, vendor,
-                        max_attempts or self.max_attempts, values)
+                        max_attempts or self.max_attempts, values, gov)
 
     def begin(self, **request: Any) -> BeginDecision:
         """Propose an effect; obey the decision: only ``execute`` runs the action.
@@ -304,11 +335,14 @@ class Gate:
         memo = self._memo.get(req.key) if self._memo_size else None
         if memo is not None and memo[0] == req.payload_hash:
             return self._memo_duplicate(req, memo)
-        row = self._store.reserve(req.values)
-        if row.inserted:
-            decision = self._decide(row, Decision.EXECUTE, req)
+        if req.gov is None:
+            row = self._store.reserve(req.values)
+            if row.inserted:
+                decision = self._decide(row, Decision.EXECUTE, req)
+            else:
+                decision = self._settle(req, row)
         else:
-            decision = self._settle(req, row)
+            decision = self._settle(req, self._store.fetch(self.namespace, req.key))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("begin %s: %s", req.key, decision.decision.value, extra=_extra(decision))
         return decision
@@ -316,10 +350,17 @@ class Gate:
     def _settle(self, req: _Request, row: Any) -> BeginDecision:
         """Answer a key that already exists, moving it on where the rules say so."""
         for _ in range(16):
-            if row is None:  # removed under us (by an operator): reserve afresh
-                row = self._store.reserve(req.values)
-                if row.inserted:
-                    return self._decide(row, Decision.EXECUTE, req)
+            if row is None:  # a new key (governed), or removed under us: reserve afresh
+                if req.gov is None:
+                    row = self._store.reserve(req.values)
+                    if row.inserted:
+                        return self._decide(row, Decision.EXECUTE, req)
+                else:
+                    decided = self._advance(req, None)
+                    if decided is not None:
+                        return decided
+                    row = self._store.fetch(self.namespace, req.key)
+                    continue
             if row.payload_hash != req.payload_hash:
                 raise PayloadMismatch(
                     f"effect key {req.key!r} was first used with another payload "
@@ -329,7 +370,9 @@ class Gate:
             state = row.state
             if state == _COMMITTED:
                 self._remember(row)
-                return self._decide(row, Decision.DUPLICATE, req, result=_loads(row.result))
+                return self._decide(row, Decision.DUPLICATE, req, result=_loads(row.result),
+                                    reason="its stored result was pruned" if row.pruned_at
+                                    else None)
             if state == _IN_FLIGHT:
                 remaining = row.lease_expires_at - row.now
                 if remaining >= 0:
@@ -347,7 +390,8 @@ class Gate:
                 row = lapsed or self._store.fetch(self.namespace, req.key)
                 continue
             if state == _AMBIGUOUS:
-                settled = self._reconcile(row)
+                gov = req.gov
+                settled = None if gov and gov.on_ambiguous == "block" else self._reconcile(row)
                 if settled is None:
                     decision = self._decide(
                         row, Decision.BLOCKED, req,
@@ -363,19 +407,124 @@ class Gate:
                         row, Decision.DENIED, req,
                         reason=f"max_attempts ({req.max_attempts}) reached",
                     )
-                taken = self._store.take(
-                    {**req.values, "id": row.id, "token": row.token,
-                     "expected_state": _FAILED, "attempt_increment": 1}
-                )
-                if taken is not None:
-                    return self._decide(taken, Decision.EXECUTE, req)
+                decided = self._advance(req, row, attempt_increment=1)
+                if decided is not None:
+                    return decided
                 row = self._store.fetch(self.namespace, req.key)
                 continue
-            if state == State.PENDING_APPROVAL.value:
-                return self._decide(row, Decision.APPROVAL_REQUIRED, req,
-                                    approval_id=row.approval_id, reason=row.reason)
-            return self._decide(row, Decision.DENIED, req, reason=row.reason or "denied")
+            if state == _PENDING:
+                approval = self._store.approval(row.approval_id)
+                status = approvals.status(approval)
+                if status == "pending":
+                    return self._decide(row, Decision.APPROVAL_REQUIRED, req,
+                                        approval_id=row.approval_id,
+                                        reason="waiting for a human's approval")
+                decided = self._advance(
+                    req, row, consume=row.approval_id if status == "approved" else None
+                )
+                if decided is not None:
+                    return decided
+                row = self._store.fetch(self.namespace, req.key)
+                continue
+            # DENIED: an approver's "no" holds; a policy or budget refusal is asked again.
+            if (row.reason or "").startswith(approvals.DENIED_PREFIX):
+                return self._decide(row, Decision.DENIED, req, reason=row.reason)
+            decided = self._advance(req, row)
+            if decided is not None:
+                return decided
+            row = self._store.fetch(self.namespace, req.key)
         raise StoreError("the effect kept changing under contention; try again", key=req.key)
+
+    def _advance(self, req: _Request, row: Any, *, attempt_increment: int = 0,
+                 consume: str | None = None) -> BeginDecision | None:
+        """Move a new key (``row`` None) or an existing effect towards execution, as far as the
+        policy lets it: DENIED, PENDING_APPROVAL, or IN_FLIGHT with its spend counted.
+
+        None when another writer moved the effect first (the caller reads it again)."""
+        gov = req.gov
+        store = self._store
+        values = {**req.values, "attempt_increment": attempt_increment}
+        if row is not None:
+            values.update(id=row.id, token=row.token, expected_state=row.state)
+
+        def move(tx: Any, **changes: Any) -> Any:
+            sql = store.sql.insert if row is None else store.sql.take
+            if row is None:
+                changes.setdefault("lease_seconds", values["lease_seconds"])
+            found = tx.effect(sql, {**values, **changes})
+            return found if found is None or row is not None or found.inserted else None
+
+        if gov is not None and gov.deny:
+            if row is not None and row.state == _DENIED and row.reason == gov.deny:
+                return self._decide(row, Decision.DENIED, req, reason=gov.deny)
+            with store.transaction() as tx:
+                new = move(tx, state=_DENIED, reason=gov.deny, lease_seconds=None)
+            return None if new is None else self._refused(new, Decision.DENIED, req, gov.deny)
+        if gov is not None and gov.approval is not None and consume is None:
+            approval_id = approvals.new_id()
+            with store.transaction() as tx:
+                new = move(tx, state=_PENDING, approval_id=approval_id, lease_seconds=None,
+                           reason="waiting for a human's approval")
+                if new is not None:
+                    tx.all(store.sql.approval_insert, {
+                        **values, "approval_id": approval_id, "effect_id": new.id,
+                        "allow_self_approval": int(gov.approval.allow_self_approval),
+                        "expires_seconds": gov.approval.expires_seconds,
+                    })
+            if new is None:
+                return None
+            return self._refused(new, Decision.APPROVAL_REQUIRED, req, new.reason,
+                                 approval_id=approval_id)
+        if consume is None and (gov is None or not gov.counts_spend):
+            new = move(_Direct(store), state=_IN_FLIGHT, approval_id=None, budget_keys=None)
+            if new is None:
+                return None
+            warning = gov.budget_warning if gov is not None else None
+            if warning:
+                log.warning("%s: %s", req.key, warning, extra={"key": req.key, "reason": warning})
+            return self._decide(new, Decision.EXECUTE, req, budget_warning=warning)
+        over: str | None = None
+        try:
+            with store.transaction() as tx:
+                if consume is not None and tx.one(
+                    store.sql.approval_consume, {"approval_id": consume}
+                ) is None:
+                    tx.rollback()
+                charged: list[str] = []
+                if gov is not None and gov.counts_spend:
+                    for scope_key, per_day, limit, label in gov.scope_keys(
+                        req.effect_type, values["run_id"], values["agent_id"]
+                    ):
+                        cost = gov.cost or 0
+                        got = None if cost > limit else tx.one(
+                            store.sql.charge_day if per_day else store.sql.charge,
+                            {"namespace": self.namespace, "scope_key": scope_key,
+                             "cost": cost, "limit": limit},
+                        )
+                        if got is None:
+                            over = f"spend ceiling reached: {label}"
+                            tx.rollback()
+                        charged.append(got[0])
+                new = move(tx, state=_IN_FLIGHT, approval_id=consume or None,
+                           budget_keys=dump_keys(charged))
+                if new is None:
+                    tx.rollback()
+        except Rollback:
+            if over is None:
+                return None
+            with store.transaction() as tx:
+                new = move(tx, state=_DENIED, reason=over, lease_seconds=None)
+            return None if new is None else self._refused(new, Decision.DENIED, req, over)
+        warning = gov.budget_warning if gov is not None else None
+        if warning:
+            log.warning("%s: %s", req.key, warning, extra={"key": req.key, "reason": warning})
+        return self._decide(new, Decision.EXECUTE, req, budget_warning=warning)
+
+    def _refused(self, row: Any, decision: Decision, req: _Request, reason: str | None,
+                 **extra: Any) -> BeginDecision:
+        answer = self._decide(row, decision, req, reason=reason, **extra)
+        log.info("%s %s: %s", decision.value, req.key, reason, extra=_extra(answer))
+        return answer
 
     def _decide(self, row: Any, decision: Decision, req: _Request | None = None,
                 **extra: Any) -> BeginDecision:
@@ -392,6 +541,7 @@ class Gate:
             lease_expires_epoch=row.lease_expires_at,
             vendor_key=vkey,
             payload_hash=row.payload_hash,
+            budget_keys=row.budget_keys,
             **extra,
         )
 
@@ -471,13 +621,34 @@ class Gate:
             "actual_cost_micros": _micros(actual_cost_micros, "actual_cost_micros"),
             "actor": None,
         }
-        if self._store.report(values):
+        store = self._store
+        keys = decision.budget_keys if isinstance(decision, BeginDecision) else None
+        if keys:
+            with store.transaction() as tx:  # the outcome and its spend, atomically
+                done = tx.one(store.sql.report, values)
+                if done is not None:
+                    self._adjust(tx, done[0], parsed.value, done[1], actual_cost_micros)
+        else:
+            done = store.report(values)
+            if done is not None and done[0]:  # charged, but the decision did not say (by id)
+                with store.transaction() as tx:
+                    self._adjust(tx, done[0], parsed.value, done[1], actual_cost_micros)
+        if done is not None:
             if parsed is Outcome.COMMITTED and self._memo_size and isinstance(
                 decision, BeginDecision
             ):
                 self._memo_put(decision, text)
             return
         raise self._stale(effect_id, token, key, f"report {parsed.value}")
+
+    def _adjust(self, tx: Any, keys_text: str | None, outcome: str, estimated: int | None,
+                actual: int | None) -> None:
+        delta = release_delta(outcome, estimated, actual)
+        if not delta:
+            return
+        for scope_key in load_keys(keys_text):
+            tx.all(self._store.sql.adjust,
+                   {"namespace": self.namespace, "scope_key": scope_key, "delta": delta})
 
     def _memo_put(self, d: BeginDecision, text: str | None) -> None:
         with self._memo_lock:
@@ -532,11 +703,8 @@ class Gate:
             if row is None:
                 raise UnknownEffect(f"no effect with key {key!r}", key=key)
             self._check_resolvable(row, parsed)
-            done = self._store.resolve({
-                "id": row.id, "token": row.token, "expected_state": row.state,
-                "state": parsed.value, "result": text, "error": None,
-                "reason": f"resolved {parsed.value} by {actor}", "actor": actor, "note": note,
-            })
+            done = self._resolve_row(row, parsed, text, f"resolved {parsed.value} by {actor}",
+                                     actor, note)
             if done is not None:
                 log.info("resolved %s: %s by %s", key, parsed.value, actor,
                          extra={"key": key, "state": parsed.value, "reason": note})
@@ -544,6 +712,33 @@ class Gate:
                     self._remember(done)
                 return self._record(done)
         raise StoreError("the effect kept changing under contention; try again", key=key)
+
+    def _resolve_row(self, row: Any, outcome: Outcome, result_text: str | None, reason: str,
+                     actor: str | None, note: str | None) -> Any:
+        """Compare-and-set ``row`` to an operator's or reconciler's outcome, moving its spend:
+        FAILED releases what the attempt held; COMMITTED after FAILED counts it again."""
+        store = self._store
+        values = {
+            "id": row.id, "token": row.token, "expected_state": row.state,
+            "state": outcome.value, "result": result_text, "error": None, "reason": reason,
+            "actor": actor, "note": note,
+        }
+        held = row.state in (_IN_FLIGHT, _AMBIGUOUS)
+        delta = 0
+        if row.budget_keys and row.estimated_cost_micros:
+            if held and outcome is Outcome.FAILED:
+                delta = -row.estimated_cost_micros
+            elif not held and outcome is Outcome.COMMITTED:
+                delta = row.estimated_cost_micros
+        if not delta:
+            return store.resolve(values)
+        with store.transaction() as tx:
+            done = tx.effect(store.sql.resolve, values)
+            if done is not None:
+                for scope_key in load_keys(row.budget_keys):
+                    tx.all(store.sql.adjust, {"namespace": self.namespace,
+                                              "scope_key": scope_key, "delta": delta})
+        return done
 
     def _check_resolvable(self, row: Any, outcome: Outcome) -> None:
         state = row.state
@@ -572,13 +767,7 @@ class Gate:
         return register
 
     def _reconciler_for(self, effect_type: str) -> Reconciler | None:
-        fn = self._reconcilers.get(effect_type)
-        if fn is not None:
-            return fn
-        for pattern, candidate in self._reconcilers.items():
-            if fnmatch.fnmatchcase(effect_type, pattern):
-                return candidate
-        return None
+        return _match(self._reconcilers, effect_type)
 
     def _reconcile(self, row: Any) -> Any:
         """Ask the registered hook; return the row after a verdict, or None (still unknown)."""
@@ -601,13 +790,11 @@ class Gate:
             return None
         if outcome is Outcome.AMBIGUOUS:
             return None
-        done = self._store.resolve({
-            "id": row.id, "token": row.token, "expected_state": _AMBIGUOUS,
-            "state": outcome.value,
-            "result": result_json(verdict.result) if outcome is Outcome.COMMITTED else None,
-            "error": None, "reason": f"reconciled {outcome.value}", "actor": f"reconciler:{name}",
-            "note": verdict.note,
-        })
+        done = self._resolve_row(
+            row, outcome,
+            result_json(verdict.result) if outcome is Outcome.COMMITTED else None,
+            f"reconciled {outcome.value}", f"reconciler:{name}", verdict.note,
+        )
         log.info("reconciled %s: %s", row.key, outcome.value,
                  extra={"key": row.key, "state": outcome.value, "reason": verdict.note})
         return done or self._store.fetch(self.namespace, row.key)
@@ -686,6 +873,94 @@ class Gate:
         """:meth:`get` without blocking the event loop."""
         return await asyncio.to_thread(self.get, key)
 
+    # -- governance ------------------------------------------------------------------------
+
+    def approve(self, approval_id: str, *, by: str, note: str | None = None) -> ApprovalRecord:
+        """Approve a pending request: the next ``begin`` with exactly that payload executes.
+
+        :class:`InvalidTransition` when it is not pending (approved, denied, consumed, expired)
+        or when ``by`` requested it and the policy forbids self-approval."""
+        actor = _text(by, "by", 256, required=True) or ""
+        return approvals.approve(self, approval_id, actor, _text(note, "note", _MAX_ERROR))
+
+    def deny(self, approval_id: str, *, by: str, reason: str | None = None) -> ApprovalRecord:
+        """Deny a pending request: its effect becomes DENIED, and stays so."""
+        actor = _text(by, "by", 256, required=True) or ""
+        return approvals.deny(self, approval_id, actor, _text(reason, "reason", _MAX_ERROR))
+
+    def list_approvals(self, state: str | None = "pending") -> list[ApprovalRecord]:
+        """Approval requests, newest first (``state=None`` for all)."""
+        return approvals.list_approvals(self, state)
+
+    def list_effects(self, *, state: State | str | None = None, effect_type: str | None = None,
+                     run_id: str | None = None, group_key: str | None = None,
+                     limit: int | None = 100) -> list[EffectRecord]:
+        """Effects newest first, filtered; a lapsed IN_FLIGHT effect lists as AMBIGUOUS."""
+        if state is not None:
+            try:
+                state = State(state).value
+            except ValueError:
+                names = ", ".join(s.value for s in State)
+                raise ConfigError(f"state must be one of {names}, not {state!r}") from None
+        rows = self._store.select_effects(self.namespace, state=state, effect_type=effect_type,
+                                          run_id=run_id, group_key=group_key, limit=limit)
+        return [self._record(r, with_history=False) for r in rows]
+
+    def group_steps(self, group_key: str) -> list[EffectRecord]:
+        """The steps of a saga group (not their compensations), newest first."""
+        group_key = _text(group_key, "group_key", 512, required=True) or ""
+        rows = self._store.select_effects(self.namespace, group_key=group_key,
+                                          originals_only=True)
+        return [self._record(r, with_history=False) for r in rows]
+
+    def compensator(self, effect_type: str) -> Callable[[Compensator], Compensator]:
+        """Register the undo for ``effect_type`` (glob patterns allowed):
+        ``fn(record, compensation) -> result``, called by :meth:`unwind` through the gate."""
+        pattern = _text(effect_type, "effect_type", 200, required=True) or ""
+
+        def register(fn: Compensator) -> Compensator:
+            self._compensators[pattern] = fn
+            return fn
+
+        return register
+
+    def compensator_for(self, effect_type: str) -> Compensator | None:
+        """The registered compensator for ``effect_type``, or None."""
+        return _match(self._compensators, effect_type)
+
+    def unwind(self, group_key: str, *, by: str = "unwind") -> UnwindReport:
+        """Run the compensations of the committed steps of ``group_key`` in reverse order, each
+        at most once; list unresolved and irreversible steps instead of guessing."""
+        group_key = _text(group_key, "group_key", 512, required=True) or ""
+        return sagas.unwind(self, group_key, _text(by, "by", 256, required=True) or "unwind")
+
+    def prune(self, older_than: datetime.timedelta) -> int:
+        """Drop stored results, history and finished approvals of effects settled (COMMITTED,
+        FAILED, DENIED) longer ago than ``older_than``. Each key keeps a tombstone (key, state,
+        payload hash), so a pruned key still refuses a duplicate. Returns how many were pruned.
+        Never touches an effect that is in flight, AMBIGUOUS or waiting for approval."""
+        if not isinstance(older_than, datetime.timedelta) or older_than.total_seconds() < 0:
+            raise ConfigError("older_than must be a non-negative datetime.timedelta")
+        count = self._store.prune(self.namespace, older_than.total_seconds())
+        log.info("pruned %d effects older than %s", count, older_than)
+        return count
+
+    async def aapprove(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
+        """:meth:`approve` without blocking the event loop."""
+        return await asyncio.to_thread(self.approve, approval_id, **kwargs)
+
+    async def adeny(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
+        """:meth:`deny` without blocking the event loop."""
+        return await asyncio.to_thread(self.deny, approval_id, **kwargs)
+
+    async def aunwind(self, group_key: str, **kwargs: Any) -> UnwindReport:
+        """:meth:`unwind` without blocking the event loop."""
+        return await asyncio.to_thread(self.unwind, group_key, **kwargs)
+
+    async def aprune(self, older_than: datetime.timedelta) -> int:
+        """:meth:`prune` without blocking the event loop."""
+        return await asyncio.to_thread(self.prune, older_than)
+
     # -- the decorator -----------------------------------------------------------------------
 
     def effect(self, key: str, **options: Any) -> Callable[[Callable[..., T]], Callable[..., T]]:
@@ -704,6 +979,26 @@ class Gate:
             return gate_function(self, fn, key, **options)
 
         return decorate
+
+
+class _Direct:
+    """A single autocommit statement where a transaction is not needed."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def effect(self, sql: Any, values: Mapping[str, Any]) -> Any:
+        return self.store._one(sql, values, self.store._sync_reserve)
+
+
+def _match(registry: Mapping[str, T], effect_type: str) -> T | None:
+    found = registry.get(effect_type)
+    if found is not None:
+        return found
+    for pattern, candidate in registry.items():
+        if fnmatch.fnmatchcase(effect_type, pattern):
+            return candidate
+    return None
 
 
 def _effective_state(row: Any) -> str:

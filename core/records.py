@@ -12,7 +12,9 @@ from typing import Any
 from .states import Decision, State
 from .vendors import VendorKey
 
-__all__ = ["BeginDecision", "EffectRecord", "HistoryEntry", "epoch_to_datetime"]
+__all__ = [
+    "ApprovalRecord", "BeginDecision", "EffectRecord", "HistoryEntry", "epoch_to_datetime",
+]
 
 
 def epoch_to_datetime(epoch: float | None) -> datetime.datetime | None:
@@ -63,6 +65,7 @@ class BeginDecision:
     vendor_key: VendorKey | None = None
     budget_warning: str | None = None
     payload_hash: str = ""
+    budget_keys: str | None = None
 
     @property
     def lease_expires_at(self) -> datetime.datetime | None:
@@ -197,3 +200,37 @@ class EffectRecord:
 
 def _iso(value: datetime.datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """A request for a human's approval, bound to one effect's key and payload hash.
+
+    ``state``: pending, approved, denied, consumed (an attempt started on it) or expired."""
+
+    approval_id: str
+    effect_id: int
+    effect_type: str
+    key: str
+    payload_hash: str
+    state: str
+    requested_by: str | None
+    run_id: str | None
+    estimated_cost_micros: int | None
+    created_at: datetime.datetime
+    expires_at: datetime.datetime
+    decided_by: str | None
+    decided_at: datetime.datetime | None
+    reason: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready fields."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = _iso(value) if isinstance(value, datetime.datetime) else value
+        return out
+
+    def _repr_html_(self) -> str:
+        return _html_table(f"approval {self.approval_id} — {self.state}",
+                           list(self.as_dict().items()))

@@ -33,7 +33,10 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from .errors import ConfigError
 
-__all__ = ["SCHEMA_VERSION", "db_now", "effects", "ensure_schema", "history", "metadata"]
+__all__ = [
+    "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
+    "history", "metadata",
+]
 
 metadata = MetaData()
 _Id = BigInteger().with_variant(Integer(), "sqlite")
@@ -68,6 +71,7 @@ effects = Table(
     Column("actor", String(256)),
     Column("note", Text),
     Column("pruned_at", Double),
+    Column("budget_keys", Text),
     UniqueConstraint("namespace", "key", name="uq_effectgate_effects_key"),
 )
 Index(
@@ -89,6 +93,36 @@ history = Table(
     Column("by", String(256)),
     Column("note", Text),
     Column("token", BigInteger, nullable=False),
+)
+
+approvals = Table(
+    "effectgate_approvals",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("effect_id", BigInteger, nullable=False, index=True),
+    Column("effect_type", String(200), nullable=False),
+    Column("key", String(512), nullable=False),
+    Column("payload_hash", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("requested_by", String(256)),
+    Column("run_id", String(256)),
+    Column("estimated_cost_micros", BigInteger),
+    Column("allow_self_approval", Integer, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("decided_by", String(256)),
+    Column("decided_at", Double),
+    Column("reason", Text),
+)
+
+budgets = Table(
+    "effectgate_budgets",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("scope_key", String(800), primary_key=True),
+    Column("spent_micros", BigInteger, nullable=False),
+    Column("updated_at", Double, nullable=False),
 )
 
 meta = Table(
@@ -115,6 +149,24 @@ def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
 @compiles(db_now, "postgresql")
 def _now_postgres(element: db_now, compiler: Any, **kw: Any) -> str:
     return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)"
+
+
+class db_day(FunctionElement[str]):
+    """The database's UTC date as ``YYYY-MM-DD`` (for per-day spend ceilings)."""
+
+    type = String()
+    inherit_cache = True
+    name = "db_day"
+
+
+@compiles(db_day, "sqlite")
+def _day_sqlite(element: db_day, compiler: Any, **kw: Any) -> str:
+    return "strftime('%Y-%m-%d', 'now')"
+
+
+@compiles(db_day, "postgresql")
+def _day_postgres(element: db_day, compiler: Any, **kw: Any) -> str:
+    return "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
 _HISTORY_COLUMNS = "effect_id, from_state, to_state, at, by, note, token"

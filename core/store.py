@@ -23,7 +23,7 @@ import threading
 from collections import namedtuple
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from sqlalchemy import (
     Engine,
@@ -45,9 +45,11 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import ColumnClause
 
 from .errors import ConfigError, StoreError
-from .schema import db_now, effects, ensure_schema, history
+from .schema import approvals, budgets, db_day, db_now, effects, ensure_schema, history
 
-__all__ = ["DEFAULT_URL", "Durability", "Statements", "Store", "StoredEffect", "resolve_url"]
+__all__ = [
+    "DEFAULT_URL", "Durability", "Rollback", "Statements", "Store", "StoredEffect", "resolve_url",
+]
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
 Durability = Literal["reserve", "all", "relaxed"]
@@ -57,6 +59,9 @@ StoredEffect = namedtuple(  # type: ignore[misc]
     "StoredEffect", [c.name for c in _COLUMNS] + ["now", "inserted"], defaults=(False,)
 )
 StoredEffect.__doc__ = "One row of ``effectgate_effects`` plus the store's clock at the read."
+_ApprovalRow = namedtuple(  # type: ignore[misc]
+    "_ApprovalRow", [c.name for c in approvals.c] + ["now"]
+)
 _HISTORY_COLUMNS = [
     history.c.from_state, history.c.to_state, history.c.at, history.c.by, history.c.note,
     history.c.token,
@@ -118,6 +123,7 @@ class Statements:
             "vendor": p("vendor"),
             "estimated_cost_micros": p("estimated_cost_micros"),
             "approval_id": p("approval_id"),
+            "budget_keys": p("budget_keys"),
             "actor": p("actor"),
             "note": p("note"),
         }
@@ -145,12 +151,15 @@ class Statements:
         )
         cas = (t.id == p("id")) & (t.token == p("token"))
         live = (t.state == IN_FLIGHT) & (t.lease_expires_at >= now)
-        # A new attempt on a FAILED effect (or an approved one): a new holder, a new token.
+        # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
+        # one starting, or a governed refusal (PENDING_APPROVAL, DENIED). A new token each time.
         self.take = _Sql(
             effects.update()
             .where(cas & (t.state == p("expected_state")))
             .values(
-                state=IN_FLIGHT,
+                state=p("state"),
+                approval_id=p("approval_id"),
+                budget_keys=p("budget_keys"),
                 attempt=t.attempt + p("attempt_increment"),
                 token=t.token + 1,
                 lease_expires_at=now + p("lease_seconds"),
@@ -158,7 +167,7 @@ class Statements:
                 updated_at=now,
                 result=null(),
                 error=null(),
-                reason=null(),
+                reason=p("reason"),
                 run_id=p("run_id"),
                 agent_id=p("agent_id"),
                 estimated_cost_micros=p("estimated_cost_micros"),
@@ -192,7 +201,7 @@ class Statements:
                 actor=p("actor"),
                 note=null(),
             )
-            .returning(t.updated_at),
+            .returning(t.budget_keys, t.estimated_cost_micros),
             dialect,
         )
         self.extend = _Sql(
@@ -226,6 +235,70 @@ class Statements:
             dialect,
         )
         self.now = _Sql(select(now), dialect)
+        # Governance: spend counters and approvals.
+        b = budgets.c
+        # A charge against one ceiling: counted only while the sum stays within the limit.
+        self.charge_day = _Sql(
+            dialect_insert(budgets)
+            .values(namespace=p("namespace"), scope_key=p("scope_key") + db_day(),
+                    spent_micros=p("cost"), updated_at=now)
+            .on_conflict_do_update(
+                index_elements=[b.namespace, b.scope_key],
+                set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
+                where=b.spent_micros + p("cost") <= p("limit"),
+            )
+            .returning(b.scope_key, b.spent_micros),
+            dialect,
+        )
+        self.charge = _Sql(
+            dialect_insert(budgets)
+            .values(namespace=p("namespace"), scope_key=p("scope_key"),
+                    spent_micros=p("cost"), updated_at=now)
+            .on_conflict_do_update(
+                index_elements=[b.namespace, b.scope_key],
+                set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
+                where=b.spent_micros + p("cost") <= p("limit"),
+            )
+            .returning(b.scope_key, b.spent_micros),
+            dialect,
+        )
+        self.adjust = _Sql(
+            budgets.update()
+            .where((b.namespace == p("namespace")) & (b.scope_key == p("scope_key")))
+            .values(spent_micros=b.spent_micros + p("delta"), updated_at=now),
+            dialect,
+        )
+        a = approvals.c
+        self.approval_insert = _Sql(
+            approvals.insert().values(
+                id=p("approval_id"), namespace=p("namespace"), effect_id=p("effect_id"),
+                effect_type=p("effect_type"), key=p("key"), payload_hash=p("payload_hash"),
+                state=literal_column("'pending'"), requested_by=p("agent_id"),
+                run_id=p("run_id"), estimated_cost_micros=p("estimated_cost_micros"),
+                allow_self_approval=p("allow_self_approval"), created_at=now,
+                expires_at=now + p("expires_seconds"),
+            ),
+            dialect,
+        )
+        self.approval_get = _Sql(
+            select(*approvals.c, now.label("now")).where(a.id == p("approval_id")), dialect
+        )
+        self.approval_decide = _Sql(
+            approvals.update()
+            .where((a.id == p("approval_id")) & (a.state == literal_column("'pending'"))
+                   & (a.expires_at >= now))
+            .values(state=p("state"), decided_by=p("by"), decided_at=now, reason=p("reason"))
+            .returning(a.id),
+            dialect,
+        )
+        self.approval_consume = _Sql(
+            approvals.update()
+            .where((a.id == p("approval_id")) & (a.state == literal_column("'approved'"))
+                   & (a.expires_at >= now))
+            .values(state=literal_column("'consumed'"))
+            .returning(a.id),
+            dialect,
+        )
 
 
 class Store:
@@ -315,6 +388,36 @@ class Store:
         rows = self._run(sql, values, sync)
         return StoredEffect(*rows[0]) if rows else None
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Transaction]:
+        """Several statements as one atomic, durable write (SQLite ``BEGIN IMMEDIATE``)."""
+        conn = self._driver()
+        try:
+            if self.is_sqlite:
+                conn.execute(self._sync_reserve)
+                conn.execute("BEGIN IMMEDIATE")
+            else:
+                conn.execute("BEGIN")
+        except Exception as err:
+            if _is_disconnect(err):
+                self._drop()
+            raise _store_error(err, writing=True) from err
+        try:
+            yield _Transaction(conn)
+            conn.execute("COMMIT")
+        except BaseException as err:
+            try:
+                conn.execute("ROLLBACK")
+            except Exception:
+                self._drop()
+            if isinstance(err, Exception) and not isinstance(err, (StoreError, _Rollback)) and (
+                type(err).__module__.startswith(("sqlite3", "psycopg"))
+            ):
+                if _is_disconnect(err):
+                    self._drop()
+                raise _store_error(err, writing=True) from err
+            raise
+
     # -- the per-call operations -------------------------------------------------------------
 
     def reserve(self, values: Mapping[str, Any]) -> Any:
@@ -349,9 +452,11 @@ class Store:
         """Compare-and-set an IN_FLIGHT effect past its lease to AMBIGUOUS."""
         return self._one(self.sql.lapse, {"id": effect_id, "token": token}, self._sync_outcome)
 
-    def report(self, values: Mapping[str, Any]) -> bool:
-        """Record the holder's outcome; False when the token or the lease no longer holds."""
-        return bool(self._run(self.sql.report, values, self._sync_outcome))
+    def report(self, values: Mapping[str, Any]) -> Any:
+        """Record the holder's outcome: (budget_keys, estimated cost), or None when the token or
+        the lease no longer holds."""
+        rows = self._run(self.sql.report, values, self._sync_outcome)
+        return rows[0] if rows else None
 
     def extend(self, effect_id: int, token: int, seconds: float) -> Any:
         """Push the lease out by ``seconds`` from now; None when it no longer holds."""
@@ -364,6 +469,98 @@ class Store:
     def resolve(self, values: Mapping[str, Any]) -> Any:
         """Compare-and-set an effect to an operator's (or reconciler's) outcome."""
         return self._one(self.sql.resolve, values, self._sync_reserve)
+
+    def approval(self, approval_id: str | None) -> Any:
+        """The approvals row (with the store's clock as ``now``), or None."""
+        if approval_id is None:
+            return None
+        rows = self._run(self.sql.approval_get, {"approval_id": approval_id})
+        return _ApprovalRow(*rows[0]) if rows else None
+
+    def decide_approval(self, approval_id: str, state: str, by: str,
+                        reason: str | None) -> Any:
+        """Compare-and-set a pending, unexpired approval to approved or denied."""
+        rows = self._run(self.sql.approval_decide, {
+            "approval_id": approval_id, "state": state, "by": by, "reason": reason,
+        }, self._sync_reserve)
+        return rows[0] if rows else None
+
+    def approvals(self, namespace: str) -> list[Any]:
+        """Every approval of a namespace, newest first."""
+        from sqlalchemy import select as sa_select
+
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa_select(*approvals.c, db_now().label("now"))
+                .where(approvals.c.namespace == namespace)
+                .order_by(approvals.c.created_at.desc())
+            ).fetchall()
+        return [_ApprovalRow(*r) for r in rows]  # type: ignore[call-arg]
+
+    def select_effects(self, namespace: str, *, state: str | None = None,
+                       effect_type: str | None = None, run_id: str | None = None,
+                       group_key: str | None = None, originals_only: bool = False,
+                       newest_first: bool = True, limit: int | None = None) -> list[Any]:
+        """Effects of a namespace by filter. ``state`` is the state a read reports: an
+        IN_FLIGHT row past its lease counts as ``ambiguous``, not ``in_flight``."""
+        now = db_now()
+        t = effects.c
+        stmt = select(*_COLUMNS, now.label("now")).where(t.namespace == namespace)
+        lapsed = (t.state == IN_FLIGHT) & (t.lease_expires_at < now)
+        if state == "ambiguous":
+            stmt = stmt.where((t.state == AMBIGUOUS) | lapsed)
+        elif state == "in_flight":
+            stmt = stmt.where((t.state == IN_FLIGHT) & (t.lease_expires_at >= now))
+        elif state is not None:
+            stmt = stmt.where(t.state == state)
+        if effect_type is not None:
+            stmt = stmt.where(t.effect_type.like(effect_type.replace("*", "%")))
+        if run_id is not None:
+            stmt = stmt.where(t.run_id == run_id)
+        if group_key is not None:
+            stmt = stmt.where(t.group_key == group_key)
+        if originals_only:
+            stmt = stmt.where(t.compensates_effect_id.is_(None))
+        order = (t.created_at.desc(), t.id.desc()) if newest_first else (t.created_at, t.id)
+        stmt = stmt.order_by(*order)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        try:
+            with self.engine.connect() as conn:
+                return [StoredEffect(*r) for r in conn.execute(stmt)]  # type: ignore[call-arg]
+        except Exception as err:
+            raise _store_error(err, writing=False) from err
+
+    def prune(self, namespace: str, older_than_seconds: float) -> int:
+        """Drop results, history and finished approvals of settled effects last changed more
+        than ``older_than_seconds`` ago; keep each key's tombstone (key, state, payload hash)."""
+        from sqlalchemy import delete, update
+
+        now = db_now()
+        t = effects.c
+        old = (t.namespace == namespace) & (t.updated_at < now - older_than_seconds) & (
+            t.state.in_(("committed", "failed", "denied"))
+        )
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
+            try:
+                ids = select(t.id).where(old).scalar_subquery()
+                conn.execute(delete(history).where(history.c.effect_id.in_(ids)))
+                pruned = conn.execute(
+                    update(effects).where(old & t.pruned_at.is_(None)).values(
+                        result=None, error=None, compensation=None, note=None, pruned_at=now,
+                    )
+                ).rowcount
+                a = approvals.c
+                conn.execute(delete(approvals).where(
+                    (a.namespace == namespace) & (a.created_at < now - older_than_seconds)
+                    & (a.state.in_(("consumed", "denied")) | (a.expires_at < now))
+                ))
+                conn.exec_driver_sql("COMMIT")
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
+        return int(pruned)
 
     def history(self, effect_id: int) -> list[Any]:
         """The transitions of one effect, oldest first."""
@@ -381,6 +578,39 @@ class Store:
         self._opened.clear()
         self._local = threading.local()
         self.engine.dispose()
+
+
+class _Rollback(Exception):
+    """Raised inside :meth:`Store.transaction` to undo it without an error."""
+
+
+class _Transaction:
+    """Statements inside one transaction."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def all(self, sql: _Sql, values: Mapping[str, Any]) -> list[Any]:
+        cursor = self.conn.execute(sql.text, sql.params(values))
+        return cursor.fetchall() if cursor.description is not None else []  # type: ignore[no-any-return]
+
+    def one(self, sql: _Sql, values: Mapping[str, Any]) -> Any:
+        rows = self.all(sql, values)
+        return rows[0] if rows else None
+
+    def effect(self, sql: _Sql, values: Mapping[str, Any]) -> Any:
+        rows = self.all(sql, values)
+        return StoredEffect(*rows[0]) if rows else None
+
+    @staticmethod
+    def rollback() -> NoReturn:
+        """Undo the transaction (the context manager swallows nothing: catch ``Rollback``)."""
+        raise _Rollback
+
+
+Rollback = _Rollback
 
 
 def _make_engine(url: str) -> Engine:

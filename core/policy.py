@@ -1,0 +1,271 @@
+"""Policy: what each effect type may do, loaded from ``effectgate.toml`` (or
+``[tool.effectgate]`` in ``pyproject.toml``) or built in Python.
+
+.. code-block:: toml
+
+    strict = true                        # wrappers refuse tools with no effect declared
+
+    [budget]                             # ceilings over every effect type
+    per_day_micros = 500_000_000
+
+    [effects."payment.*"]                # glob patterns allowed; the most specific one wins
+    key = "refund:{txn_id}"              # template for tools with no decorator
+    tools = ["refund"]                   # tool names it covers (gate_tools, the MCP gateway)
+    vendor = "stripe"
+    lease_seconds = 30
+    max_attempts = 3
+    approval = { at_or_above_micros = 100_000_000, expires_seconds = 3600,
+                 allow_self_approval = false }     # or "always" / "never"
+    budget = { per_run_micros = 50_000_000, per_agent_micros = 200_000_000 }
+    on_ambiguous = "reconcile"           # or "block": never consult a reconcile hook
+    deny = false                         # or a reason: every call is denied
+
+A malformed policy fails at load, naming the file, the line where it can be found, the field,
+and what is wrong — never at the first refund.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import EffectKeyError, PolicyError
+from .keys import KeyTemplate
+from .vendors import VENDOR_RULES
+
+__all__ = ["ApprovalRule", "Budget", "EffectRule", "Policy"]
+
+_Micros = Field(default=None, ge=0)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(_Strict):
+    """Spend ceilings in micro-units (1,000,000 = $1), each over one scope."""
+
+    per_run_micros: int | None = _Micros
+    per_agent_micros: int | None = _Micros
+    per_effect_type_micros: int | None = _Micros
+    per_day_micros: int | None = _Micros
+
+    def ceilings(self) -> list[tuple[str, int]]:
+        """(scope, limit) for each ceiling set: scope is run, agent, effect_type or day."""
+        out = []
+        for scope in ("run", "agent", "effect_type", "day"):
+            limit = getattr(self, f"per_{scope}_micros")
+            if limit is not None:
+                out.append((scope, limit))
+        return out
+
+
+class ApprovalRule(_Strict):
+    """When a human must approve: ``always``, or at/above an estimated cost."""
+
+    always: bool = False
+    at_or_above_micros: int | None = _Micros
+    expires_seconds: float = Field(default=24 * 3600.0, gt=0)
+    allow_self_approval: bool = False
+
+    def applies(self, cost_micros: int | None) -> bool:
+        """True when a call with this estimated cost needs approval (no cost: only ``always``)."""
+        if self.always:
+            return True
+        return (
+            self.at_or_above_micros is not None
+            and cost_micros is not None
+            and cost_micros >= self.at_or_above_micros
+        )
+
+
+class EffectRule(_Strict):
+    """Policy for one effect type (or a glob pattern of types)."""
+
+    effect_type: str
+    key: str | None = None
+    tools: tuple[str, ...] = ()
+    vendor: str | None = None
+    lease_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    max_attempts: int | None = Field(default=None, ge=1)
+    approval: ApprovalRule | None = None
+    budget: Budget | None = None
+    deny: bool | str = False
+    on_ambiguous: Literal["block", "reconcile"] = "reconcile"
+
+    @field_validator("approval", mode="before")
+    @classmethod
+    def _approval(cls, value: Any) -> Any:
+        if value == "always":
+            return {"always": True}
+        if value in ("never", None, False):
+            return None
+        if value is True:
+            return {"always": True}
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                KeyTemplate(value)
+            except EffectKeyError as err:
+                raise ValueError(err.message) from None
+        return value
+
+    @field_validator("vendor")
+    @classmethod
+    def _vendor(cls, value: str | None) -> str | None:
+        if value is not None and value not in VENDOR_RULES:
+            raise ValueError(f"unknown vendor {value!r}; known: {', '.join(sorted(VENDOR_RULES))}")
+        return value
+
+    @property
+    def denied(self) -> str | None:
+        """The reason every call is denied, or None."""
+        if self.deny is True:
+            return f"policy denies {self.effect_type}"
+        return self.deny or None
+
+    def effect_options(self) -> dict[str, Any]:
+        """Options for :class:`~effectgate.EffectSpec` (what a tool wrapper passes on)."""
+        options: dict[str, Any] = {"effect_type": self.effect_type}
+        for name in ("vendor", "lease_seconds", "max_attempts"):
+            value = getattr(self, name)
+            if value is not None:
+                options[name] = value
+        return options
+
+
+class Policy(_Strict):
+    """Per effect type rules, ceilings over everything, and ``strict`` for wrappers."""
+
+    effects: dict[str, EffectRule] = Field(default_factory=dict)
+    budget: Budget | None = None
+    strict: bool = False
+
+    @field_validator("effects", mode="before")
+    @classmethod
+    def _name_rules(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {
+                name: {"effect_type": name, **rule} if isinstance(rule, Mapping) else rule
+                for name, rule in value.items()
+            }
+        return value
+
+    def model_post_init(self, _context: Any) -> None:
+        tools: dict[str, str] = {}
+        for rule in self.effects.values():
+            for tool in rule.tools:
+                if tool in tools:
+                    raise ValueError(
+                        f"tool {tool!r} is declared by both {tools[tool]!r} and "
+                        f"{rule.effect_type!r}"
+                    )
+                tools[tool] = rule.effect_type
+            if rule.tools and rule.key is None:
+                raise ValueError(f"effects.{rule.effect_type}: tools need a key template")
+            if rule.tools and any(ch in rule.effect_type for ch in "*?["):
+                raise ValueError(
+                    f"effects.{rule.effect_type}: a rule with tools names one effect type, "
+                    "not a pattern"
+                )
+        # Most specific pattern first: exact names, then longer literal prefixes.
+        ordered = sorted(self.effects.values(), key=lambda r: -len(r.effect_type.split("*")[0]))
+        object.__setattr__(self, "_ordered", tuple(ordered))
+        object.__setattr__(self, "_cache", {})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>",
+                  text: str | None = None) -> Policy:
+        """Build a policy from plain data; :class:`PolicyError` names the field at fault."""
+        if not isinstance(data, Mapping):
+            raise PolicyError(f"{source}: a policy is a table, not {type(data).__name__}")
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as err:
+            raise _policy_error(err, source, text) from None
+        except ValueError as err:
+            raise PolicyError(f"{source}: {err}", reason=str(err)) from None
+
+    @classmethod
+    def load(cls, path: str | Path = "effectgate.toml") -> Policy:
+        """Load ``effectgate.toml``, or ``[tool.effectgate]`` from a ``pyproject.toml``."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise PolicyError(f"{path}: cannot read the policy: {err.strerror}") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise PolicyError(f"{path}: not valid TOML: {err}") from None
+        if path.name == "pyproject.toml":
+            data = data.get("tool", {}).get("effectgate")
+            if data is None:
+                raise PolicyError(f"{path}: has no [tool.effectgate] table")
+        return cls.from_dict(data, source=str(path), text=text)
+
+    def rule_for(self, effect_type: str) -> EffectRule | None:
+        """The rule for ``effect_type``: an exact entry, else the most specific glob."""
+        cache: dict[str, EffectRule | None] = self._cache  # type: ignore[attr-defined]
+        if effect_type in cache:
+            return cache[effect_type]
+        rule = self.effects.get(effect_type)
+        if rule is None:
+            for candidate in self._ordered:  # type: ignore[attr-defined]
+                if fnmatch.fnmatchcase(effect_type, candidate.effect_type):
+                    rule = candidate
+                    break
+        cache[effect_type] = rule
+        return rule
+
+    def tool_effects(self) -> dict[str, EffectRule]:
+        """Tool name → the rule that gates it (for tools with no decorator)."""
+        return {tool: rule for rule in self.effects.values() for tool in rule.tools}
+
+    def ceilings_for(self, effect_type: str) -> list[tuple[str, str, int]]:
+        """(pattern, scope, limit) for every ceiling that applies to ``effect_type``."""
+        out: list[tuple[str, str, int]] = []
+        rule = self.rule_for(effect_type)
+        if rule is not None and rule.budget is not None:
+            out += [(rule.effect_type, s, limit) for s, limit in rule.budget.ceilings()]
+        if self.budget is not None:
+            out += [("*", s, limit) for s, limit in self.budget.ceilings()]
+        return out
+
+
+def _policy_error(err: ValidationError, source: str, text: str | None) -> PolicyError:
+    problems = []
+    for item in err.errors():
+        loc = [str(part) for part in item["loc"]]
+        field = ".".join(loc) or "(top level)"
+        line = _line_of(text, loc) if text else None
+        where = f"{source}:{line}" if line else source
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (a typo?)"
+        problems.append(f"{where}: {field}: {message}")
+    error = PolicyError("invalid policy:\n  " + "\n  ".join(problems), reason=problems[0])
+    return error
+
+
+def _line_of(text: str, loc: list[str]) -> int | None:
+    """Best effort: the line of the deepest part of ``loc`` found after its parents."""
+    lines = text.splitlines()
+    start, found = 0, None
+    for part in loc:
+        for number in range(start, len(lines)):
+            stripped = lines[number].strip()
+            if part in stripped and (stripped.startswith(("[", part, f'"{part}"'))
+                                     or f"{part} =" in stripped or f"{part}=" in stripped):
+                start, found = number, number + 1
+                break
+    return found

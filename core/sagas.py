@@ -1,0 +1,152 @@
+"""Sagas: steps tied by ``group_key``, each declaring at ``begin`` how to undo it
+(``compensation``), and ``unwind`` running those undos in reverse order.
+
+Every undo is itself an effect (key ``compensate:<step key>``, ``compensates_effect_id`` set),
+so it runs at most once even when unwind is re-run or runs in two processes at once. Unwind
+never guesses: a step whose outcome is unknown (AMBIGUOUS, IN_FLIGHT, waiting for approval) is
+listed as unresolved, a committed step with no compensation as irreversible.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .classify import classify
+from .decorator import current_effect_scope
+from .errors import EffectGateError
+from .states import Decision, Outcome
+
+if TYPE_CHECKING:
+    from .gate import Gate
+    from .records import EffectRecord
+
+__all__ = ["Compensator", "UnwindReport", "UnwindStep", "unwind"]
+
+Compensator = Callable[["EffectRecord", Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UnwindStep:
+    """One step of a group and what unwind did with it."""
+
+    effect_id: int
+    key: str
+    effect_type: str
+    state: str
+    detail: str
+    compensation_effect_id: int | None = None
+    result: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready fields."""
+        return {
+            "effect_id": self.effect_id, "key": self.key, "effect_type": self.effect_type,
+            "state": self.state, "detail": self.detail,
+            "compensation_effect_id": self.compensation_effect_id, "result": self.result,
+        }
+
+
+@dataclass(slots=True)
+class UnwindReport:
+    """What ``unwind(group_key)`` did: every step lands in exactly one list."""
+
+    group_key: str
+    compensated: list[UnwindStep] = field(default_factory=list)
+    unresolved: list[UnwindStep] = field(default_factory=list)
+    irreversible: list[UnwindStep] = field(default_factory=list)
+    failed: list[UnwindStep] = field(default_factory=list)
+    skipped: list[UnwindStep] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """True when nothing is left unresolved or failed."""
+        return not (self.unresolved or self.failed)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready fields."""
+        return {
+            "group_key": self.group_key,
+            "complete": self.complete,
+            **{name: [s.as_dict() for s in getattr(self, name)]
+               for name in ("compensated", "unresolved", "irreversible", "failed", "skipped")},
+        }
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{name}</td><td>{html.escape(s.key)}</td><td>{s.state}</td>"
+            f"<td>{html.escape(s.detail)}</td></tr>"
+            for name in ("compensated", "unresolved", "irreversible", "failed", "skipped")
+            for s in getattr(self, name)
+        )
+        return (f"<table><caption>unwind {html.escape(self.group_key)}</caption>"
+                f"<tr><th>outcome</th><th>key</th><th>state</th><th>detail</th></tr>{rows}</table>")
+
+
+def unwind(gate: Gate, group_key: str, by: str) -> UnwindReport:
+    """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`)."""
+    report = UnwindReport(group_key)
+    for record in gate.group_steps(group_key):
+        state = record.state.value
+        step: dict[str, Any] = {"effect_id": record.effect_id, "key": record.key,
+                                 "effect_type": record.effect_type, "state": state}
+        if state in ("ambiguous", "in_flight", "pending_approval"):
+            report.unresolved.append(UnwindStep(**step, detail=f"the step is {state}: "
+                                                "resolve it before it can be undone"))
+            continue
+        if state != "committed":
+            report.skipped.append(UnwindStep(**step, detail=f"the step is {state}: "
+                                             "nothing happened to undo"))
+            continue
+        if record.compensation is None:
+            report.irreversible.append(UnwindStep(**step, detail="no compensation declared"))
+            continue
+        compensator = gate.compensator_for(record.effect_type)
+        if compensator is None:
+            report.failed.append(UnwindStep(
+                **step, detail=f"no compensator registered for {record.effect_type}"))
+            continue
+        _compensate(gate, record, compensator, by, report, step)
+    return report
+
+
+def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: str,
+                report: UnwindReport, step: dict[str, Any]) -> None:
+    d = gate.begin(
+        effect_type=f"{record.effect_type}.compensate", key=f"compensate:{record.key}",
+        payload={"effect_id": record.effect_id, "compensation": record.compensation},
+        compensates_effect_id=record.effect_id, agent_id=by, run_id=record.run_id,
+    )
+    if d.decision is Decision.DUPLICATE:
+        report.compensated.append(UnwindStep(**step, detail="compensated earlier",
+                                             compensation_effect_id=d.effect_id,
+                                             result=d.result))
+        return
+    if d.decision is not Decision.EXECUTE:
+        report.unresolved.append(UnwindStep(
+            **step, detail=f"compensation {d.decision.value}: {d.reason or ''}".rstrip(": "),
+            compensation_effect_id=d.effect_id))
+        return
+    try:
+        with current_effect_scope(d):
+            result = compensator(record, record.compensation)
+        json.dumps(result, default=str)
+    except BaseException as exc:
+        outcome = classify(exc, gate.classifiers)
+        outcome = Outcome.FAILED if outcome is Outcome.FAILED else Outcome.AMBIGUOUS
+        try:
+            gate.report(d, outcome, error=f"{type(exc).__name__}: {exc}")
+        except EffectGateError as err:
+            exc.add_note(f"effectgate could not record {outcome.value}: {err}")
+        if not isinstance(exc, Exception):
+            raise
+        target = report.failed if outcome is Outcome.FAILED else report.unresolved
+        target.append(UnwindStep(**step, detail=f"compensation {outcome.value}: {exc}",
+                                 compensation_effect_id=d.effect_id))
+        return
+    gate.report(d, Outcome.COMMITTED, result=result)
+    report.compensated.append(UnwindStep(**step, detail="compensated",
+                                         compensation_effect_id=d.effect_id, result=result))

@@ -1,0 +1,316 @@
+"""Governance on both backends: approvals (G8), budgets (G9), sagas (G10), retention (G11)."""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import effectgate as eg
+from effectgate.testing import lapse_leases
+
+DOLLAR = 1_000_000
+
+
+def governed(make_gate: Any, **policy: Any) -> eg.Gate:
+    return make_gate(policy=eg.Policy.from_dict(policy))  # type: ignore[no-any-return]
+
+
+def refund(gate: eg.Gate, txn: str = "txn_1", amount: int = 500, **kw: Any) -> eg.BeginDecision:
+    kw.setdefault("estimated_cost_micros", amount * 10_000)
+    return gate.begin(effect_type="payment.refund", key=f"refund:{txn}",
+                      payload={"txn_id": txn, "amount_cents": amount}, **kw)
+
+
+# -- G8: approvals ---------------------------------------------------------------------------
+
+APPROVE_ALWAYS = {"effects": {"payment.*": {"approval": "always"}}}
+
+
+def test_g8_approval_bound_to_payload_and_single_use(make_gate: Any) -> None:
+    """G8: approval_required -> approve -> the same payload executes once; a replay is a
+    duplicate, never a second execution; the approval cannot be used again."""
+    gate = governed(make_gate, **APPROVE_ALWAYS)
+    d = refund(gate, agent_id="agent-1")
+    assert d.decision is eg.Decision.APPROVAL_REQUIRED and d.approval_id
+    again = refund(gate, agent_id="agent-1")
+    assert again.decision is eg.Decision.APPROVAL_REQUIRED and again.approval_id == d.approval_id
+    assert gate.get("refund:txn_1").state is eg.State.PENDING_APPROVAL
+    with pytest.raises(eg.PayloadMismatch):  # a changed payload is not what was approved
+        refund(gate, amount=999)
+    record = gate.approve(d.approval_id, by="alice")
+    assert record.state == "approved" and record.decided_by == "alice"
+    run = refund(gate, agent_id="agent-1")
+    assert run.decision is eg.Decision.EXECUTE and run.attempt == 1
+    gate.report(run, "committed", result={"refund": "re_1"})
+    assert refund(gate).decision is eg.Decision.DUPLICATE
+    assert gate.list_approvals(state=None)[0].state == "consumed"
+    with pytest.raises(eg.InvalidTransition):
+        gate.approve(d.approval_id, by="alice")
+
+
+def test_g8_failed_attempt_needs_new_approval(make_gate: Any) -> None:
+    gate = governed(make_gate, **APPROVE_ALWAYS)
+    first = refund(gate)
+    gate.approve(first.approval_id, by="alice")
+    run = refund(gate)
+    gate.report(run, "failed", error="declined")
+    retry = refund(gate)
+    assert retry.decision is eg.Decision.APPROVAL_REQUIRED
+    assert retry.approval_id != first.approval_id
+
+
+def test_deny_holds(make_gate: Any) -> None:
+    gate = governed(make_gate, **APPROVE_ALWAYS)
+    d = refund(gate)
+    gate.deny(d.approval_id, by="bob", reason="not this customer")
+    for _ in range(2):
+        denied = refund(gate)
+        assert denied.decision is eg.Decision.DENIED
+        assert "bob" in (denied.reason or "") and "not this customer" in (denied.reason or "")
+    assert gate.get("refund:txn_1").state is eg.State.DENIED
+    with pytest.raises(eg.InvalidTransition):
+        gate.approve(d.approval_id, by="alice")
+
+
+def test_approval_expires(make_gate: Any) -> None:
+    gate = governed(make_gate, effects={
+        "payment.*": {"approval": {"always": True, "expires_seconds": 0.2}}})
+    d = refund(gate)
+    import time
+
+    time.sleep(0.3)
+    with pytest.raises(eg.InvalidTransition, match="expired"):
+        gate.approve(d.approval_id, by="alice")
+    fresh = refund(gate)
+    assert fresh.decision is eg.Decision.APPROVAL_REQUIRED and fresh.approval_id != d.approval_id
+
+
+def test_self_approval_refused_when_policy_says_so(make_gate: Any) -> None:
+    gate = governed(make_gate, **APPROVE_ALWAYS)
+    d = refund(gate, agent_id="agent-1")
+    with pytest.raises(eg.InvalidTransition, match="own request"):
+        gate.approve(d.approval_id, by="agent-1")
+    gate.approve(d.approval_id, by="human")
+
+
+def test_approval_by_cost_threshold(make_gate: Any) -> None:
+    gate = governed(make_gate, effects={
+        "payment.*": {"approval": {"at_or_above_micros": 100 * DOLLAR}}})
+    assert refund(gate, "small", 500).decision is eg.Decision.EXECUTE
+    assert refund(gate, "big", 20_000).decision is eg.Decision.APPROVAL_REQUIRED
+
+
+def test_decorator_raises_approval_required(make_gate: Any) -> None:
+    gate = governed(make_gate, **APPROVE_ALWAYS)
+    calls: list[str] = []
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    def do_refund(txn_id: str) -> str:
+        calls.append(txn_id)
+        return "done"
+
+    with pytest.raises(eg.ApprovalRequired) as err:
+        do_refund("t")
+    gate.approve(err.value.approval_id, by="alice")
+    assert do_refund("t") == "done" and do_refund("t") == "done"
+    assert calls == ["t"]
+
+
+# -- G9: budgets -----------------------------------------------------------------------------
+
+def test_g9_ceiling_refuses_and_ambiguous_holds_spend(make_gate: Any) -> None:
+    """G9: over a ceiling -> denied naming it; FAILED releases; AMBIGUOUS holds its spend."""
+    gate = governed(make_gate, effects={"payment.*": {"budget": {"per_run_micros": 10 * DOLLAR}}})
+    a = refund(gate, "a", 600, run_id="r1")  # $6
+    assert a.decision is eg.Decision.EXECUTE
+    b = refund(gate, "b", 500, run_id="r1")  # $5: over $10
+    assert b.decision is eg.Decision.DENIED and "run ceiling" in (b.reason or "")
+    assert refund(gate, "b2", 500, run_id="r2").decision is eg.Decision.EXECUTE  # other run
+    gate.report(a, "failed")  # releases $6
+    c = refund(gate, "c", 900, run_id="r1")
+    assert c.decision is eg.Decision.EXECUTE
+    gate.report(c, "ambiguous", error="reply lost")  # $9 held
+    assert refund(gate, "d", 200, run_id="r1").decision is eg.Decision.DENIED
+    gate.resolve("refund:c", "failed", by="ops")  # released
+    assert refund(gate, "d2", 200, run_id="r1").decision is eg.Decision.EXECUTE
+    # A budget-denied effect is asked again once the reason no longer holds.
+    assert refund(gate, "b", 500, run_id="r1").decision is eg.Decision.EXECUTE
+
+
+def test_actual_cost_corrects_estimate(make_gate: Any) -> None:
+    gate = governed(make_gate, budget={"per_day_micros": 10 * DOLLAR})
+    d = refund(gate, "a", 900)  # $9 estimated
+    gate.report(d, "committed", result=None, actual_cost_micros=2 * DOLLAR)
+    assert refund(gate, "b", 700).decision is eg.Decision.EXECUTE  # 2 + 7 <= 10
+
+
+def test_no_declared_cost_sets_budget_warning(make_gate: Any) -> None:
+    gate = governed(make_gate, effects={"payment.*": {"budget": {"per_agent_micros": DOLLAR}}})
+    d = gate.begin(effect_type="payment.refund", key="refund:x", payload={}, agent_id="a")
+    assert d.decision is eg.Decision.EXECUTE
+    assert d.budget_warning and "cannot fire" in d.budget_warning
+
+    @gate.effect("refund:{t}", effect_type="payment.refund")
+    def do(t: str) -> None: ...
+
+    with pytest.warns(eg.BudgetWarning):
+        do("y")
+
+
+def _spend_worker(url: str, ns: str, worker: int, side: str, start: Any) -> None:
+    gate = eg.Gate(url, namespace=ns, policy=eg.Policy.from_dict(
+        {"effects": {"payment.*": {"budget": {"per_effect_type_micros": 10 * DOLLAR}}}}))
+    start.wait()
+    for i in range(6):
+        d = gate.begin(effect_type="payment.charge", key=f"charge:{worker}:{i}",
+                       payload={}, estimated_cost_micros=DOLLAR)
+        if d.decision is eg.Decision.EXECUTE:
+            with open(side, "a") as f:
+                f.write(f"{worker}:{i}\n")
+            gate.report(d, "committed")
+
+
+@pytest.mark.xdist_group("processes")
+def test_g9_eight_processes_never_spend_past_ceiling(store_url: str, namespace: str,
+                                                    tmp_path: Path) -> None:
+    side = str(tmp_path / "spent.txt")
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_spend_worker, args=(store_url, namespace, w, side, start))
+             for w in range(8)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    spent = Path(side).read_text().splitlines()
+    assert len(spent) == 10  # 48 tries of $1 against a $10 ceiling
+
+
+# -- G10: sagas ------------------------------------------------------------------------------
+
+def _trip(gate: eg.Gate, undone: list[str]) -> None:
+    @gate.compensator("booking.*")
+    def cancel(record: eg.EffectRecord, compensation: Any) -> dict[str, Any]:
+        undone.append(compensation["cancel"])
+        return {"cancelled": compensation["cancel"]}
+
+    for step, comp in (("flight", {"cancel": "flight"}), ("hotel", {"cancel": "hotel"}),
+                       ("insurance", None), ("car", {"cancel": "car"})):
+        d = gate.begin(effect_type=f"booking.{step}", key=f"{step}:trip_1", payload={},
+                       group_key="trip:1", compensation=comp)
+        gate.report(d, "committed", result={"booked": step})
+
+
+def test_g10_unwind_compensates_each_step_once_in_reverse(make_gate: Any) -> None:
+    """G10: unwind runs the undos of committed steps in reverse order, each once; re-running
+    compensates nothing twice; steps with no compensation are listed as irreversible."""
+    gate = make_gate()
+    undone: list[str] = []
+    _trip(gate, undone)
+    pending = gate.begin(effect_type="booking.train", key="train:trip_1", payload={},
+                         group_key="trip:1", compensation={"cancel": "train"})
+    report = gate.unwind("trip:1")
+    assert undone == ["car", "hotel", "flight"]
+    assert [s.key for s in report.compensated] == ["car:trip_1", "hotel:trip_1", "flight:trip_1"]
+    assert [s.key for s in report.irreversible] == ["insurance:trip_1"]
+    assert [s.key for s in report.unresolved] == ["train:trip_1"] and not report.complete
+    again = gate.unwind("trip:1")
+    assert undone == ["car", "hotel", "flight"]
+    assert all(s.detail == "compensated earlier" for s in again.compensated)
+    comp = gate.get("compensate:car:trip_1")
+    assert comp.compensates_effect_id == gate.get("car:trip_1").effect_id
+    gate.report(pending, "committed")
+
+
+def _unwind_worker(url: str, ns: str, side: str, start: Any) -> None:
+    gate = eg.Gate(url, namespace=ns)
+
+    @gate.compensator("booking.*")
+    def cancel(record: eg.EffectRecord, compensation: Any) -> None:
+        with open(side, "a") as f:
+            f.write(compensation["cancel"] + "\n")
+
+    start.wait()
+    gate.unwind("trip:1")
+
+
+@pytest.mark.xdist_group("processes")
+def test_g10_concurrent_unwinds_compensate_once(make_gate: Any, store_url: str,
+                                               namespace: str, tmp_path: Path) -> None:
+    _trip(make_gate(), [])
+    side = str(tmp_path / "undone.txt")
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_unwind_worker, args=(store_url, namespace, side, start))
+             for _ in range(4)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert sorted(Path(side).read_text().split()) == ["car", "flight", "hotel"]
+
+
+# -- G11: retention --------------------------------------------------------------------------
+
+def test_g11_pruned_keys_still_refuse_duplicates(make_gate: Any) -> None:
+    """G11: prune drops results and history, keeps a tombstone that refuses a duplicate;
+    it never touches in-flight or ambiguous effects."""
+    gate = make_gate()
+    d = refund(gate)
+    gate.report(d, "committed", result={"card": "4242"})
+    live = refund(gate, "live")
+    lost = refund(gate, "lost")
+    lapse_leases(gate, "refund:lost")
+    assert gate.prune(datetime.timedelta(0)) == 1
+    record = gate.get("refund:txn_1")
+    assert record.state is eg.State.COMMITTED and record.result is None
+    assert record.pruned_at is not None and record.history == ()
+    other = make_gate(memo_size=0)
+    dup = refund(other)
+    assert dup.decision is eg.Decision.DUPLICATE and dup.reason == "its stored result was pruned"
+    with pytest.raises(eg.PayloadMismatch):
+        refund(other, amount=1)
+    assert gate.get("refund:live").state is eg.State.IN_FLIGHT
+    assert gate.get("refund:lost").state is eg.State.AMBIGUOUS
+    assert gate.prune(datetime.timedelta(days=30)) == 0
+    gate.report(live, "committed")
+    del lost
+
+
+def test_policy_deny(make_gate: Any) -> None:
+    gate = governed(make_gate, effects={"deploy.prod": {"deny": "prod is frozen"}})
+    d = gate.begin(effect_type="deploy.prod", key="deploy:prod:1", payload={})
+    assert d.decision is eg.Decision.DENIED and d.reason == "prod is frozen"
+    assert gate.get("deploy:prod:1").state is eg.State.DENIED
+
+
+def test_policy_defaults_apply(make_gate: Any) -> None:
+    gate = governed(make_gate, effects={"payment.*": {"vendor": "adyen", "max_attempts": 1}})
+    d = refund(gate)
+    assert d.vendor_key is not None and d.vendor_key.vendor == "adyen"
+    gate.report(d, "failed")
+    assert refund(gate).decision is eg.Decision.DENIED
+
+
+def test_list_effects_filters(make_gate: Any) -> None:
+    gate = make_gate()
+    d = refund(gate, "a", run_id="r1")
+    gate.report(d, "committed")
+    refund(gate, "b", run_id="r2")
+    refund(gate, "c", run_id="r1")
+    lapse_leases(gate, "refund:c")
+    assert [r.key for r in gate.list_effects(run_id="r1")] == ["refund:c", "refund:a"]
+    assert [r.key for r in gate.list_effects(state="ambiguous")] == ["refund:c"]
+    assert [r.key for r in gate.list_effects(state="in_flight")] == ["refund:b"]
+    with pytest.raises(eg.ConfigError):
+        gate.list_effects(state="nope")
+
+
