@@ -181,6 +181,7 @@ class Policy(_Strict):
         ordered = sorted(self.effects.values(), key=lambda r: -len(r.effect_type.split("*")[0]))
         object.__setattr__(self, "_ordered", tuple(ordered))
         object.__setattr__(self, "_cache", {})
+        object.__setattr__(self, "_ceilings", {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>",
@@ -233,6 +234,13 @@ class Policy(_Strict):
 
     def ceilings_for(self, effect_type: str) -> list[tuple[str, str, int]]:
         """(pattern, scope, limit) for every ceiling that applies to ``effect_type``."""
+        cache: dict[str, list[tuple[str, str, int]]] = self._ceilings  # type: ignore[attr-defined]
+        found = cache.get(effect_type)
+        if found is None:
+            found = cache[effect_type] = self._ceilings_uncached(effect_type)
+        return found
+
+    def _ceilings_uncached(self, effect_type: str) -> list[tuple[str, str, int]]:
         out: list[tuple[str, str, int]] = []
         rule = self.rule_for(effect_type)
         if rule is not None and rule.budget is not None:
