@@ -1,0 +1,173 @@
+"""What every ``effectgate`` command shares: the store options, opening the gate, printing,
+and turning errors into one line and a documented exit code.
+
+Exit codes (the same for every command):
+
+* 0 — done;
+* 1 — a check failed (``verify``) or the store refused the operation (e.g. resolving a
+  COMMITTED effect, approving a consumed approval);
+* 2 — bad input: a usage error, an unknown key or id, a malformed URL or option;
+* 3 — the store could not be reached or failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_STORE",
+    "Command",
+    "console",
+    "fail",
+    "gate_options",
+    "handle_errors",
+    "open_gate",
+    "print_json",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STORE = 0, 1, 2, 3
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def console(*, stderr: bool = False) -> Any:
+    """A ``rich`` console: colours on a terminal, plain text (80 columns) in a pipe."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_json(value: Any) -> None:
+    """``value`` as indented JSON on stdout, for scripts."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print ``effectgate: error: message`` on stderr and exit with ``code``."""
+    click.echo(f"effectgate: error: {message}", err=True)
+    sys.exit(code)
+
+
+class BadInput(click.ClickException):
+    """A usage error shown as one line (``effectgate: error: ...``), exit code 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"effectgate: error: {self.format_message()}", err=True)
+
+
+class Command(click.Command):
+    """A command whose usage errors are one line on stderr (exit 2), not a usage screen."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as err:
+            raise BadInput(f"{err.format_message()} (see: {ctx.command_path} --help)") from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as err:
+            raise BadInput(f"{err.format_message()} (see: {ctx.command_path} --help)") from None
+
+
+def _exit_code(err: BaseException) -> int:
+    from ..errors import (
+        ConfigError,
+        EffectKeyError,
+        EffectRefused,
+        InvalidTransition,
+        PayloadError,
+        PayloadMismatch,
+        StaleLease,
+        StoreError,
+        UnknownEffect,
+    )
+
+    if isinstance(err, StoreError):
+        return EXIT_STORE
+    if isinstance(err, (UnknownEffect, ConfigError, EffectKeyError, PayloadError)):
+        return EXIT_BAD_INPUT
+    if isinstance(err, (InvalidTransition, EffectRefused, StaleLease, PayloadMismatch)):
+        return EXIT_FAILED
+    return EXIT_FAILED
+
+
+def handle_errors(fn: F) -> F:
+    """Run a command body; an effectgate error becomes one line on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..errors import EffectGateError
+
+        try:
+            return fn(*args, **kwargs)
+        except EffectGateError as err:
+            fail(err.message.splitlines()[0] if err.message else type(err).__name__,
+                 _exit_code(err))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def gate_options(fn: F) -> F:
+    """``--url``, ``--namespace`` and ``--gate`` (a ``module:attribute`` Gate to use, with
+    its policy, compensators and reconcilers)."""
+    fn = click.option(
+        "--gate", "gate_ref", metavar="MODULE:ATTR", default=None,
+        help="Use the Gate object your code defines (with its policy and compensators), "
+             "e.g. myapp.effects:gate. Overrides --url and --namespace.",
+    )(fn)
+    fn = click.option(
+        "--namespace", "-n", default="default", show_default=True, envvar="EFFECTGATE_NAMESPACE",
+        help="The namespace whose effects to act on.",
+    )(fn)
+    fn = click.option(
+        "--url", default=None, envvar="EFFECTGATE_URL", metavar="URL",
+        help="Store URL (default: $EFFECTGATE_URL, else sqlite:///.effectgate/effects.db).",
+    )(fn)
+    return fn
+
+
+def _load_gate(ref: str) -> Any:
+    from ..errors import ConfigError
+    from ..gate import Gate
+
+    module_name, _, attribute = ref.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"--gate takes MODULE:ATTRIBUTE (e.g. myapp.effects:gate), not {ref!r}")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"--gate: cannot import {module_name!r}: {err}") from None
+    value = getattr(module, attribute, None)
+    if not isinstance(value, Gate):
+        raise ConfigError(f"--gate: {ref} is not an effectgate.Gate")
+    return value
+
+
+@contextmanager
+def open_gate(url: str | None, namespace: str, gate_ref: str | None = None) -> Iterator[Any]:
+    """The gate a command acts on; closed afterwards. A store that cannot be reached becomes
+    :class:`StoreError` (exit 3), a malformed URL :class:`ConfigError` (exit 2)."""
+    from ..gate import Gate
+
+    gate = _load_gate(gate_ref) if gate_ref else Gate(url, namespace=namespace)
+    try:
+        yield gate
+    finally:
+        if not gate_ref:
+            gate.close()

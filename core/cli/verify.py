@@ -1,0 +1,91 @@
+"""``effectgate verify``: check the guarantees (G1–G12) against the configured store."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._common import EXIT_FAILED, EXIT_OK, Command, console, handle_errors, print_json
+
+__all__ = ["verify"]
+
+_STYLE = {"passed": "green", "failed": "bold red", "not_applicable": "yellow"}
+_LABEL = {"passed": "pass", "failed": "FAIL", "not_applicable": "n/a"}
+
+
+@click.command(cls=Command)
+@click.option("--url", default=None, envvar="EFFECTGATE_URL", metavar="URL",
+              help="Store URL (default: $EFFECTGATE_URL, else sqlite:///.effectgate/effects.db).")
+@click.option("--only", metavar="G1,G3", default=None,
+              help="Check only these guarantees (comma-separated ids).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--junit", "junit", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              default=None, help="Also write a JUnit XML report to this file.")
+@handle_errors
+def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None) -> None:
+    """Check G1–G12 of the design against the store, in a scratch namespace.
+
+    Your data is not touched: every check writes under a fresh namespace that is deleted
+    afterwards. A guarantee that does not apply says why and is not counted as a pass.
+    Exit 0 when every applicable guarantee passed, 1 when one failed, 2 for bad input,
+    3 when the store cannot be reached.
+    """
+    from ..store import resolve_url
+    from ..verify import CheckResult, junit_xml, parse_only, run_checks
+
+    logging.getLogger("effectgate").addHandler(logging.NullHandler())
+    logging.getLogger("effectgate").propagate = False
+    parse_only(only)  # bad input fails before the store is opened
+    out = console()
+    target = resolve_url(url)
+    if not as_json:
+        from rich.markup import escape
+
+        out.print(f"effectgate verify — {escape(_safe(target))}")
+
+    def show(result: CheckResult) -> None:
+        if as_json:
+            return
+        from rich.markup import escape
+        from rich.text import Text
+
+        style = _STYLE[result.status]
+        out.print(f"[{style}]{_LABEL[result.status]:>4}[/] {result.id:<4} {escape(result.title)}")
+        detail = textwrap.fill(f"{result.detail} ({result.seconds:.1f}s)",
+                               width=max(out.width, 40), initial_indent=" " * 10,
+                               subsequent_indent=" " * 10)
+        out.print(Text(detail, style="dim"))
+
+    results = run_checks(target, only, on_result=show)
+    if junit is not None:
+        junit.write_text(junit_xml(results))
+    failed = [r.id for r in results if r.status == "failed"]
+    if as_json:
+        print_json({"url": _safe(target), "passed": not failed,
+                    "results": [r.as_dict() for r in results]})
+    else:
+        _summary(out, results, failed)
+    raise SystemExit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _summary(out: Any, results: list[Any], failed: list[str]) -> None:
+    counts = {s: sum(r.status == s for r in results) for s in _STYLE}
+    line = (f"{counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['not_applicable']} not applicable")
+    if failed:
+        out.print(f"[bold red]FAILED[/] {', '.join(failed)} — {line}")
+    else:
+        out.print(f"[green]OK[/] — {line}")
+
+
+def _safe(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
