@@ -11,6 +11,7 @@ that "no" holds. An expired request is replaced by a new one at the next ``begin
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +95,7 @@ def deny(gate: Gate, approval_id: str, by: str, reason: str | None) -> ApprovalR
             tx.effect(store.sql.resolve, {
                 "id": effect.id, "token": effect.token, "expected_state": "pending_approval",
                 "state": "denied", "result": None, "error": None, "reason": why, "actor": by,
-                "note": reason,
+                "note": reason, "h_by": json.dumps(by), "h_note": json.dumps(reason),
             })
     return record(store.approval(approval_id))
 

@@ -45,7 +45,7 @@ from .records import (
 )
 from .sagas import Compensator, UnwindReport
 from .states import Decision, Outcome, State
-from .store import Durability, Rollback, Store
+from .store import Durability, Rollback, Store, parse_history
 from .vendors import VendorKey, rule_for, vendor_key
 
 __all__ = ["Gate", "Reconciled", "Reconciler", "effect_context", "parse_outcome", "result_json"]
@@ -313,6 +313,8 @@ class Gate:
             "budget_keys": None,
             "actor": agent,
             "note": None,
+            "h_by": _json(agent),
+            "h_note": "null",
         }
         gov = None
         if self.policy is not None:
@@ -620,6 +622,8 @@ class Gate:
             if parsed is Outcome.AMBIGUOUS else None,
             "actual_cost_micros": _micros(actual_cost_micros, "actual_cost_micros"),
             "actor": None,
+            "h_by": "null",
+            "h_note": "null" if parsed is not Outcome.AMBIGUOUS or not error else _json(error[:200]),
         }
         store = self._store
         keys = decision.budget_keys if isinstance(decision, BeginDecision) else None
@@ -721,7 +725,7 @@ class Gate:
         values = {
             "id": row.id, "token": row.token, "expected_state": row.state,
             "state": outcome.value, "result": result_text, "error": None, "reason": reason,
-            "actor": actor, "note": note,
+            "actor": actor, "note": note, "h_by": _json(actor), "h_note": _json(note),
         }
         held = row.state in (_IN_FLIGHT, _AMBIGUOUS)
         delta = 0
@@ -825,9 +829,9 @@ class Gate:
             HistoryEntry(
                 from_state=State(h[0]) if h[0] else None, to_state=State(h[1]),
                 at=epoch_to_datetime(h[2]),  # type: ignore[arg-type]
-                by=h[3], note=h[4], token=h[5],
+                token=h[3], by=h[4], note=h[5],
             )
-            for h in (self._store.history(row.id) if with_history else ())
+            for h in (parse_history(row.history) if with_history else ())
         )
         return EffectRecord(
             effect_id=row.id, namespace=row.namespace, key=row.key,
@@ -1007,6 +1011,10 @@ def _effective_state(row: Any) -> str:
     ):
         return _AMBIGUOUS
     return str(row.state)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _loads(text: str | None) -> Any:

@@ -1,9 +1,9 @@
 """Tables, the store's clock and schema migrations, declared once for every dialect.
 
 Times are seconds since the epoch on the *database's* clock (:class:`db_now`), never a
-worker's. Every transition of ``state`` or of the fencing ``token`` is copied into
-``effectgate_history`` by a trigger, so history costs no extra round trip and cannot be
-forgotten by a code path. ``effectgate_meta`` holds the schema version and the store's secret
+worker's. Every transition of ``state`` or of the fencing ``token`` appends one line to the
+effect's own ``history`` column in the statement that makes it (see ``store.Statements``), so
+history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema version and the store's secret
 for vendor keys; :func:`ensure_schema` applies pending migrations under a lock.
 """
 
@@ -35,7 +35,7 @@ from .errors import ConfigError
 
 __all__ = [
     "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
-    "history", "metadata",
+    "metadata",
 ]
 
 metadata = MetaData()
@@ -72,6 +72,7 @@ effects = Table(
     Column("note", Text),
     Column("pruned_at", Double),
     Column("budget_keys", Text),
+    Column("history", Text),
     UniqueConstraint("namespace", "key", name="uq_effectgate_effects_key"),
 )
 Index(
@@ -80,19 +81,6 @@ Index(
     effects.c.group_key,
     sqlite_where=effects.c.group_key.isnot(None),
     postgresql_where=effects.c.group_key.isnot(None),
-)
-
-history = Table(
-    "effectgate_history",
-    metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("effect_id", BigInteger, nullable=False, index=True),
-    Column("from_state", String(20)),
-    Column("to_state", String(20), nullable=False),
-    Column("at", Double, nullable=False),
-    Column("by", String(256)),
-    Column("note", Text),
-    Column("token", BigInteger, nullable=False),
 )
 
 approvals = Table(
@@ -169,49 +157,31 @@ def _day_postgres(element: db_day, compiler: Any, **kw: Any) -> str:
     return "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-_HISTORY_COLUMNS = "effect_id, from_state, to_state, at, by, note, token"
-
-_TRIGGERS: dict[str, list[str]] = {
-    "sqlite": [
-        f"""CREATE TRIGGER IF NOT EXISTS effectgate_history_insert
-        AFTER INSERT ON effectgate_effects BEGIN
-          INSERT INTO effectgate_history ({_HISTORY_COLUMNS})
-          VALUES (new.id, NULL, new.state, new.updated_at, new.actor, new.note, new.token);
-        END""",
-        f"""CREATE TRIGGER IF NOT EXISTS effectgate_history_update
-        AFTER UPDATE OF state, token ON effectgate_effects
-        WHEN old.state IS NOT new.state OR old.token IS NOT new.token BEGIN
-          INSERT INTO effectgate_history ({_HISTORY_COLUMNS})
-          VALUES (new.id, old.state, new.state, new.updated_at, new.actor, new.note, new.token);
-        END""",
-    ],
-    "postgresql": [
-        f"""CREATE OR REPLACE FUNCTION effectgate_history_fn() RETURNS trigger
-        LANGUAGE plpgsql AS $$ BEGIN
-          INSERT INTO effectgate_history ({_HISTORY_COLUMNS}) VALUES (
-            NEW.id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state,
-            NEW.updated_at, NEW.actor, NEW.note, NEW.token);
-          RETURN NULL;
-        END $$""",
-        """CREATE TRIGGER effectgate_history_insert AFTER INSERT ON effectgate_effects
-        FOR EACH ROW EXECUTE FUNCTION effectgate_history_fn()""",
-        """CREATE TRIGGER effectgate_history_update AFTER UPDATE OF state, token
-        ON effectgate_effects FOR EACH ROW
-        WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.token IS DISTINCT FROM NEW.token)
-        EXECUTE FUNCTION effectgate_history_fn()""",
-    ],
-}
-
-
 def _v1(conn: Connection, dialect: str) -> None:
     metadata.create_all(conn)
-    for ddl in _TRIGGERS[dialect]:
-        conn.exec_driver_sql(ddl)
     conn.execute(meta.insert().values(name="vendor_secret", value=secrets.token_hex(32)))
 
 
+def _v2(conn: Connection, dialect: str) -> None:
+    """History moves from a trigger-fed table into the effect row (one write per transition
+    instead of three). Version 1 stores get the column; their old history table is dropped."""
+    from sqlalchemy import inspect
+
+    columns = {c["name"] for c in inspect(conn).get_columns("effectgate_effects")}
+    if "history" not in columns:
+        conn.exec_driver_sql("ALTER TABLE effectgate_effects ADD COLUMN history TEXT")
+    for trigger in ("effectgate_history_insert", "effectgate_history_update"):
+        conn.exec_driver_sql(
+            f"DROP TRIGGER IF EXISTS {trigger}"
+            + (" ON effectgate_effects" if dialect == "postgresql" else "")
+        )
+    if dialect == "postgresql":
+        conn.exec_driver_sql("DROP FUNCTION IF EXISTS effectgate_history_fn()")
+    conn.exec_driver_sql("DROP TABLE IF EXISTS effectgate_history")
+
+
 # Each migration takes the store from version n-1 to n, inside one transaction.
-MIGRATIONS: list[Callable[[Connection, str], None]] = [_v1]
+MIGRATIONS: list[Callable[[Connection, str], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -222,7 +192,7 @@ def ensure_schema(engine: Engine) -> dict[str, str]:
     workers starting at once migrate exactly once.
     """
     dialect = engine.dialect.name
-    if dialect not in _TRIGGERS:
+    if dialect not in ("sqlite", "postgresql"):
         raise ConfigError(f"effectgate supports SQLite and PostgreSQL, not {dialect}")
     with engine.connect() as conn:
         if dialect == "sqlite":

@@ -18,6 +18,7 @@ one round trip, no ORM, no per-call compilation.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from collections import namedtuple
@@ -30,7 +31,11 @@ from sqlalchemy import (
     create_engine,
     event,
     exists,
+    String,
+    bindparam,
+    cast,
     false,
+    func,
     literal_column,
     null,
     select,
@@ -40,15 +45,16 @@ from sqlalchemy import (
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import ColumnClause
 
 from .errors import ConfigError, StoreError
-from .schema import approvals, budgets, db_day, db_now, effects, ensure_schema, history
+from .schema import approvals, budgets, db_day, db_now, effects, ensure_schema
 
 __all__ = [
-    "DEFAULT_URL", "Durability", "Rollback", "Statements", "Store", "StoredEffect", "resolve_url",
+    "DEFAULT_URL", "Durability", "Rollback", "Statements", "Store", "StoredEffect", "parse_history",
+    "resolve_url",
 ]
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
@@ -62,10 +68,30 @@ StoredEffect.__doc__ = "One row of ``effectgate_effects`` plus the store's clock
 _ApprovalRow = namedtuple(  # type: ignore[misc]
     "_ApprovalRow", [c.name for c in approvals.c] + ["now"]
 )
-_HISTORY_COLUMNS = [
-    history.c.from_state, history.c.to_state, history.c.at, history.c.by, history.c.note,
-    history.c.token,
-]
+
+
+def _entry(from_state: Any, to_state: Any, token: Any, by: Any = None, *,
+           first: bool = False) -> Any:
+    """``history`` with one more line appended: from, to, at (store clock), token, by, note —
+    tab-separated; ``by`` and ``note`` JSON-encoded so they cannot break the line."""
+    t = effects.c
+    tab = bindparam("h_tab", "\t")
+    return (
+        (from_state if first else func.coalesce(t.history, bindparam("h_empty", "")) + from_state)
+        + tab + to_state + tab
+        + cast(db_now(), String) + tab + cast(token, String) + tab
+        + (p("h_by") if by is None else by) + tab + p("h_note") + bindparam("h_nl", "\n")
+    )
+
+
+def parse_history(text: str | None) -> list[tuple[str | None, str, float, int, Any, Any]]:
+    """The lines :func:`_entry` wrote: (from, to, at, token, by, note), oldest first."""
+    out = []
+    for line in (text or "").splitlines():
+        from_state, to_state, at, token, by, note = line.split("\t", 5)
+        out.append((from_state or None, to_state, float(at), int(token), json.loads(by),
+                    json.loads(note)))
+    return out
 
 IN_FLIGHT: ColumnClause[str] = literal_column("'in_flight'")
 AMBIGUOUS: ColumnClause[str] = literal_column("'ambiguous'")
@@ -126,6 +152,8 @@ class Statements:
             "budget_keys": p("budget_keys"),
             "actor": p("actor"),
             "note": p("note"),
+            "history": _entry(bindparam("h_none", ""), p("state"), literal_column("1"),
+                              first=True),
         }
         dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
         insert = (
@@ -157,6 +185,7 @@ class Statements:
             effects.update()
             .where(cas & (t.state == p("expected_state")))
             .values(
+                history=_entry(t.state, p("state"), t.token + 1),
                 state=p("state"),
                 approval_id=p("approval_id"),
                 budget_keys=p("budget_keys"),
@@ -183,7 +212,9 @@ class Statements:
             effects.update()
             .where(cas & (t.state == IN_FLIGHT) & (t.lease_expires_at < now))
             .values(state=AMBIGUOUS, reason="lease lapsed", updated_at=now, actor="lease",
-                    note=null())
+                    note=null(),
+                    history=_entry(t.state, AMBIGUOUS, t.token,
+                                   bindparam("h_lease", '"lease"')))
             .returning(*returning),
             dialect,
         )
@@ -191,6 +222,7 @@ class Statements:
             effects.update()
             .where(cas & live)
             .values(
+                history=_entry(t.state, p("state"), t.token),
                 state=p("state"),
                 result=p("result"),
                 error=p("error"),
@@ -215,6 +247,7 @@ class Statements:
             effects.update()
             .where(cas & (t.state == p("expected_state")))
             .values(
+                history=_entry(t.state, p("state"), t.token + 1),
                 state=p("state"),
                 token=t.token + 1,
                 result=p("result"),
@@ -226,12 +259,6 @@ class Statements:
                 note=p("note"),
             )
             .returning(*returning),
-            dialect,
-        )
-        self.history = _Sql(
-            select(*_HISTORY_COLUMNS)
-            .where(history.c.effect_id == p("id"))
-            .order_by(history.c.at, history.c.id),
             dialect,
         )
         self.now = _Sql(select(now), dialect)
@@ -333,6 +360,8 @@ class Store:
         )
         self._local = threading.local()
         self._opened: list[Any] = []  # to close on dispose; a dead thread's stays until then
+        self._pid = os.getpid()
+        self._inherited: Any = None
 
     # -- connections -----------------------------------------------------------------------
 
@@ -345,6 +374,9 @@ class Store:
         local = self._local
         conn = getattr(local, "conn", None)
         if conn is None or local.pid != os.getpid():
+            if self._pid != os.getpid():
+                self._forget_parent()
+                local = self._local
             try:
                 proxied = self.engine.raw_connection()
             except Exception as err:
@@ -354,6 +386,16 @@ class Store:
             local.conn, local.pid = conn, os.getpid()
             self._opened.append(conn)
         return conn
+
+    def _forget_parent(self) -> None:
+        """In a forked child: leave the parent's connections alone (never use or close a
+        socket another process is using) and open our own from now on. The parent's stay
+        referenced, so that not even garbage collection closes them here."""
+        self._inherited = (self._opened, self.engine.pool)
+        self.engine.dispose(close=False)
+        self._opened = []
+        self._local = threading.local()
+        self._pid = os.getpid()
 
     def _drop(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -450,7 +492,8 @@ class Store:
 
     def lapse(self, effect_id: int, token: int) -> Any:
         """Compare-and-set an IN_FLIGHT effect past its lease to AMBIGUOUS."""
-        return self._one(self.sql.lapse, {"id": effect_id, "token": token}, self._sync_outcome)
+        return self._one(self.sql.lapse, {"id": effect_id, "token": token, "h_note": "null"},
+                         self._sync_outcome)
 
     def report(self, values: Mapping[str, Any]) -> Any:
         """Record the holder's outcome: (budget_keys, estimated cost), or None when the token or
@@ -544,11 +587,10 @@ class Store:
         with self.engine.connect() as conn:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
             try:
-                ids = select(t.id).where(old).scalar_subquery()
-                conn.execute(delete(history).where(history.c.effect_id.in_(ids)))
                 pruned = conn.execute(
                     update(effects).where(old & t.pruned_at.is_(None)).values(
-                        result=None, error=None, compensation=None, note=None, pruned_at=now,
+                        result=None, error=None, compensation=None, note=None, history=None,
+                        pruned_at=now,
                     )
                 ).rowcount
                 a = approvals.c
@@ -562,16 +604,14 @@ class Store:
                 raise
         return int(pruned)
 
-    def history(self, effect_id: int) -> list[Any]:
-        """The transitions of one effect, oldest first."""
-        return self._run(self.sql.history, {"id": effect_id})
-
     def now(self) -> float:
         """The store's clock, epoch seconds."""
         return float(self._run(self.sql.now, {})[0][0])
 
     def dispose(self) -> None:
         """Close every connection this store opened."""
+        if self._pid != os.getpid():
+            self._forget_parent()
         for conn in self._opened:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -632,6 +672,8 @@ def _make_engine(url: str) -> Engine:
             connect_args={"timeout": 60.0, "check_same_thread": False},
         )
 
+        _fork_safe(engine)
+
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.execute("PRAGMA busy_timeout=60000")
@@ -642,13 +684,33 @@ def _make_engine(url: str) -> Engine:
     if backend == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
         try:
-            return create_engine(parsed, isolation_level="AUTOCOMMIT", pool_size=8,
-                                 max_overflow=32)
+            engine = create_engine(parsed, isolation_level="AUTOCOMMIT", pool_size=8,
+                                   max_overflow=32)
+            _fork_safe(engine)
+            return engine
         except (ModuleNotFoundError, NoSuchModuleError) as err:
             raise ConfigError(
                 'the Postgres store needs psycopg: pip install "effectgate[postgres]"'
             ) from err
     raise ConfigError(f"effectgate supports sqlite and postgresql URLs, not {backend!r}")
+
+
+def _fork_safe(engine: Engine) -> None:
+    """Never hand a pooled connection to a process other than the one that opened it (after
+    ``os.fork()`` the pool's sockets are shared with the parent): SQLAlchemy's recipe."""
+
+    @event.listens_for(engine, "connect")
+    def _remember_pid(_dbapi_conn: Any, record: Any) -> None:
+        record.info["pid"] = os.getpid()
+
+    @event.listens_for(engine, "checkout")
+    def _check_pid(_dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        pid = os.getpid()
+        if record.info.get("pid", pid) != pid:
+            record.dbapi_connection = proxy.dbapi_connection = None
+            raise DisconnectionError(
+                f"connection opened by process {record.info['pid']}, checked out in {pid}"
+            )
 
 
 def _is_disconnect(err: BaseException | None) -> bool:

@@ -88,19 +88,16 @@ def gate(make_gate: Any) -> eg.Gate:
 
 
 def snapshot(gate: eg.Gate) -> list[tuple[Any, ...]]:
-    """Every row of this gate's namespace (effects and their history), for 'nothing changed'."""
+    """Every row of this gate's namespace (effects with their history, approvals, spend
+    counters), for asserting that nothing changed."""
     from sqlalchemy import text
 
+    rows: list[tuple[Any, ...]] = []
     with gate.store.engine.connect() as conn:
-        effects = conn.execute(
-            text("SELECT * FROM effectgate_effects WHERE namespace = :ns ORDER BY id"),
-            {"ns": gate.namespace},
-        ).fetchall()
-        history = conn.execute(
-            text(
-                "SELECT h.* FROM effectgate_history h JOIN effectgate_effects e "
-                "ON e.id = h.effect_id WHERE e.namespace = :ns ORDER BY h.id"
-            ),
-            {"ns": gate.namespace},
-        ).fetchall()
-    return [tuple(r) for r in effects] + [tuple(r) for r in history]
+        for table, order in (("effectgate_effects", "id"), ("effectgate_approvals", "id"),
+                             ("effectgate_budgets", "scope_key")):
+            rows += [tuple(r) for r in conn.execute(
+                text(f"SELECT * FROM {table} WHERE namespace = :ns ORDER BY {order}"),
+                {"ns": gate.namespace},
+            )]
+    return rows
