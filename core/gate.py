@@ -623,7 +623,7 @@ class Gate:
             "actual_cost_micros": _micros(actual_cost_micros, "actual_cost_micros"),
             "actor": None,
             "h_by": "null",
-            "h_note": "null" if parsed is not Outcome.AMBIGUOUS or not error else _json(error[:200]),
+            "h_note": _json(error[:200]) if parsed is Outcome.AMBIGUOUS and error else "null",
         }
         store = self._store
         keys = decision.budget_keys if isinstance(decision, BeginDecision) else None

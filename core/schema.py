@@ -3,8 +3,9 @@
 Times are seconds since the epoch on the *database's* clock (:class:`db_now`), never a
 worker's. Every transition of ``state`` or of the fencing ``token`` appends one line to the
 effect's own ``history`` column in the statement that makes it (see ``store.Statements``), so
-history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema version and the store's secret
-for vendor keys; :func:`ensure_schema` applies pending migrations under a lock.
+history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema
+version and the store's secret for vendor keys; :func:`ensure_schema` applies pending
+migrations under a lock.
 """
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ from typing import Any, Literal, NoReturn
 
 from sqlalchemy import (
     Engine,
-    create_engine,
-    event,
-    exists,
     String,
     bindparam,
     cast,
+    create_engine,
+    event,
+    exists,
     false,
     func,
     literal_column,
