@@ -1,11 +1,33 @@
-"""The governance guarantees: G8 (approvals), G9 (budgets), G10 (unwind), G11 (prune)."""
+"""The governance guarantees: G8 (approvals), G9 (budgets), G10 (unwind), G11 (prune).
+
+Each check builds its own policy on the scratch namespace; the store's own policy and data
+are not involved.
+"""
 
 from __future__ import annotations
 
+import datetime
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from .errors import InvalidTransition, PayloadMismatch
 from .gate import Gate
-from .verify import NotApplicable, VerifyContext
+from .states import Decision, State
+from .verify import CheckFailed, NotApplicable, VerifyContext, expect
 
 __all__ = ["check_g8", "check_g9", "check_g10", "check_g11"]
+
+DOLLAR = 1_000_000
+
+
+def _policy(data: dict[str, Any]) -> Any:
+    try:
+        from .policy import Policy
+    except ImportError:
+        raise NotApplicable("this effectgate has no Policy (governance is not installed)") from None
+    return Policy.from_dict(data)
 
 
 def _needs(*names: str) -> None:
@@ -16,18 +38,144 @@ def _needs(*names: str) -> None:
 
 def check_g8(ctx: VerifyContext) -> str:
     _needs("approve")
-    raise NotApplicable("not written yet")
+    gate = ctx.gate(policy=_policy({"effects": {"verify.g8": {"approval": "always"}}}))
+    key, payload = "verify:G8:refund", {"amount_cents": 500}
+
+    def ask(**kw: Any) -> Any:
+        return gate.begin(effect_type="verify.g8", key=key, payload=kw.pop("payload", payload),
+                          agent_id="verify-agent", **kw)
+
+    d = ask()
+    expect(d.decision is Decision.APPROVAL_REQUIRED and bool(d.approval_id),
+           f"an effect needing approval was answered {d.decision.value!r}")
+    again = ask()
+    expect(again.approval_id == d.approval_id,
+           "asking again opened a second approval instead of pointing at the first")
+    try:
+        ask(payload={"amount_cents": 99_999})
+    except PayloadMismatch:
+        pass
+    else:
+        raise CheckFailed("a changed payload rode on the pending approval")
+    try:
+        gate.approve(d.approval_id or "", by="verify-agent")
+    except InvalidTransition:
+        pass
+    else:
+        raise CheckFailed("the agent approved its own request")
+    gate.approve(d.approval_id or "", by="verify-operator")
+    run = ask()
+    expect(run.decision is Decision.EXECUTE, f"after approval: {run.decision.value!r}")
+    gate.report(run, "committed", result={"refund": "re_g8"})
+    replay = ask()
+    expect(replay.decision is Decision.DUPLICATE,
+           f"a replay after the approved run was answered {replay.decision.value!r}")
+    try:
+        gate.approve(d.approval_id or "", by="verify-operator")
+    except InvalidTransition:
+        pass
+    else:
+        raise CheckFailed("a consumed approval was approved again")
+    return ("approval bound to its payload: a changed payload refused, self-approval refused, "
+            "executed once, not reusable")
 
 
 def check_g9(ctx: VerifyContext) -> str:
-    raise NotApplicable("not written yet")
+    _needs("approve")
+    gate = ctx.gate(policy=_policy(
+        {"effects": {"verify.g9": {"budget": {"per_run_micros": 10 * DOLLAR}}}}))
+
+    def spend(name: str, dollars: int) -> Any:
+        return gate.begin(effect_type="verify.g9", key=f"verify:G9:{name}", payload={},
+                          run_id="verify-run", estimated_cost_micros=dollars * DOLLAR)
+
+    a = spend("a", 6)
+    expect(a.decision is Decision.EXECUTE, f"$6 of $10 was answered {a.decision.value!r}")
+    over = spend("b", 5)
+    expect(over.decision is Decision.DENIED, f"$11 of $10 was answered {over.decision.value!r}")
+    expect("ceiling" in (over.reason or ""), f"the refusal does not name the ceiling: "
+           f"{over.reason!r}")
+    gate.report(a, "ambiguous", error="reply lost")
+    held = spend("c", 5)
+    expect(held.decision is Decision.DENIED,
+           "an AMBIGUOUS effect's spend was released: $5 more ran against $6 unknown")
+    gate.resolve("verify:G9:a", "failed", by="verify-operator")
+    freed = spend("c", 5)
+    expect(freed.decision is Decision.EXECUTE,
+           f"after the AMBIGUOUS spend resolved failed: {freed.decision.value!r}")
+    gate.report(freed, "committed")
+    return f"over the ceiling: denied ({over.reason}); AMBIGUOUS held $6 until resolved"
 
 
 def check_g10(ctx: VerifyContext) -> str:
-    _needs("unwind")
-    raise NotApplicable("not written yet")
+    _needs("unwind", "compensator")
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def gate_with_undo() -> Gate:
+        gate = ctx.gate()
+
+        @gate.compensator("verify.g10.*")
+        def cancel(record: Any, compensation: Any) -> dict[str, str]:
+            with lock:
+                done.append(compensation["cancel"])
+            return {"cancelled": compensation["cancel"]}
+
+        return gate
+
+    gate = gate_with_undo()
+    for group in ("verify:G10:trip", "verify:G10:race"):
+        for step, undo in (("flight", "flight"), ("hotel", "hotel"), ("note", None),
+                           ("car", "car")):
+            d = gate.begin(effect_type=f"verify.g10.{step}", key=f"{group}:{step}",
+                           payload={}, group_key=group,
+                           compensation={"cancel": f"{group}:{undo}"} if undo else None)
+            gate.report(d, "committed", result={"booked": step})
+    report = gate.unwind("verify:G10:trip", by="verify")
+    order = [s.key.rsplit(":", 1)[1] for s in report.compensated]
+    expect(order == ["car", "hotel", "flight"], f"compensated in the order {order}")
+    expect([s.key for s in report.irreversible] == ["verify:G10:trip:note"],
+           "the step with no compensation is not listed as irreversible")
+    gate.unwind("verify:G10:trip", by="verify")  # re-run: nothing twice
+    gates = [gate_with_undo() for _ in range(3)]
+    threads = [threading.Thread(target=g.unwind, args=("verify:G10:race",)) for g in gates]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    counts = Counter(done)
+    twice = sorted(k for k, n in counts.items() if n > 1)
+    expect(not twice, f"compensated more than once: {twice}")
+    expect(len(counts) == 6, f"compensations run: {sorted(counts)}")
+    return "reverse order, each undo once across a re-run and 3 concurrent unwinds"
 
 
 def check_g11(ctx: VerifyContext) -> str:
     _needs("prune")
-    raise NotApplicable("not written yet")
+    gate = ctx.gate()
+    key = "verify:G11:refund"
+    d = gate.begin(effect_type="verify.g11", key=key, payload={"amount": 5})
+    gate.report(d, "committed", result={"card": "4242"})
+    lost = gate.begin(effect_type="verify.g11", key="verify:G11:lost", payload={},
+                      lease_seconds=0.05)
+    pruned = gate.prune(datetime.timedelta(0))
+    expect(pruned >= 1, "prune pruned nothing")
+    record = gate.get(key)
+    expect(record.state is State.COMMITTED and record.result is None,
+           f"after prune: {record.state.value} with result {record.result!r}")
+    fresh = ctx.gate(memo_size=0)
+    dup = fresh.begin(effect_type="verify.g11", key=key, payload={"amount": 5})
+    expect(dup.decision is Decision.DUPLICATE,
+           f"a pruned key was answered {dup.decision.value!r}, not 'duplicate'")
+    try:
+        fresh.begin(effect_type="verify.g11", key=key, payload={"amount": 6})
+    except PayloadMismatch:
+        pass
+    else:
+        raise CheckFailed("a pruned key accepted another payload")
+    time.sleep(0.1)
+    expect(fresh.get("verify:G11:lost").state is State.AMBIGUOUS,
+           "prune touched an effect whose outcome is unknown")
+    gate.resolve("verify:G11:lost", "failed", by="verify")
+    del lost
+    return "the tombstone refused the duplicate and another payload; unknown effects kept"

@@ -57,7 +57,7 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None)
         out.print(f"[{style}]{_LABEL[result.status]:>4}[/] {result.id:<4} {escape(result.title)}")
         detail = textwrap.fill(f"{result.detail} ({result.seconds:.1f}s)",
                                width=max(out.width, 40), initial_indent=" " * 10,
-                               subsequent_indent=" " * 10)
+                               subsequent_indent=" " * 10, break_on_hyphens=False)
         out.print(Text(detail, style="dim"))
 
     results = run_checks(target, only, on_result=show)
