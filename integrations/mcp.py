@@ -1,0 +1,376 @@
+"""The gate as an MCP server: any agent that speaks MCP gets ``begin`` / ``report`` without a
+Python decorator.
+
+Tools: ``begin_effect``, ``report_effect``, ``extend_lease``, ``unwind_group`` and, only when the
+operator allows it, ``resolve_effect`` (deciding what happened to an AMBIGUOUS effect is a
+person's call, not the agent's). Answers are JSON; every effectgate error comes back as a tool
+error whose text is JSON with the error's fields and ``what_to_do``.
+
+::
+
+    from effectgate.integrations.mcp import build_server
+
+    build_server(eg.Gate("sqlite:///effects.db")).run()      # stdio
+
+or ``effectgate mcp serve --url ... [--transport http]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
+
+import effectgate as eg
+
+try:
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError as err:  # pragma: no cover - depends on the extras installed
+    raise ImportError(
+        'effectgate.integrations.mcp needs the mcp package: pip install "effectgate[mcp]"'
+    ) from err
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "build_server", "decision_answer", "error_answer", "serve", "tool_error", "unwind_answer",
+]
+
+_INSTRUCTIONS: dict[str, str] = {
+    "execute": (
+        "You hold this effect. Perform the action now, exactly once, then call report_effect "
+        "with effect_id and lease_token: committed (with the result), failed (it certainly did "
+        "not happen) or ambiguous (you cannot tell)."
+    ),
+    "duplicate": (
+        "This action already happened. Do NOT perform it again. Use `result` as the result of "
+        "the action, as though you had just done it."
+    ),
+    "in_flight": (
+        "Someone else is performing this action right now. Do NOT perform it. Wait "
+        "retry_after_seconds, then call begin_effect again with the same arguments."
+    ),
+    "blocked": (
+        "An earlier attempt may or may not have happened. Do NOT perform it and do not retry "
+        "it. Tell the user that this action's outcome is unresolved (quote the key); a person "
+        "must check and resolve it."
+    ),
+    "approval_required": (
+        "A person must approve this action first. Do NOT perform it. Tell the user, quoting "
+        "approval_id; once approved, call begin_effect again with the same arguments."
+    ),
+    "denied": (
+        "Policy or a spending limit refused this action (see reason). Do NOT perform it. Tell "
+        "the user why."
+    ),
+}
+
+_ERROR_HINTS: dict[str, str] = {
+    "EffectKeyError": "The key is unusable. Fix it and call again; nothing was recorded.",
+    "PayloadMismatch": (
+        "This key was already used for an action with different parameters. If it is the same "
+        "action, send the same payload; if it is another action, give it its own key. Do NOT "
+        "perform the action under this key."
+    ),
+    "StaleLease": (
+        "You no longer hold this effect (the lease ran out, a person resolved it, or a newer "
+        "attempt holds it); nothing was recorded. Do NOT perform the action again; call "
+        "begin_effect with the same arguments to see where it stands."
+    ),
+    "UnknownEffect": "No such effect: check the effect_id, lease_token or key you sent.",
+    "InvalidTransition": "The effect cannot move that way; read the message and state.",
+    "StoreError": (
+        "The effect store could not be reached. Do NOT perform the action; try again later."
+    ),
+    "NotExecuted": "The action did not happen; a later attempt may run it.",
+    "EffectInFlight": _INSTRUCTIONS["in_flight"],
+    "EffectAmbiguous": _INSTRUCTIONS["blocked"],
+    "ApprovalRequired": _INSTRUCTIONS["approval_required"],
+    "EffectDenied": _INSTRUCTIONS["denied"],
+}
+_DEFAULT_HINT = "Fix the arguments and call again; nothing was recorded."
+
+
+def decision_answer(d: eg.BeginDecision) -> dict[str, Any]:
+    """A decision as JSON for a model: ``as_dict()`` plus ``instruction`` (what to do now)."""
+    out = {k: v for k, v in d.as_dict().items()
+           if v is not None or (k == "result" and d.decision is eg.Decision.DUPLICATE)}
+    text = _INSTRUCTIONS[d.decision.value]
+    if d.vendor_key is not None and d.decision is eg.Decision.EXECUTE:
+        where = "header" if d.vendor_key.location == "header" else "request body field"
+        text += (
+            f" Send vendor_idempotency_key to {d.vendor_key.vendor} as its own idempotency key "
+            f"(the {where} {d.vendor_key.field!r}), so the vendor also refuses a repeat."
+        )
+    if d.budget_warning:
+        text += " Tell the user about budget_warning: a spending limit could not count this."
+    out["instruction"] = text
+    return out
+
+
+def error_answer(err: eg.EffectGateError) -> dict[str, Any]:
+    """An effectgate error as JSON for a model: its fields plus ``what_to_do``."""
+    out = {k: v for k, v in err.fields().items() if v is not None}
+    hint = next((_ERROR_HINTS[c.__name__] for c in type(err).__mro__
+                 if c.__name__ in _ERROR_HINTS), _DEFAULT_HINT)
+    out["what_to_do"] = hint
+    return out
+
+
+def tool_error(err: eg.EffectGateError) -> ToolError:
+    """The :class:`ToolError` a model reads for ``err`` (JSON text)."""
+    return ToolError(json.dumps(error_answer(err), ensure_ascii=False, default=str))
+
+
+# -- the tools ---------------------------------------------------------------------------------
+
+BEGIN = """\
+Ask permission IMMEDIATELY BEFORE an action that changes something outside this conversation \
+(sends a message, moves money, creates, changes or deletes a resource, deploys). Not for reads. \
+The answer's `decision` tells you what to do, and `instruction` repeats it; only "execute" lets \
+you act:
+- execute: you hold this effect. Perform the action now, exactly once, then call report_effect. \
+If the answer has vendor_idempotency_key, send it to the vendor as the vendor's own idempotency \
+key (vendor_key.location and vendor_key.field say where), so the vendor refuses a repeat too.
+- duplicate: it ALREADY HAPPENED. Do NOT perform it. Use `result` as though you had just done it.
+- in_flight: someone is doing it right now. Do NOT perform it. Wait retry_after_seconds and ask \
+again with the same arguments.
+- blocked: an earlier attempt may or may not have happened. Do NOT perform it or retry it. Tell \
+the user it is unresolved; a person checks and resolves it.
+- approval_required: a person must approve it. Do NOT perform it. Tell the user (approval_id); \
+ask again after approval.
+- denied: policy or a spending limit refused it (reason). Do NOT perform it. Tell the user.
+The key must name the action itself, built from the work's own identifiers \
+("refund:txn_8812", "welcome-email:user_123"), so that a retry of the same action gives the same \
+key. Never build it from the current time, a counter or a random value. If the action costs \
+money, ALWAYS send estimated_cost_micros. If the answer has budget_warning, tell the user."""
+
+REPORT = """\
+Record what happened after you performed an action that begin_effect answered "execute". Send \
+effect_id and lease_token from that answer and one outcome:
+- committed: it happened. Send its result: a repeat of this action is answered with it.
+- failed: it certainly did NOT happen (e.g. the vendor refused it before acting). A later \
+begin_effect with the same key may try again.
+- ambiguous: you cannot tell (timeout, lost reply, crash). The key is then blocked until a \
+person resolves it. Never report failed when you are unsure.
+Report before the lease ends (lease_expires_at), or call extend_lease; otherwise the outcome \
+counts as unknown. An error StaleLease means you no longer hold it: do not perform it again."""
+
+EXTEND = """\
+Keep holding an effect while a long action is still running: the lease then ends `seconds` from \
+now. Call it before lease_expires_at; once a lease has ended the effect counts as ambiguous and \
+this call fails with StaleLease (do not perform the action again then)."""
+
+RESOLVE = """\
+Settle an effect whose outcome is unknown (decision "blocked"), after checking at the vendor \
+what really happened: committed (it happened; send its result if you have it) or failed (it did \
+not happen; a later begin_effect may run it). Only resolve what you have verified. `by` names \
+who verified it."""
+
+UNWIND = """\
+Undo a multi-step task whose steps were begun with this group_key: committed steps are undone \
+newest first, each at most once. The answer sorts every step into one list:
+- compensated: undone.
+- to_compensate: undo it yourself, in the order listed: call begin_effect with exactly the \
+arguments under its begin_effect, perform the compensation it shows, then report_effect. Call \
+unwind_group again afterwards to confirm.
+- unresolved: its outcome is unknown; a person must check it first.
+- irreversible: no compensation was declared, so it cannot be undone.
+- failed: the undo itself failed. skipped: nothing happened, nothing to undo.
+Tell the user about every unresolved, irreversible or failed step."""
+
+_Key = Annotated[str, Field(description=(
+    "The effect key: one logical action's idempotency key, built from the work's own "
+    "identifiers, e.g. \"refund:txn_8812\" or \"invoice:2026-08:acct_88123\". The same action "
+    "retried must give the same key; never use the time or a random value."))]
+_EffectId = Annotated[int, Field(description="effect_id from begin_effect's answer.")]
+_Token = Annotated[int, Field(description="lease_token from begin_effect's answer.")]
+
+
+def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
+                 name: str = "effectgate") -> MCPServer:
+    """An MCP server whose tools drive ``gate``. ``allow_resolve`` offers ``resolve_effect``."""
+    server = MCPServer(name, log_level="WARNING", instructions=(
+        "Call begin_effect immediately before every action with a side effect and obey its "
+        "decision: only 'execute' performs the action; then call report_effect."))
+
+    @server.tool(description=BEGIN, structured_output=False)
+    async def begin_effect(
+        effect_type: Annotated[str, Field(description=(
+            "The kind of action, namespaced: \"payment.refund\", \"email.send\", "
+            "\"github.pr.create\". Approvals and spending limits are set per type."))],
+        key: _Key,
+        payload: Annotated[dict[str, Any] | None, Field(description=(
+            "The action's parameters, exactly as you will send them. Only a hash is stored. "
+            "Reusing a key with other parameters is refused, which catches two actions "
+            "sharing one key."))] = None,
+        estimated_cost_micros: Annotated[int | None, Field(ge=0, description=(
+            "What the action will cost at the vendor, in micro-units (1000000 = $1). ALWAYS "
+            "send it when the action costs money: spending limits count it, and a limit "
+            "cannot stop what was never declared."))] = None,
+        vendor: Annotated[str | None, Field(description=(
+            "The vendor that performs it, when known: " + ", ".join(sorted(eg.VENDOR_RULES))
+            + ". The answer then carries vendor_idempotency_key shaped for that vendor."))]
+        = None,
+        group_key: Annotated[str | None, Field(description=(
+            "Set when this is one step of a multi-step task that must be undone as a whole if "
+            "it fails, e.g. \"booking:trip_8812\"; unwind_group undoes the group."))] = None,
+        compensation: Annotated[Any, Field(description=(
+            "How to undo THIS step if its group is unwound, e.g. {\"tool\": "
+            "\"cancel_booking\", \"booking_ref\": \"BK-1\"}. Declare it now, while you know; "
+            "a step without one is irreversible."))] = None,
+        compensates_effect_id: Annotated[int | None, Field(description=(
+            "Only when this action undoes an earlier one: that effect's effect_id."))] = None,
+        lease_seconds: Annotated[float | None, Field(gt=0, description=(
+            "How long the action may take. Report or extend_lease before it ends, or the "
+            "outcome counts as unknown."))] = None,
+        run_id: Annotated[str | None, Field(description=(
+            "Groups every effect of one task or conversation."))] = None,
+        agent_id: Annotated[str | None, Field(description="Who you are (the agent).")] = None,
+    ) -> dict[str, Any]:
+        try:
+            d = await gate.abegin(
+                effect_type=effect_type, key=key, payload=payload or {},
+                estimated_cost_micros=estimated_cost_micros, vendor=vendor,
+                group_key=group_key, compensation=compensation,
+                compensates_effect_id=compensates_effect_id, lease_seconds=lease_seconds,
+                run_id=run_id, agent_id=agent_id,
+            )
+        except eg.EffectGateError as err:
+            raise tool_error(err) from err
+        return decision_answer(d)
+
+    @server.tool(description=REPORT, structured_output=False)
+    async def report_effect(
+        effect_id: _EffectId,
+        lease_token: _Token,
+        outcome: Literal["committed", "failed", "ambiguous"],
+        result: Annotated[Any, Field(description=(
+            "With committed: the action's result (JSON), returned to every repeat."))] = None,
+        error: Annotated[str | None, Field(description=(
+            "With failed or ambiguous: what went wrong."))] = None,
+        actual_cost_micros: Annotated[int | None, Field(ge=0, description=(
+            "What it really cost, in micro-units (1000000 = $1), when known."))] = None,
+    ) -> dict[str, Any]:
+        try:
+            await gate.areport(effect_id, outcome, lease_token=lease_token, result=result,
+                               error=error, actual_cost_micros=actual_cost_micros)
+        except eg.EffectGateError as err:
+            raise tool_error(err) from err
+        return {"effect_id": effect_id, "recorded": outcome}
+
+    @server.tool(description=EXTEND, structured_output=False)
+    async def extend_lease(
+        effect_id: _EffectId,
+        lease_token: _Token,
+        seconds: Annotated[float | None, Field(gt=0, description=(
+            "The lease then ends this many seconds from now (default: the gate's lease)."))]
+        = None,
+    ) -> dict[str, Any]:
+        try:
+            expires = await gate.aextend_lease(effect_id, seconds, lease_token=lease_token)
+        except eg.EffectGateError as err:
+            raise tool_error(err) from err
+        return {"effect_id": effect_id,
+                "lease_expires_at": expires.isoformat().replace("+00:00", "Z")}
+
+    if allow_resolve:
+
+        @server.tool(description=RESOLVE, structured_output=False)
+        async def resolve_effect(
+            key: _Key,
+            outcome: Literal["committed", "failed"],
+            by: Annotated[str, Field(description="Who verified the outcome.")],
+            result: Annotated[Any, Field(description=(
+                "With committed: the action's result, if known."))] = None,
+            note: Annotated[str | None, Field(description="How it was verified.")] = None,
+        ) -> dict[str, Any]:
+            try:
+                record = await gate.aresolve(key, outcome, by=by, result=result, note=note)
+            except eg.EffectGateError as err:
+                raise tool_error(err) from err
+            return _record(record.as_dict())
+
+    @server.tool(description=UNWIND, structured_output=False)
+    async def unwind_group(
+        group_key: Annotated[str, Field(description=(
+            "The group_key the steps were begun with."))],
+        by: Annotated[str, Field(description="Who asks for the undo.")] = "mcp-agent",
+    ) -> dict[str, Any]:
+        try:
+            return await asyncio.to_thread(unwind_answer, gate, group_key, by)
+        except eg.EffectGateError as err:
+            raise tool_error(err) from err
+
+    return server
+
+
+def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
+    """``gate.unwind(group_key)`` as JSON for an agent. A step whose effect type has no
+    compensator in this process is handed to the agent under ``to_compensate``, with the exact
+    ``begin_effect`` arguments of its undo: the same effect that ``unwind`` itself would begin,
+    so the undo runs at most once whoever performs it."""
+    report = gate.unwind(group_key, by=by)
+    answer = report.as_dict()
+    answer["failed"], answer["to_compensate"] = [], []
+    for step in report.failed:
+        if gate.compensator_for(step.effect_type) is not None:  # it ran and failed
+            answer["failed"].append(step.as_dict())
+            continue
+        record = gate.get_by_id(step.effect_id)
+        undo = _undo_request(record)
+        try:
+            done: eg.EffectRecord | None = gate.get(undo["key"])
+        except eg.UnknownEffect:
+            done = None
+        state = done.state.value if done is not None else None
+        row = step.as_dict() | {"compensation_effect_id": done.effect_id if done else None}
+        if state == "committed":
+            assert done is not None
+            answer["compensated"].append(row | {"detail": "compensated by an agent",
+                                                "result": done.result})
+        elif state in (None, "failed"):
+            answer["to_compensate"].append(row | {
+                "detail": "perform this undo yourself", "compensation": record.compensation,
+                "begin_effect": undo})
+        else:
+            answer["unresolved"].append(row | {"detail": f"its compensation is {state}"})
+    answer["complete"] = not (answer["unresolved"] or answer["failed"]
+                              or answer["to_compensate"])
+    if answer["to_compensate"]:
+        answer["instruction"] = (
+            "Undo each step in to_compensate, in the order listed: call begin_effect with "
+            "exactly its begin_effect arguments; on execute, perform what its compensation "
+            "describes and report_effect. Then call unwind_group again to confirm.")
+    return answer
+
+
+def _undo_request(record: eg.EffectRecord) -> dict[str, Any]:
+    """The ``begin`` of ``record``'s undo, as ``effectgate.sagas`` makes it (key
+    ``compensate:<key>``, type ``<type>.compensate``, same payload)."""
+    undo: dict[str, Any] = {
+        "effect_type": f"{record.effect_type}.compensate", "key": f"compensate:{record.key}",
+        "payload": {"effect_id": record.effect_id, "compensation": record.compensation},
+        "compensates_effect_id": record.effect_id,
+    }
+    if record.run_id is not None:
+        undo["run_id"] = record.run_id
+    return undo
+
+
+def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if k != "history" and v is not None}
+
+
+def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
+          host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False) -> None:
+    """Run :func:`build_server` over stdio or streamable HTTP (``http://host:port/mcp``)."""
+    server = build_server(gate, allow_resolve=allow_resolve)
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)

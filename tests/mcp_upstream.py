@@ -1,0 +1,60 @@
+"""A real MCP server for the gateway tests, run as its own process.
+
+``send_message`` appends one line to ``$LEDGER`` per execution: the side effect the tests count.
+``slow_send`` writes ``$STARTED`` (with this process's id), sleeps, then sends: the tests kill
+the process while it sleeps. ``lookup`` is a read. With ``$REFUSE_START`` naming a file that
+exists, the server exits before answering anything (an upstream that cannot start).
+
+Run: ``python tests/mcp_upstream.py`` (stdio) or ``python tests/mcp_upstream.py --http PORT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and Path(os.environ.get("REFUSE_START") or "/nonexistent").exists():
+    sys.exit(3)  # an upstream that cannot start: exits before reading a byte
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("test-upstream")
+
+
+def _append(line: str) -> None:
+    with open(os.environ["LEDGER"], "a", encoding="utf-8") as ledger:
+        ledger.write(line + "\n")
+
+
+@server.tool()
+def send_message(to: str, text: str, channel: str = "sms") -> str:
+    """Send a text message to a phone number. Irreversible."""
+    if to == "reject":
+        raise ToolError("the carrier rejected the number")
+    _append(f"{channel}:{to}:{text}")
+    return f"sent {text!r} to {to} by {channel}"
+
+
+@server.tool()
+async def slow_send(to: str, seconds: float) -> str:
+    """Send a message after a delay."""
+    Path(os.environ["STARTED"]).write_text(str(os.getpid()), encoding="utf-8")
+    await asyncio.sleep(seconds)
+    _append(f"slow:{to}")
+    return f"sent to {to}"
+
+
+@server.tool()
+def lookup(name: str) -> str:
+    """Look a contact up (read-only)."""
+    return name.upper()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()

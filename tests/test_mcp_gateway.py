@@ -1,0 +1,267 @@
+"""``effectgate mcp gateway``: a real upstream MCP server (``tests/mcp_upstream.py``, which
+appends a line to a ledger file per execution) behind the gateway, both real processes, driven
+by the mcp package's own client; store tests on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import effectgate as eg
+
+pytest.importorskip("mcp", reason='needs the mcp extra: pip install "effectgate[mcp]"')
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.types import CallToolResult
+
+from . import mcp_upstream
+
+CLI = ["-c", "from effectgate.cli import main; main()"]
+UPSTREAM = shlex.join([sys.executable, str(Path(mcp_upstream.__file__))])
+POLICY = """
+[effects."sms.send"]
+key = "sms:{to}:{text}"
+tools = ["send_message"]
+
+[effects."sms.slow"]
+key = "slow:{to}"
+tools = ["slow_send"]
+lease_seconds = 0.3
+"""
+
+
+class Upstream:
+    """The files the upstream process writes and reads."""
+
+    def __init__(self, folder: Path) -> None:
+        self.ledger = folder / "ledger.txt"
+        self.started = folder / "started.txt"
+        self.refuse = folder / "refuse-start"
+        self.errlog = folder / "gateway.err"
+        self.policy = folder / "effectgate.toml"
+        self.policy.write_text(POLICY, encoding="utf-8")
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "LEDGER": str(self.ledger), "STARTED": str(self.started),
+                "REFUSE_START": str(self.refuse)}
+
+    def lines(self) -> list[str]:
+        return self.ledger.read_text(encoding="utf-8").splitlines() if self.ledger.exists() else []
+
+    def stderr(self) -> str:
+        return self.errlog.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Upstream:
+    return Upstream(tmp_path)
+
+
+@asynccontextmanager
+async def gateway(up: Upstream, *args: str, target: str = UPSTREAM) -> AsyncIterator[ClientSession]:
+    """A client session on ``effectgate mcp gateway --upstream TARGET ARGS`` over stdio."""
+    params = StdioServerParameters(
+        command=sys.executable, env=up.env(),
+        args=[*CLI, "mcp", "gateway", "--upstream", target, *args])
+    with up.errlog.open("w", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def text(result: CallToolResult) -> str:
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+def refusal(result: CallToolResult) -> dict[str, Any]:
+    assert result.is_error, result
+    return json.loads(text(result))  # type: ignore[no-any-return]
+
+
+def decision(result: CallToolResult) -> str:
+    return str((result.meta or {})["effectgate"]["decision"])
+
+
+def open_gate(store_url: str, namespace: str) -> eg.Gate:
+    return eg.Gate(store_url, namespace=namespace)
+
+
+async def test_gateway_runs_a_repeated_call_once_and_refuses_unresolvable_keys(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """Same tools as the upstream; the same call twice runs upstream once and the second answer
+    is the stored result; a key that cannot be rendered fails before the upstream is called; an
+    upstream tool error leaves the effect AMBIGUOUS and its retry is refused; the ungated tool
+    is printed at start and passes through."""
+    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
+    with anyio.fail_after(60):
+        async with gateway(upstream, *store) as s:
+            assert s.server_info is not None
+            assert s.server_info.name == "test-upstream (gated by effectgate)"
+            listed = [t.model_dump(by_alias=True) for t in (await s.list_tools()).tools]
+            direct = [t.model_dump(by_alias=True) for t in await mcp_upstream.server.list_tools()]
+            assert listed == direct
+
+            first = await s.call_tool("send_message", {"to": "+100", "text": "shipped"})
+            second = await s.call_tool("send_message", {"to": "+100", "text": "shipped",
+                                                        "channel": "sms"})
+            assert not first.is_error and not second.is_error
+            assert text(first) == text(second) == "sent 'shipped' to +100 by sms"
+            assert second.structured_content == first.structured_content
+            assert (decision(first), decision(second)) == ("execute", "duplicate")
+            assert upstream.lines() == ["sms:+100:shipped"]
+
+            empty = refusal(await s.call_tool("send_message", {"to": "", "text": "x"}))
+            assert empty["error"] == "EffectKeyError"
+            invalid = refusal(await s.call_tool("send_message", {"to": "+1"}))
+            assert invalid["error"] == "InvalidArguments"
+            assert upstream.lines() == ["sms:+100:shipped"]
+
+            rejected = await s.call_tool("send_message", {"to": "reject", "text": "x"})
+            assert rejected.is_error and "carrier rejected" in text(rejected)
+            assert "AMBIGUOUS" in rejected.content[-1].text  # type: ignore[union-attr]
+            retry = refusal(await s.call_tool("send_message", {"to": "reject", "text": "x"}))
+            assert retry["error"] == "EffectAmbiguous" and retry["decision"] == "blocked"
+
+            looked = await s.call_tool("lookup", {"name": "alice"})
+            assert text(looked) == "ALICE" and looked.meta is None
+
+    printed = upstream.stderr().splitlines()
+    assert "effectgate: ungated tool, no effect declared: lookup" in printed
+    assert not any(line.endswith(("send_message", "slow_send")) for line in printed)
+    gate = open_gate(store_url, namespace)
+    try:
+        sent = gate.get("sms:+100:shipped")
+        assert sent.state is eg.State.COMMITTED and sent.attempt == 1
+        assert sent.result["content"][0]["text"] == "sent 'shipped' to +100 by sms"
+        assert gate.get("sms:reject:x").state is eg.State.AMBIGUOUS
+        with pytest.raises(eg.UnknownEffect):
+            gate.get("sms::x")
+    finally:
+        gate.close()
+
+
+async def test_upstream_killed_mid_call_leaves_the_effect_ambiguous(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """SIGKILL on the upstream while it runs a gated call: AMBIGUOUS, and the retry is refused
+    without reaching the upstream. An upstream that then cannot start leaves the next call
+    FAILED (never sent); once it can, that call runs as attempt 2."""
+    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
+    with anyio.fail_after(60):
+        async with gateway(upstream, *store) as s:
+            answers: list[CallToolResult] = []
+
+            async def slow() -> None:
+                answers.append(await s.call_tool("slow_send", {"to": "+7", "seconds": 30}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow)
+                while not upstream.started.exists() or not upstream.started.read_text():
+                    await anyio.sleep(0.05)
+                os.kill(int(upstream.started.read_text()), signal.SIGKILL)
+            lost = refusal(answers[0])
+            assert lost["error"] == "UpstreamLost" and lost["key"] == "slow:+7"
+            assert "AMBIGUOUS" in lost["what_to_do"]
+
+            upstream.started.unlink()
+            retry = refusal(await s.call_tool("slow_send", {"to": "+7", "seconds": 30}))
+            assert retry["error"] == "EffectAmbiguous"
+            assert not upstream.started.exists()
+
+            upstream.refuse.touch()
+            refused = refusal(await s.call_tool("send_message", {"to": "+8", "text": "x"}))
+            assert refused["error"] == "NotExecuted"
+            upstream.refuse.unlink()
+            ran = await s.call_tool("send_message", {"to": "+8", "text": "x"})
+            assert not ran.is_error and (ran.meta or {})["effectgate"]["attempt"] == 2
+
+    assert upstream.lines() == ["sms:+8:x"]
+    gate = open_gate(store_url, namespace)
+    try:
+        assert gate.get("slow:+7").state is eg.State.AMBIGUOUS
+        record = gate.get("sms:+8:x")
+        assert record.state is eg.State.COMMITTED and record.attempt == 2
+        assert [h.to_state for h in record.history] == [
+            eg.State.IN_FLIGHT, eg.State.FAILED, eg.State.IN_FLIGHT, eg.State.COMMITTED]
+    finally:
+        gate.close()
+
+
+async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str,
+                                              namespace: str) -> None:
+    """An upstream over streamable HTTP is gated the same way: one execution for two calls;
+    a call that outlasts its lease (0.3 s) commits, because the gateway extends the lease while
+    the upstream works."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, mcp_upstream.__file__, "--http", str(port)],
+                            env=upstream.env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    await anyio.connect_tcp("127.0.0.1", port)
+                    break
+                except OSError:
+                    assert proc.poll() is None
+                    await anyio.sleep(0.1)
+            async with gateway(upstream, "--url", store_url, "--namespace", namespace,
+                               "--policy", str(upstream.policy),
+                               target=f"http://127.0.0.1:{port}/mcp") as s:
+                for expected in ("execute", "duplicate"):
+                    result = await s.call_tool("send_message", {"to": "+9", "text": "hi"})
+                    assert decision(result) == expected and text(result).startswith("sent")
+                slow = await s.call_tool("slow_send", {"to": "+10", "seconds": 1.0})
+                assert not slow.is_error and decision(slow) == "execute"
+        assert upstream.lines() == ["sms:+9:hi", "slow:+10"]
+        gate = open_gate(store_url, namespace)
+        try:
+            assert gate.get("slow:+10").state is eg.State.COMMITTED
+        finally:
+            gate.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_strict_gateway_refuses_ungated_tools(upstream: Upstream, tmp_path: Path) -> None:
+    """--strict: the undeclared tool is printed as refused and a call to it never reaches the
+    upstream."""
+    url = f"sqlite:///{tmp_path / 'effects.db'}"
+    with anyio.fail_after(60):
+        async with gateway(upstream, "--url", url, "--policy", str(upstream.policy),
+                           "--strict") as s:
+            answer = refusal(await s.call_tool("lookup", {"name": "alice"}))
+            assert answer["error"] == "UngatedTool"
+    assert "effectgate: refused (strict) tool, no effect declared: lookup" in (
+        upstream.stderr().splitlines())
+
+
+def test_gateway_will_not_start_when_a_template_names_a_missing_argument(
+        upstream: Upstream, tmp_path: Path) -> None:
+    """A key template that names an argument the upstream tool lacks fails at start (exit 2),
+    not at the first call."""
+    upstream.policy.write_text(POLICY.replace("sms:{to}:{text}", "sms:{phone}"),
+                               encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, *CLI, "mcp", "gateway", "--upstream", UPSTREAM,
+         "--url", f"sqlite:///{tmp_path / 'effects.db'}", "--policy", str(upstream.policy)],
+        env=upstream.env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 2
+    assert "phone" in done.stderr and "send_message" in done.stderr
