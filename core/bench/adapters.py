@@ -1,0 +1,123 @@
+"""Adapters: a gated framework tool beside the same framework tool around the core decorator.
+
+For each framework whose integration is installed, two tools wrap one no-op function: the
+integration's ``gate_tool(tool, "bench:{txn_id}")`` and the framework's plain tool made from
+the ``@gate.effect``-decorated function. Both are invoked the framework's way (LangChain
+``invoke``, OpenAI Agents ``on_invoke_tool``, LlamaIndex ``call``), so the ratio is what the
+integration adds over the core (target 1.3x). A second row, without a target, sets the gated
+tool beside a bare call of the decorated function (framework overhead included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..gate import Gate
+from .baseline import KeySource, calling
+from .measure import Ratio, Report, interleave
+from .stores import Scratch
+
+__all__ = ["TARGET", "bench_adapters"]
+
+TARGET = 1.3
+_TEMPLATE = "bench:{txn_id}"
+
+
+def refund(txn_id: str, amount_cents: int = 500) -> dict:  # type: ignore[type-arg]
+    """Refund a transaction (a no-op for the benchmark)."""
+    return {"ok": True}
+
+
+def _integration(name: str) -> Any:
+    try:
+        module = importlib.import_module(f"effectgate.integrations.{name}")
+    except ImportError:
+        return None
+    return module if hasattr(module, "gate_tool") else None
+
+
+def _calls_langchain(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+    from langchain_core.tools import StructuredTool
+
+    tool = StructuredTool.from_function(refund, name="refund")
+    gated = module.gate_tool(tool, _TEMPLATE, gate=gate, effect_type="bench.effect")
+    plain = StructuredTool.from_function(core, name="refund")
+
+    def call(t: Any) -> Callable[[str], Any]:
+        return lambda key: t.invoke({"txn_id": key, "amount_cents": 500})
+
+    return call(gated), call(plain)
+
+
+def _calls_openai_agents(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+    from agents import function_tool
+    from agents.tool_context import ToolContext
+
+    tool = function_tool(refund)
+    gated = module.gate_tool(tool, _TEMPLATE, gate=gate, effect_type="bench.effect")
+    plain = function_tool(core, name_override="refund")
+    loop = asyncio.new_event_loop()
+
+    def call(t: Any) -> Callable[[str], Any]:
+        def invoke(key: str) -> Any:
+            args = json.dumps({"txn_id": key, "amount_cents": 500})
+            ctx = ToolContext(None, tool_name="refund", tool_call_id=key, tool_arguments=args)
+            return loop.run_until_complete(t.on_invoke_tool(ctx, args))
+
+        return invoke
+
+    return call(gated), call(plain)
+
+
+def _calls_llama_index(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+    from llama_index.core.tools import FunctionTool
+
+    tool = FunctionTool.from_defaults(fn=refund, name="refund")
+    gated = module.gate_tool(tool, _TEMPLATE, gate=gate, effect_type="bench.effect")
+    plain = FunctionTool.from_defaults(fn=core, name="refund")
+
+    def call(t: Any) -> Callable[[str], Any]:
+        return lambda key: t.call(txn_id=key, amount_cents=500)
+
+    return call(gated), call(plain)
+
+
+_FRAMEWORKS = {
+    "langchain": ("langchain", _calls_langchain),
+    "openai-agents": ("openai_agents", _calls_openai_agents),
+    "llama-index": ("llama_index", _calls_llama_index),
+}
+
+
+def bench_adapters(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
+    """Add one ratio per installed framework integration for the backend ``s``."""
+    for label, (module_name, build) in _FRAMEWORKS.items():
+        module = _integration(module_name)
+        if module is None:
+            report.notes.append(f"adapters: effectgate.integrations.{module_name}.gate_tool "
+                                "is not available; skipped")
+            continue
+        name = f"adapter_{module_name}"
+        gate = Gate(s.url(name), namespace=s.namespace(name))
+        try:
+            core = gate.effect(_TEMPLATE, effect_type="bench.effect")(refund)
+            gated_call, plain_call = build(gate, core, module)
+            keys = {k: KeySource(f"{k}-") for k in ("gated", "plain", "core")}
+            runners = {"gated": calling(gated_call, keys["gated"]),
+                       "plain": calling(plain_call, keys["plain"]),
+                       "core": calling(core, keys["core"])}
+            times = interleave(runners, total=n, chunks=chunks)
+            report.ratios.append(Ratio("adapters", s.backend, f"{label} gate_tool",
+                                       times["gated"], times["plain"],
+                                       "tool+@gate.effect", TARGET))
+            report.ratios.append(Ratio("adapters", s.backend, "  beside a bare call",
+                                       times["gated"], times["core"], "bare @gate.effect"))
+        except Exception as err:  # an integration in progress must not sink the whole run
+            report.notes.append(f"adapters: {label} failed: {type(err).__name__}: {err}")
+        finally:
+            gate.close()
+

@@ -1,0 +1,207 @@
+"""The baselines: the raw driver (``sqlite3`` / ``psycopg``) doing by hand the writes an
+idempotent effect needs, with the same durability as the gate.
+
+Per executed effect: one ``INSERT … ON CONFLICT DO NOTHING RETURNING id`` (the reservation, its
+own transaction) and one ``UPDATE … WHERE id = ?`` (the outcome, its own transaction). Per
+refusal: one ``SELECT`` by key. On SQLite the reserving commit runs at the given
+``synchronous`` level and the outcome commit at another, switched with a ``PRAGMA`` exactly as
+the gate switches it. No history, no lease, no fencing token: this is the floor.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "Cycle", "KeySource", "RawPostgres", "RawSqlite", "batch", "calling", "connect_raw",
+    "timed_calls",
+]
+
+_RESULT = '{"ok":true}'
+_HASH = "0" * 64
+
+
+class KeySource:
+    """Fresh random keys (``prefix`` + 16 hex digits), remembered in the order issued."""
+
+    def __init__(self, prefix: str = "bench:") -> None:
+        self.prefix = prefix
+        self.issued: list[str] = []
+
+    def take(self, count: int) -> list[str]:
+        """``count`` keys never issued before."""
+        keys = [f"{self.prefix}{os.urandom(8).hex()}" for _ in range(count)]
+        self.issued.extend(keys)
+        return keys
+
+
+class Cycle:
+    """Hands out keys from a fixed list, round and round (for repeats of committed keys)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        if not keys:
+            raise ValueError("Cycle needs at least one key")
+        self.keys = keys
+        self.at = 0
+
+    def take(self, count: int) -> list[str]:
+        """The next ``count`` keys."""
+        out = []
+        for _ in range(count):
+            out.append(self.keys[self.at])
+            self.at = (self.at + 1) % len(self.keys)
+        return out
+
+
+def timed_calls(fn: Any, keys: list[str]) -> float:
+    """Seconds taken to call ``fn(key)`` for every key."""
+    start = time.perf_counter()
+    for key in keys:
+        fn(key)
+    return time.perf_counter() - start
+
+
+def calling(fn: Any, source: KeySource | Cycle) -> Callable[[int], float]:
+    """A runner: ``fn(key)`` for each of the next ``count`` keys of ``source``."""
+    return lambda count: timed_calls(fn, source.take(count))
+
+
+def batch(method: Callable[[list[str]], float],
+          source: KeySource | Cycle) -> Callable[[int], float]:
+    """A runner: ``method(keys)`` (which times itself) on the next ``count`` keys."""
+    return lambda count: method(source.take(count))
+
+
+_COLUMNS = "namespace, key, effect_type, payload_hash, state, created_at, updated_at"
+
+
+class _Raw:
+    """The statements both drivers share; ``ph`` is the driver's placeholder."""
+
+    conn: Any
+    ph = "?"
+
+    def __init__(self, table: str, namespace: str) -> None:
+        self.table = table
+        self.namespace = namespace
+        ph = self.ph
+        self.insert = (
+            f"INSERT INTO {table} ({_COLUMNS}) VALUES ({', '.join([ph] * 7)}) "
+            "ON CONFLICT (namespace, key) DO NOTHING RETURNING id"
+        )
+        self.update = f"UPDATE {table} SET state = {ph}, result = {ph}, updated_at = {ph} " \
+            f"WHERE id = {ph}"
+        self.select = f"SELECT id, state, payload_hash, result FROM {table} " \
+            f"WHERE namespace = {ph} AND key = {ph}"
+        self.insert_ignore = (
+            f"INSERT INTO {table} ({_COLUMNS}) VALUES ({', '.join([ph] * 7)}) "
+            "ON CONFLICT (namespace, key) DO NOTHING"
+        )
+
+    def _reserve(self, key: str) -> Any:
+        now = time.time()
+        return self.conn.execute(
+            self.insert,
+            (self.namespace, key, "bench.effect", _HASH, "in_flight", now, now),
+        ).fetchone()
+
+    def _commit(self, row_id: Any) -> None:
+        self.conn.execute(self.update, ("committed", _RESULT, time.time(), row_id))
+
+    def execute(self, keys: list[str]) -> float:
+        """Reserve, then record the outcome of, one effect per key; seconds taken."""
+        start = time.perf_counter()
+        for key in keys:
+            row = self._reserve(key)
+            if row is not None:
+                self._commit(row[0])
+        return time.perf_counter() - start
+
+    def refuse(self, keys: list[str]) -> float:
+        """One ``SELECT`` by key per key; seconds taken."""
+        start = time.perf_counter()
+        ns = self.namespace
+        for key in keys:
+            self.conn.execute(self.select, (ns, key)).fetchone()
+        return time.perf_counter() - start
+
+    def race(self, keys: list[str]) -> tuple[float, list[str]]:
+        """``INSERT … ON CONFLICT DO NOTHING`` per key: (seconds, the keys this one won)."""
+        won = []
+        start = time.perf_counter()
+        for key in keys:
+            now = time.time()
+            cur = self.conn.execute(
+                self.insert_ignore,
+                (self.namespace, key, "bench.effect", _HASH, "committed", now, now),
+            )
+            if cur.rowcount == 1:
+                won.append(key)
+        return time.perf_counter() - start, won
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+
+class RawSqlite(_Raw):
+    """``sqlite3`` in autocommit mode on a WAL file; ``syncs`` = (reserve, outcome) levels."""
+
+    def __init__(self, path: str, *, namespace: str, syncs: tuple[str, str] = ("FULL", "NORMAL"),
+                 table: str = "raw_effects") -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=60.0)
+        self.conn.execute("PRAGMA busy_timeout=60000")
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={syncs[0]}")
+        self.conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY, "
+            "namespace TEXT NOT NULL, key TEXT NOT NULL, effect_type TEXT NOT NULL, "
+            "payload_hash TEXT NOT NULL, state TEXT NOT NULL, result TEXT, "
+            "created_at REAL NOT NULL, updated_at REAL NOT NULL, UNIQUE (namespace, key))"
+        )
+        self.switch = syncs[0] != syncs[1]
+        self.sync_reserve = f"PRAGMA synchronous={syncs[0]}"
+        self.sync_outcome = f"PRAGMA synchronous={syncs[1]}"
+        super().__init__(table, namespace)
+
+    def _reserve(self, key: str) -> Any:
+        if self.switch:
+            self.conn.execute(self.sync_reserve)
+        return super()._reserve(key)
+
+    def _commit(self, row_id: Any) -> None:
+        if self.switch:
+            self.conn.execute(self.sync_outcome)
+        super()._commit(row_id)
+
+
+class RawPostgres(_Raw):
+    """``psycopg`` in autocommit mode: every statement its own transaction and round trip."""
+
+    ph = "%s"
+
+    def __init__(self, dsn: str, *, namespace: str, table: str = "raw_effects") -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {table} (id BIGSERIAL PRIMARY KEY, "
+            "namespace VARCHAR(128) NOT NULL, key VARCHAR(512) NOT NULL, "
+            "effect_type VARCHAR(200) NOT NULL, payload_hash VARCHAR(64) NOT NULL, "
+            "state VARCHAR(20) NOT NULL, result TEXT, created_at DOUBLE PRECISION NOT NULL, "
+            "updated_at DOUBLE PRECISION NOT NULL, UNIQUE (namespace, key))"
+        )
+        super().__init__(table, namespace)
+
+
+def connect_raw(kind: str, where: str, namespace: str, **options: Any) -> RawSqlite | RawPostgres:
+    """A raw baseline: ``kind`` ``"sqlite"`` (``where`` a file path) or ``"postgres"``
+    (``where`` a libpq connection string)."""
+    if kind == "sqlite":
+        return RawSqlite(where, namespace=namespace, **options)
+    return RawPostgres(where, namespace=namespace, **options)
+

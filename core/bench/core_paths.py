@@ -1,0 +1,170 @@
+"""The core paths beside the raw driver: an executed effect through the decorator (reserve →
+no-op body → commit) and a duplicate refusal, answered from the store and from the memo.
+
+Then, untimed, the same paths once more under a trace: round trips (Postgres) or statements
+(SQLite) per effect and per refusal, and whether a refusal wrote anything.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from ..gate import Gate
+from .baseline import Cycle, KeySource, RawPostgres, RawSqlite, batch, calling, timed_calls
+from .measure import Figure, Ratio, Report, interleave
+from .stores import Scratch
+from .trace import PgTrace, SqliteTrace, pg_fingerprint
+
+__all__ = ["EFFECT_TARGETS", "REFUSAL_TARGETS", "bench_core", "gated"]
+
+# (backend, durability variant) -> the largest allowed ratio to the raw driver (DESIGN.md)
+EFFECT_TARGETS = {("sqlite", "default"): 1.5, ("sqlite", "normal"): 3.0,
+                  ("postgres", "default"): 1.3}
+REFUSAL_TARGETS = {"sqlite": 3.0, "postgres": 1.3}
+_TRACED = 50
+_LABELS = {
+    ("sqlite", "default"): ("effect, default sync", "raw FULL+NORMAL"),
+    ("sqlite", "normal"): ("effect, relaxed", "raw NORMAL+NORMAL"),
+    ("postgres", "default"): ("effect (decorator)", "raw INSERT+UPDATE"),
+}
+
+
+def gated(gate: Gate) -> Callable[[str], Any]:
+    """The benchmark's gated function: a no-op body under ``"bench:{txn_id}"``."""
+
+    @gate.effect("bench:{txn_id}", effect_type="bench.effect")
+    def refund(txn_id: str, amount_cents: int = 500) -> dict:  # type: ignore[type-arg]
+        return {"ok": True}
+
+    return refund
+
+
+def bench_core(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
+    """Measure the core paths on the scratch backend ``s`` and add the rows to ``report``."""
+    variants = [("default", "reserve", ("FULL", "NORMAL"))]
+    if s.backend == "sqlite":
+        variants.append(("normal", "relaxed", ("NORMAL", "NORMAL")))
+    for variant, durability, syncs in variants:
+        name = f"core_{variant}"
+        gate = Gate(s.url(name), namespace=s.namespace(name), durability=durability)  # type: ignore[arg-type]
+        raw = s.raw(name, syncs=syncs) if s.backend == "sqlite" else s.raw(name)
+        try:
+            fn = gated(gate)
+            gate_keys, raw_keys = KeySource(""), KeySource("bench:")
+            times = interleave({"raw": batch(raw.execute, raw_keys),
+                                "gate": calling(fn, gate_keys)}, total=n, chunks=chunks)
+            title, base = _LABELS[(s.backend, variant)]
+            report.ratios.append(Ratio("core", s.backend, title, times["gate"], times["raw"],
+                                       base, EFFECT_TARGETS[(s.backend, variant)]))
+            if variant == "default":
+                _count_effect(s, report, gate, fn, raw, gate_keys, raw_keys)
+                _refusals(s, report, gate, fn, raw, gate_keys.issued, raw_keys.issued,
+                          n=n, chunks=chunks)
+        finally:
+            gate.close()
+            raw.close()
+
+
+def _refusals(s: Scratch, report: Report, gate: Gate, fn: Callable[[str], Any],
+              raw: RawSqlite | RawPostgres, gate_done: list[str], raw_done: list[str], *,
+              n: int, chunks: int) -> None:
+    """Duplicates of committed keys: from the store (no memo), from the memo, raw SELECT."""
+    # A second gate without a memo sees the store as another process would.
+    cold = Gate(gate.url, namespace=gate.namespace, memo_size=0)
+    try:
+        cold_fn = gated(cold)
+        size = min(1000, len(gate_done), len(raw_done))  # the memo holds the latest 4096
+        gate_cycle, cold_cycle = Cycle(gate_done[-size:]), Cycle(gate_done[-size:])
+        raw_cycle = Cycle(raw_done[-size:])
+        times = interleave({
+            "raw": batch(raw.refuse, raw_cycle),
+            "store": calling(cold_fn, cold_cycle),
+            "memo": calling(fn, gate_cycle),
+        }, total=n, chunks=chunks)
+        target = REFUSAL_TARGETS[s.backend]
+        base = "raw SELECT by key"
+        report.ratios.append(Ratio("core", s.backend, "duplicate, from store",
+                                   times["store"], times["raw"], base, target))
+        report.ratios.append(Ratio("core", s.backend, "duplicate, from memo",
+                                   times["memo"], times["raw"], base, target))
+        _count_refusal(s, report, cold, cold_fn, gate, fn, raw, gate_done[-size:],
+                       raw_done[-size:])
+    finally:
+        cold.close()
+
+
+def _count_effect(s: Scratch, report: Report, gate: Gate, fn: Callable[[str], Any],
+                  raw: RawSqlite | RawPostgres, gate_keys: KeySource,
+                  raw_keys: KeySource) -> None:
+    k = _TRACED
+    with gate.store.connection() as conn:
+        if s.backend == "postgres":
+            with PgTrace(conn) as gt:
+                timed_calls(fn, gate_keys.take(k))
+            with PgTrace(raw.conn) as rt:
+                raw.execute(raw_keys.take(k))
+            report.figures += [
+                Figure("core", s.backend, "round trips / effect", gt.round_trips / k,
+                       target="<= 2", passed=gt.round_trips / k <= 2),
+                Figure("core", s.backend, "  raw driver, effect", rt.round_trips / k),
+            ]
+            report.figures.append(Figure("core", s.backend, "statements / effect",
+                                         len(gt.statements) / k))
+        else:
+            with SqliteTrace(conn) as sgt:
+                timed_calls(fn, gate_keys.take(k))
+            with SqliteTrace(raw.conn) as srt:
+                raw.execute(raw_keys.take(k))
+            report.figures += [
+                Figure("core", s.backend, "statements / effect", len(sgt.statements) / k),
+                Figure("core", s.backend, "  raw driver, effect", len(srt.statements) / k),
+            ]
+            report.notes.append(f"sqlite: an effect runs {_verbs(sgt.statements, k)}; "
+                                f"raw runs {_verbs(srt.statements, k)}")
+
+
+def _count_refusal(s: Scratch, report: Report, cold: Gate, cold_fn: Callable[[str], Any],
+                   gate: Gate, fn: Callable[[str], Any], raw: RawSqlite | RawPostgres,
+                   gate_done: list[str], raw_done: list[str]) -> None:
+    k = min(_TRACED, len(gate_done))
+    keys = gate_done[:k]
+    if s.backend == "postgres":
+        dsn = s.dsn("core_default")
+        before = pg_fingerprint(dsn, cold.namespace)
+        with cold.store.connection() as conn, PgTrace(conn) as ct:
+            timed_calls(cold_fn, keys)
+        after = pg_fingerprint(dsn, cold.namespace)
+        with gate.store.connection() as conn, PgTrace(conn) as mt:
+            timed_calls(fn, keys)
+        with PgTrace(raw.conn) as rt:
+            raw.refuse(raw_done[:k])
+        wrote = before[0] != after[0]
+        report.figures += [
+            Figure("core", s.backend, "round trips / refusal", ct.round_trips / k,
+                   target="1", passed=ct.round_trips / k <= 1),
+            Figure("core", s.backend, "  from memo", mt.round_trips / k),
+            Figure("core", s.backend, "  raw driver, refusal", rt.round_trips / k),
+            Figure("core", s.backend, "rows written by refusals", int(wrote), target="0",
+                   passed=not wrote),
+            Figure("core", s.backend, "id sequence used / refusal", (after[1] - before[1]) / k),
+        ]
+    else:
+        with cold.store.connection() as conn, SqliteTrace(conn) as sct:
+            timed_calls(cold_fn, keys)
+        with gate.store.connection() as conn, SqliteTrace(conn) as smt:
+            timed_calls(fn, keys)
+        report.figures += [
+            Figure("core", s.backend, "statements / refusal", len(sct.statements) / k,
+                   target="1", passed=len(sct.statements) / k <= 1),
+            Figure("core", s.backend, "  from memo", len(smt.statements) / k),
+            Figure("core", s.backend, "rows written by refusals", sct.changes + smt.changes,
+                   target="0", passed=sct.changes + smt.changes == 0),
+        ]
+
+
+def _verbs(statements: list[str], k: int) -> str:
+    counts = Counter(statements)
+    parts = [f"{v / k:g} {verb}" for verb, v in sorted(counts.items())]
+    return " + ".join(parts) if parts else "nothing"

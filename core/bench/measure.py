@@ -1,0 +1,107 @@
+"""What a benchmark measures and how: interleaved chunks, medians, and the rows it reports.
+
+A *runner* performs ``count`` operations and returns the seconds they took (it prepares its
+own inputs before starting the clock). :func:`interleave` runs several runners in turns, in
+chunks, rotating which goes first, and keeps the median per-operation time of each: a noisy
+loopback or a neighbour's burst then hits every contender alike and is voted out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Figure", "Ratio", "Report", "Runner", "interleave"]
+
+Runner = Callable[[int], float]
+
+
+def interleave(runners: Mapping[str, Runner], *, total: int, chunks: int,
+               warmup: int = 20) -> dict[str, float]:
+    """Median microseconds per operation for each runner, run in alternating chunks.
+
+    Each runner first runs ``warmup`` untimed operations (prepared statements, caches), then
+    ``chunks`` chunks of ``total // chunks`` operations, taking turns with the others."""
+    names = list(runners)
+    chunks = max(1, min(chunks, total))
+    per = max(1, total // chunks)
+    for name in names:
+        if warmup:
+            runners[name](warmup)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for turn in range(chunks):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(runners[name](per) / per * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+@dataclass
+class Ratio:
+    """The gate's time per operation beside a baseline's, measured in the same run."""
+
+    section: str
+    backend: str
+    name: str
+    gate_us: float
+    base_us: float
+    base: str
+    target: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        """``gate_us / base_us``."""
+        return self.gate_us / self.base_us if self.base_us > 0 else float("inf")
+
+    @property
+    def passed(self) -> bool | None:
+        """Whether the ratio meets its target (None when there is no target)."""
+        return None if self.target is None else self.ratio <= self.target
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, with ``ratio`` and ``passed``."""
+        return {**asdict(self), "ratio": round(self.ratio, 3), "passed": self.passed}
+
+
+@dataclass
+class Figure:
+    """A counted or measured figure (round trips, rows written, memory) and its target."""
+
+    section: str
+    backend: str
+    name: str
+    value: float
+    unit: str = ""
+    target: str = ""
+    passed: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass
+class Report:
+    """Everything one ``effectgate bench`` run measured."""
+
+    ratios: list[Ratio] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {
+            "meta": self.meta,
+            "ratios": [r.as_dict() for r in self.ratios],
+            "figures": [f.as_dict() for f in self.figures],
+            "notes": list(self.notes),
+        }
+
+    @property
+    def missed(self) -> list[str]:
+        """Names of the rows that missed their target."""
+        out = [f"{r.backend}: {r.name}" for r in self.ratios if r.passed is False]
+        return out + [f"{f.backend}: {f.name}" for f in self.figures if f.passed is False]

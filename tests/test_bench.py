@@ -1,0 +1,107 @@
+"""``effectgate bench`` runs end to end with tiny counts and reports positive ratios.
+
+A smoke test of the benchmark program, not a timed assertion: it checks that every measure
+produces its row, that ratios and counts are sane, and that the scratch stores are removed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from effectgate.cli import main
+
+from .conftest import PG_URL, require_postgres
+
+pytestmark = pytest.mark.xdist_group("bench")
+
+
+def _bench(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["bench", "--json", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)  # type: ignore[no-any-return]
+
+
+def _ratios(report: dict[str, Any], backend: str) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in report["ratios"] if r["backend"] == backend}
+
+
+def _figures(report: dict[str, Any], backend: str) -> dict[str, dict[str, Any]]:
+    return {f["name"]: f for f in report["figures"] if f["backend"] == backend}
+
+
+def _assert_core(report: dict[str, Any], backend: str) -> None:
+    ratios = _ratios(report, backend)
+    wanted = {"duplicate, from store", "duplicate, from memo"}
+    wanted |= {"effect, default sync", "effect, relaxed"} if backend == "sqlite" else {
+        "effect (decorator)"}
+    assert wanted <= set(ratios)
+    for row in ratios.values():
+        assert row["gate_us"] > 0 and row["base_us"] > 0
+        assert row["ratio"] > 0
+        assert row["passed"] in (True, False)
+    figures = _figures(report, backend)
+    assert figures["rows written by refusals"]["value"] == 0
+
+
+def test_bench_sqlite_reports_every_core_ratio_and_leaves_no_files(tmp_path: Path) -> None:
+    report = _bench("--url", f"sqlite:///{tmp_path / 'x.db'}", "--n", "30", "--chunks", "3",
+                    "--only", "core")
+    _assert_core(report, "sqlite")
+    figures = _figures(report, "sqlite")
+    assert figures["statements / refusal"]["value"] == 1  # one SELECT
+    assert figures["  from memo"]["value"] == 0
+    assert figures["statements / effect"]["value"] >= figures["  raw driver, effect"]["value"]
+    assert list(tmp_path.iterdir()) == []  # the scratch files are gone
+
+
+def test_bench_postgres_counts_round_trips_and_drops_its_schemas() -> None:
+    require_postgres()
+    report = _bench("--url", PG_URL, "--n", "30", "--chunks", "3", "--only", "core")
+    _assert_core(report, "postgres")
+    figures = _figures(report, "postgres")
+    assert figures["round trips / effect"]["value"] == figures["  raw driver, effect"]["value"]
+    assert figures["round trips / refusal"]["value"] == 1
+    import psycopg
+
+    with psycopg.connect(PG_URL.replace("+psycopg", "")) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE %s",
+            (f"eg_bench_{report['meta']['run']}_%",),
+        ).fetchone()
+    assert left == (0,)
+
+
+def test_bench_scale_with_tiny_counts_finds_one_winner_per_key(tmp_path: Path) -> None:
+    urls = ["--url", f"sqlite:///{tmp_path / 'x.db'}"]
+    from .conftest import _postgres_available
+
+    if _postgres_available() is None:
+        urls += ["--url", PG_URL]
+    report = _bench(*urls, "--only", "scale", "--scale-rows", "3000", "--scale-small", "100",
+                    "--scale-effects", "40", "--memory-effects", "200", "--race-keys", "40",
+                    "--procs", "2")
+    for backend in {r["backend"] for r in report["ratios"]}:
+        ratios = _ratios(report, backend)
+        growth = ratios["effect at 3,000 rows" + (", relaxed" if backend == "sqlite" else "")]
+        assert growth["ratio"] > 0
+        figures = _figures(report, backend)
+        assert figures["peak RSS after 200 effects"]["value"] > 0
+    if "postgres" in {r["backend"] for r in report["ratios"]}:
+        figures = _figures(report, "postgres")
+        assert figures["keys executed twice (gate)"]["value"] == 0
+        assert figures["keys never executed (gate)"]["value"] == 0
+        assert _ratios(report, "postgres")["race, 2 procs"]["ratio"] > 0
+
+
+def test_bench_prints_tables_with_targets(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["bench", "--url", f"sqlite:///{tmp_path / 'x.db'}",
+                                       "--n", "10", "--chunks", "2", "--only", "core"])
+    assert result.exit_code == 0, result.output
+    assert "Core paths — sqlite" in result.output
+    assert "raw SELECT by key" in result.output
+    assert "<=1.5x" in result.output
