@@ -30,6 +30,7 @@ from .errors import (
     PayloadError,
 )
 from .keys import KeyTemplate
+from .payload import result_json
 from .records import BeginDecision
 from .states import Decision, Outcome
 
@@ -151,8 +152,8 @@ class EffectSpec:
         self.result_type = result_type
         self._adapter: Any = None
         # Validate the options now, not at the first refund.
-        gate.request(effect_type=effect_type, key="probe", payload={}, vendor=vendor,
-                     lease_seconds=lease_seconds, max_attempts=max_attempts)
+        self.kind = gate.kind(effect_type, vendor=vendor, lease_seconds=lease_seconds,
+                              max_attempts=max_attempts)
 
     def check_names(self, names: Any, where: str) -> None:
         """Raise :class:`EffectKeyError` if a template names an argument ``where`` lacks."""
@@ -177,10 +178,9 @@ class EffectSpec:
         if callable(compensation):
             compensation = compensation(**arguments)
         return self.gate.request(
-            effect_type=self.effect_type, key=key, payload=arguments,
+            effect_type=self.kind, key=key, payload=arguments,
             group_key=self.group_template.render(arguments) if self.group_template else None,
-            compensation=compensation, lease_seconds=self.lease_seconds,
-            estimated_cost_micros=cost, vendor=self.vendor, max_attempts=self.max_attempts,
+            compensation=compensation, estimated_cost_micros=cost,
         )
 
     def answer(self, d: BeginDecision) -> Any:
@@ -205,22 +205,21 @@ class EffectSpec:
         except Exception:  # the stored JSON is still the truth; hand it back as is
             return stored
 
-    def _stored(self, d: BeginDecision, result: Any) -> Any:
-        if not self.store_result:
-            return None
-        value = self.redact(result) if self.redact is not None else result
-        from .gate import result_json
-
-        try:
-            result_json(value)
-        except PayloadError as err:
-            warnings.warn(
-                f"{d.key!r} committed, but its result is not stored ({err.message}); a "
-                "duplicate will return None. Pass redact= to store a JSON form.",
-                ResultNotStoredWarning, stacklevel=4,
-            )
-            return None
-        return value
+    def _commit(self, d: BeginDecision, result: Any) -> None:
+        """Report COMMITTED with the result as stored JSON (serialised once)."""
+        text = None
+        if self.store_result:
+            value = self.redact(result) if self.redact is not None else result
+            try:
+                text = result_json(value)
+            except PayloadError as err:
+                warnings.warn(
+                    f"{d.key!r} committed, but its result is not stored ({err.message}); a "
+                    "duplicate will return None. Pass redact= to store a JSON form.",
+                    ResultNotStoredWarning, stacklevel=4,
+                )
+        self.gate.report_json(d, d.effect_id, d.lease_token, d.key, Outcome.COMMITTED, text,
+                              None, None)
 
     def _failure(self, d: BeginDecision, exc: BaseException) -> tuple[Outcome, str]:
         outcome = classify(exc, self.classifiers)
@@ -248,7 +247,7 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
-        gate.report(d, Outcome.COMMITTED, result=self._stored(d, result))
+        self._commit(d, result)
         return result
 
     async def arun(self, arguments: Mapping[str, Any], body: Callable[[], Awaitable[T]]) -> T:
@@ -275,8 +274,7 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
-        stored = self._stored(d, result)
-        await asyncio.to_thread(gate.report, d, Outcome.COMMITTED, result=stored)
+        await asyncio.to_thread(self._commit, d, result)
         return result
 
 

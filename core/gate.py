@@ -26,7 +26,6 @@ from .errors import (
     ConfigError,
     EffectGateError,
     InvalidTransition,
-    PayloadError,
     PayloadMismatch,
     StaleLease,
     StoreError,
@@ -34,7 +33,7 @@ from .errors import (
 )
 from .governance import Governance, dump_keys, evaluate, load_keys, release_delta
 from .keys import check_key
-from .payload import canonical_json, payload_hash, to_canonical
+from .payload import canonical_json, payload_hash, result_json
 from .policy import Policy
 from .records import (
     ApprovalRecord,
@@ -48,7 +47,7 @@ from .states import Decision, Outcome, State
 from .store import Durability, Rollback, Store, parse_history
 from .vendors import VendorKey, rule_for, vendor_key
 
-__all__ = ["Gate", "Reconciled", "Reconciler", "effect_context", "parse_outcome", "result_json"]
+__all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler", "effect_context", "parse_outcome"]
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
@@ -57,6 +56,7 @@ _MAX_ERROR = 2000
 _MAX_LEASE = 7 * 24 * 3600.0
 _IN_FLIGHT, _COMMITTED, _FAILED, _AMBIGUOUS = "in_flight", "committed", "failed", "ambiguous"
 _PENDING, _DENIED = "pending_approval", "denied"
+_STATES = {s.value: s for s in State}
 _MAX_RETRY_AFTER = 1.0
 
 
@@ -99,6 +99,15 @@ class effect_context:
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             _run_context.reset(self._token)
+
+
+class EffectKind(NamedTuple):
+    """An effect type's options, validated once, with the policy's defaults applied."""
+
+    effect_type: str
+    vendor: str | None
+    lease_seconds: float
+    max_attempts: int
 
 
 class _Request:
@@ -165,15 +174,7 @@ def parse_outcome(outcome: object, allowed: tuple[Outcome, ...] = tuple(Outcome)
     return parsed
 
 
-def result_json(result: Any) -> str | None:
-    """A result as JSON text (None stays None); :class:`PayloadError` if it has no JSON form."""
-    if result is None:
-        return None
-    try:
-        return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"),
-                          default=lambda v: to_canonical(v, "result"))
-    except (ValueError, TypeError, RecursionError) as err:
-        raise PayloadError(f"the result cannot be stored as JSON: {err}") from None
+_encode = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class Gate:
@@ -250,10 +251,33 @@ class Gate:
 
     # -- begin ---------------------------------------------------------------------------
 
+    def kind(self, effect_type: str, *, vendor: str | None = None,
+             lease_seconds: float | None = None, max_attempts: int | None = None) -> EffectKind:
+        """Validate the per-type options once, with the policy's defaults applied.
+
+        A decorator or tool wrapper prepares its kind when it is declared, so each call only
+        renders its key and hashes its payload (:meth:`request`)."""
+        effect_type = _text(effect_type, "effect_type", 200, required=True) or ""
+        rule = self.policy.rule_for(effect_type) if self.policy is not None else None
+        if rule is not None:
+            vendor = vendor if vendor is not None else rule.vendor
+            lease_seconds = lease_seconds if lease_seconds is not None else rule.lease_seconds
+            max_attempts = max_attempts if max_attempts is not None else rule.max_attempts
+        if vendor is not None:
+            rule_for(vendor)
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+            or max_attempts < 1
+        ):
+            raise ConfigError("max_attempts must be an int of at least 1")
+        lease = self.lease_seconds if lease_seconds is None else _seconds(lease_seconds,
+                                                                          "lease_seconds")
+        return EffectKind(effect_type, vendor, lease, max_attempts or self.max_attempts)
+
     def request(
         self,
         *,
-        effect_type: str,
+        effect_type: str | EffectKind,
         key: str,
         payload: Mapping[str, Any],
         run_id: str | None = None,
@@ -265,19 +289,13 @@ class Gate:
         estimated_cost_micros: int | None = None,
         vendor: str | None = None,
         max_attempts: int | None = None,
-        payload_digest: str | None = None,
     ) -> _Request:
         """Validate a ``begin`` without touching the store (every error is raised here)."""
+        kind = effect_type if isinstance(effect_type, EffectKind) else self.kind(
+            effect_type, vendor=vendor, lease_seconds=lease_seconds, max_attempts=max_attempts
+        )
         key = check_key(key)
-        effect_type = _text(effect_type, "effect_type", 200, required=True) or ""
-        digest = payload_digest or payload_hash(payload)
-        rule = self.policy.rule_for(effect_type) if self.policy is not None else None
-        if rule is not None:
-            vendor = vendor if vendor is not None else rule.vendor
-            lease_seconds = lease_seconds if lease_seconds is not None else rule.lease_seconds
-            max_attempts = max_attempts if max_attempts is not None else rule.max_attempts
-        if vendor is not None:
-            rule_for(vendor)
+        digest = payload_hash(payload)
         if run_id is None or agent_id is None:
             ctx_run, ctx_agent = _run_context.get()
             run_id = run_id if run_id is not None else ctx_run
@@ -286,29 +304,25 @@ class Gate:
             isinstance(compensates_effect_id, bool) or not isinstance(compensates_effect_id, int)
         ):
             raise ConfigError("compensates_effect_id must be an effect id (int)")
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-            or max_attempts < 1
-        ):
-            raise ConfigError("max_attempts must be an int of at least 1")
-        agent = _text(agent_id, "agent_id", 256)
+        agent = None if agent_id is None else _text(agent_id, "agent_id", 256)
+        cost = None if estimated_cost_micros is None else _micros(
+            estimated_cost_micros, "estimated_cost_micros")
         values = {
             "namespace": self.namespace,
             "key": key,
-            "effect_type": effect_type,
+            "effect_type": kind.effect_type,
             "payload_hash": digest,
             "state": _IN_FLIGHT,
-            "lease_seconds": self.lease_seconds if lease_seconds is None
-            else _seconds(lease_seconds, "lease_seconds"),
+            "lease_seconds": kind.lease_seconds,
             "reason": None,
-            "run_id": _text(run_id, "run_id", 256),
+            "run_id": None if run_id is None else _text(run_id, "run_id", 256),
             "agent_id": agent,
-            "group_key": _text(group_key, "group_key", 512),
+            "group_key": None if group_key is None else _text(group_key, "group_key", 512),
             "compensation": None if compensation is None
             else canonical_json(compensation, "compensation"),
             "compensates_effect_id": compensates_effect_id,
-            "vendor": vendor,
-            "estimated_cost_micros": _micros(estimated_cost_micros, "estimated_cost_micros"),
+            "vendor": kind.vendor,
+            "estimated_cost_micros": cost,
             "approval_id": None,
             "budget_keys": None,
             "actor": agent,
@@ -316,11 +330,9 @@ class Gate:
             "h_by": _json(agent),
             "h_note": "null",
         }
-        gov = None
-        if self.policy is not None:
-            gov = evaluate(self.policy, effect_type, _micros(estimated_cost_micros, "cost"))
-        return _Request(key, effect_type, digest, vendor,
-                        max_attempts or self.max_attempts, values, gov)
+        gov = None if self.policy is None else evaluate(self.policy, kind.effect_type, cost)
+        return _Request(key, kind.effect_type, digest, kind.vendor, kind.max_attempts, values,
+                        gov)
 
     def begin(self, **request: Any) -> BeginDecision:
         """Propose an effect; obey the decision: only ``execute`` runs the action.
@@ -537,7 +549,7 @@ class Gate:
             key=row.key,
             effect_type=row.effect_type,
             namespace=row.namespace,
-            state=State(row.state),
+            state=_STATES[row.state],
             attempt=row.attempt,
             lease_token=row.token,
             lease_expires_epoch=row.lease_expires_at,
@@ -615,12 +627,20 @@ class Gate:
         text = result_json(result) if parsed is Outcome.COMMITTED else None
         if error is not None and not isinstance(error, str):
             raise ConfigError("error must be a str")
+        self.report_json(decision, effect_id, token, key, parsed, text, error,
+                         _micros(actual_cost_micros, "actual_cost_micros"))
+
+    def report_json(self, decision: BeginDecision | int, effect_id: int, token: int,
+                    key: str | None, parsed: Outcome, text: str | None, error: str | None,
+                    actual_cost_micros: int | None) -> None:
+        """:meth:`report` with everything validated and the result already JSON text (the
+        decorator's path: the result is serialised once)."""
         values = {
             "id": effect_id, "token": token, "state": parsed.value, "result": text,
             "error": error[:_MAX_ERROR] if error else None,
             "reason": (error[:_MAX_ERROR] if error else "reported ambiguous")
             if parsed is Outcome.AMBIGUOUS else None,
-            "actual_cost_micros": _micros(actual_cost_micros, "actual_cost_micros"),
+            "actual_cost_micros": actual_cost_micros,
             "actor": None,
             "h_by": "null",
             "h_note": _json(error[:200]) if parsed is Outcome.AMBIGUOUS and error else "null",
@@ -780,7 +800,10 @@ class Gate:
             return None
         name = getattr(fn, "__qualname__", repr(fn))
         try:
-            verdict = fn(self._record(row, with_history=False))
+            full = self._store.fetch_id(row.id)
+            if full is None:
+                return None
+            verdict = fn(self._record(full, with_history=False))
             if asyncio.iscoroutine(verdict):
                 verdict = asyncio.run(verdict)
             if isinstance(verdict, str):
@@ -810,7 +833,7 @@ class Gate:
 
         An IN_FLIGHT effect past its lease reads as AMBIGUOUS at once."""
         key = check_key(key)
-        row = self._store.fetch(self.namespace, key)
+        row = self._store.fetch_full(self.namespace, key)
         if row is None:
             raise UnknownEffect(f"no effect with key {key!r}", key=key)
         return self._record(row)
@@ -1014,7 +1037,7 @@ def _effective_state(row: Any) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return "null" if value is None else _encode(value)
 
 
 def _loads(text: str | None) -> Any:

@@ -41,7 +41,7 @@ from typing import Any
 
 from .errors import PayloadError
 
-__all__ = ["canonical_json", "payload_hash", "to_canonical"]
+__all__ = ["canonical_json", "payload_hash", "result_json", "to_canonical"]
 
 _EXACT_FLOAT_LIMIT = 2**53
 _dumps = json.JSONEncoder(
@@ -127,10 +127,35 @@ def canonical_json(value: Any, path: str = "payload") -> str:
         raise PayloadError(f"{path}: nested too deeply to be made canonical") from None
 
 
+_FLAT = frozenset((str, int, bool, type(None)))
+
+
 def payload_hash(payload: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of a payload, which must be a mapping."""
-    if not isinstance(payload, Mapping):
+    if type(payload) is dict and all(
+        type(k) is str and type(v) in _FLAT for k, v in payload.items()
+    ):  # the common tool call: flat, plain values; already canonical
+        text = _dumps(payload)
+    elif not isinstance(payload, Mapping):
         raise PayloadError(
             f"a payload is the action's parameters by name: a mapping, not {type(payload).__name__}"
         )
-    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+    else:
+        text = canonical_json(payload)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_encode_result = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"),
+    default=lambda v: to_canonical(v, "result"),
+).encode
+
+
+def result_json(result: Any) -> str | None:
+    """A result as JSON text (None stays None); :class:`PayloadError` if it has no JSON form."""
+    if result is None:
+        return None
+    try:
+        return _encode_result(result)
+    except (ValueError, TypeError, RecursionError) as err:
+        raise PayloadError(f"the result cannot be stored as JSON: {err}") from None

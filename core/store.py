@@ -53,8 +53,8 @@ from .errors import ConfigError, StoreError
 from .schema import approvals, budgets, db_day, db_now, effects, ensure_schema
 
 __all__ = [
-    "DEFAULT_URL", "Durability", "Rollback", "Statements", "Store", "StoredEffect", "parse_history",
-    "resolve_url",
+    "DEFAULT_URL", "Durability", "HotEffect", "Rollback", "Statements", "Store", "StoredEffect",
+    "parse_history", "resolve_url",
 ]
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
@@ -65,6 +65,18 @@ StoredEffect = namedtuple(  # type: ignore[misc]
     "StoredEffect", [c.name for c in _COLUMNS] + ["now", "inserted"], defaults=(False,)
 )
 StoredEffect.__doc__ = "One row of ``effectgate_effects`` plus the store's clock at the read."
+# What the per-call path needs to decide: no history, no audit fields.
+_HOT = [
+    effects.c[name] for name in (
+        "id", "namespace", "key", "effect_type", "payload_hash", "state", "attempt", "token",
+        "lease_expires_at", "attempt_started_at", "created_at", "result", "reason", "vendor",
+        "approval_id", "budget_keys", "estimated_cost_micros", "pruned_at",
+    )
+]
+HotEffect = namedtuple(  # type: ignore[misc]
+    "HotEffect", [c.name for c in _HOT] + ["now", "inserted"], defaults=(False,)
+)
+HotEffect.__doc__ = "The columns of an effect the per-call path decides on, and the store's clock."
 _ApprovalRow = namedtuple(  # type: ignore[misc]
     "_ApprovalRow", [c.name for c in approvals.c] + ["now"]
 )
@@ -127,7 +139,8 @@ class Statements:
         now = db_now()
         t = effects.c
         where_key = (t.namespace == p("namespace")) & (t.key == p("key"))
-        returning = [*_COLUMNS, now.label("now")]
+        returning = [*_HOT, now.label("now")]
+        full = [*_COLUMNS, now.label("now")]
         insert_values = {
             "namespace": p("namespace"),
             "key": p("key"),
@@ -162,15 +175,16 @@ class Statements:
             .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
         )
         self.fetch = _Sql(select(*returning).where(where_key), dialect)
-        self.fetch_id = _Sql(select(*returning).where(t.id == p("id")), dialect)
+        self.fetch_full = _Sql(select(*full).where(where_key), dialect)
+        self.fetch_id = _Sql(select(*full).where(t.id == p("id")), dialect)
         self.insert = _Sql(insert.returning(*returning, true().label("inserted")), dialect)
         # Postgres: insert-if-absent and read-if-present in one statement, one round trip.
         # (A row committed by a racing insert after this statement's snapshot shows in
         # neither branch: the caller runs the statement again.)
-        ins = insert.returning(*_COLUMNS, true().label("inserted")).cte("ins")
+        ins = insert.returning(*_HOT, true().label("inserted")).cte("ins")
         self.reserve = _Sql(
             union_all(
-                select(*[ins.c[c.name] for c in _COLUMNS], now.label("now"), ins.c.inserted),
+                select(*[ins.c[c.name] for c in _HOT], now.label("now"), ins.c.inserted),
                 select(*returning, false().label("inserted"))
                 .where(where_key)
                 .where(~exists(select(ins.c.id))),
@@ -258,7 +272,7 @@ class Statements:
                 actor=p("actor"),
                 note=p("note"),
             )
-            .returning(*returning),
+            .returning(*full),
             dialect,
         )
         self.now = _Sql(select(now), dialect)
@@ -428,6 +442,10 @@ class Store:
 
     def _one(self, sql: _Sql, values: Mapping[str, Any], sync: str | None = None) -> Any:
         rows = self._run(sql, values, sync)
+        return HotEffect(*rows[0]) if rows else None
+
+    def _full(self, sql: _Sql, values: Mapping[str, Any], sync: str | None = None) -> Any:
+        rows = self._run(sql, values, sync)
         return StoredEffect(*rows[0]) if rows else None
 
     @contextlib.contextmanager
@@ -482,9 +500,13 @@ class Store:
         """The row for ``key``, or None."""
         return self._one(self.sql.fetch, {"namespace": namespace, "key": key})
 
+    def fetch_full(self, namespace: str, key: str) -> Any:
+        """Every column of the row for ``key`` (history included), or None."""
+        return self._full(self.sql.fetch_full, {"namespace": namespace, "key": key})
+
     def fetch_id(self, effect_id: int) -> Any:
-        """The row with ``effect_id``, or None."""
-        return self._one(self.sql.fetch_id, {"id": effect_id})
+        """Every column of the row with ``effect_id``, or None."""
+        return self._full(self.sql.fetch_id, {"id": effect_id})
 
     def take(self, values: Mapping[str, Any]) -> Any:
         """Compare-and-set a FAILED (or approved) effect to a new IN_FLIGHT attempt."""
@@ -511,7 +533,7 @@ class Store:
 
     def resolve(self, values: Mapping[str, Any]) -> Any:
         """Compare-and-set an effect to an operator's (or reconciler's) outcome."""
-        return self._one(self.sql.resolve, values, self._sync_reserve)
+        return self._full(self.sql.resolve, values, self._sync_reserve)
 
     def approval(self, approval_id: str | None) -> Any:
         """The approvals row (with the store's clock as ``now``), or None."""
@@ -642,7 +664,10 @@ class _Transaction:
 
     def effect(self, sql: _Sql, values: Mapping[str, Any]) -> Any:
         rows = self.all(sql, values)
-        return StoredEffect(*rows[0]) if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        return (StoredEffect if len(row) > len(HotEffect._fields) else HotEffect)(*row)
 
     @staticmethod
     def rollback() -> NoReturn:
