@@ -87,7 +87,7 @@ def _entry(from_state: Any, to_state: Any, token: Any, by: Any = None, *,
     """``history`` with one more line appended: from, to, at (store clock), token, by, note —
     tab-separated; ``by`` and ``note`` JSON-encoded so they cannot break the line."""
     t = effects.c
-    tab = bindparam("h_tab", "\t")
+    tab: Any = bindparam("h_tab", "\t")
     return (
         (from_state if first else func.coalesce(t.history, bindparam("h_empty", "")) + from_state)
         + tab + to_state + tab
@@ -656,7 +656,7 @@ class _Transaction:
 
     def all(self, sql: _Sql, values: Mapping[str, Any]) -> list[Any]:
         cursor = self.conn.execute(sql.text, sql.params(values))
-        return cursor.fetchall() if cursor.description is not None else []  # type: ignore[no-any-return]
+        return cursor.fetchall() if cursor.description is not None else []
 
     def one(self, sql: _Sql, values: Mapping[str, Any]) -> Any:
         rows = self.all(sql, values)
