@@ -45,6 +45,7 @@ from .records import (
 from .sagas import Compensator, UnwindReport
 from .states import Decision, Outcome, State
 from .store import Durability, Rollback, Store, parse_history
+from .telemetry import telemetry
 from .vendors import VendorKey, rule_for, vendor_key
 
 __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler", "effect_context", "parse_outcome"]
@@ -223,6 +224,7 @@ class Gate:
         self._memo_lock = threading.Lock()
         self._reconcilers: dict[str, Reconciler] = {}
         self._compensators: dict[str, Compensator] = {}
+        self._telemetry = telemetry()
 
     # -- properties ------------------------------------------------------------------------
 
@@ -359,6 +361,8 @@ class Gate:
             decision = self._settle(req, self._store.fetch(self.namespace, req.key))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("begin %s: %s", req.key, decision.decision.value, extra=_extra(decision))
+        if self._telemetry is not None:
+            self._telemetry.decision(decision.decision.value, decision.effect_type)
         return decision
 
     def _settle(self, req: _Request, row: Any) -> BeginDecision:
@@ -657,6 +661,8 @@ class Gate:
             if done is not None and done[0]:  # charged, but the decision did not say (by id)
                 with store.transaction() as tx:
                     self._adjust(tx, done[0], parsed.value, done[1], actual_cost_micros)
+        if self._telemetry is not None and done is not None:
+            self._telemetry.outcome(parsed.value)
         if done is not None:
             if parsed is Outcome.COMMITTED and self._memo_size and isinstance(
                 decision, BeginDecision
