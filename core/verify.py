@@ -265,18 +265,19 @@ def check_g7(ctx: VerifyContext) -> str:
     else:
         raise CheckFailed("a template naming a missing argument was accepted")
     expect(not ran, "a body ran with an unresolvable key")
-    written = _count_rows(gate)
+    written = _count(gate, "verify:G7:%")
     expect(written == 0, f"{written} effects were written for unresolvable keys")
     return f"{len(bad) + 1} unresolvable templates refused; nothing ran, nothing written"
 
 
-def _count_rows(gate: Gate) -> int:
+def _count(gate: Gate, like: str) -> int:
+    """How many effects of the gate's namespace have a key ``LIKE like``."""
     from sqlalchemy import text
 
     with gate.store.engine.connect() as conn:
         return int(conn.execute(
             text("SELECT COUNT(*) FROM effectgate_effects WHERE namespace = :ns AND key LIKE :k"),
-            {"ns": gate.namespace, "k": "verify:G7:%"},
+            {"ns": gate.namespace, "k": like},
         ).scalar() or 0)
 
 
@@ -320,24 +321,29 @@ def run_checks(url: str | None, only: str | Iterable[str] | None = None, *,
     deleted afterwards. ``on_result`` is called as each check finishes. A store that cannot
     be opened raises :class:`StoreError` before any check runs.
     """
+    from .store import resolve_url
+
     ids = parse_only(only)
+    target = resolve_url(url)
     scratch = namespace or f"verify-{uuid.uuid4().hex[:12]}"
-    Gate(url, namespace=scratch).close()  # opens (and migrates) the store, or raises
+    probe = Gate(target, namespace=scratch)  # opens (and migrates) the store, or raises
+    try:
+        if _count(probe, "%"):
+            raise ConfigError(f"namespace {scratch!r} already holds effects; verify writes and "
+                              "then deletes everything in its namespace, so it needs an empty one")
+    finally:
+        probe.close()
     checks = _checks()
     results: list[CheckResult] = []
     with _scratch_folder() as folder:
         for gid in ids:
-            ctx = VerifyContext(url=url or "", namespace=scratch, folder=folder / gid)
-            if not url:
-                from .store import resolve_url
-
-                ctx.url = resolve_url(None)
+            ctx = VerifyContext(url=target, namespace=scratch, folder=folder / gid)
             ctx.folder.mkdir()
             result = _run_one(gid, checks[gid], ctx)
             results.append(result)
             if on_result is not None:
                 on_result(result)
-    _delete_namespace(url, scratch)
+    _delete_namespace(target, scratch)
     return results
 
 
@@ -373,7 +379,7 @@ def _scratch_folder() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _delete_namespace(url: str | None, namespace: str) -> None:
+def _delete_namespace(url: str, namespace: str) -> None:
     """Remove every row the checks wrote (their namespace only)."""
     from sqlalchemy import inspect, text
 

@@ -44,7 +44,7 @@ def console(*, stderr: bool = False) -> Any:
     """A ``rich`` console: colours on a terminal, plain text (80 columns) in a pipe."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, emoji=False)
 
 
 def print_json(value: Any) -> None:
@@ -67,8 +67,17 @@ class BadInput(click.ClickException):
         click.echo(f"effectgate: error: {self.format_message()}", err=True)
 
 
+EXIT_CODES_HELP = ("Exit codes: 0 done; 1 a check failed or the store refused; "
+                   "2 bad input; 3 the store could not be reached.")
+
+
 class Command(click.Command):
-    """A command whose usage errors are one line on stderr (exit 2), not a usage screen."""
+    """A command whose usage errors are one line on stderr (exit 2), not a usage screen, and
+    whose help ends with the exit codes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        super().__init__(*args, **kwargs)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:

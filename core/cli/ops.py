@@ -48,6 +48,10 @@ def _when(value: datetime.datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
 
 
+def _short_when(value: datetime.datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value else ""
+
+
 def _state(value: str) -> str:
     return f"[{_STATE_STYLE.get(value, 'white')}]{value}[/]"
 
@@ -106,18 +110,20 @@ def ls(url: str | None, namespace: str, gate_ref: str | None, state: str | None,
         out.print("no effects match")
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("key", "type", "state", "try", "run", "updated (UTC)"):
-        table.add_column(name, no_wrap=name != "key", overflow="fold")
-    approvals = any(r.approval_id for r in records)
-    if approvals:
-        table.add_column("approval", no_wrap=True)
+    table.add_column("key", overflow="fold", min_width=14, ratio=3)
+    table.add_column("type", overflow="fold", min_width=8, ratio=2)
+    table.add_column("state", no_wrap=True)
+    table.add_column("try", no_wrap=True, justify="right")
+    table.add_column("run", overflow="fold", min_width=4, ratio=1)
+    table.add_column("updated UTC", no_wrap=True)
     for r in records:
-        row = [_text(r.key), _text(r.effect_type), _state(r.state.value), str(r.attempt),
-               _text(r.run_id), _when(r.updated_at)]
-        if approvals:
-            row.append(_text(r.approval_id) if r.state.value == "pending_approval" else "")
-        table.add_row(*row)
+        table.add_row(_text(r.key), _text(r.effect_type), _state(r.state.value),
+                      str(r.attempt), _text(r.run_id), _short_when(r.updated_at))
     out.print(table)
+    for r in records:
+        if r.state.value == "pending_approval" and r.approval_id:
+            out.print(f"[yellow]{_text(r.key)}[/] waits for approval: "
+                      f"effectgate approve {_text(r.approval_id)}")
     if len(records) == limit:
         out.print(f"[dim](first {limit}; --limit for more)[/]")
 

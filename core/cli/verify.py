@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import textwrap
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,13 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None)
                                subsequent_indent=" " * 10, break_on_hyphens=False)
         out.print(Text(detail, style="dim"))
 
-    results = run_checks(target, only, on_result=show)
+    scratch = f"verify-{uuid.uuid4().hex[:12]}"
+    results = run_checks(target, only, on_result=show, namespace=scratch)
     if junit is not None:
         junit.write_text(junit_xml(results))
     failed = [r.id for r in results if r.status == "failed"]
     if as_json:
-        print_json({"url": _safe(target), "passed": not failed,
+        print_json({"url": _safe(target), "namespace": scratch, "passed": not failed,
                     "results": [r.as_dict() for r in results]})
     else:
         _summary(out, results, failed)

@@ -1,0 +1,214 @@
+"""``effectgate verify`` on SQLite and Postgres: it passes on a sound store, leaves the user's
+data alone, and fails — naming the guarantee — on a store that was broken on purpose."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pytest
+from sqlalchemy import create_engine, text
+
+import effectgate as eg
+from effectgate.verify import GUARANTEES, run_checks
+
+from .conftest import PG_URL, snapshot
+
+
+def verify(*args: str, timeout: float = 120) -> tuple[int, Any, str]:
+    """Run ``effectgate verify --json ...`` through the real entry point."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "effectgate.cli", "verify", "--json", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    try:
+        body = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except ValueError:
+        body = None
+    return proc.returncode, body, proc.stderr
+
+
+def by_id(body: Any) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in body["results"]}
+
+
+def rows_in(url: str, namespace: str) -> int:
+    with eg.Gate(url, namespace=namespace) as gate, gate.store.engine.connect() as conn:
+        return int(conn.execute(text(
+            "SELECT COUNT(*) FROM effectgate_effects WHERE namespace = :ns"),
+            {"ns": namespace}).scalar() or 0)
+
+
+@pytest.mark.xdist_group("processes")
+def test_verify_passes_every_guarantee_and_leaves_user_data_alone(
+        gate: eg.Gate, store_url: str, tmp_path: Path) -> None:
+    d = gate.begin(effect_type="payment.refund", key="refund:user", payload={"a": 1})
+    gate.report(d, "committed", result={"mine": True})
+    before = snapshot(gate)
+    junit = tmp_path / "verify.xml"
+    code, body, err = verify("--url", store_url, "--junit", str(junit))
+    assert code == 0, (err, body)
+    assert body["passed"] is True
+    assert {r["id"]: r["status"] for r in body["results"]} == {g: "passed" for g in GUARANTEES}
+    assert "8 processes" in by_id(body)["G2"]["detail"]
+    assert "SIGKILL" in by_id(body)["G12"]["detail"]
+    assert snapshot(gate) == before
+    assert rows_in(store_url, body["namespace"]) == 0  # the scratch namespace is gone
+    suite = ElementTree.parse(junit).getroot()
+    assert suite.get("tests") == "12" and suite.get("failures") == "0"
+
+
+def _drop_unique_sqlite(path: Path) -> str:
+    """A SQLite store whose effects table lost its unique (namespace, key) constraint."""
+    url = f"sqlite:///{path}"
+    eg.Gate(url).close()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        ddl = conn.execute(text(
+            "SELECT sql FROM sqlite_master WHERE name = 'effectgate_effects'")).scalar()
+        broken = ddl.replace("effectgate_effects", "effectgate_effects_broken", 1)
+        start = broken.index("CONSTRAINT uq_effectgate_effects_key")
+        end = broken.index(")", start) + 1
+        broken = broken[:start].rstrip().rstrip(",") + broken[end:]
+        assert "UNIQUE" not in broken.upper()
+        conn.execute(text(broken))
+        conn.execute(text("INSERT INTO effectgate_effects_broken SELECT * FROM effectgate_effects"))
+        conn.execute(text("DROP TABLE effectgate_effects"))
+        conn.execute(text("ALTER TABLE effectgate_effects_broken RENAME TO effectgate_effects"))
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def pg_schema(backend: str) -> Iterator[str | None]:
+    """A scratch Postgres schema (so breaking it touches no other test), or None on SQLite."""
+    if backend != "postgres":
+        yield None
+        return
+    schema = f"eg_broken_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
+@pytest.mark.xdist_group("processes")
+def test_verify_fails_naming_the_guarantee_when_the_unique_index_is_dropped(
+        backend: str, pg_schema: str | None, tmp_path: Path) -> None:
+    if pg_schema is None:
+        url = _drop_unique_sqlite(tmp_path / "broken.db")
+    else:
+        url = pg_schema
+        eg.Gate(url).close()
+        engine = create_engine(url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(text(
+                "ALTER TABLE effectgate_effects DROP CONSTRAINT uq_effectgate_effects_key"))
+        engine.dispose()
+    code, body, err = verify("--url", url, "--only", "G1,G2")
+    assert code == 1, (err, body)
+    results = by_id(body)
+    assert results["G1"]["status"] == "failed" and results["G2"]["status"] == "failed"
+    assert "ON CONFLICT" in results["G1"]["detail"] or "constraint" in results["G1"]["detail"]
+    text_run = subprocess.run(
+        [sys.executable, "-m", "effectgate.cli", "verify", "--url", url, "--only", "G1"],
+        capture_output=True, text=True, timeout=60)
+    assert text_run.returncode == 1
+    assert "FAIL G1" in text_run.stdout and "FAILED G1" in text_run.stdout
+
+
+def test_verify_fails_g3_when_leases_never_lapse(backend: str, pg_schema: str | None,
+                                                 tmp_path: Path) -> None:
+    """A store that quietly pushes every lease a million seconds out: G3 must notice."""
+    url = pg_schema or f"sqlite:///{tmp_path / 'lease.db'}"
+    eg.Gate(url).close()
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        if backend == "sqlite":
+            conn.execute(text(
+                "CREATE TRIGGER eg_broken_lease AFTER INSERT ON effectgate_effects BEGIN "
+                "UPDATE effectgate_effects SET lease_expires_at = lease_expires_at + 1000000 "
+                "WHERE id = new.id; END"))
+        else:
+            conn.execute(text(
+                "CREATE FUNCTION eg_broken_lease() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN NEW.lease_expires_at := NEW.lease_expires_at + 1000000; RETURN NEW; "
+                "END $$"))
+            conn.execute(text(
+                "CREATE TRIGGER eg_broken_lease BEFORE INSERT ON effectgate_effects "
+                "FOR EACH ROW EXECUTE FUNCTION eg_broken_lease()"))
+    engine.dispose()
+    code, body, err = verify("--url", url, "--only", "G3,G5")
+    assert code == 1, (err, body)
+    results = by_id(body)
+    assert results["G3"]["status"] == "failed"
+    assert "reads in_flight" in results["G3"]["detail"]
+    assert results["G5"]["status"] == "passed"
+
+
+def test_a_guarantee_that_does_not_apply_says_why_and_is_not_a_pass(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(eg.Gate, "approve")
+    results = run_checks(store_url, only=["G8", "G1"])
+    assert [r.id for r in results] == ["G1", "G8"]
+    g8 = results[1]
+    assert g8.status == "not_applicable" and not g8.passed
+    assert "approve" in g8.detail
+
+
+@pytest.mark.xdist_group("processes")
+def test_process_checks_run_in_fresh_interpreters_when_fork_is_unsafe(tmp_path: Path) -> None:
+    """With another thread alive, G2 and G12 start workers with ``python -m`` instead of
+    forking; the caller's ``__main__`` is never re-imported."""
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, daemon=True)
+    helper.start()
+    try:
+        results = run_checks(f"sqlite:///{tmp_path / 'e.db'}", only="G2,G12")
+    finally:
+        stop.set()
+    assert [(r.id, r.status) for r in results] == [("G2", "passed"), ("G12", "passed")], results
+
+
+def test_verify_refuses_a_namespace_that_holds_data(gate: eg.Gate, store_url: str) -> None:
+    d = gate.begin(effect_type="x", key="k", payload={})
+    gate.report(d, "committed")
+    with pytest.raises(eg.ConfigError, match="already holds effects"):
+        run_checks(store_url, only="G1", namespace=gate.namespace)
+    assert gate.get("k").state is eg.State.COMMITTED
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "G13"], "unknown guarantee G13"),
+    (["--only", ","], "unknown guarantee"),
+    (["--url", "mysql://x/y"], "supports sqlite and postgresql"),
+    (["--url", "not a url"], "not a database URL"),
+    (["--bogus"], "No such option"),
+])
+def test_verify_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "effectgate.cli", "verify", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr
+    assert proc.stderr.startswith("effectgate: error:") and "Traceback" not in proc.stderr
+
+
+def test_verify_unreachable_store_exits_3() -> None:
+    proc = subprocess.run([sys.executable, "-m", "effectgate.cli", "verify", "--url",
+                           "postgresql+psycopg://postgres@127.0.0.1:1/none", "--only", "G1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert proc.stderr.startswith("effectgate: error: cannot open the store")
+    assert "Traceback" not in proc.stderr
