@@ -350,8 +350,8 @@ class Gate:
         """``begin`` for a request already validated by :meth:`request`."""
         memo = self._memo.get(req.key) if self._memo_size else None
         if memo is not None and memo[0] == req.payload_hash:
-            return self._memo_duplicate(req, memo)
-        if req.gov is None:
+            decision = self._memo_duplicate(req, memo)
+        elif req.gov is None:
             row = self._store.reserve(req.values)
             if row.inserted:
                 decision = self._decide(row, Decision.EXECUTE, req)
