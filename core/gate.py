@@ -32,7 +32,7 @@ from .errors import (
     UnknownEffect,
 )
 from .governance import Governance, dump_keys, evaluate, load_keys, release_delta
-from .keys import check_key
+from .keys import check_key, is_utf8
 from .payload import canonical_json, payload_hash, result_json
 from .policy import Policy
 from .records import (
@@ -137,6 +137,8 @@ def _text(value: object, name: str, limit: int, *, required: bool = False) -> st
     value = unicodedata.normalize("NFC", value)
     if not value.strip():
         raise ConfigError(f"{name} must not be empty")
+    if not value.isascii() and not is_utf8(value):
+        raise ConfigError(f"{name} must be valid Unicode (it has a lone surrogate)")
     if len(value) > limit:
         raise ConfigError(f"{name} is at most {limit} characters; this one has {len(value)}")
     if "\x00" in value:
@@ -359,8 +361,12 @@ class Gate:
                 decision = self._settle(req, row)
         else:
             decision = self._settle(req, self._store.fetch(self.namespace, req.key))
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("begin %s: %s", req.key, decision.decision.value, extra=_extra(decision))
+        if decision.decision is not Decision.EXECUTE:
+            if log.isEnabledFor(logging.INFO):
+                log.info("refused %s: %s (%s)", req.key, decision.decision.value,
+                         decision.reason or decision.state.value, extra=_extra(decision))
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug("begin %s: execute", req.key, extra=_extra(decision))
         if self._telemetry is not None:
             self._telemetry.decision(decision.decision.value, decision.effect_type)
         return decision
@@ -411,12 +417,8 @@ class Gate:
                 gov = req.gov
                 settled = None if gov and gov.on_ambiguous == "block" else self._reconcile(row)
                 if settled is None:
-                    decision = self._decide(
-                        row, Decision.BLOCKED, req,
-                        reason=row.reason or "the outcome is unknown",
-                    )
-                    log.info("blocked %s: %s", req.key, decision.reason, extra=_extra(decision))
-                    return decision
+                    return self._decide(row, Decision.BLOCKED, req,
+                                        reason=row.reason or "the outcome is unknown")
                 row = settled
                 continue
             if state == _FAILED:
@@ -477,7 +479,7 @@ class Gate:
                 return self._decide(row, Decision.DENIED, req, reason=gov.deny)
             with store.transaction() as tx:
                 new = move(tx, state=_DENIED, reason=gov.deny, lease_seconds=None)
-            return None if new is None else self._refused(new, Decision.DENIED, req, gov.deny)
+            return None if new is None else self._decide(new, Decision.DENIED, req, reason=gov.deny)
         if gov is not None and gov.approval is not None and consume is None:
             approval_id = approvals.new_id()
             with store.transaction() as tx:
@@ -491,7 +493,7 @@ class Gate:
                     })
             if new is None:
                 return None
-            return self._refused(new, Decision.APPROVAL_REQUIRED, req, new.reason,
+            return self._decide(new, Decision.APPROVAL_REQUIRED, req, reason=new.reason,
                                  approval_id=approval_id)
         if consume is None and (gov is None or not gov.counts_spend):
             new = move(_Direct(store), state=_IN_FLIGHT, approval_id=None, budget_keys=None)
@@ -532,17 +534,11 @@ class Gate:
                 return None
             with store.transaction() as tx:
                 new = move(tx, state=_DENIED, reason=over, lease_seconds=None)
-            return None if new is None else self._refused(new, Decision.DENIED, req, over)
+            return None if new is None else self._decide(new, Decision.DENIED, req, reason=over)
         warning = gov.budget_warning if gov is not None else None
         if warning:
             log.warning("%s: %s", req.key, warning, extra={"key": req.key, "reason": warning})
         return self._decide(new, Decision.EXECUTE, req, budget_warning=warning)
-
-    def _refused(self, row: Any, decision: Decision, req: _Request, reason: str | None,
-                 **extra: Any) -> BeginDecision:
-        answer = self._decide(row, decision, req, reason=reason, **extra)
-        log.info("%s %s: %s", decision.value, req.key, reason, extra=_extra(answer))
-        return answer
 
     def _decide(self, row: Any, decision: Decision, req: _Request | None = None,
                 **extra: Any) -> BeginDecision:
@@ -639,6 +635,8 @@ class Gate:
                     actual_cost_micros: int | None) -> None:
         """:meth:`report` with everything validated and the result already JSON text (the
         decorator's path: the result is serialised once)."""
+        if error and not error.isascii() and not is_utf8(error):  # e.g. an exception's text
+            error = error.encode("utf-8", "backslashreplace").decode("utf-8")
         values = {
             "id": effect_id, "token": token, "state": parsed.value, "result": text,
             "error": error[:_MAX_ERROR] if error else None,

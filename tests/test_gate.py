@@ -361,3 +361,23 @@ def test_ungated_result_not_storable_warns(gate: eg.Gate) -> None:
         make(1)
     assert gate.get("obj:1").state is eg.State.COMMITTED
     assert make(1) is None
+
+
+def test_logging_one_line_per_decision_refusals_at_info(
+    gate: eg.Gate, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="effectgate"):
+        d = begin(gate)
+        begin(gate)  # in flight: a refusal
+        gate.report(d, "ambiguous", error="reply lost")
+        begin(gate)  # blocked
+        gate.resolve("refund:txn_1", "committed", by="ops")
+    records = [(r.levelname, getattr(r, "decision", None), getattr(r, "key", None))
+               for r in caplog.records]
+    assert records[0] == ("DEBUG", "execute", "refund:txn_1")
+    assert ("INFO", "in_flight", "refund:txn_1") in records
+    assert ("INFO", "blocked", "refund:txn_1") in records
+    resolved = [r for r in caplog.records if r.getMessage().startswith("resolved")]
+    assert resolved and resolved[0].levelname == "INFO" and resolved[0].key == "refund:txn_1"
