@@ -29,7 +29,7 @@ from mcp.types import CallToolResult
 
 from . import mcp_upstream
 
-CLI = ["-c", "from effectgate.cli import main; main()"]
+CLI = ["-m", "effectgate.cli"]
 UPSTREAM = shlex.join([sys.executable, str(Path(mcp_upstream.__file__))])
 POLICY = """
 [effects."sms.send"]
@@ -239,17 +239,29 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
         proc.wait(timeout=10)
 
 
-async def test_strict_gateway_refuses_ungated_tools(upstream: Upstream, tmp_path: Path) -> None:
+async def test_strict_gateway_refuses_ungated_tools_and_can_trust_tool_errors(
+        upstream: Upstream, tmp_path: Path) -> None:
     """--strict: the undeclared tool is printed as refused and a call to it never reaches the
-    upstream."""
+    upstream. --tool-errors failed: an upstream tool error leaves the effect FAILED, so the
+    same call may run again."""
     url = f"sqlite:///{tmp_path / 'effects.db'}"
     with anyio.fail_after(60):
         async with gateway(upstream, "--url", url, "--policy", str(upstream.policy),
-                           "--strict") as s:
+                           "--strict", "--tool-errors", "failed") as s:
             answer = refusal(await s.call_tool("lookup", {"name": "alice"}))
             assert answer["error"] == "UngatedTool"
+            for _ in range(2):
+                rejected = await s.call_tool("send_message", {"to": "reject", "text": "x"})
+                assert rejected.is_error and "carrier rejected" in text(rejected)
+                assert "did not happen" in rejected.content[-1].text  # type: ignore[union-attr]
     assert "effectgate: refused (strict) tool, no effect declared: lookup" in (
         upstream.stderr().splitlines())
+    gate = eg.Gate(url)
+    try:
+        record = gate.get("sms:reject:x")
+        assert record.state is eg.State.FAILED and record.attempt == 2
+    finally:
+        gate.close()
 
 
 def test_gateway_will_not_start_when_a_template_names_a_missing_argument(

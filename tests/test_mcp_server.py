@@ -24,7 +24,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-CLI = ["-c", "from effectgate.cli import main; main()"]
+CLI = ["-m", "effectgate.cli"]
 
 
 @asynccontextmanager
