@@ -1,0 +1,64 @@
+"""Schema versions and migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import effectgate as eg
+from effectgate.schema import SCHEMA_VERSION
+
+
+def test_fresh_store_is_at_the_latest_version(tmp_path: Path) -> None:
+    gate = eg.Gate(f"sqlite:///{tmp_path / 'e.db'}")
+    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION)
+    assert len(gate.store.meta["vendor_secret"]) == 64
+    gate.close()
+
+
+def test_version_1_store_migrates_and_keeps_its_effects(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    gate = eg.Gate(f"sqlite:///{path}")
+    d = gate.begin(effect_type="x", key="k:1", payload={})
+    gate.report(d, "committed", result=7)
+    gate.close()
+    # Turn it back into what version 1 made: no history column, a trigger-fed history table.
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        ALTER TABLE effectgate_effects DROP COLUMN history;
+        CREATE TABLE effectgate_history (id INTEGER PRIMARY KEY, effect_id INTEGER);
+        CREATE TRIGGER effectgate_history_insert AFTER INSERT ON effectgate_effects BEGIN
+          INSERT INTO effectgate_history (effect_id) VALUES (new.id); END;
+        UPDATE effectgate_meta SET value = '1' WHERE name = 'schema_version';
+    """)
+    conn.close()
+    gate = eg.Gate(f"sqlite:///{path}", memo_size=0)
+    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION)
+    assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
+    d = gate.begin(effect_type="x", key="k:2", payload={})
+    gate.report(d, "committed")
+    assert [h.to_state for h in gate.get("k:2").history] == [eg.State.IN_FLIGHT,
+                                                             eg.State.COMMITTED]
+    gate.close()
+    conn = sqlite3.connect(path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert "effectgate_history" not in names and "effectgate_history_insert" not in names
+
+
+def test_newer_store_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    eg.Gate(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE effectgate_meta SET value = '99' WHERE name = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(eg.ConfigError, match="newer"):
+        eg.Gate(f"sqlite:///{path}")
+
+
+def test_bad_urls_are_config_errors(tmp_path: Path) -> None:
+    for url in ("sqlite://", "sqlite:///:memory:", "mysql://x/y", "not a url"):
+        with pytest.raises(eg.ConfigError):
+            eg.Gate(url)
