@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .gate import Gate
     from .records import EffectRecord
 
-__all__ = ["Compensator", "UnwindReport", "UnwindStep", "unwind"]
+__all__ = ["Compensator", "UnwindReport", "UnwindStep", "compensation_request", "unwind"]
 
 Compensator = Callable[["EffectRecord", Any], Any]
 
@@ -113,13 +113,23 @@ def unwind(gate: Gate, group_key: str, by: str) -> UnwindReport:
     return report
 
 
+def compensation_request(record: EffectRecord) -> dict[str, Any]:
+    """The ``begin`` arguments of ``record``'s undo: key ``compensate:<key>``, type
+    ``<type>.compensate``, ``compensates_effect_id`` set. Whoever performs the undo — ``unwind``
+    here, or an agent over MCP — begins this same effect, so it runs at most once."""
+    request: dict[str, Any] = {
+        "effect_type": f"{record.effect_type}.compensate", "key": f"compensate:{record.key}",
+        "payload": {"effect_id": record.effect_id, "compensation": record.compensation},
+        "compensates_effect_id": record.effect_id,
+    }
+    if record.run_id is not None:
+        request["run_id"] = record.run_id
+    return request
+
+
 def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: str,
                 report: UnwindReport, step: dict[str, Any]) -> None:
-    d = gate.begin(
-        effect_type=f"{record.effect_type}.compensate", key=f"compensate:{record.key}",
-        payload={"effect_id": record.effect_id, "compensation": record.compensation},
-        compensates_effect_id=record.effect_id, agent_id=by, run_id=record.run_id,
-    )
+    d = gate.begin(**compensation_request(record), agent_id=by)
     if d.decision is Decision.DUPLICATE:
         report.compensated.append(UnwindStep(**step, detail="compensated earlier",
                                              compensation_effect_id=d.effect_id,

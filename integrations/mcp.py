@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 import effectgate as eg
+from effectgate.sagas import compensation_request
 
 try:
     from mcp.server import MCPServer
@@ -322,7 +323,7 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
             answer["failed"].append(step.as_dict())
             continue
         record = gate.get_by_id(step.effect_id)
-        undo = _undo_request(record)
+        undo = compensation_request(record)
         try:
             done: eg.EffectRecord | None = gate.get(undo["key"])
         except eg.UnknownEffect:
@@ -347,19 +348,6 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
             "exactly its begin_effect arguments; on execute, perform what its compensation "
             "describes and report_effect. Then call unwind_group again to confirm.")
     return answer
-
-
-def _undo_request(record: eg.EffectRecord) -> dict[str, Any]:
-    """The ``begin`` of ``record``'s undo, as ``effectgate.sagas`` makes it (key
-    ``compensate:<key>``, type ``<type>.compensate``, same payload)."""
-    undo: dict[str, Any] = {
-        "effect_type": f"{record.effect_type}.compensate", "key": f"compensate:{record.key}",
-        "payload": {"effect_id": record.effect_id, "compensation": record.compensation},
-        "compensates_effect_id": record.effect_id,
-    }
-    if record.run_id is not None:
-        undo["run_id"] = record.run_id
-    return undo
 
 
 def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
