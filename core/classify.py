@@ -35,11 +35,12 @@ def _class_names(exc: BaseException) -> set[str]:
 
 
 def classify_httpx(exc: BaseException) -> Outcome | None:
-    """httpx errors raised before any byte of the request left → FAILED."""
+    """httpx (and its fork httpx2, which mcp uses) errors raised before any byte of the
+    request left → FAILED."""
     if not type(exc).__module__.startswith("httpx"):
         return None
-    names = _class_names(exc)
-    if "httpx.ConnectError" in names or "httpx.ConnectTimeout" in names:
+    names = {c.__qualname__ for c in type(exc).__mro__ if c.__module__.startswith("httpx")}
+    if "ConnectError" in names or "ConnectTimeout" in names:
         return Outcome.FAILED
     return Outcome.AMBIGUOUS
 
