@@ -22,13 +22,23 @@ from typing import Any
 
 from .errors import EffectKeyError
 
-__all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key"]
+__all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "is_utf8"]
 
 MAX_KEY_LENGTH = 512
 _FORMATTER = string.Formatter()
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def is_utf8(text: str) -> bool:
+    """False when ``text`` has a lone surrogate (``"\\ud800"``, e.g. from a bad JSON escape),
+    which no database can store as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_key(key: object) -> str:
@@ -39,6 +49,10 @@ def check_key(key: object) -> str:
         key = str(key)
     if not key.isascii():
         key = unicodedata.normalize("NFC", key)
+        if not is_utf8(key):
+            raise EffectKeyError(
+                "an effect key must be valid Unicode (it has a lone surrogate)", key=repr(key)
+            )
     if not key.strip():
         raise EffectKeyError("an effect key must not be empty", key=key)
     if len(key) > MAX_KEY_LENGTH:

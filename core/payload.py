@@ -40,6 +40,7 @@ from enum import Enum
 from typing import Any
 
 from .errors import PayloadError
+from .keys import is_utf8
 
 __all__ = ["canonical_json", "payload_hash", "result_json", "to_canonical"]
 
@@ -122,12 +123,16 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
 def canonical_json(value: Any, path: str = "payload") -> str:
     """The canonical JSON text of ``value``."""
     try:
-        return _dumps(to_canonical(value, path))
+        text = _dumps(to_canonical(value, path))
     except RecursionError:
         raise PayloadError(f"{path}: nested too deeply to be made canonical") from None
+    if not text.isascii() and not is_utf8(text):
+        raise PayloadError(_SURROGATE.format(path))
+    return text
 
 
 _FLAT = frozenset((str, int, bool, type(None)))
+_SURROGATE = "{}: a str with a lone surrogate is not valid Unicode and has no JSON form"
 
 
 def payload_hash(payload: Any) -> str:
@@ -142,7 +147,10 @@ def payload_hash(payload: Any) -> str:
         )
     else:
         text = canonical_json(payload)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    try:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError:
+        raise PayloadError(_SURROGATE.format("payload")) from None
 
 
 _encode_result = json.JSONEncoder(
@@ -156,6 +164,9 @@ def result_json(result: Any) -> str | None:
     if result is None:
         return None
     try:
-        return _encode_result(result)
+        text = _encode_result(result)
     except (ValueError, TypeError, RecursionError) as err:
         raise PayloadError(f"the result cannot be stored as JSON: {err}") from None
+    if not text.isascii() and not is_utf8(text):
+        raise PayloadError(_SURROGATE.format("result"))
+    return text

@@ -1,0 +1,311 @@
+"""Bad input, on SQLite and Postgres: each kind raises a typed error and leaves the store unchanged.
+
+Every case runs against a store that already holds a committed effect (``refund:done``) and one
+in flight (held by the test), so "unchanged" means something: the snapshot of the namespace
+(effects with their history, approvals, spend) is compared before and after. One gate per
+backend serves every case (a fresh in-flight effect each), to keep the many cases cheap.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import effectgate as eg
+
+from .conftest import PG_URL, require_postgres, snapshot
+
+PAYLOAD = {"txn_id": "txn_1", "amount_cents": 500}
+
+
+class Seeded:
+    """A gate whose namespace holds a committed effect and, per case, one in flight."""
+
+    def __init__(self, gate: eg.Gate) -> None:
+        self.gate = gate
+        done = gate.begin(effect_type="payment.refund", key="refund:done", payload=PAYLOAD)
+        gate.report(done, "committed", result={"refund_id": "re_1"})
+        self.done = done
+        self.duplicate = gate.begin(effect_type="payment.refund", key="refund:done",
+                                    payload=PAYLOAD)
+        self._numbers = itertools.count()
+        self.held = self.hold()
+
+    def hold(self) -> Any:
+        """Reserve a fresh effect and hold it (a long lease) for the next case."""
+        self.held = self.gate.begin(effect_type="payment.refund",
+                                    key=f"refund:held-{next(self._numbers)}",
+                                    payload=PAYLOAD, lease_seconds=600)
+        return self.held
+
+    def begin(self, **overrides: Any) -> Any:
+        request: dict[str, Any] = {"effect_type": "payment.refund", "key": "refund:new",
+                                   "payload": PAYLOAD}
+        request.update(overrides)
+        return self.gate.begin(**request)
+
+    def run(self, template: str, arguments: dict[str, Any], **options: Any) -> Any:
+        """Gate one call through EffectSpec (the decorator's path); the body must not run."""
+        def body() -> None:
+            raise AssertionError("the body ran despite bad input")
+
+        spec = eg.EffectSpec(self.gate, template, effect_type="payment.refund", **options)
+        return spec.run(arguments, body)
+
+    def report(self, *args: Any, **kwargs: Any) -> None:
+        self.gate.report(*args, **kwargs)
+
+
+def _cycle() -> dict[str, Any]:
+    payload: dict[str, Any] = {"txn_id": "t"}
+    payload["self"] = payload
+    return payload
+
+
+def _cyclic_list() -> list[Any]:
+    items: list[Any] = []
+    items.append(items)
+    return items
+
+
+def _deep() -> dict[str, Any]:
+    value: Any = "bottom"
+    for _ in range(20_000):
+        value = [value]
+    return {"deep": value}
+
+
+Case = Callable[[Seeded], Any]
+E = eg
+CASES: list[tuple[str, Case, type[eg.EffectGateError]]] = [
+    # -- key templates that cannot be resolved (G7: before anything runs) ----------------
+    ("template names a missing argument",
+     lambda s: s.run("refund:{txn_id}", {"amount_cents": 5}), E.EffectKeyError),
+    ("template attribute missing",
+     lambda s: s.run("refund:{order.id}", {"order": {"no_id": 1}}), E.EffectKeyError),
+    ("template item missing",
+     lambda s: s.run("refund:{order[id]}", {"order": {"no_id": 1}}), E.EffectKeyError),
+    ("template field None", lambda s: s.run("refund:{t}", {"t": None}), E.EffectKeyError),
+    ("template field empty string", lambda s: s.run("refund:{t}", {"t": " "}), E.EffectKeyError),
+    ("template field float", lambda s: s.run("refund:{t}", {"t": 1.5}), E.EffectKeyError),
+    ("template field bool", lambda s: s.run("refund:{t}", {"t": True}), E.EffectKeyError),
+    ("template field list", lambda s: s.run("refund:{t}", {"t": ["a"]}), E.EffectKeyError),
+    ("template field dict", lambda s: s.run("refund:{t}", {"t": {"a": 1}}), E.EffectKeyError),
+    ("template field bytes", lambda s: s.run("refund:{t}", {"t": b"raw"}), E.EffectKeyError),
+    ("template field datetime",
+     lambda s: s.run("refund:{t}", {"t": datetime.datetime(2026, 1, 1)}), E.EffectKeyError),
+    ("template unbalanced brace", lambda s: s.run("refund:{txn_id", PAYLOAD), E.EffectKeyError),
+    ("template positional field", lambda s: s.run("refund:{}", PAYLOAD), E.EffectKeyError),
+    ("template conversion", lambda s: s.run("refund:{txn_id!r}", PAYLOAD), E.EffectKeyError),
+    ("template bad format spec",
+     lambda s: s.run("refund:{amount_cents:05q}", PAYLOAD), E.EffectKeyError),
+    ("template renders 10,000 characters",
+     lambda s: s.run("refund:{t}", {"t": "x" * 10_000}), E.EffectKeyError),
+    ("template renders a NUL", lambda s: s.run("refund:{t}", {"t": "a\x00b"}), E.EffectKeyError),
+    ("template renders a lone surrogate",
+     lambda s: s.run("refund:{t}", {"t": "a\ud800"}), E.EffectKeyError),
+    ("decorated call with a missing argument",
+     lambda s: s.gate.effect("refund:{txn_id}", effect_type="x")(
+         lambda txn_id, amount_cents: None)("t1"), E.ConfigError),
+    # -- literal keys -----------------------------------------------------------------------
+    ("key of 10,000 characters", lambda s: s.begin(key="k" * 10_000), E.EffectKeyError),
+    ("key with a NUL character", lambda s: s.begin(key="refund:\x00"), E.EffectKeyError),
+    ("key with a newline", lambda s: s.begin(key="refund:a\nb"), E.EffectKeyError),
+    ("key with a lone surrogate", lambda s: s.begin(key="refund:\udc80"), E.EffectKeyError),
+    ("key not a str", lambda s: s.begin(key=12345), E.EffectKeyError),
+    ("key blank", lambda s: s.begin(key="   "), E.EffectKeyError),
+    ("get with a 10,000-character key", lambda s: s.gate.get("k" * 10_000), E.EffectKeyError),
+    # -- payloads -------------------------------------------------------------------------
+    ("payload None", lambda s: s.begin(payload=None), E.PayloadError),
+    ("payload bytes as a whole", lambda s: s.begin(payload=b'{"txn_id": 1}'), E.PayloadError),
+    ("payload a list", lambda s: s.begin(payload=[1, 2]), E.PayloadError),
+    ("payload NaN", lambda s: s.begin(payload={"amount": float("nan")}), E.PayloadError),
+    ("payload infinity", lambda s: s.begin(payload={"amount": float("inf")}), E.PayloadError),
+    ("payload -infinity", lambda s: s.begin(payload={"a": [float("-inf")]}), E.PayloadError),
+    ("payload Decimal NaN",
+     lambda s: s.begin(payload={"amount": decimal.Decimal("NaN")}), E.PayloadError),
+    ("payload Decimal infinity",
+     lambda s: s.begin(payload={"amount": decimal.Decimal("-Infinity")}), E.PayloadError),
+    ("payload cyclic dict", lambda s: s.begin(payload=_cycle()), E.PayloadError),
+    ("payload cyclic list", lambda s: s.begin(payload={"a": _cyclic_list()}), E.PayloadError),
+    ("payload nested 20,000 deep", lambda s: s.begin(payload=_deep()), E.PayloadError),
+    ("payload non-str mapping key", lambda s: s.begin(payload={1: "x"}), E.PayloadError),
+    ("payload naive datetime",
+     lambda s: s.begin(payload={"at": datetime.datetime(2026, 1, 1)}), E.PayloadError),
+    ("payload arbitrary object", lambda s: s.begin(payload={"o": object()}), E.PayloadError),
+    ("payload lone surrogate", lambda s: s.begin(payload={"note": "\ud83d"}), E.PayloadError),
+    ("payload lone surrogate, nested",
+     lambda s: s.begin(payload={"n": {"x": ["\udfff", 1.5]}}), E.PayloadError),
+    ("payload differs under an existing key",
+     lambda s: s.begin(key="refund:done", payload={**PAYLOAD, "amount_cents": 501}),
+     E.PayloadMismatch),
+    ("decorated call, payload NaN",
+     lambda s: s.run("refund:{txn_id}", {"txn_id": "t9", "amount": float("nan")}),
+     E.PayloadError),
+    ("compensation not JSON", lambda s: s.begin(compensation={"o": object()}), E.PayloadError),
+    # -- results ---------------------------------------------------------------------------
+    ("result not JSON", lambda s: s.report(s.held, "committed", result=object()),
+     E.PayloadError),
+    ("result NaN", lambda s: s.report(s.held, "committed", result={"x": float("nan")}),
+     E.PayloadError),
+    ("result cyclic", lambda s: s.report(s.held, "committed", result=_cycle()),
+     E.PayloadError),
+    ("result with a lone surrogate",
+     lambda s: s.report(s.held, "committed", result={"reply": "\ud800"}), E.PayloadError),
+    ("resolve with a result not JSON",
+     lambda s: s.gate.resolve(s.held.key, "committed", by="ops", result={1, object()}),
+     E.PayloadError),
+    # -- outcomes and reports ------------------------------------------------------------
+    ("unknown outcome string", lambda s: s.report(s.held, "done"), E.InvalidTransition),
+    ("outcome None", lambda s: s.report(s.held, None), E.InvalidTransition),
+    ("outcome in the wrong case", lambda s: s.report(s.held, "COMMITTED "),
+     E.InvalidTransition),
+    ("report with a wrong token",
+     lambda s: s.report(s.held.effect_id, "committed", lease_token=s.held.lease_token + 7),
+     E.StaleLease),
+    ("report with an unknown effect id",
+     lambda s: s.report(10**12, "committed", lease_token=1), E.UnknownEffect),
+    ("report by id without a token", lambda s: s.report(s.held.effect_id, "committed"),
+     E.ConfigError),
+    ("report of a duplicate decision", lambda s: s.report(s.duplicate, "committed"),
+     E.InvalidTransition),
+    ("report on a committed effect", lambda s: s.report(s.done, "failed"), E.StaleLease),
+    ("report error not a str", lambda s: s.report(s.held, "failed", error=404),
+     E.ConfigError),
+    ("report negative actual cost",
+     lambda s: s.report(s.held, "committed", actual_cost_micros=-1), E.ConfigError),
+    ("extend lease by negative seconds", lambda s: s.gate.extend_lease(s.held, -5),
+     E.ConfigError),
+    ("extend lease with a wrong token",
+     lambda s: s.gate.extend_lease(s.held.effect_id, 30, lease_token=999), E.StaleLease),
+    # -- resolve ---------------------------------------------------------------------------
+    ("resolve of an unknown key", lambda s: s.gate.resolve("refund:nope", "failed", by="ops"),
+     E.UnknownEffect),
+    ("resolve as ambiguous",
+     lambda s: s.gate.resolve(s.held.key, "ambiguous", by="ops"), E.InvalidTransition),
+    ("resolve with an unknown outcome",
+     lambda s: s.gate.resolve(s.held.key, "maybe", by="ops"), E.InvalidTransition),
+    ("resolve a committed effect as failed",
+     lambda s: s.gate.resolve("refund:done", "failed", by="ops"), E.InvalidTransition),
+    ("resolve without an operator", lambda s: s.gate.resolve(s.held.key, "failed", by=""),
+     E.ConfigError),
+    ("resolve by None", lambda s: s.gate.resolve(s.held.key, "failed", by=None),
+     E.ConfigError),
+    ("resolve a 10,000-character key",
+     lambda s: s.gate.resolve("k" * 10_000, "failed", by="ops"), E.EffectKeyError),
+    # -- leases, costs, vendors and other options ---------------------------------------------
+    ("lease of 0 seconds", lambda s: s.begin(lease_seconds=0), E.ConfigError),
+    ("negative lease", lambda s: s.begin(lease_seconds=-1), E.ConfigError),
+    ("lease NaN", lambda s: s.begin(lease_seconds=float("nan")), E.ConfigError),
+    ("lease infinite", lambda s: s.begin(lease_seconds=float("inf")), E.ConfigError),
+    ("lease as a str", lambda s: s.begin(lease_seconds="30"), E.ConfigError),
+    ("lease as a bool", lambda s: s.begin(lease_seconds=True), E.ConfigError),
+    ("lease of a year", lambda s: s.begin(lease_seconds=365 * 86400), E.ConfigError),
+    ("negative cost", lambda s: s.begin(estimated_cost_micros=-1), E.ConfigError),
+    ("cost as a float", lambda s: s.begin(estimated_cost_micros=1.5), E.ConfigError),
+    ("cost as a bool", lambda s: s.begin(estimated_cost_micros=True), E.ConfigError),
+    ("cost as a str", lambda s: s.begin(estimated_cost_micros="100"), E.ConfigError),
+    ("cost function raises",
+     lambda s: s.run("refund:{txn_id}", PAYLOAD, cost_micros=lambda txn_id: 1 // 0),
+     E.ConfigError),
+    ("unknown vendor", lambda s: s.begin(vendor="paypal"), E.ConfigError),
+    ("unknown vendor on a spec", lambda s: s.run("refund:{txn_id}", PAYLOAD, vendor="acme"),
+     E.ConfigError),
+    ("max_attempts 0", lambda s: s.begin(max_attempts=0), E.ConfigError),
+    ("max_attempts as a str", lambda s: s.begin(max_attempts="3"), E.ConfigError),
+    ("effect type empty", lambda s: s.begin(effect_type=""), E.ConfigError),
+    ("effect type not a str", lambda s: s.begin(effect_type=5), E.ConfigError),
+    ("run id of 300 characters", lambda s: s.begin(run_id="r" * 300), E.ConfigError),
+    ("agent id with a NUL", lambda s: s.begin(agent_id="agent\x00"), E.ConfigError),
+    ("run id with a lone surrogate", lambda s: s.begin(run_id="run\ud800"), E.ConfigError),
+    ("group key not a str", lambda s: s.begin(group_key=["trip"]), E.ConfigError),
+    ("compensates_effect_id as a str", lambda s: s.begin(compensates_effect_id="7"),
+     E.ConfigError),
+    ("gate namespace empty", lambda s: eg.Gate(s.gate.url, namespace=""), E.ConfigError),
+    ("gate with an unsupported database", lambda s: eg.Gate("mysql://root@localhost/x"),
+     E.ConfigError),
+    ("gate with an in-memory SQLite", lambda s: eg.Gate("sqlite://"), E.ConfigError),
+    ("gate with a bad durability", lambda s: eg.Gate(s.gate.url, durability="fast"),
+     E.ConfigError),
+]
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def seeded(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    if request.param == "postgres":
+        require_postgres()
+        url = PG_URL
+    else:
+        url = f"sqlite:///{Path(tmp_path_factory.mktemp('bad')) / 'effects.db'}"
+    gate = eg.Gate(url, namespace=f"t-bad-{uuid.uuid4().hex[:12]}")
+    yield Seeded(gate)
+    gate.close()
+
+
+def test_at_least_twenty_kinds_of_bad_input() -> None:
+    assert len(CASES) >= 20
+    assert len({name for name, _, _ in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("case", "error"), [(c, e) for _, c, e in CASES],
+                         ids=[name for name, _, _ in CASES])
+def test_bad_input_raises_typed_error_and_leaves_store_unchanged(
+    seeded: Seeded, case: Case, error: type[eg.EffectGateError]
+) -> None:
+    """Each kind of bad input raises its own EffectGateError subclass (never a bare TypeError,
+    ValueError or a driver error) and writes nothing."""
+    gate = seeded.gate
+    held = seeded.hold()
+    before = snapshot(gate)
+    with pytest.raises(error) as raised:
+        case(seeded)
+    assert type(raised.value).__module__ == "effectgate.errors"
+    assert snapshot(gate) == before
+    # The held effect still reports normally afterwards: bad input broke nothing.
+    gate.report(held, "committed", result={"ok": True})
+    assert gate.get(held.key).state is eg.State.COMMITTED
+
+
+def test_pg_url_is_not_mistaken_for_bad_input() -> None:
+    """The suite's own Postgres URL is a valid one (guards the unsupported-database case)."""
+    assert PG_URL.startswith("postgresql")
+
+
+def test_error_text_with_lone_surrogate_still_records_the_outcome(gate: eg.Gate) -> None:
+    """An exception whose message holds a lone surrogate (a badly decoded vendor reply) still
+    records FAILED; it used to leave the effect stuck IN_FLIGHT with a store error."""
+
+    @gate.effect("email:{msg}", effect_type="email.send")
+    def send(msg: str) -> None:
+        raise eg.NotExecuted("SMTP said: \udce9chec")
+
+    with pytest.raises(eg.NotExecuted) as raised:
+        send("m1")
+    assert not getattr(raised.value, "__notes__", None)
+    record = gate.get("email:m1")
+    assert record.state is eg.State.FAILED
+    assert record.error is not None and "chec" in record.error
+
+
+def test_result_with_lone_surrogate_commits_without_storing_it(gate: eg.Gate) -> None:
+    """A body whose result cannot be stored (a lone surrogate) still commits: the effect
+    happened; a duplicate returns None, with a warning at the commit."""
+    calls: list[str] = []
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    def refund(txn_id: str) -> dict[str, str]:
+        calls.append(txn_id)
+        return {"vendor_reply": "\ud800"}
+
+    with pytest.warns(eg.ResultNotStoredWarning):
+        refund("t1")
+    assert gate.get("refund:t1").state is eg.State.COMMITTED
+    assert refund("t1") is None and calls == ["t1"]
