@@ -21,7 +21,7 @@ from .errors import EffectRefused, NotExecuted
 from .gate import Gate
 
 __all__ = ["DOLLAR", "SCENES", "DecoratorAgent", "DemoSummary", "FakeVendor", "Line",
-           "demo_policy", "make_tools", "run_demo"]
+           "demo_policy", "make_tools", "register_undo", "run_demo"]
 
 DOLLAR = 1_000_000
 Actor = Literal["scene", "agent", "gate", "vendor", "operator", "note"]
@@ -103,6 +103,17 @@ def demo_policy() -> Any:
     }}})
 
 
+def register_undo(gate: Gate, vendor: FakeVendor) -> None:
+    """The compensator for every booking: cancel it at the vendor."""
+
+    @gate.compensator("booking.*")
+    def cancel(record: Any, compensation: Any) -> dict[str, Any]:
+        booked = record.result
+        if isinstance(booked, str):  # a framework tool stores its text output
+            booked = json.loads(booked)
+        return vendor.cancel(booked["booking_id"])
+
+
 def make_tools(gate: Gate, vendor: FakeVendor) -> dict[str, Callable[..., Any]]:
     """The agent's tools, each gated with one decorator, and the undo for bookings."""
 
@@ -122,11 +133,7 @@ def make_tools(gate: Gate, vendor: FakeVendor) -> dict[str, Callable[..., Any]]:
                            group_key="trip:{trip_id}",
                            compensation=lambda trip_id: {"cancel": what})(book)
 
-    if hasattr(gate, "compensator"):
-        @gate.compensator("booking.*")
-        def cancel(record: Any, compensation: Any) -> dict[str, Any]:
-            return vendor.cancel(record.result["booking_id"])
-
+    register_undo(gate, vendor)
     return {"refund": refund, "book_flight": booking("flight"),
             "book_hotel": booking("hotel"), "book_car": booking("car")}
 
@@ -233,6 +240,8 @@ def _scene_saga(gate: Gate, vendor: FakeVendor, ask: Ask, say: Say) -> None:
         say("gate", f"compensated {step.key} → the vendor cancelled {_brief(step.result)}")
     for step in report.skipped:
         say("gate", f"nothing to undo for {step.key}: it is {step.state}")
+    for step in report.unresolved + report.failed + report.irreversible:
+        say("gate", f"not undone: {step.key}: {step.detail}")
     again = gate.unwind("trip:trip_77", by="alice")
     say("operator", "effectgate unwind trip:trip_77  (again)")
     say("gate", f"{len(again.compensated)} compensated earlier; nothing undone twice")
@@ -253,8 +262,7 @@ def run_demo(gate: Gate, show: Callable[[Line], None], *, agent: str = "auto") -
     from .gate import effect_context
 
     vendor = FakeVendor()
-    tools = make_tools(gate, vendor)
-    bot = _agent(agent, tools, vendor, gate)
+    bot = _agent(agent, vendor, gate)
     summary = DemoSummary(agent=bot.name)
     calls = 0
 
@@ -279,8 +287,7 @@ def run_demo(gate: Gate, show: Callable[[Line], None], *, agent: str = "auto") -
     return summary
 
 
-def _agent(kind: str, tools: dict[str, Callable[..., Any]], vendor: FakeVendor,
-           gate: Gate) -> Any:
+def _agent(kind: str, vendor: FakeVendor, gate: Gate) -> Any:
     """The LangChain agent where asked for (``auto``: when it can be imported), else the
     decorator."""
     if kind in ("auto", "langchain"):
@@ -292,5 +299,5 @@ def _agent(kind: str, tools: dict[str, Callable[..., Any]], vendor: FakeVendor,
             if kind == "langchain":
                 raise
         else:
-            return module.LangChainAgent(gate, vendor, tools)
-    return DecoratorAgent(tools, vendor)
+            return module.LangChainAgent(gate, vendor)
+    return DecoratorAgent(make_tools(gate, vendor), vendor)

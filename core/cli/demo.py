@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ._common import Command, console, handle_errors, print_json
+from ._common import Command, console, fail, handle_errors, print_json
 
 __all__ = ["demo"]
 
@@ -72,7 +72,11 @@ def demo(url: str | None, agent: str, as_json: bool) -> None:
         try:
             if not as_json:
                 _header(out, store_url if url else None, namespace)
-            summary = run_demo(gate, show, agent=agent)
+            try:
+                summary = run_demo(gate, show, agent=agent)
+            except ImportError as err:
+                fail(f'the LangChain agent needs its extra: pip install "effectgate[langchain]" '
+                     f"({err})")
         finally:
             gate.close()
     if as_json:
