@@ -1,0 +1,316 @@
+"""LlamaIndex: gated function tools, an agent mixin that stops a run, and an instrumentation audit.
+
+* ``gate_tool(tool, "refund:{txn_id}", gate=gate)`` returns a ``FunctionTool`` sharing the
+  tool's ``metadata`` (name, description, ``fn_schema``: the same tool definition), so an agent
+  still injects ``ctx: Context`` into it. Every ``call`` / ``acall`` passes through the gate:
+  this is the form that guarantees at most one execution. ``gate_tools(tools, effects)`` wraps a
+  list and reports every tool left ungated.
+* ``EffectGateAgentMixin`` (and the ready ``EffectGateFunctionAgent``): LlamaIndex agents catch
+  every exception a tool raises and tell the model ``str(e)``, so the run goes on. With
+  ``on_refusal="raise"``, put this mixin in front of the agent class to stop the run on a
+  refusal or an ambiguous outcome (awaiting the handler raises it). It also makes the agent's
+  name the effect's ``agent_id``.
+* ``UngatedToolAudit``: an instrumentation span handler that sees every tool call and reports
+  each ungated tool once by name, when it is first called. Instrumentation can only observe
+  (the dispatcher swallows a handler's exceptions): it cannot stop a call, answer it, or record
+  its outcome. Use it to find tools you forgot, not to gate them.
+
+``FunctionTool.call`` does not validate its arguments; the gated tool does, through
+``metadata.fn_schema``, before the key and payload hash are computed (``"500"`` and ``500`` are
+one refund) and hands the validated values to the function. Invalid arguments are answered
+with an error output; nothing runs. A duplicate gets the stored result, as though the tool had
+just run; every other answer is an error output (``is_error=True``) telling the model what to
+do. The workflow's run id (``agent.run(..., run_id=...)``, else the generated one) becomes the
+effect's ``run_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from effectgate import ConfigError, EffectSpec, Gate
+
+from ._common import (
+    GatedCall,
+    OnRefusal,
+    Refused,
+    UngatedToolWarning,
+    effect_specs,
+    framework_context,
+    is_stopping,
+    model_arguments,
+    report_ungated,
+    resolve_gate,
+)
+
+try:
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+    from llama_index.core.tools import BaseTool, FunctionTool, ToolOutput
+    from llama_index_instrumentation import get_dispatcher
+    from pydantic import PrivateAttr, ValidationError
+except ImportError as _err:  # pragma: no cover - depends on the environment
+    from ._common import missing_extra
+
+    raise missing_extra("llama_index", "llama-index", _err) from _err
+
+__all__ = [
+    "EffectGateAgentMixin",
+    "EffectGateFunctionAgent",
+    "GatedFunctionTool",
+    "UngatedToolAudit",
+    "UngatedToolWarning",
+    "gate_tool",
+    "gate_tools",
+]
+
+
+def _run_id() -> Any:
+    try:
+        from llama_index_instrumentation.dispatcher import active_instrument_tags
+    except ImportError:  # pragma: no cover - older llama-index
+        return None
+    return active_instrument_tags.get().get("llamaindex.run_id")
+
+
+def _storable(out: ToolOutput) -> Any:
+    """What the gate stores for a tool output: the function's return value when the model saw
+    exactly its text, else the text the model saw."""
+    raw = out.raw_output
+    if isinstance(raw, (str, int, float, bool, dict, list)) and str(raw) == out.content:
+        return raw
+    return out.content
+
+
+class GatedFunctionTool(FunctionTool):
+    """A ``FunctionTool`` whose every call passes through an effect gate (see :func:`gate_tool`).
+
+    ``inner`` is the wrapped tool; ``gated_call.spec`` the :class:`effectgate.EffectSpec`.
+    """
+
+    def __init__(self, inner: FunctionTool, gated: GatedCall) -> None:
+        super().__init__(fn=inner.fn, async_fn=inner.async_fn, metadata=inner.metadata,
+                         partial_params=inner.partial_params)
+        # Derived from fn's signature by FunctionTool; an async-only tool's sync shim hides it.
+        self.requires_context = inner.requires_context
+        self.ctx_param_name = inner.ctx_param_name
+        self.inner = inner
+        self.gated_call = gated
+        self._schema = inner.metadata.fn_schema
+
+    def _prepare(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | str:
+        """(arguments for the key, kwargs for the function), or an invalid-arguments text."""
+        ctx_name = self.ctx_param_name
+        passed = {k: v for k, v in kwargs.items() if k != ctx_name}
+        visible = {k: v for k, v in passed.items() if k not in self.partial_params}
+        if self._schema is None:
+            values = visible
+        else:
+            try:
+                values = model_arguments(self._schema, visible)
+            except ValidationError as err:
+                return f"INVALID ARGUMENTS: {err}. Nothing was carried out; correct the " \
+                       "arguments and call the tool again."
+        call_kwargs = {**{k: v for k, v in passed.items() if k in self.partial_params}, **values}
+        if ctx_name is not None and ctx_name in kwargs:
+            call_kwargs[ctx_name] = kwargs[ctx_name]
+        arguments = {**{k: v for k, v in self.partial_params.items()}, **values}
+        return arguments, call_kwargs
+
+    def _answer(self, out: Any, raw_input: dict[str, Any]) -> ToolOutput:
+        name = self.metadata.get_name()
+        if isinstance(out, ToolOutput):
+            return out
+        if isinstance(out, Refused):
+            return ToolOutput(content=out.message, tool_name=name, raw_input=raw_input,
+                              raw_output=out.as_dict(), is_error=True)
+        return ToolOutput(content=str(out), tool_name=name, raw_input=raw_input, raw_output=out)
+
+    def _invalid(self, text: str, kwargs: dict[str, Any]) -> ToolOutput:
+        return ToolOutput(content=text, tool_name=self.metadata.get_name(),
+                          raw_input={"kwargs": kwargs}, raw_output=None, is_error=True)
+
+    def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
+        """Gated sync call (keyword arguments, as an agent sends them)."""
+        prepared = self._prepare(kwargs)
+        if isinstance(prepared, str):
+            return self._invalid(prepared, kwargs)
+        arguments, call_kwargs = prepared
+        inner = self.inner
+        with framework_context(_run_id()):
+            out = self.gated_call.run(arguments, lambda: _Output(inner.call(*args,
+                                                                            **call_kwargs)))
+        return self._answer(_unwrap(out), {"args": args, "kwargs": arguments})
+
+    async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
+        """Gated async call (keyword arguments, as an agent sends them)."""
+        prepared = self._prepare(kwargs)
+        if isinstance(prepared, str):
+            return self._invalid(prepared, kwargs)
+        arguments, call_kwargs = prepared
+        inner = self.inner
+
+        async def body() -> Any:
+            return _Output(await inner.acall(*args, **call_kwargs))
+
+        with framework_context(_run_id()):
+            out = await self.gated_call.arun(arguments, body)
+        return self._answer(_unwrap(out), {"args": args, "kwargs": arguments})
+
+
+class _Output:
+    """A fresh tool output: returned to the caller whole, stored as :func:`_storable`."""
+
+    __slots__ = ("output",)
+
+    def __init__(self, output: ToolOutput) -> None:
+        self.output = output
+
+
+def _unwrap(out: Any) -> Any:
+    return out.output if isinstance(out, _Output) else out
+
+
+def _store_form(user_redact: Any) -> Any:
+    def redact(out: Any) -> Any:
+        value = _storable(out.output) if isinstance(out, _Output) else out
+        return user_redact(value) if user_redact is not None else value
+
+    return redact
+
+
+def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
+              effect_type: str | None = None, on_refusal: OnRefusal = "message",
+              **effect_options: Any) -> GatedFunctionTool:
+    """Gate a LlamaIndex ``FunctionTool`` under the key template ``key``.
+
+    Returns a ``FunctionTool`` with the same metadata; ``tool.call(**kwargs)`` and
+    ``await tool.acall(**kwargs)`` work outside an agent too. ``effect_type`` defaults to the
+    tool's name; ``effect_options`` are :class:`effectgate.EffectSpec` options. ``gate=None``
+    uses the process-wide default gate.
+    """
+    if isinstance(tool, GatedFunctionTool):
+        raise ConfigError(f"tool {tool.metadata.get_name()!r} is already gated")
+    if not isinstance(tool, FunctionTool):
+        raise ConfigError(
+            f"gate_tool takes a llama_index FunctionTool, not {type(tool).__name__}"
+        )
+    name = tool.metadata.get_name()
+    redact = _store_form(effect_options.pop("redact", None))
+    spec = EffectSpec(resolve_gate(gate), key, effect_type=effect_type or name, redact=redact,
+                      **effect_options)
+    schema = tool.metadata.fn_schema
+    fields = getattr(schema, "model_fields", None)
+    if fields is not None:
+        spec.check_names([*fields, *tool.partial_params], f"tool {name!r}")
+    return GatedFunctionTool(tool, GatedCall(spec, name, on_refusal=on_refusal))
+
+
+def gate_tools(tools: Iterable[BaseTool], effects: Any, *, gate: Gate | None = None,
+               strict: bool = False, read_only: Iterable[str] = (),
+               on_refusal: OnRefusal = "message") -> list[BaseTool]:
+    """Gate the declared tools of a list and pass the rest through, in order.
+
+    ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None (read-only);
+    or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate must carry that
+    policy). Every tool left ungated is reported once by name; ``strict=True`` (or
+    ``policy.strict``) refuses them with ``ConfigError``.
+    """
+    tools = list(tools)
+    names = [t.metadata.get_name() for t in tools]
+    resolved = resolve_gate(gate)
+    declared, reads, policy_strict = effect_specs(effects, names, gate=resolved,
+                                                  read_only=read_only)
+    out: list[BaseTool] = []
+    ungated: list[str] = []
+    for tool, name in zip(tools, names, strict=True):
+        if isinstance(tool, GatedFunctionTool) or name in reads:
+            out.append(tool)
+        elif name in declared:
+            key, options = declared[name]
+            options = {"on_refusal": on_refusal, **options}
+            out.append(gate_tool(tool, key, gate=resolved, **options))  # type: ignore[arg-type]
+        else:
+            ungated.append(name)
+            out.append(tool)
+    report_ungated("llama_index", ungated, strict=strict or policy_strict)
+    return out
+
+
+class EffectGateAgentMixin:
+    """Put in front of a LlamaIndex workflow agent class to stop the run when a gated tool
+    raises a refusal or an ambiguous outcome (``on_refusal="raise"``), and to make the agent's
+    name the effect's ``agent_id``::
+
+        class MyAgent(EffectGateAgentMixin, FunctionAgent): ...
+    """
+
+    async def _call_tool(self, ctx: Any, tool: Any, tool_input: dict[str, Any]) -> Any:
+        with framework_context(_run_id(), getattr(self, "name", None)):
+            out = await super()._call_tool(ctx, tool, tool_input)  # type: ignore[misc]
+        error = getattr(out, "exception", None)
+        if is_stopping(error):
+            raise error  # type: ignore[misc]
+        return out
+
+
+class EffectGateFunctionAgent(EffectGateAgentMixin, FunctionAgent):
+    """A ``FunctionAgent`` that stops its run on a refused or ambiguous effect."""
+
+
+class UngatedToolAudit(BaseSpanHandler[Any]):
+    """Instrumentation: report each ungated tool once by name, when it is first called.
+
+    Register with :meth:`install` (the root dispatcher). ``calls`` counts calls per ungated
+    tool name. It observes only: it cannot stop a call.
+    """
+
+    read_only: frozenset[str] = frozenset()
+    _calls: dict[str, int] = PrivateAttr(default_factory=dict)
+    _gated_spans: set[str] = PrivateAttr(default_factory=set)
+
+    @property
+    def calls(self) -> Mapping[str, int]:
+        """Calls seen per ungated tool name."""
+        return self._calls
+
+    def install(self) -> UngatedToolAudit:
+        """Add this handler to LlamaIndex's root dispatcher; returns self."""
+        get_dispatcher().add_span_handler(self)
+        return self
+
+    def uninstall(self) -> None:
+        """Remove this handler from the root dispatcher."""
+        handlers = get_dispatcher().span_handlers
+        if self in handlers:
+            handlers.remove(self)
+
+    def new_span(self, id_: str, bound_args: Any, instance: Any = None,
+                 parent_span_id: str | None = None, tags: Any = None, **kwargs: Any) -> None:
+        if not isinstance(instance, BaseTool):
+            return None
+        method = id_.split("-")[0].rsplit(".", 1)[-1]
+        if method not in ("call", "acall"):
+            return None
+        if isinstance(instance, GatedFunctionTool):
+            self._gated_spans.add(id_)  # its inner tool's span is a child: not ungated
+            return None
+        if parent_span_id in self._gated_spans:
+            return None
+        name = instance.metadata.get_name()
+        if name in self.read_only:
+            return None
+        self._calls[name] = self._calls.get(name, 0) + 1
+        report_ungated("llama_index", [name], strict=False)
+        return None
+
+    def prepare_to_exit_span(self, id_: str, bound_args: Any, instance: Any = None,
+                             result: Any = None, **kwargs: Any) -> None:
+        self._gated_spans.discard(id_)
+        return None
+
+    def prepare_to_drop_span(self, id_: str, bound_args: Any, instance: Any = None,
+                             err: BaseException | None = None, **kwargs: Any) -> None:
+        self._gated_spans.discard(id_)
+        return None

@@ -1,0 +1,239 @@
+"""LlamaIndex: gated function tools in the real FunctionAgent workflow, driven offline by
+MockFunctionCallingLLM, on SQLite and Postgres.
+
+No ``from __future__ import annotations`` here: LlamaIndex reads a tool's ``ctx: Context``
+annotation at runtime, and a string annotation breaks context injection.
+"""
+
+import asyncio
+import json
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+    from llama_index.core.workflow import Context
+
+import effectgate as eg
+from effectgate.integrations.llama_index import (
+    EffectGateFunctionAgent,
+    GatedFunctionTool,
+    UngatedToolAudit,
+    UngatedToolWarning,
+    gate_tool,
+    gate_tools,
+)
+from effectgate.testing import temporary_gate
+
+from .agent_worker import run_two_agents
+from .conftest import PG_URL, require_postgres
+
+ARGS = {"txn_id": "T1", "amount_cents": 500}
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def call(call_id: str, args: dict[str, Any] | None = None, name: str = "refund") -> ChatMessage:
+    return ChatMessage(role=MessageRole.ASSISTANT, blocks=[
+        ToolCallBlock(tool_call_id=call_id, tool_name=name, tool_kwargs=dict(args or ARGS))])
+
+
+def scripted(*calls: ChatMessage) -> MockFunctionCallingLLM:
+    turns = iter([*calls, ChatMessage(role=MessageRole.ASSISTANT, content="All done.")])
+    return MockFunctionCallingLLM(response_generator=lambda messages, **kw: next(turns))
+
+
+def run(agent: Any, run_id: str | None = None) -> list[Any]:
+    async def go() -> list[Any]:
+        handler = agent.run(user_msg="refund T1", run_id=run_id or uuid.uuid4().hex)
+        results = [ev.tool_output async for ev in handler.stream_events()
+                   if isinstance(ev, ToolCallResult)]
+        await handler
+        return results
+
+    return asyncio.run(go())
+
+
+def agent(tools: list[Any], *calls: ChatMessage, cls: Any = FunctionAgent) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(name="billing", tools=tools, llm=scripted(*calls))
+
+
+@pytest.fixture
+def ledger() -> list[Any]:
+    return []
+
+
+@pytest.fixture
+def refund(ledger: list[Any]) -> FunctionTool:
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id} (#{len(ledger)})"
+
+    return FunctionTool.from_defaults(fn=refund)
+
+
+@pytest.fixture
+def lost_reply(ledger: list[Any]) -> FunctionTool:
+    async def refund(ctx: Context, txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        ledger.append((txn_id, amount_cents))
+        raise TimeoutError("the reply was lost")
+
+    return FunctionTool.from_defaults(async_fn=refund)
+
+
+@pytest.fixture
+def sqlite_gate() -> Iterator[eg.Gate]:
+    with temporary_gate() as gate:
+        yield gate
+
+
+def test_gated_tool_definition_is_identical_and_context_still_injected(
+        sqlite_gate: eg.Gate, refund: FunctionTool, lost_reply: FunctionTool) -> None:
+    for original in (refund, lost_reply):
+        gated = gate_tool(original, "refund:{txn_id}", gate=sqlite_gate)
+        assert isinstance(gated, FunctionTool) and gated.metadata is original.metadata
+        assert json.dumps(gated.metadata.to_openai_tool()) == json.dumps(
+            original.metadata.to_openai_tool())
+        assert (gated.requires_context, gated.ctx_param_name) == (
+            original.requires_context, original.ctx_param_name)
+
+
+def test_same_refund_twice_runs_once_and_second_result_is_the_stored_one(
+        gate: eg.Gate, refund: FunctionTool, ledger: list[Any]) -> None:
+    gated = gate_tool(refund, "refund:{txn_id}", gate=gate)
+    results = run(agent([gated], call("call_1"),
+                        call("call_2", {"txn_id": "T1", "amount_cents": "500"})),
+                  run_id="run-42")
+    assert ledger == [("T1", 500)]  # and the body got an int, not "500"
+    assert [(r.content, r.is_error) for r in results] == [("refunded 500 on T1 (#1)", False)] * 2
+    assert gate.get("refund:T1").run_id == "run-42"
+
+
+def test_context_tool_runs_once_with_its_context(gate: eg.Gate, ledger: list[Any]) -> None:
+    async def refund(ctx: Context, txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction."""
+        count = await ctx.store.get("count", default=0)
+        await ctx.store.set("count", count + 1)
+        ledger.append(txn_id)
+        return f"refunded {txn_id} (context count {count})"
+
+    gated = gate_tool(FunctionTool.from_defaults(async_fn=refund), "refund:{txn_id}", gate=gate)
+    results = run(agent([gated], call("call_1"), call("call_2")))
+    assert ledger == ["T1"]
+    assert [r.content for r in results] == ["refunded T1 (context count 0)"] * 2
+
+
+def test_lost_reply_is_ambiguous_and_model_is_told_not_to_retry(
+        gate: eg.Gate, lost_reply: FunctionTool, ledger: list[Any]) -> None:
+    gated = gate_tool(lost_reply, "refund:{txn_id}", gate=gate)
+    first, second = run(agent([gated], call("call_1"), call("call_2")))
+    assert ledger == [("T1", 500)]
+    assert first.is_error and "OUTCOME UNKNOWN" in first.content
+    assert "TimeoutError" in first.content
+    assert second.is_error and "Do not call this tool again" in second.content
+    assert gate.get("refund:T1").state is eg.State.AMBIGUOUS
+
+
+def test_raise_mode_ambiguous_stops_the_run_with_the_mixin(
+        gate: eg.Gate, lost_reply: FunctionTool, ledger: list[Any]) -> None:
+    gated = gate_tool(lost_reply, "refund:{txn_id}", gate=gate, on_refusal="raise")
+    with pytest.raises(eg.EffectAmbiguous) as err:
+        run(agent([gated], call("call_1"), call("call_2"), cls=EffectGateFunctionAgent))
+    assert isinstance(err.value.__cause__, TimeoutError)
+    with pytest.raises(eg.EffectAmbiguous) as again:
+        run(agent([gated], call("call_3"), cls=EffectGateFunctionAgent))
+    assert again.value.decision == "blocked"
+    assert ledger == [("T1", 500)]
+    assert gate.get("refund:T1").agent_id == "billing"  # the mixin names the agent
+
+
+def test_raise_mode_without_the_mixin_is_swallowed_by_the_agent(
+        gate: eg.Gate, lost_reply: FunctionTool, ledger: list[Any]) -> None:
+    """Documents why the mixin exists: FunctionAgent turns every exception into a message."""
+    gated = gate_tool(lost_reply, "refund:{txn_id}", gate=gate, on_refusal="raise")
+    first, second = run(agent([gated], call("call_1"), call("call_2")))
+    assert isinstance(first.exception, eg.EffectAmbiguous)
+    assert isinstance(second.exception, eg.EffectAmbiguous)
+    assert ledger == [("T1", 500)]
+
+
+def test_in_flight_tells_the_model_to_wait(gate: eg.Gate, refund: FunctionTool,
+                                          ledger: list[Any]) -> None:
+    gate.begin(effect_type="refund", key="refund:T1", payload=ARGS, lease_seconds=30)
+    gated = gate_tool(refund, "refund:{txn_id}", gate=gate)
+    [answer] = run(agent([gated], call("call_1")))
+    assert ledger == [] and answer.is_error and "NOT DONE YET" in answer.content
+
+
+def test_call_outside_an_agent(gate: eg.Gate, refund: FunctionTool, ledger: list[Any]) -> None:
+    gated = gate_tool(refund, "refund:{txn_id}", gate=gate)
+    assert gated.call(**ARGS).content == "refunded 500 on T1 (#1)"
+    assert gated.call(txn_id="T1", amount_cents="500").content == "refunded 500 on T1 (#1)"
+    assert asyncio.run(gated.acall(**ARGS)).raw_output == "refunded 500 on T1 (#1)"
+    invalid = gated.call(txn_id="T2", amount_cents="not a number")
+    assert invalid.is_error and "INVALID ARGUMENTS" in invalid.content
+    conflict = gated.call(txn_id="T1", amount_cents=501)
+    assert conflict.is_error and "CONFLICT" in conflict.content
+    assert ledger == [("T1", 500)]
+
+
+def test_approval_required_refund_is_approved_then_runs_once(
+        make_gate: Any, refund: FunctionTool, ledger: list[Any]) -> None:
+    policy = eg.Policy.from_dict({"effects": {"payment.refund": {
+        "key": "refund:{txn_id}", "tools": ["refund"], "approval": "always"}}})
+    gate = make_gate(policy=policy)
+    [gated] = gate_tools([refund], policy, gate=gate)
+    [waiting] = run(agent([gated], call("call_1")))
+    [approval] = gate.list_approvals()
+    assert ledger == [] and waiting.is_error and approval.approval_id in waiting.content
+    gate.approve(approval.approval_id, by="alice")
+    results = run(agent([gated], call("call_2"), call("call_3")))
+    assert ledger == [("T1", 500)]
+    assert [r.content for r in results] == ["refunded 500 on T1 (#1)"] * 2
+
+
+def test_gate_tools_reports_ungated_once_and_the_audit_sees_their_calls(
+        sqlite_gate: eg.Gate, refund: FunctionTool) -> None:
+    def li_send_mail_1(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    mail = FunctionTool.from_defaults(fn=li_send_mail_1)
+    with pytest.warns(UngatedToolWarning, match="li_send_mail_1"):
+        tools = gate_tools([refund, mail], {"refund": "refund:{txn_id}"}, gate=sqlite_gate)
+    assert [type(t) for t in tools] == [GatedFunctionTool, FunctionTool]
+    with pytest.raises(eg.ConfigError, match="li_send_mail_1"):
+        gate_tools([refund, mail], {"refund": "refund:{txn_id}"}, gate=sqlite_gate, strict=True)
+    audit = UngatedToolAudit().install()
+    try:
+        run(agent(tools, call("call_1"), call("call_2", {"to": "a@b.c"}, name="li_send_mail_1")))
+    finally:
+        audit.uninstall()
+    assert dict(audit.calls) == {"li_send_mail_1": 1}  # the gated refund is not reported
+
+
+@pytest.mark.slow
+def test_two_agents_in_two_processes_execute_the_refund_once(
+        tmp_path: Path, namespace: str) -> None:
+    require_postgres()
+    lines, results = run_two_agents("llama_index", PG_URL, namespace, tmp_path)
+    assert len(lines) == 1
+    winner = f"refunded 500 on T1 by {lines[0]}"
+    for outs in results:
+        assert len(outs) == 2
+        assert all(o == winner or "NOT DONE YET" in o for o in outs)
+    assert any(winner in outs for outs in results)

@@ -1,0 +1,261 @@
+"""OpenAI Agents SDK: gated function tools in the real Runner loop, driven offline by the SDK's
+ScriptedModel, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import (
+    Agent,
+    AgentsException,
+    FunctionTool,
+    RunConfig,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.items import ToolCallOutputItem
+from agents.models.chatcmpl_converter import Converter
+from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
+
+import effectgate as eg
+from effectgate.integrations.openai_agents import (
+    EffectGateAgentsError,
+    EffectGateRunHooks,
+    UngatedToolWarning,
+    gate_tool,
+    gate_tools,
+    is_gated,
+)
+from effectgate.testing import temporary_gate
+
+from .agent_worker import run_two_agents
+from .conftest import PG_URL, require_postgres
+
+set_tracing_disabled(True)
+ARGS = {"txn_id": "T1", "amount_cents": 500}
+
+
+def script(*calls: Any) -> ScriptedModel:
+    return ScriptedModel([*([c] for c in calls), [assistant_message("All done.")]])
+
+
+def call(call_id: str, args: dict[str, Any] | None = None, name: str = "refund") -> Any:
+    return function_call(name, args or ARGS, call_id=call_id)
+
+
+def outputs(result: Any) -> list[tuple[str, Any]]:
+    out = []
+    for item in result.new_items:
+        if isinstance(item, ToolCallOutputItem):
+            raw = item.raw_item
+            call_id = raw["call_id"] if isinstance(raw, dict) else raw.call_id
+            out.append((call_id, item.output))
+    return out
+
+
+def run(agent: Agent[Any], **kwargs: Any) -> list[tuple[str, Any]]:
+    return outputs(Runner.run_sync(agent, "refund T1", **kwargs))
+
+
+@pytest.fixture
+def ledger() -> list[Any]:
+    return []
+
+
+@pytest.fixture
+def refund(ledger: list[Any]) -> FunctionTool:
+    @function_tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible.
+
+        Args:
+            txn_id: The transaction.
+            amount_cents: The amount in cents.
+        """
+        ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id} (#{len(ledger)})"
+
+    return refund
+
+
+@pytest.fixture
+def lost_reply(ledger: list[Any]) -> FunctionTool:
+    @function_tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        ledger.append((txn_id, amount_cents))
+        raise TimeoutError("the reply was lost")
+
+    return refund
+
+
+@pytest.fixture
+def sqlite_gate() -> Iterator[eg.Gate]:
+    with temporary_gate() as gate:
+        yield gate
+
+
+def test_gated_tool_definition_is_byte_identical(sqlite_gate: eg.Gate,
+                                                 refund: FunctionTool) -> None:
+    @function_tool(strict_mode=False)
+    def loose(txn_id: str, amount_cents: int = 0) -> str:
+        """Not strict, with a default."""
+        return "ok"
+
+    @function_tool
+    async def async_refund(txn_id: str) -> str:
+        """Async."""
+        return "ok"
+
+    for original in (refund, loose, async_refund):
+        gated = gate_tool(original, "r:{txn_id}", gate=sqlite_gate)
+        assert isinstance(gated, FunctionTool) and is_gated(gated)
+        assert json.dumps(Converter.tool_to_openai(gated)) == json.dumps(
+            Converter.tool_to_openai(original))
+        assert (gated.name, gated.description, gated.params_json_schema,
+                gated.strict_json_schema) == (original.name, original.description,
+                                              original.params_json_schema,
+                                              original.strict_json_schema)
+
+
+def test_same_refund_twice_runs_once_and_second_result_is_the_stored_one(
+        gate: eg.Gate, refund: FunctionTool, ledger: list[Any]) -> None:
+    model = script(call("call_1"), call("call_2", {"txn_id": "T1", "amount_cents": "500"}))
+    agent = Agent(name="billing", model=model,
+                  tools=[gate_tool(refund, "refund:{txn_id}", gate=gate)])
+    results = run(agent, run_config=RunConfig(group_id="conversation-9"))
+    assert ledger == [("T1", 500)]
+    assert results == [("call_1", "refunded 500 on T1 (#1)"),
+                       ("call_2", "refunded 500 on T1 (#1)")]
+    record = gate.get("refund:T1")
+    assert (record.run_id, record.agent_id) == ("conversation-9", "billing")
+
+
+def test_async_tool_runs_once(gate: eg.Gate, ledger: list[Any]) -> None:
+    @function_tool
+    async def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction."""
+        await asyncio.sleep(0)
+        ledger.append(txn_id)
+        return f"refunded {txn_id}"
+
+    agent = Agent(name="billing", model=script(call("call_1"), call("call_2")),
+                  tools=[gate_tool(refund, "refund:{txn_id}", gate=gate)])
+    result = asyncio.run(Runner.run(agent, "refund T1"))
+    assert ledger == ["T1"]
+    assert [o for _, o in outputs(result)] == ["refunded T1", "refunded T1"]
+
+
+def test_lost_reply_is_ambiguous_and_model_is_told_not_to_retry(
+        gate: eg.Gate, lost_reply: FunctionTool, ledger: list[Any]) -> None:
+    agent = Agent(name="billing", model=script(call("call_1"), call("call_2")),
+                  tools=[gate_tool(lost_reply, "refund:{txn_id}", gate=gate)])
+    (_, first), (_, second) = run(agent)
+    assert ledger == [("T1", 500)]
+    assert "OUTCOME UNKNOWN" in first and "TimeoutError" in first
+    assert "Please try again" not in first  # not the SDK's default failure message
+    assert "Do not call this tool again" in second
+    assert gate.get("refund:T1").state is eg.State.AMBIGUOUS
+
+
+def test_raise_mode_ambiguous_stops_the_run_unwrapped(
+        gate: eg.Gate, lost_reply: FunctionTool, ledger: list[Any]) -> None:
+    gated = gate_tool(lost_reply, "refund:{txn_id}", gate=gate, on_refusal="raise")
+    model = script(call("call_1"), call("call_2"))
+    with pytest.raises(eg.EffectAmbiguous) as err:
+        run(Agent(name="billing", model=model, tools=[gated]))
+    assert isinstance(err.value, EffectGateAgentsError) and isinstance(err.value, AgentsException)
+    assert isinstance(err.value.__cause__, TimeoutError)
+    assert len(model.calls) == 1  # the run stopped at the first tool call
+    with pytest.raises(eg.EffectAmbiguous) as again:
+        run(Agent(name="billing", model=script(call("call_3")), tools=[gated]))
+    assert again.value.decision == "blocked" and again.value.key == "refund:T1"
+    assert ledger == [("T1", 500)]
+
+
+def test_in_flight_tells_the_model_to_wait(gate: eg.Gate, refund: FunctionTool,
+                                          ledger: list[Any]) -> None:
+    gate.begin(effect_type="refund", key="refund:T1", payload=ARGS, lease_seconds=30)
+    agent = Agent(name="billing", model=script(call("call_1")),
+                  tools=[gate_tool(refund, "refund:{txn_id}", gate=gate)])
+    [(_, answer)] = run(agent)
+    assert ledger == [] and "NOT DONE YET" in answer
+
+
+def test_invoke_outside_a_run(gate: eg.Gate, refund: FunctionTool, ledger: list[Any]) -> None:
+    gated = gate_tool(refund, "refund:{txn_id}", gate=gate)
+
+    async def invoke(args: dict[str, Any]) -> Any:
+        text = json.dumps(args)
+        ctx = ToolContext(context=None, tool_name="refund", tool_call_id="c", tool_arguments=text)
+        return await gated.on_invoke_tool(ctx, text)
+
+    assert asyncio.run(invoke(ARGS)) == "refunded 500 on T1 (#1)"
+    assert asyncio.run(invoke({"txn_id": "T1", "amount_cents": "500"})) == \
+        "refunded 500 on T1 (#1)"
+    assert "CONFLICT" in asyncio.run(invoke({"txn_id": "T1", "amount_cents": 501}))
+    asyncio.run(invoke({"txn_id": "T1", "amount_cents": "not a number"}))  # invalid: no run
+    assert ledger == [("T1", 500)]
+
+
+def test_approval_required_refund_is_approved_then_runs_once(
+        make_gate: Any, refund: FunctionTool, ledger: list[Any]) -> None:
+    policy = eg.Policy.from_dict({"effects": {"payment.refund": {
+        "key": "refund:{txn_id}", "tools": ["refund"], "approval": "always"}}})
+    gate = make_gate(policy=policy)
+    [gated] = gate_tools([refund], policy, gate=gate)
+    [(_, waiting)] = run(Agent(name="billing", model=script(call("call_1")), tools=[gated]))
+    [approval] = gate.list_approvals()
+    assert ledger == [] and approval.approval_id in waiting
+    gate.approve(approval.approval_id, by="alice")
+    results = run(Agent(name="billing", model=script(call("call_2"), call("call_3")),
+                        tools=[gated]))
+    assert ledger == [("T1", 500)]
+    assert [o for _, o in results] == ["refunded 500 on T1 (#1)"] * 2
+
+
+def test_gate_tools_reports_ungated_once_and_hooks_refuse_them(
+        sqlite_gate: eg.Gate, refund: FunctionTool) -> None:
+    @function_tool
+    def oa_send_mail_1(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    with pytest.warns(UngatedToolWarning, match="oa_send_mail_1"):
+        tools = gate_tools([refund, oa_send_mail_1], {"refund": "refund:{txn_id}"},
+                           gate=sqlite_gate)
+    assert [is_gated(t) for t in tools] == [True, False]
+    with pytest.raises(eg.ConfigError, match="oa_send_mail_1"):
+        gate_tools([refund, oa_send_mail_1], {"refund": "refund:{txn_id}"}, gate=sqlite_gate,
+                   strict=True)
+    model = script(call("call_1"))
+    agent = Agent(name="billing", model=model, tools=tools)
+    with pytest.raises(EffectGateAgentsError, match="oa_send_mail_1") as err:
+        run(agent, hooks=EffectGateRunHooks(strict=True))
+    assert isinstance(err.value, eg.ConfigError)
+    assert len(model.calls) == 0  # stopped before the first model call, so before any tool
+    run(Agent(name="billing", model=script(), tools=tools),
+        hooks=EffectGateRunHooks(strict=True, read_only=["oa_send_mail_1"]))
+
+
+@pytest.mark.slow
+def test_two_agents_in_two_processes_execute_the_refund_once(
+        tmp_path: Path, namespace: str) -> None:
+    require_postgres()
+    lines, results = run_two_agents("openai_agents", PG_URL, namespace, tmp_path)
+    assert len(lines) == 1
+    winner = f"refunded 500 on T1 by {lines[0]}"
+    for outs in results:
+        assert len(outs) == 2
+        assert all(o == winner or "NOT DONE YET" in o for o in outs)
+    assert any(winner in outs for outs in results)

@@ -1,0 +1,68 @@
+"""``import effectgate`` imports no framework; a missing extra names the pip command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "agents", "openai", "llama_index",
+              "llama_index_instrumentation", "workflows", "mcp")
+
+
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_import_effectgate_imports_no_framework() -> None:
+    done = python(f"""
+        import json, sys
+        import effectgate, effectgate.integrations, effectgate.testing
+        roots = {{name.split(".")[0] for name in sys.modules}}
+        print(json.dumps(sorted(roots & set({list(FRAMEWORKS)!r}))))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_langchain_integration_does_not_import_langchain_agents_until_the_middleware() -> None:
+    pytest.importorskip("langchain.agents")
+    done = python("""
+        import sys
+        import effectgate.integrations.langchain as lc
+        before = "langchain.agents" in sys.modules
+        lc.EffectGateMiddleware
+        print(before, "langchain.agents" in sys.modules)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize(("module", "blocked", "extra"), [
+    ("langchain", "langchain_core", "langchain"),
+    ("openai_agents", "agents", "openai-agents"),
+    ("llama_index", "llama_index", "llama-index"),
+])
+def test_a_missing_extra_raises_import_error_naming_the_pip_command(
+        module: str, blocked: str, extra: str) -> None:
+    done = python(f"""
+        import sys
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name == {blocked!r} or name.startswith({blocked!r} + "."):
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+                return None
+        sys.meta_path.insert(0, Blocker())
+        try:
+            import effectgate.integrations.{module}
+        except ImportError as err:
+            print(err)
+        else:
+            print("imported")
+    """)
+    assert done.returncode == 0, done.stderr
+    assert f'pip install "effectgate[{extra}]"' in done.stdout
