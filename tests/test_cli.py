@@ -183,6 +183,8 @@ BAD_INPUT = [
     (["prune", "--older-than", "3x"], "not an age"),
     (["demo", "--agent", "bogus"], "bogus"),
     (["verify", "--only", "G0"], "unknown guarantee"),
+    (["verify", "--only", ","], "unknown guarantee"),
+    (["verify", "--bogus"], "No such option"),
 ]
 
 
@@ -233,9 +235,9 @@ def test_entry_point_help_lists_every_command_and_the_exit_codes() -> None:
     for command in ("demo", "verify", "ls", "show", "resolve", "approve", "deny", "unwind",
                     "prune"):
         assert f"  {command} " in proc.stdout
-    show_help = subprocess.run([sys.executable, "-m", "effectgate.cli", "show", "--help"],
-                               capture_output=True, text=True, timeout=60)
-    assert "Exit codes: 0" in show_help.stdout.replace("\n", " ")
+    for command in ("demo", "verify", "ls", "show", "resolve", "approve", "deny", "unwind",
+                    "prune"):
+        assert "Exit codes: 0" in cli(command, "--help").stdout.replace("\n", " ")
 
 
 def test_bad_input_through_the_real_script_is_one_line(tmp_path: Path) -> None:
