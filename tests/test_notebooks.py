@@ -36,7 +36,7 @@ def outputs(nb: Any, kind: str) -> list[Any]:
 
 def test_there_is_a_notebook_per_framework_and_for_governance() -> None:
     names = {p.stem for p in NOTEBOOKS}
-    assert {"quickstart", "governance"} <= names
+    assert {"quickstart", "governance", "langchain", "openai_agents", "llama_index"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
