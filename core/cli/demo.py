@@ -87,7 +87,7 @@ def demo(url: str | None, agent: str, as_json: bool) -> None:
                                for t, a, v in summary.scenes],
                     "lines": [{"actor": ln.actor, "text": ln.text} for ln in lines]})
         return
-    _footer(out, summary, store_url if url else None, namespace)
+    _footer(out, summary, store_url if url else None, namespace, hint=agent == "auto")
 
 
 def _line(out: Any, actor: str, text: str) -> None:
@@ -110,7 +110,7 @@ def _header(out: Any, url: str | None, namespace: str) -> None:
     out.print("[dim]policy: refunds of $500 or more need approval; $1,000 of refunds per run[/]")
 
 
-def _footer(out: Any, summary: Any, url: str | None, namespace: str) -> None:
+def _footer(out: Any, summary: Any, url: str | None, namespace: str, *, hint: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -129,7 +129,7 @@ def _footer(out: Any, summary: Any, url: str | None, namespace: str) -> None:
     verdict = ("[red]a refund reached the vendor twice[/]" if twice else
                f"each of {len(refunds)} refunds reached the vendor exactly once")
     out.print(f"\nagent: {summary.agent}; {verdict}.")
-    if "decorator" in summary.agent:
+    if hint and "decorator" in summary.agent:
         out.print(Text('pip install "effectgate[langchain]" for the same run in a LangChain '
                        "loop.", style="dim"))
     if url:
