@@ -115,7 +115,10 @@ class GatedFunctionTool(FunctionTool):
         call_kwargs = {**{k: v for k, v in passed.items() if k in self.partial_params}, **values}
         if ctx_name is not None and ctx_name in kwargs:
             call_kwargs[ctx_name] = kwargs[ctx_name]
-        arguments = {**{k: v for k, v in self.partial_params.items()}, **values}
+        # Bound partial params (a client, a tenant) are in the payload only when the key names
+        # them: they may not be JSON, and they are the same for every call anyway.
+        roots = self.gated_call.spec.template.roots
+        arguments = {**{k: v for k, v in self.partial_params.items() if k in roots}, **values}
         return arguments, call_kwargs
 
     def _answer(self, out: Any, raw_input: dict[str, Any]) -> ToolOutput:

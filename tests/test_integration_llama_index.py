@@ -191,6 +191,25 @@ def test_call_outside_an_agent(gate: eg.Gate, refund: FunctionTool, ledger: list
     assert ledger == [("T1", 500)]
 
 
+def test_partial_params_reach_the_function_and_only_keyed_ones_the_payload(
+        gate: eg.Gate, ledger: list[Any]) -> None:
+    class Client:
+        """Not JSON: it must stay out of the payload hash."""
+
+    def refund(client: Client, tenant: str, txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction."""
+        ledger.append((tenant, txn_id, amount_cents))
+        return f"refunded {txn_id} for {tenant}"
+
+    tool = FunctionTool.from_defaults(fn=refund,
+                                      partial_params={"client": Client(), "tenant": "acme"})
+    gated = gate_tool(tool, "refund:{tenant}:{txn_id}", gate=gate)
+    results = run(agent([gated], call("call_1"), call("call_2")))
+    assert ledger == [("acme", "T1", 500)]
+    assert [r.content for r in results] == ["refunded T1 for acme"] * 2
+    assert gate.get("refund:acme:T1").state is eg.State.COMMITTED
+
+
 def test_approval_required_refund_is_approved_then_runs_once(
         make_gate: Any, refund: FunctionTool, ledger: list[Any]) -> None:
     policy = eg.Policy.from_dict({"effects": {"payment.refund": {
