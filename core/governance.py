@@ -43,7 +43,7 @@ class Governance:
         A run or agent ceiling does not apply to a call with no run or agent id."""
         out = []
         for pattern, scope, limit in self.ceilings:
-            label = f"{scope} ceiling of {limit} micros on {pattern}"
+            label = f"{scope} ceiling of {dollars(limit)} on {pattern}"
             if scope == "run":
                 if run_id is None:
                     continue
@@ -78,6 +78,11 @@ def evaluate(policy: Policy, effect_type: str, cost: int | None) -> Governance |
             "estimated_cost_micros: the ceiling cannot fire"
         )
     return Governance(deny, approval, ceilings, cost, on_ambiguous, warning)
+
+
+def dollars(micros: int) -> str:
+    """Micro-units as dollars for people: 1_500_000 -> "$1.50"."""
+    return f"${micros / 1_000_000:,.2f}"
 
 
 def dump_keys(keys: list[str]) -> str | None:
