@@ -14,6 +14,7 @@ atomic write before the action runs, and answers every repeat from the store::
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from .classify import Classifier, classify, classify_httpx, classify_requests
@@ -51,6 +52,9 @@ from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry
 from .sagas import UnwindReport, UnwindStep
 from .states import Decision, Outcome, State
 from .vendors import VENDOR_RULES, VendorKey
+
+# The library prints nothing: without the application's own logging set up, records stop here.
+logging.getLogger("effectgate").addHandler(logging.NullHandler())
 
 try:
     __version__ = version("effectgate")

@@ -91,6 +91,11 @@ class effect_context:
         self._value = (run_id, agent_id)
         self._token: contextvars.Token[tuple[str | None, str | None]] | None = None
 
+    @staticmethod
+    def current() -> tuple[str | None, str | None]:
+        """The ``(run_id, agent_id)`` in force here (None where none was set)."""
+        return _run_context.get()
+
     def __enter__(self) -> effect_context:
         outer_run, outer_agent = _run_context.get()
         run_id, agent_id = self._value

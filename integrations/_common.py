@@ -40,7 +40,6 @@ from effectgate import (
     current_effect,
     effect_context,
 )
-from effectgate.gate import _run_context
 
 __all__ = [
     "GatedCall",
@@ -118,7 +117,7 @@ def model_arguments(model: Any, raw: Mapping[str, Any]) -> dict[str, Any]:
 def framework_context(run_id: Any = None, agent_id: Any = None) -> Any:
     """An :class:`effectgate.effect_context` that fills in ``run_id`` / ``agent_id`` from the
     framework where the caller has not set them already (the caller's own context wins)."""
-    outer_run, outer_agent = _run_context.get()
+    outer_run, outer_agent = effect_context.current()
     run = None if outer_run is not None or run_id is None else str(run_id)
     agent = None if outer_agent is not None or agent_id is None else str(agent_id)
     if run is None and agent is None:
