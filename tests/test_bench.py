@@ -105,3 +105,18 @@ def test_bench_prints_tables_with_targets(tmp_path: Path) -> None:
     assert "Core paths — sqlite" in result.output
     assert "raw SELECT by key" in result.output
     assert "<=1.5x" in result.output
+
+
+def test_bench_governance_and_adapters_report_a_row_or_say_why_not(tmp_path: Path) -> None:
+    report = _bench("--url", f"sqlite:///{tmp_path / 'x.db'}", "--n", "10", "--chunks", "2",
+                    "--only", "governance", "--only", "adapters")
+    ratios = _ratios(report, "sqlite")
+    assert ratios["begin with policy"]["ratio"] > 0
+    assert ratios["begin with policy"]["base"] == "plain begin"
+    figures = _figures(report, "sqlite")
+    assert figures["statements / begin+report, policy"]["value"] >= 1
+    for framework in ("langchain", "openai-agents", "llama-index"):
+        row = ratios.get(f"{framework} gate_tool")
+        said = [n for n in report["notes"] if framework.replace("-", "_") in n
+                or framework in n]
+        assert (row is not None and row["ratio"] > 0) or said, framework

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..gate import Gate
 from .baseline import KeySource
-from .measure import Ratio, Report, interleave
+from .measure import Figure, Ratio, Report, interleave
 from .stores import Scratch
 
 __all__ = ["POLICY", "TARGET", "bench_governance"]
@@ -68,6 +68,29 @@ def bench_governance(s: Scratch, report: Report, *, n: int, chunks: int) -> None
                 "plain begin+report" if with_report else "plain begin",
                 TARGET if not with_report else None,
             ))
+        _count(s, report, plain, governed)
     finally:
         plain.close()
         governed.close()
+
+
+def _count(s: Scratch, report: Report, plain: Gate, governed: Gate, k: int = 50) -> None:
+    """Statements (SQLite) or round trips (Postgres) per begin+report, with and without."""
+    from .trace import PgTrace, SqliteTrace
+
+    counts = {}
+    for label, gate in (("plain", plain), ("policy", governed)):
+        run = _runner(gate, KeySource(f"gov-{label}:"), report=True)
+        with gate.store.connection() as conn:
+            trace: PgTrace | SqliteTrace = (
+                PgTrace(conn) if s.backend == "postgres" else SqliteTrace(conn)
+            )
+            with trace:
+                run(k)
+        counts[label] = (trace.round_trips if isinstance(trace, PgTrace)
+                         else len(trace.statements)) / k
+    what = "round trips" if s.backend == "postgres" else "statements"
+    report.figures += [
+        Figure("governance", s.backend, f"{what} / begin+report, policy", counts["policy"]),
+        Figure("governance", s.backend, "  plain", counts["plain"]),
+    ]

@@ -180,22 +180,25 @@ def _race_worker(index: int, procs: int, url: str, dsn: str, rounds: list[tuple[
     offset = index * len(keys) // procs
     order = keys[offset:] + keys[:offset]
     for kind, namespace in rounds:
-        start, end, executed, in_flight = _race_round(kind, namespace, url, dsn, order, barrier)
-        queue.put((kind, namespace, start, end, executed, in_flight))
+        start, end, executed, in_flight, cpu = _race_round(kind, namespace, url, dsn, order,
+                                                           barrier)
+        queue.put((kind, namespace, start, end, executed, in_flight, cpu))
 
 
 def _race_round(kind: str, namespace: str, url: str, dsn: str, order: list[str],
-                barrier: Any) -> tuple[float, float, list[str], int]:
+                barrier: Any) -> tuple[float, float, list[str], int, float]:
+    """One round: (start, end, keys this process executed, in-flight refusals, CPU seconds
+    from the start to the end)."""
     executed: list[str] = []
     in_flight = 0
     if kind == "raw":
         raw = RawPostgres(dsn, namespace=namespace, table="race_raw")
         barrier.wait()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         _, executed = raw.race(order)
-        end = time.perf_counter()
+        end, cpu = time.perf_counter(), time.process_time() - cpu
         raw.close()
-        return start, end, executed, in_flight
+        return start, end, executed, in_flight, cpu
     gate = Gate(url, namespace=namespace)
 
     @gate.effect("{key}", effect_type="bench.race")
@@ -203,16 +206,18 @@ def _race_round(kind: str, namespace: str, url: str, dsn: str, order: list[str],
         executed.append(key)
         return {"ok": True}
 
+    body(f"warm-up:{os.getpid()}")  # connect before the start, as the raw driver has
     barrier.wait()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for key in order:
         try:
             body(key)
         except EffectInFlight:
             in_flight += 1
-    end = time.perf_counter()
+    end, cpu = time.perf_counter(), time.process_time() - cpu
     gate.close()
-    return start, end, executed, in_flight
+    executed.remove(f"warm-up:{os.getpid()}")
+    return start, end, executed, in_flight, cpu
 
 
 def _race(s: Scratch, report: Report, config: BenchConfig) -> None:
@@ -234,11 +239,13 @@ def _race(s: Scratch, report: Report, config: BenchConfig) -> None:
     for w in workers:
         w.join()
     per_attempt: dict[str, list[float]] = {"raw": [], "gate": []}
+    cpu: dict[str, list[float]] = {"raw": [], "gate": []}
     twice = missing = in_flight = 0
     for kind, namespace in rounds:
         mine = [r for r in results if r[1] == namespace]
         wall = max(r[3] for r in mine) - min(r[2] for r in mine)
         per_attempt[kind].append(wall / (procs * count) * 1e6)
+        cpu[kind].append(sum(r[6] for r in mine) / (procs * count) * 1e6)
         if kind == "gate":  # the gate's bodies count executions; raw wins are the baseline's
             executed = [key for r in mine for key in r[4]]
             twice += len(executed) - len(set(executed))
@@ -253,6 +260,9 @@ def _race(s: Scratch, report: Report, config: BenchConfig) -> None:
         Figure("scale", s.backend, "  raw driver", round(1e6 / raw_us), "/s"),
         Figure("scale", s.backend, "  gate / raw", round(raw_us / gate_us, 2), "x",
                f">= {1 / RACE_TARGET:g}x", raw_us / gate_us >= 1 / RACE_TARGET),
+        Figure("scale", s.backend, "client CPU / attempt, gate",
+               round(statistics.median(cpu["gate"]), 1), "µs"),
+        Figure("scale", s.backend, "  raw driver", round(statistics.median(cpu["raw"]), 1), "µs"),
         Figure("scale", s.backend, "keys executed twice (gate)", twice, "", "0", twice == 0),
         Figure("scale", s.backend, "keys never executed (gate)", missing, "", "0",
                missing == 0),
