@@ -24,7 +24,7 @@ def _top(prof: cProfile.Profile, ops: int, key: str, limit: int) -> list[str]:
     for (path, line, func), (_cc, calls, tottime, cumtime, _callers) in (
         stats.stats.items()  # type: ignore[attr-defined]
     ):
-        where = path.split("site-packages/")[-1].split("/main/")[-1]
+        where = "/".join(path.split("/")[-2:])  # core/store.py, psycopg/cursor.py
         rows.append((float(tottime), float(cumtime), int(calls), f"{where}:{line} {func}"))
     rows.sort(key=lambda r: -(r[0] if key == "tottime" else r[1]))
     out = [f"  {'own µs':>8} {'cum µs':>8} {'calls':>6}  function (per operation)"]
