@@ -88,7 +88,7 @@ def _field_value(value: Any, field: str) -> str | int | datetime.date | uuid.UUI
 class KeyTemplate:
     """A parsed key template. ``render(arguments)`` gives the key for one call."""
 
-    __slots__ = ("_parts", "fields", "roots", "template")
+    __slots__ = ("_literal", "_parts", "fields", "roots", "template")
 
     def __init__(self, template: str) -> None:
         if not isinstance(template, str):
@@ -114,8 +114,8 @@ class KeyTemplate:
         self._parts = tuple(parts)
         self.fields = tuple(f for _, f, _, _ in parts if f is not None)
         self.roots = frozenset(_root(f) for f in self.fields)
-        if not self.fields:
-            check_key(template)
+        # A template without fields is one key: its text with "{{" and "}}" unescaped.
+        self._literal = check_key("".join(p[0] for p in parts)) if not self.fields else ""
 
     def check_names(self, names: Iterable[str], where: str) -> None:
         """Raise :class:`EffectKeyError` if a field's root is not among ``names``."""
@@ -129,7 +129,7 @@ class KeyTemplate:
     def render(self, arguments: Mapping[str, Any]) -> str:
         """Render the key from ``arguments``; raise :class:`EffectKeyError` if it cannot."""
         if not self.fields:
-            return self.template
+            return self._literal
         out: list[str] = []
         for literal, field, spec, _ in self._parts:
             out.append(literal)

@@ -22,7 +22,8 @@ mappings            string keys only (``{1: x}`` and ``{"1": x}`` would collide)
 lists, tuples       arrays; sets and frozensets as arrays sorted by canonical form
 ==================  ==========================================================================
 
-Anything else, and cycles, raise :class:`~effectgate.PayloadError` naming the path.
+Anything else, cycles, numbers of more than 4,300 digits and strings with lone surrogates
+raise :class:`~effectgate.PayloadError` naming the path.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .keys import is_utf8
 __all__ = ["canonical_json", "payload_hash", "result_json", "to_canonical"]
 
 _EXACT_FLOAT_LIMIT = 2**53
+_MAX_DIGITS = 4300  # Python's own limit for int <-> str conversion
 _dumps = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 ).encode
@@ -61,9 +63,17 @@ def _float(value: float, path: str) -> int | float:
 def _decimal(value: decimal.Decimal, path: str) -> int | str:
     if not value.is_finite():
         raise PayloadError(f"{path}: Decimal {value} has no canonical JSON form")
-    if value == value.to_integral_value():
+    # Normalise exactly: the default context would round to 28 digits, and two different
+    # amounts would share one canonical form.
+    digits = len(value.as_tuple().digits)
+    exact = decimal.Context(prec=digits, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+    value = value.normalize(exact)
+    exponent = int(value.as_tuple().exponent)
+    if max(exponent, -exponent) > _MAX_DIGITS:  # written out, it would be absurdly long
+        raise PayloadError(f"{path}: Decimal {value} is too large or too precise to be written")
+    if exponent >= 0:
         return int(value)
-    return format(value.normalize(), "f")
+    return format(value, "f")
 
 
 def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = frozenset()) -> Any:
@@ -126,6 +136,8 @@ def canonical_json(value: Any, path: str = "payload") -> str:
         text = _dumps(to_canonical(value, path))
     except RecursionError:
         raise PayloadError(f"{path}: nested too deeply to be made canonical") from None
+    except ValueError as err:  # an int of more than 4300 digits
+        raise PayloadError(f"{path}: {err}") from None
     if not text.isascii() and not is_utf8(text):
         raise PayloadError(_SURROGATE.format(path))
     return text
@@ -140,7 +152,10 @@ def payload_hash(payload: Any) -> str:
     if type(payload) is dict and all(
         type(k) is str and type(v) in _FLAT for k, v in payload.items()
     ):  # the common tool call: flat, plain values; already canonical
-        text = _dumps(payload)
+        try:
+            text = _dumps(payload)
+        except ValueError as err:  # an int of more than 4300 digits
+            raise PayloadError(f"payload: {err}") from None
     elif not isinstance(payload, Mapping):
         raise PayloadError(
             f"a payload is the action's parameters by name: a mapping, not {type(payload).__name__}"
