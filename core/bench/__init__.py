@@ -40,7 +40,7 @@ class BenchConfig:
 
     urls: tuple[str, ...] = ()
     n: int = 2000
-    chunks: int = 15
+    chunks: int = 40
     sections: tuple[str, ...] = ("core", "governance", "adapters")
     scale_rows: int = 1_000_000
     scale_small: int = 1_000

@@ -123,6 +123,17 @@ def _rss_kib() -> int:
 
 
 def _peak_kib() -> int:
+    """Peak resident set size in KiB of this process image.
+
+    Linux: ``VmHWM``, which starts afresh at ``exec`` (``ru_maxrss`` does not: a spawned
+    child would report its parent's peak)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak // 1024 if sys.platform == "darwin" else peak  # macOS counts bytes
 

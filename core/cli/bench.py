@@ -18,7 +18,7 @@ __all__ = ["bench"]
                    "temporary SQLite file, and Postgres on 127.0.0.1:5432/test if it answers.")
 @click.option("--n", "n", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Operations per contender and measure.")
-@click.option("--chunks", type=click.IntRange(min=1), default=15, show_default=True,
+@click.option("--chunks", type=click.IntRange(min=1), default=40, show_default=True,
               help="Alternating chunks per measure (the median is reported).")
 @click.option("--only", "only", multiple=True,
               type=click.Choice(["core", "governance", "adapters", "scale"]),
