@@ -1,0 +1,400 @@
+"""Postgres only: the gate's server connection killed mid-report, and workers with wrong clocks.
+
+These faults do not exist on SQLite (an embedded store has no server connection to lose, and
+its clock is the host's), so every test here runs on Postgres alone. The connection is killed
+with ``pg_terminate_backend`` at a moment the test controls: while the report's UPDATE waits for
+a row lock (its commit cannot have happened), or after the commit, with the reply held back by
+a loopback proxy (the commit reached the server; the client never heard). The server itself is
+never restarted here: other suites share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+import effectgate as eg
+
+from .conftest import PG_URL, require_postgres
+from .workers import TIMEOUT, spawn, stop
+
+pytestmark = pytest.mark.slow
+LIBPQ_URL = PG_URL.replace("+psycopg", "")
+WAIT = 30.0  # generous: other suites share the machine's two cores
+
+
+@pytest.fixture
+def admin() -> Iterator[psycopg.Connection[Any]]:
+    """A separate superuser connection (autocommit) to watch and kill the gate's backend."""
+    require_postgres()
+    with psycopg.connect(LIBPQ_URL, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def pg_gate(namespace: str) -> Iterator[eg.Gate]:
+    require_postgres()
+    gate = eg.Gate(PG_URL, namespace=namespace)
+    yield gate
+    gate.close()
+
+
+def _backend_pid(gate: eg.Gate) -> int:
+    """The server process of this thread's gate connection (the one begin/report use)."""
+    with gate.store.connection() as conn:
+        return int(conn.info.backend_pid)
+
+
+def _until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _wait_for_state(gate: eg.Gate, key: str, state: eg.State) -> eg.EffectRecord:
+    deadline = time.monotonic() + WAIT
+    while (record := gate.get(key)).state is not state and time.monotonic() < deadline:
+        assert record.state is eg.State.IN_FLIGHT, record
+        time.sleep(0.05)
+    return record
+
+
+class ReplyHoldingProxy:
+    """A loopback TCP proxy to Postgres that can hold back the server's replies."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.hold = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_server: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if not (from_server and self.hold.is_set()):
+                    dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (dst, src):  # one side gone: close the other, as a network would
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+@pytest.fixture
+def proxy() -> Iterator[ReplyHoldingProxy]:
+    require_postgres()
+    url = make_url(PG_URL)
+    server = ReplyHoldingProxy((url.host or "127.0.0.1", url.port or 5432))
+    yield server
+    server.close()
+
+
+def test_connection_killed_before_report_commits_leaves_effect_ambiguous_never_failed(
+    pg_gate: eg.Gate, admin: psycopg.Connection[Any]
+) -> None:
+    """pg_terminate_backend while the report's UPDATE waits (so its commit never happens):
+    the caller gets a StoreError saying the outcome is unknown, the effect stays IN_FLIGHT
+    and reads AMBIGUOUS once its lease lapses (never FAILED, never lost), a retry is refused,
+    and the gate's next call works on a fresh connection."""
+    gate = pg_gate
+    pid = _backend_pid(gate)
+    killed: list[bool] = []
+    lock = psycopg.connect(LIBPQ_URL)  # holds the effect's row lock while the report waits
+
+    def terminate_when_report_waits() -> None:
+        waiting = _until(lambda: admin.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone() == ("Lock",))
+        if waiting:
+            killed.append(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+        lock.rollback()  # let go (and unblock a report that was never killed)
+
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund", lease_seconds=1.5)
+    def refund(txn_id: str) -> dict[str, str]:
+        # The reservation is committed; lock its row so the coming report has to wait.
+        lock.execute("SELECT id FROM effectgate_effects WHERE namespace = %s AND key = %s "
+                     "FOR UPDATE", (gate.namespace, f"refund:{txn_id}"))
+        terminator.start()
+        return {"refund_id": "re_1"}
+
+    terminator = threading.Thread(target=terminate_when_report_waits, daemon=True)
+    try:
+        with pytest.raises(eg.StoreError) as raised:
+            refund("txn_1")
+    finally:
+        if terminator.is_alive():
+            terminator.join(WAIT)
+        lock.close()
+    assert killed == [True]
+    assert raised.value.outcome_unknown
+    record = gate.get("refund:txn_1")  # the next call works: a fresh connection
+    assert record.state in (eg.State.IN_FLIGHT, eg.State.AMBIGUOUS)
+    assert _backend_pid(gate) != pid
+    record = _wait_for_state(gate, "refund:txn_1", eg.State.AMBIGUOUS)
+    assert record.state is eg.State.AMBIGUOUS and record.reason == "lease lapsed"
+    with pytest.raises(eg.EffectAmbiguous):
+        refund("txn_1")
+    states = [h.to_state for h in gate.get("refund:txn_1").history]
+    assert eg.State.FAILED not in states and eg.State.COMMITTED not in states
+
+
+def test_connection_killed_after_report_committed_leaves_effect_committed(
+    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The report's commit reached the server but its reply never came back (held by a
+    proxy) when pg_terminate_backend killed the connection: the caller gets a StoreError
+    saying the outcome is unknown, the effect is COMMITTED with its result, a retry returns
+    the stored result without running, and the gate recovers on the next call."""
+    url = make_url(PG_URL).set(host="127.0.0.1", port=proxy.port)
+    gate = eg.Gate(url.render_as_string(hide_password=False), namespace=namespace)
+    calls: list[str] = []
+    try:
+
+        @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+        def refund(txn_id: str) -> dict[str, str]:
+            calls.append(txn_id)
+            proxy.hold.set()  # from now on the server's replies are held back
+            terminator.start()
+            return {"refund_id": "re_1"}
+
+        pid = _backend_pid(gate)
+        killed: list[bool] = []
+
+        def terminate_once_committed() -> None:
+            _until(lambda: admin.execute(
+                "SELECT state FROM effectgate_effects WHERE namespace = %s AND key = %s",
+                (namespace, "refund:txn_1"),
+            ).fetchone() == ("committed",))
+            killed.append(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+
+        terminator = threading.Thread(target=terminate_once_committed, daemon=True)
+        with pytest.raises(eg.StoreError) as raised:
+            refund("txn_1")
+        terminator.join(WAIT)
+        proxy.hold.clear()
+        assert killed == [True]
+        assert raised.value.outcome_unknown
+        record = gate.get("refund:txn_1")  # recovered: a new connection through the proxy
+        assert record.state is eg.State.COMMITTED and record.result == {"refund_id": "re_1"}
+        assert refund("txn_1") == {"refund_id": "re_1"}
+        assert calls == ["txn_1"]
+    finally:
+        proxy.hold.clear()
+        gate.close()
+
+
+def test_connection_killed_between_calls_is_reopened(
+    pg_gate: eg.Gate, admin: psycopg.Connection[Any]
+) -> None:
+    """A connection the server dropped while idle fails at most the one call that finds it
+    dead (with a typed StoreError); the gate reconnects and nothing is lost."""
+    gate = pg_gate
+    d = gate.begin(effect_type="x", key="k:1", payload={})
+    admin.execute("SELECT pg_terminate_backend(%s)", (_backend_pid(gate),))
+    try:
+        gate.report(d, "committed", result=1)
+    except eg.StoreError as err:  # the dead connection is noticed by this call
+        assert err.outcome_unknown
+        gate.report(d, "committed", result=1)  # nothing reached the server: report again
+    assert gate.get("k:1").state is eg.State.COMMITTED
+
+
+# -- clocks --------------------------------------------------------------------------------
+
+
+class Worker:
+    """A skewed_clock.py process: one JSON command in, one JSON answer out."""
+
+    def __init__(self, namespace: str, offset: float) -> None:
+        prefix: tuple[str, ...] = ()
+        python_offset = offset
+        if shutil.which("faketime"):  # the whole process's clock, C library included
+            prefix = ("env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-f",
+                      f"{offset:+.0f}s")
+            python_offset = 0.0
+        self.proc = spawn("skewed_clock.py", PG_URL, namespace, str(python_offset),
+                          prefix=prefix)
+
+    def ask(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read() if self.proc.stderr else "worker died"
+        return json.loads(line)  # type: ignore[no-any-return]
+
+
+def test_worker_clock_an_hour_off_changes_no_lease_decision(pg_gate: eg.Gate,
+                                                            namespace: str) -> None:
+    """Two workers whose clocks are an hour fast and an hour slow (Python's clock shifted,
+    and the C library's too under faketime when it is installed) make exactly the lease
+    decisions a correct clock makes: leases are measured on the database's clock."""
+    gate = pg_gate
+    fast, slow = Worker(namespace, 3600), Worker(namespace, -3600)
+    try:
+        for worker, offset in ((fast, 3600), (slow, -3600)):
+            clock = worker.ask(op="clock")
+            for seen in (clock["time"], clock["datetime_now"]):
+                assert abs(seen - time.time() - offset) < 120, clock  # it really is skewed
+
+        # A live lease taken by the fast worker: in flight for everyone, expiry on the DB clock.
+        held = fast.ask(op="begin", key="k:live", lease=30)
+        assert held["decision"] == "execute"
+        assert abs(held["expires"] - (held["store_now"] + 30)) < 10
+        for worker in (slow, fast):
+            answer = worker.ask(op="begin", key="k:live", lease=30)
+            assert answer["decision"] == "in_flight" and 0 < answer["retry_after"] <= 30
+        assert gate.get("k:live").state is eg.State.IN_FLIGHT
+        assert fast.ask(op="get", key="k:live")["state"] == "in_flight"
+
+        # A short lease taken by the slow worker lapses on time, for the slow worker too.
+        assert slow.ask(op="begin", key="k:short", lease=0.5)["decision"] == "execute"
+        assert fast.ask(op="begin", key="k:short", lease=30)["decision"] == "in_flight"
+        _wait_for_state(gate, "k:short", eg.State.AMBIGUOUS)
+        assert slow.ask(op="get", key="k:short")["state"] == "ambiguous"
+        blocked = slow.ask(op="begin", key="k:short", lease=30)
+        assert blocked["decision"] == "blocked" and blocked["reason"] == "lease lapsed"
+
+        # A heartbeat from the slow worker extends from the DB's now, not its own.
+        assert slow.ask(op="begin", key="k:beat", lease=5)["decision"] == "execute"
+        beat = slow.ask(op="extend", key="k:beat", seconds=60)
+        assert abs(beat["expires"] - (beat["store_now"] + 60)) < 10
+        record = gate.get("k:beat")
+        assert record.state is eg.State.IN_FLIGHT
+        assert record.lease_expires_at is not None
+        assert abs(record.lease_expires_at.timestamp() - gate.store.now() - 60) < 10
+    finally:
+        for worker in (fast, slow):
+            if worker.proc.stdin is not None:
+                worker.proc.stdin.close()
+            worker.proc.wait(timeout=TIMEOUT)
+        stop([fast.proc, slow.proc])
+
+
+# -- a server restart (opt-in) ------------------------------------------------------------
+
+PG_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[tuple[str, Callable[[], None]]]:
+    """A throw-away Postgres server of our own (never the shared one): yields its URL and a
+    function that restarts it the hard way (``pg_ctl restart -m immediate``: a crash)."""
+    if os.environ.get("EFFECTGATE_TEST_PG_RESTART") != "1":
+        pytest.skip("set EFFECTGATE_TEST_PG_RESTART=1 to restart a (private) Postgres server")
+    runuser = shutil.which("runuser")
+    if not PG_BIN or os.geteuid() != 0 or runuser is None:
+        pytest.skip("needs root, runuser and Postgres's server binaries to start a server")
+    bin_dir = PG_BIN[-1]
+    folder = Path(tempfile.mkdtemp(prefix="effectgate-pg-"))
+    shutil.chown(folder, "postgres")
+    data = folder / "data"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    def pg(*args: str) -> None:
+        subprocess.run([runuser, "-u", "postgres", "--", *args], check=True,
+                       capture_output=True, timeout=120)
+
+    pg(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1"
+    ctl = [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(folder / "log"), "-o", options,
+           "-w", "-t", "60"]
+    pg(*ctl, "start")
+    try:
+        yield (f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres",
+               lambda: pg(*ctl, "-m", "immediate", "restart"))
+    finally:
+        with contextlib.suppress(Exception):
+            pg(*ctl, "-m", "immediate", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_server_restart_mid_run_loses_nothing_and_the_gate_recovers(namespace: str) -> None:
+    """A Postgres server crash-restarted while a worker gates effects: calls fail with a
+    StoreError while it is down, the same gate works again once it is back, every effect
+    that was reserved is still there, and none is FAILED or executed twice."""
+    with private_postgres() as (url, restart):
+        gate = eg.Gate(url, namespace=namespace)
+        restarter = threading.Thread(target=restart)
+        reserved: dict[str, str] = {}  # key -> how its report went
+        errors: list[eg.StoreError] = []
+        try:
+            i = 0
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if i == 20:
+                    restarter.start()
+                key = f"job:{i}"
+                i += 1
+                try:
+                    d = gate.begin(effect_type="job.run", key=key, payload={"i": i})
+                except eg.StoreError as err:  # down: the begin may or may not have landed
+                    errors.append(err)
+                    time.sleep(0.02)
+                    continue
+                assert d.decision is eg.Decision.EXECUTE
+                try:
+                    gate.report(d, "committed", result=i)
+                    reserved[key] = "committed"
+                except eg.StoreError as err:
+                    errors.append(err)
+                    reserved[key] = "unknown"
+                if restarter.ident and not restarter.is_alive() and (
+                    sum(v == "committed" for v in reserved.values()) >= 40
+                ):
+                    break
+            restarter.join(WAIT)
+            print(f"{i} calls, {len(errors)} StoreErrors, reports unknown: "
+                  f"{sum(v == 'unknown' for v in reserved.values())}")
+            assert errors, "the restart was not noticed"
+            assert all(type(err) is eg.StoreError for err in errors)
+            for key, how in reserved.items():  # nothing lost, nothing FAILED
+                state = gate.get(key).state
+                if how == "committed":
+                    assert state is eg.State.COMMITTED, key
+                else:
+                    assert state in (eg.State.COMMITTED, eg.State.IN_FLIGHT,
+                                     eg.State.AMBIGUOUS), key
+        finally:
+            gate.close()
