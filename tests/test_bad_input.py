@@ -284,11 +284,6 @@ def test_bad_input_raises_typed_error_and_leaves_store_unchanged(
     assert gate.get(held.key).state is eg.State.COMMITTED
 
 
-def test_pg_url_is_not_mistaken_for_bad_input() -> None:
-    """The suite's own Postgres URL is a valid one (guards the unsupported-database case)."""
-    assert PG_URL.startswith("postgresql")
-
-
 def test_error_text_with_lone_surrogate_still_records_the_outcome(gate: eg.Gate) -> None:
     """An exception whose message holds a lone surrogate (a badly decoded vendor reply) still
     records FAILED; it used to leave the effect stuck IN_FLIGHT with a store error."""

@@ -165,16 +165,16 @@ def test_gated_http_calls_record_what_the_client_knows(
 
 async def test_async_httpx_call_classified_the_same(gate: eg.Gate, refused_url: str,
                                                     serve: Callable[[str], str]) -> None:
-    silent = serve("close_mid_reply")
+    closing = serve("close_mid_reply")
 
     @gate.effect("email:{msg}", effect_type="email.send")
     async def send(msg: str, url: str) -> None:
-        async with httpx.AsyncClient(trust_env=False, timeout=READ_TIMEOUT) as client:
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
             await client.post(url, json={"msg": msg})
 
     with pytest.raises(httpx.ConnectError):
         await send("m1", refused_url)
     assert (await gate.aget("email:m1")).state is eg.State.FAILED
     with pytest.raises(httpx.RemoteProtocolError):
-        await send("m2", silent)
+        await send("m2", closing)
     assert (await gate.aget("email:m2")).state is eg.State.AMBIGUOUS

@@ -27,6 +27,7 @@ from .workers import TIMEOUT, executions, spawn, stop
 pytestmark = pytest.mark.slow
 
 LEASE = 0.5  # short: these tests need leases to lapse
+HARNESS_LEASE = 2.0  # waited out once per harness worker, so it can afford to be generous
 TRIALS_PER_POINT = int(os.environ.get("EFFECTGATE_CRASH_TRIALS", "50"))
 HARNESS_WORKERS = 2
 POINTS = ("before_reserve", "after_reserve", "mid_body", "after_body", "during_report")
@@ -183,7 +184,8 @@ def _run_harness(store_url: str, namespace: str, effects_file: Path) -> list[dic
     for i in range(TRIALS_PER_POINT % HARNESS_WORKERS):
         share[i] += 1
     procs = [spawn("crash_harness.py", store_url, namespace, str(effects_file), str(w),
-                   str(n), str(LEASE), str(1000 + w)) for w, n in enumerate(share) if n]
+                   str(n), str(HARNESS_LEASE), str(1000 + w))
+             for w, n in enumerate(share) if n]
     trials: list[dict[str, Any]] = []
     try:
         for proc in procs:

@@ -13,7 +13,8 @@ one of these points:
                       the body's side effect
 * ``after_body``      the body finished (its side effect happened); killed before ``report``
 * ``during_report``   a timer thread kills it at a random moment inside ``report``
-                      (``R`` is written to the status pipe if ``report`` returned first)
+                      (``R`` is written to the status pipe if ``report`` returned first,
+                      ``S`` if it was refused because the lease had already lapsed)
 
 The side effect is one line appended (``O_APPEND``) to EFFECTS_FILE: it, not the store, counts
 executions. When every child is dead and every lease has lapsed, this process reads each key's
@@ -90,8 +91,11 @@ def child(gate: eg.Gate, effects_file: str, txn_id: str, point: str, delay: floa
             die()
         assert armed is not None
         armed.set()
-        gate.report(d, "committed", result=result)
-        os.write(status_fd, b"R")  # report returned before the kill landed
+        try:
+            gate.report(d, "committed", result=result)
+            os.write(status_fd, b"R")  # report returned before the kill landed
+        except eg.StaleLease:  # a machine so loaded that the lease lapsed before the report
+            os.write(status_fd, b"S")
         die()
     except BaseException:
         os.write(status_fd, ("E:" + traceback.format_exc()[-1500:]).encode())
@@ -115,6 +119,7 @@ def fork_trial(gate: eg.Gate, effects_file: str, txn_id: str, point: str,
     return {
         "killed": os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL,
         "report_returned": said == "R",
+        "report_refused": said == "S",
         "error": said[2:] if said.startswith("E:") else None,
     }
 
