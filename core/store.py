@@ -373,7 +373,9 @@ class Store:
             "PRAGMA synchronous=NORMAL"
         )
         self._local = threading.local()
-        self._opened: list[Any] = []  # to close on dispose; a dead thread's stays until then
+        # (owner thread, connection): closed on dispose, or once the owner thread has ended
+        self._opened: list[tuple[threading.Thread, Any]] = []
+        self._opened_lock = threading.Lock()
         self._pid = os.getpid()
         self._inherited: Any = None
 
@@ -398,8 +400,24 @@ class Store:
             conn = proxied.driver_connection
             proxied.detach()  # ours now: the pool neither counts nor resets it
             local.conn, local.pid = conn, os.getpid()
-            self._opened.append(conn)
+            self._adopt(conn)
         return conn
+
+    def _adopt(self, conn: Any) -> None:
+        """Keep ``conn`` as this thread's, and close the connections of threads that have
+        ended (and this thread's dropped one): a thread per request must not leave a
+        connection behind it each time, until the server runs out of them."""
+        me = threading.current_thread()
+        with self._opened_lock:
+            kept = []
+            for thread, other in self._opened:
+                if thread is not me and thread.is_alive():
+                    kept.append((thread, other))
+                else:
+                    with contextlib.suppress(Exception):
+                        other.close()
+            kept.append((me, conn))
+            self._opened = kept
 
     def _forget_parent(self) -> None:
         """In a forked child: leave the parent's connections alone (never use or close a
@@ -408,6 +426,7 @@ class Store:
         self._inherited = (self._opened, self.engine.pool)
         self.engine.dispose(close=False)
         self._opened = []
+        self._opened_lock = threading.Lock()  # the parent's may have been held at the fork
         self._local = threading.local()
         self._pid = os.getpid()
 
@@ -634,10 +653,11 @@ class Store:
         """Close every connection this store opened."""
         if self._pid != os.getpid():
             self._forget_parent()
-        for conn in self._opened:
-            with contextlib.suppress(Exception):
-                conn.close()
-        self._opened.clear()
+        with self._opened_lock:
+            for _, conn in self._opened:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._opened = []
         self._local = threading.local()
         self.engine.dispose()
 

@@ -7,6 +7,8 @@ Executions are counted by the side effect itself (one line per execution appende
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +93,46 @@ def test_gate_opened_before_fork_is_safe_in_forked_children(store_url: str, name
         assert gate.get("job:0").state is eg.State.COMMITTED
     finally:
         gate.close()
+
+
+def _open_connections(gate: eg.Gate, backend_pids: list[int]) -> int:
+    """How many connections this process holds to the store: Postgres backends still alive
+    among ``backend_pids``, or file descriptors open on the SQLite database."""
+    if gate.store.is_sqlite:
+        database = Path(gate.store.engine.url.database or "").resolve()
+        names = {str(database), f"{database}-wal"}
+        return sum(os.path.realpath(f"/proc/self/fd/{fd}") in names
+                   for fd in os.listdir("/proc/self/fd"))
+    with gate.store.engine.connect() as conn:
+        return int(conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%(pids)s)",
+            {"pids": backend_pids},
+        ).scalar_one())
+
+
+def test_threads_that_end_leave_no_connection_behind(gate: eg.Gate) -> None:
+    """A thread per call (a threaded server's request handlers): each thread's connection is
+    closed once the thread has ended, so 60 such calls hold at most a couple of connections.
+
+    Regression: every thread's connection stayed open until gate.close(), and a Postgres
+    server ran out of connections after about a hundred requests."""
+    backend_pids: list[int] = []
+    errors: list[BaseException] = []
+
+    def handle_request(i: int) -> None:
+        try:
+            d = gate.begin(effect_type="job.run", key=f"job:{i}", payload={"i": i})
+            gate.report(d, "committed", result=i)
+            with gate.store.connection() as conn:
+                backend_pids.append(0 if gate.store.is_sqlite else conn.info.backend_pid)
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    before = _open_connections(gate, [])
+    for i in range(60):
+        thread = threading.Thread(target=handle_request, args=(i,))
+        thread.start()
+        thread.join()
+    assert errors == []
+    assert _open_connections(gate, backend_pids) <= before + 3
+    assert all(gate.get(f"job:{i}").state is eg.State.COMMITTED for i in range(60))
