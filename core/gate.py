@@ -672,7 +672,18 @@ class Gate:
             ):
                 self._memo_put(decision, text)
             return
+        if self._already(effect_id, token, parsed, text):
+            return  # a repeat of a report that landed (its reply was lost): nothing to do
         raise self._stale(effect_id, token, key, f"report {parsed.value}")
+
+    def _already(self, effect_id: int, token: int, outcome: Outcome, text: str | None) -> bool:
+        """True when this holder's token already recorded exactly this outcome."""
+        row = self._store.fetch_id(effect_id)
+        return bool(
+            row is not None and row.namespace == self.namespace and row.token == token
+            and row.state == outcome.value and row.actor is None
+            and (outcome is not Outcome.COMMITTED or row.result == text)
+        )
 
     def _adjust(self, tx: Any, keys_text: str | None, outcome: str, estimated: int | None,
                 actual: int | None) -> None:

@@ -381,3 +381,15 @@ def test_logging_one_line_per_decision_refusals_at_info(
     assert ("INFO", "blocked", "refund:txn_1") in records
     resolved = [r for r in caplog.records if r.getMessage().startswith("resolved")]
     assert resolved and resolved[0].levelname == "INFO" and resolved[0].key == "refund:txn_1"
+
+
+def test_repeated_report_of_the_same_outcome_is_accepted(gate: eg.Gate) -> None:
+    """A holder whose report's reply was lost may send it again: same token, same outcome."""
+    d = begin(gate)
+    gate.report(d, "committed", result={"r": 1})
+    gate.report(d, "committed", result={"r": 1})  # accepted, changes nothing
+    with pytest.raises(eg.StaleLease):
+        gate.report(d, "committed", result={"r": 2})  # not what was recorded
+    with pytest.raises(eg.StaleLease):
+        gate.report(d, "failed")
+    assert gate.get(d.key).result == {"r": 1}
