@@ -103,5 +103,5 @@ class Report:
     @property
     def missed(self) -> list[str]:
         """Names of the rows that missed their target."""
-        out = [f"{r.backend}: {r.name}" for r in self.ratios if r.passed is False]
-        return out + [f"{f.backend}: {f.name}" for f in self.figures if f.passed is False]
+        out = [f"{r.backend}: {r.name.strip()}" for r in self.ratios if r.passed is False]
+        return out + [f"{f.backend}: {f.name.strip()}" for f in self.figures if f.passed is False]
