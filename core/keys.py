@@ -26,6 +26,7 @@ __all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "is_utf8"]
 
 MAX_KEY_LENGTH = 512
 _FORMATTER = string.Formatter()
+_BIG = 10**100  # an int field past this takes the careful path (and its clear errors)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -135,6 +136,12 @@ class KeyTemplate:
             out.append(literal)
             if field is None:
                 continue
+            if not spec and field in arguments:  # the common case: {name} of a plain value
+                raw = arguments[field]
+                kind = type(raw)
+                if (kind is str and raw.strip()) or (kind is int and -_BIG < raw < _BIG):
+                    out.append(raw if kind is str else str(raw))
+                    continue
             try:
                 raw, _ = _FORMATTER.get_field(field, (), arguments)
             except (KeyError, AttributeError, IndexError, TypeError) as err:

@@ -33,14 +33,12 @@ from sqlalchemy import (
     cast,
     create_engine,
     event,
-    exists,
     false,
     func,
     literal_column,
     null,
     select,
     true,
-    union_all,
 )
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
@@ -50,6 +48,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import ColumnClause
 
 from .errors import ConfigError, StoreError
+from .pg_reserve import ReserveFunction
 from .schema import approvals, budgets, db_day, db_now, effects, ensure_schema
 
 __all__ = [
@@ -124,6 +123,13 @@ class _Sql:
         self.text = compiled.string
         self.defaults = {k: v for k, v in compiled.params.items() if v is not None}
 
+    @classmethod
+    def from_text(cls, text: str) -> _Sql:
+        """A statement already written for the driver, with no literal binds."""
+        sql = cls.__new__(cls)
+        sql.text, sql.defaults = text, {}
+        return sql
+
     def params(self, values: Mapping[str, Any]) -> Mapping[str, Any]:
         if not self.defaults:
             return values
@@ -178,19 +184,17 @@ class Statements:
         self.fetch_full = _Sql(select(*full).where(where_key), dialect)
         self.fetch_id = _Sql(select(*full).where(t.id == p("id")), dialect)
         self.insert = _Sql(insert.returning(*returning, true().label("inserted")), dialect)
-        # Postgres: insert-if-absent and read-if-present in one statement, one round trip.
-        # (A row committed by a racing insert after this statement's snapshot shows in
-        # neither branch: the caller runs the statement again.)
-        ins = insert.returning(*_HOT, true().label("inserted")).cte("ins")
-        self.reserve = _Sql(
-            union_all(
-                select(*[ins.c[c.name] for c in _HOT], now.label("now"), ins.c.inserted),
-                select(*returning, false().label("inserted"))
-                .where(where_key)
-                .where(~exists(select(ins.c.id))),
-            ),
+        # Postgres: read-if-present, else insert, in one round trip: the two statements above
+        # run inside a function generated from them (see pg_reserve).
+        self.reserve_function = ReserveFunction(
+            select(*returning, false().label("inserted")).where(where_key),
+            insert.returning(*returning, true().label("inserted")),
             dialect,
-        )
+            [(c.name, str(c.type.compile(dialect=dialect))) for c in _HOT]
+            + [("now", "double precision"), ("inserted", "boolean")],
+        ) if dialect_name == "postgresql" else None
+        self.reserve = _Sql.from_text(self.reserve_function.call) if (
+            self.reserve_function is not None) else None
         cas = (t.id == p("id")) & (t.token == p("token"))
         live = (t.state == IN_FLIGHT) & (t.lease_expires_at >= now)
         # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
@@ -366,6 +370,11 @@ class Store:
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         dialect = sqlite.dialect(paramstyle="named") if self.is_sqlite else self.engine.dialect
         self.sql = Statements(dialect, self.dialect_name)
+        if self.sql.reserve_function is not None:
+            try:
+                self.sql.reserve_function.install(self.engine)
+            except Exception as err:
+                raise StoreError(f"cannot install the reserve function: {err}") from err
         self._sync_reserve = "PRAGMA synchronous=NORMAL" if durability == "relaxed" else (
             "PRAGMA synchronous=FULL"
         )
@@ -400,6 +409,7 @@ class Store:
             conn = proxied.driver_connection
             proxied.detach()  # ours now: the pool neither counts nor resets it
             local.conn, local.pid = conn, os.getpid()
+            local.sync = "PRAGMA synchronous=FULL"  # as the connect hook left it
             self._adopt(conn)
         return conn
 
@@ -451,8 +461,9 @@ class Store:
     def _run(self, sql: _Sql, values: Mapping[str, Any], sync: str | None = None) -> list[Any]:
         conn = self._driver()
         try:
-            if sync is not None and self.is_sqlite:
-                conn.execute(sync)
+            if sync is not None and self.is_sqlite and self._local.sync != sync:
+                conn.execute(sync)  # only when it changes: durability is per commit
+                self._local.sync = sync
             return conn.execute(sql.text, sql.params(values)).fetchall()  # type: ignore[no-any-return]
         except Exception as err:
             if _is_disconnect(err):
@@ -473,7 +484,9 @@ class Store:
         conn = self._driver()
         try:
             if self.is_sqlite:
-                conn.execute(self._sync_reserve)
+                if self._local.sync != self._sync_reserve:
+                    conn.execute(self._sync_reserve)
+                    self._local.sync = self._sync_reserve
                 conn.execute("BEGIN IMMEDIATE")
             else:
                 conn.execute("BEGIN")
