@@ -41,8 +41,8 @@ class ReserveFunction:
 
     def __init__(self, fetch: ClauseElement, insert: ClauseElement, dialect: Any,
                  columns: list[tuple[str, str]]) -> None:
-        read = fetch.compile(dialect=dialect)
-        write = insert.compile(dialect=dialect)
+        read: Any = fetch.compile(dialect=dialect)
+        write: Any = insert.compile(dialect=dialect)
         params: dict[str, str] = {}
         defaults: dict[str, Any] = {}
         for compiled in (read, write):

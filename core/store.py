@@ -193,8 +193,10 @@ class Statements:
             [(c.name, str(c.type.compile(dialect=dialect))) for c in _HOT]
             + [("now", "double precision"), ("inserted", "boolean")],
         ) if dialect_name == "postgresql" else None
-        self.reserve = _Sql.from_text(self.reserve_function.call) if (
-            self.reserve_function is not None) else None
+        # (SQLite reserves with fetch + insert from the client; see Store.reserve.)
+        self.reserve = _Sql.from_text(
+            self.reserve_function.call if self.reserve_function is not None else ""
+        )
         cas = (t.id == p("id")) & (t.token == p("token"))
         live = (t.state == IN_FLIGHT) & (t.lease_expires_at >= now)
         # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
