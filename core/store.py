@@ -283,32 +283,26 @@ class Statements:
         )
         self.now = _Sql(select(now), dialect)
         # Governance: spend counters and approvals.
-        b = budgets.c
         # A charge against one ceiling: counted only while the sum stays within the limit.
-        self.charge_day = _Sql(
-            dialect_insert(budgets)
-            .values(namespace=p("namespace"), scope_key=p("scope_key") + db_day(),
-                    spent_micros=p("cost"), updated_at=now)
-            .on_conflict_do_update(
-                index_elements=[b.namespace, b.scope_key],
-                set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
-                where=b.spent_micros + p("cost") <= p("limit"),
+        # A per-day ceiling's counter is named by the store's date (charge_day).
+        b = budgets.c
+
+        def charge(scope_key: Any) -> _Sql:
+            return _Sql(
+                dialect_insert(budgets)
+                .values(namespace=p("namespace"), scope_key=scope_key, spent_micros=p("cost"),
+                        updated_at=now)
+                .on_conflict_do_update(
+                    index_elements=[b.namespace, b.scope_key],
+                    set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
+                    where=b.spent_micros + p("cost") <= p("limit"),
+                )
+                .returning(b.scope_key, b.spent_micros),
+                dialect,
             )
-            .returning(b.scope_key, b.spent_micros),
-            dialect,
-        )
-        self.charge = _Sql(
-            dialect_insert(budgets)
-            .values(namespace=p("namespace"), scope_key=p("scope_key"),
-                    spent_micros=p("cost"), updated_at=now)
-            .on_conflict_do_update(
-                index_elements=[b.namespace, b.scope_key],
-                set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
-                where=b.spent_micros + p("cost") <= p("limit"),
-            )
-            .returning(b.scope_key, b.spent_micros),
-            dialect,
-        )
+
+        self.charge = charge(p("scope_key"))
+        self.charge_day = charge(p("scope_key") + db_day())
         self.adjust = _Sql(
             budgets.update()
             .where((b.namespace == p("namespace")) & (b.scope_key == p("scope_key")))
