@@ -184,6 +184,8 @@ class Statements:
         self.fetch_full = _Sql(select(*full).where(where_key), dialect)
         self.fetch_id = _Sql(select(*full).where(t.id == p("id")), dialect)
         self.insert = _Sql(insert.returning(*returning, true().label("inserted")), dialect)
+        # The reservation of a new key only needs what the store decided: id, lease, clock.
+        self.insert_lean = _Sql(insert.returning(t.id, t.lease_expires_at, now), dialect)
         # Postgres: read-if-present, else insert, in one round trip: the two statements above
         # run inside a function generated from them (see pg_reserve).
         self.reserve_function = ReserveFunction(
@@ -517,7 +519,9 @@ class Store:
                 # Embedded: a read is cheap, and a repeat (the common refusal) must not write.
                 row = self._one(self.sql.fetch, values)
                 if row is None:
-                    row = self._one(self.sql.insert, values, self._sync_reserve)
+                    new = self._run(self.sql.insert_lean, values, self._sync_reserve)
+                    if new:
+                        return _inserted(values, *new[0])
             else:
                 row = self._one(self.sql.reserve, values)
             if row is not None:
@@ -669,6 +673,16 @@ class Store:
             self._opened = []
         self._local = threading.local()
         self.engine.dispose()
+
+
+def _inserted(values: Mapping[str, Any], effect_id: int, lease: float, now: float) -> Any:
+    """The row a reservation just inserted, from its request and what the store returned."""
+    v = values
+    return HotEffect(
+        effect_id, v["namespace"], v["key"], v["effect_type"], v["payload_hash"], v["state"], 1, 1,
+        lease, now, now, None, v["reason"], v["vendor"], v["approval_id"], v["budget_keys"],
+        v["estimated_cost_micros"], None, now, True,
+    )
 
 
 class _Rollback(Exception):
