@@ -678,7 +678,7 @@ class Store:
 def _inserted(values: Mapping[str, Any], effect_id: int, lease: float, now: float) -> Any:
     """The row a reservation just inserted, from its request and what the store returned."""
     v = values
-    return HotEffect(
+    return HotEffect(  # type: ignore[call-arg]
         effect_id, v["namespace"], v["key"], v["effect_type"], v["payload_hash"], v["state"], 1, 1,
         lease, now, now, None, v["reason"], v["vendor"], v["approval_id"], v["budget_keys"],
         v["estimated_cost_micros"], None, now, True,
