@@ -561,6 +561,7 @@ class Gate:
             vendor_key=vkey,
             payload_hash=row.payload_hash,
             budget_keys=row.budget_keys,
+            estimated_cost_micros=row.estimated_cost_micros,
             **extra,
         )
 
@@ -653,15 +654,18 @@ class Gate:
             "h_note": _json(error[:200]) if parsed is Outcome.AMBIGUOUS and error else "null",
         }
         store = self._store
-        keys = decision.budget_keys if isinstance(decision, BeginDecision) else None
-        if keys:
+        moves_spend = isinstance(decision, BeginDecision) and bool(decision.budget_keys) and bool(
+            release_delta(parsed.value, decision.estimated_cost_micros, actual_cost_micros))
+        if moves_spend:
             with store.transaction() as tx:  # the outcome and its spend, atomically
                 done = tx.one(store.sql.report, values)
                 if done is not None:
                     self._adjust(tx, done[0], parsed.value, done[1], actual_cost_micros)
         else:
             done = store.report(values)
-            if done is not None and done[0]:  # charged, but the decision did not say (by id)
+            if done is not None and done[0] and not isinstance(decision, BeginDecision) and (
+                release_delta(parsed.value, done[1], actual_cost_micros)
+            ):  # reported by id: the spend it moves is known only now
                 with store.transaction() as tx:
                     self._adjust(tx, done[0], parsed.value, done[1], actual_cost_micros)
         if self._telemetry is not None and done is not None:

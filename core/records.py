@@ -66,6 +66,7 @@ class BeginDecision:
     budget_warning: str | None = None
     payload_hash: str = ""
     budget_keys: str | None = None
+    estimated_cost_micros: int | None = None
 
     @property
     def lease_expires_at(self) -> datetime.datetime | None:
