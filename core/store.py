@@ -226,6 +226,7 @@ class Statements:
                 vendor=p("vendor"),
                 actor=p("actor"),
                 note=p("note"),
+                pruned_at=null(),  # a pruned tombstone that moves on is live again
             )
             .returning(*returning),
             dialect,
@@ -279,6 +280,7 @@ class Statements:
                 updated_at=now,
                 actor=p("actor"),
                 note=p("note"),
+                pruned_at=null(),
             )
             .returning(*full),
             dialect,

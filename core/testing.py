@@ -4,16 +4,20 @@ without waiting."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
 
+from .errors import ConfigError
 from .gate import Gate
 
-__all__ = ["lapse_leases", "temporary_gate"]
+__all__ = ["in_namespace", "lapse_leases", "temporary_gate"]
 
 
 @contextlib.contextmanager
@@ -40,3 +44,18 @@ def lapse_leases(gate: Gate, key: str | None = None) -> int:
         params["key"] = key
     with gate.store.engine.connect() as conn:
         return conn.execute(text(sql), params).rowcount
+
+
+def in_namespace(gate: Gate, namespace: str) -> Gate:
+    """A gate like ``gate`` (same store and connections, policy, options, reconcilers and
+    compensators) in another ``namespace``, without opening the store again: for property and
+    state-machine tests that need a fresh namespace per example. Close only ``gate``."""
+    if not isinstance(namespace, str) or not namespace.strip() or len(namespace) > 128:
+        raise ConfigError("namespace must be a non-empty str of at most 128 characters")
+    other = copy.copy(gate)
+    other.namespace = namespace
+    other._memo = OrderedDict()
+    other._memo_lock = threading.Lock()
+    other._reconcilers = dict(gate._reconcilers)
+    other._compensators = dict(gate._compensators)
+    return other

@@ -1,0 +1,604 @@
+"""State-machine tests (issue 7): random sequences of begin, report, extend_lease, lease lapse,
+resolve, approve, deny, prune and unwind against a plain-Python reference model of DESIGN's
+States and Decisions, on SQLite and on Postgres.
+
+After every step the gate's answer (decision or typed error) must match the model, and so must
+every stored effect (state, attempt, fencing token, result, tombstone, history length), the
+spend counter, and the approvals. Along the way: a fencing token never decreases, a COMMITTED
+key never executes again (nor does a COMMITTED undo), AMBIGUOUS moves only by ``resolve``, and
+spend never passes the ceiling -- except where an operator resolves a FAILED attempt as
+COMMITTED, which counts money already spent (the model knows when).
+
+Four keys share one saga group: ``a`` (ungoverned), ``g`` (approval always), ``p`` and ``q``
+(one spend ceiling; no compensator is registered for them, so unwinding ``p`` fails, and ``q``
+declares no compensation: irreversible). Two payload variants make ``PayloadMismatch`` happen.
+Each example runs in a fresh namespace of one shared store (``effectgate.testing.in_namespace``).
+``EFFECTGATE_STATEFUL_EXAMPLES`` and ``EFFECTGATE_STATEFUL_STEPS`` tune the size (default 1000
+examples of 15 steps each, per backend).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlalchemy import text
+
+import effectgate as eg
+from effectgate.testing import in_namespace, lapse_leases
+
+EXAMPLES = int(os.environ.get("EFFECTGATE_STATEFUL_EXAMPLES", "1000"))
+STEPS = int(os.environ.get("EFFECTGATE_STATEFUL_STEPS", "15"))
+
+IN_FLIGHT, COMMITTED, FAILED = "in_flight", "committed", "failed"
+AMBIGUOUS, PENDING, DENIED = "ambiguous", "pending_approval", "denied"
+D = eg.Decision
+Expected = tuple[eg.Decision, str | None]  # a decision, and how its reason starts
+
+GROUP = "trip"
+CEILING = 100
+MAX_ATTEMPTS = 2
+PLAIN, GOV, PAY = "plain.step", "gov.x", "pay.y"
+TYPES = {"a": PLAIN, "g": GOV, "p": PAY, "q": PAY}
+UNDO = {"a": {"undo": "a"}, "g": {"undo": "g"}, "p": {"undo": "p"}, "q": None}
+POLICY = {"effects": {GOV: {"approval": "always"},
+                      PAY: {"budget": {"per_effect_type_micros": CEILING}}}}
+SCOPE = f"{PAY}|effect_type|{PAY}"
+
+KEYS = st.sampled_from(sorted(TYPES))
+VARIANTS = st.sampled_from((0, 0, 0, 1))
+COSTS = st.sampled_from((None, 30, 60, 60, 150))
+PICK = st.integers(0, 31)
+OFFSETS = st.sampled_from((0, 0, 0, -1, 1))  # a holder's own token, or a wrong one
+# (key, payload variant, estimated cost, through a second gate (another process's view),
+# max_attempts of this call: the gate's default, or 1)
+BEGIN = st.tuples(KEYS, VARIANTS, COSTS, st.sampled_from((False, False, True)),
+                  st.sampled_from((None, None, 1)))
+OUTCOMES = st.sampled_from((COMMITTED, COMMITTED, FAILED, AMBIGUOUS))
+VALUES = st.sampled_from((0, 1))
+VERDICTS = st.sampled_from((COMMITTED, FAILED))
+REPORT = st.tuples(PICK, OUTCOMES, VALUES, st.sampled_from((None, 0, 20)), OFFSETS)
+
+
+@dataclass
+class Eff:
+    """The model of one stored effect."""
+
+    key: str
+    effect_type: str
+    variant: Any
+    effect_id: int | None
+    state: str = IN_FLIGHT  # as stored: a lapsed lease is still stored IN_FLIGHT
+    attempt: int = 1
+    token: int = 0
+    hist: int = 0
+    lapsed: bool = False
+    result: Any = None
+    pruned: bool = False
+    approval_id: str | None = None
+    reported: bool = False  # the state was set by its holder's report (a repeat is accepted)
+    charged: bool = False
+    est: int | None = None
+    compensation: Any = None
+    compensates: int | None = None
+    why: str | None = None  # reason of an AMBIGUOUS or DENIED effect
+    human_denied: bool = False
+
+    @property
+    def effective(self) -> str:
+        """What reads say: a lapsed lease is AMBIGUOUS at once."""
+        return AMBIGUOUS if self.state == IN_FLIGHT and self.lapsed else self.state
+
+    def moved(self, state: str, *, token: int = 0, attempt: int = 0) -> None:
+        """One transition: a history line; a pruned tombstone is live again."""
+        self.state, self.token, self.attempt = state, self.token + token, self.attempt + attempt
+        self.hist += 1
+        self.lapsed = self.reported = self.pruned = False
+
+
+class GateMachine(RuleBasedStateMachine):
+    """The gate against the reference model, one fresh namespace per example."""
+
+    def __init__(self, base: eg.Gate, other: eg.Gate, prefix: str, runs: list[int]) -> None:
+        super().__init__()
+        runs[0] += 1
+        self.gate = in_namespace(base, f"{prefix}{runs[0]}")
+        self.other = in_namespace(other, self.gate.namespace)  # no memo: reads the store
+        self.gate.compensator("plain.*")(self._undo)
+        self.gate.compensator("gov.*")(self._undo)
+        self.effects: dict[str, Eff] = {}
+        self.spent = 0
+        self.over_ok = False  # resolve FAILED -> COMMITTED re-counts spend past the ceiling
+        self.memo: dict[str, Any] = {}  # COMMITTED results this process remembers
+        self.holders: list[eg.BeginDecision] = []
+        self.approvals: dict[str, str] = {}
+        self.approval_ids: list[str] = []
+        self.committed: set[str] = set()
+        self.tokens: dict[str, int] = {}
+        self.undo_mode = "ok"
+        self.undone: list[str] = []
+        self.undo_done: set[str] = set()  # keys COMMITTED before this unwind began
+        self.violations: list[str] = []
+
+    # -- the compensator ---------------------------------------------------------------
+
+    def _undo(self, record: eg.EffectRecord, compensation: Any) -> Any:
+        if compensation != UNDO[record.key] or f"compensate:{record.key}" in self.undo_done:
+            self.violations.append(f"undo of {record.key} ran with {compensation!r}")
+        self.undone.append(record.key)
+        if self.undo_mode == "refused":
+            raise eg.NotExecuted("the vendor refused the undo")
+        if self.undo_mode == "lost":
+            raise RuntimeError("connection reset mid-undo")
+        return {"undone": record.key}
+
+    # -- begin -------------------------------------------------------------------------
+
+    # Hypothesis orders rules by their number of arguments, then by name, and favours the
+    # first and the last: rules take one argument (a tuple where they need several) so that
+    # ``begin`` comes first, and ``call`` (two) last; the duplicated rules make begin and
+    # report the common steps.
+
+    @rule(call=BEGIN)
+    def begin(self, call: tuple[str, int, int | None, bool, int | None]) -> None:
+        self._begin(*call)
+
+    @rule(call=BEGIN)
+    def begin_again(self, call: tuple[str, int, int | None, bool, int | None]) -> None:
+        self._begin(*call)
+
+    @rule(begin=BEGIN, then=st.tuples(OUTCOMES, VALUES))
+    def call(self, begin: tuple[str, int, int | None, bool, int | None],
+             then: tuple[str, int]) -> None:
+        """The decorator's path: begin, and on ``execute`` run and report at once."""
+        d = self._begin(*begin)
+        if d is not None and d.decision is D.EXECUTE:
+            self._report(d, *then, begin[2], 0)
+
+    def _begin(self, key: str, variant: int, cost: int | None, other: bool,
+               limit: int | None) -> eg.BeginDecision | None:
+        call = {"effect_type": TYPES[key], "key": key, "payload": {"key": key, "v": variant},
+                "agent_id": "agent", "group_key": GROUP, "compensation": UNDO[key],
+                "estimated_cost_micros": cost, "max_attempts": limit}
+        gate = self.other if other else self.gate
+        e = self.effects.get(key)
+        if e is not None and e.variant != variant:
+            with pytest.raises(eg.PayloadMismatch):
+                gate.begin(**call)
+            self._check_get(key)
+            return None
+        d = gate.begin(**call)
+        if e is None:
+            e = self.effects[key] = Eff(key, TYPES[key], variant, d.effect_id,
+                                        compensation=UNDO[key])
+            expected, reason = self._advance(e, cost, d)
+        else:
+            expected, reason = self._settle(e, cost, d, not other, limit or MAX_ATTEMPTS)
+        assert d.decision is expected, (key, d, e)
+        assert (d.effect_id, d.state.value, d.attempt, d.lease_token) == (
+            e.effect_id, e.state, e.attempt, e.token), (d, e)
+        if reason is not None:
+            assert (d.reason or "").startswith(reason), (d.reason, reason)
+        if expected is D.EXECUTE:
+            assert key not in self.committed, f"COMMITTED {key} executed again"
+            warn = e.effect_type == PAY and cost is None
+            assert bool(d.budget_warning) == warn, d.budget_warning
+            self.holders.append(d)
+        elif expected is D.IN_FLIGHT:
+            assert d.retry_after_seconds is not None and d.retry_after_seconds > 0
+        elif expected is D.APPROVAL_REQUIRED:
+            assert d.approval_id == e.approval_id and d.approval_id is not None
+        self._check_get(key)
+        self._check_spend(key)
+        return d
+
+    def _settle(self, e: Eff, cost: int | None, d: eg.BeginDecision, memo: bool,
+                limit: int) -> Expected:
+        """A key that exists, same payload: what begin answers, and how it moves the model."""
+        if e.state == COMMITTED:
+            result, reason = self._duplicate(e, memo)
+            assert d.result == result, (d.result, result)
+            return D.DUPLICATE, reason
+        if e.state == IN_FLIGHT and not e.lapsed:
+            return D.IN_FLIGHT, "another holder is executing it"
+        if e.state == IN_FLIGHT:  # the lease lapsed: begin records AMBIGUOUS, then blocks
+            e.moved(AMBIGUOUS)
+            e.why = "lease lapsed"
+        if e.state == AMBIGUOUS:
+            return D.BLOCKED, e.why
+        if e.state == FAILED:
+            if e.attempt >= limit:
+                return D.DENIED, f"max_attempts ({limit}) reached"
+            return self._advance(e, cost, d, attempt=1)
+        if e.state == PENDING:
+            assert e.approval_id is not None
+            status = self.approvals[e.approval_id]
+            if status == "pending":
+                return D.APPROVAL_REQUIRED, "waiting for a human's approval"
+            assert status == "approved", status
+            self.approvals[e.approval_id] = "consumed"
+            e.moved(IN_FLIGHT, token=1)
+            e.est, e.charged = cost, False
+            return D.EXECUTE, None
+        if e.human_denied:  # an approver's "no" holds
+            return D.DENIED, "approval denied by"
+        return self._advance(e, cost, d)
+
+    def _advance(self, e: Eff, cost: int | None, d: eg.BeginDecision,
+                 attempt: int = 0) -> Expected:
+        """A new key, a new attempt, or a budget refusal asked again: as far as policy lets."""
+        e.est, e.charged, e.approval_id, e.result, e.why = cost, False, None, None, None
+        if e.effect_type == GOV:
+            e.moved(PENDING, token=1, attempt=attempt)
+            e.approval_id = d.approval_id
+            if d.approval_id is not None and d.approval_id not in self.approvals:
+                self.approvals[d.approval_id] = "pending"
+                self.approval_ids.append(d.approval_id)
+            return D.APPROVAL_REQUIRED, None
+        if e.effect_type == PAY and cost is not None:
+            if self.spent + cost > CEILING:
+                e.moved(DENIED, token=1, attempt=attempt)
+                e.why = "spend ceiling reached"
+                return D.DENIED, e.why
+            self.spent += cost
+            e.charged = True
+        e.moved(IN_FLIGHT, token=1, attempt=attempt)
+        return D.EXECUTE, None
+
+    def _duplicate(self, e: Eff, memo: bool = True) -> tuple[Any, str | None]:
+        """The result a duplicate returns: remembered by this gate, else as stored (``memo``
+        False: the second gate, which remembers nothing)."""
+        if memo and e.key in self.memo:
+            return self.memo[e.key], None
+        stored = None if e.pruned else e.result
+        if memo:
+            self.memo[e.key] = stored
+        return stored, "its stored result was pruned" if e.pruned else None
+
+    @staticmethod
+    def _newest(items: list[Any], pick: int) -> Any:
+        """Mostly the newest (hypothesis favours 0), sometimes an older, stale one."""
+        return items[-1 - pick % len(items)]
+
+    # -- report and extend ------------------------------------------------------------
+
+    def _holder(self, d: eg.BeginDecision, offset: int) -> tuple[Eff, int, bool]:
+        e = self.effects[d.key]
+        token = d.lease_token + offset
+        live = e.state == IN_FLIGHT and not e.lapsed and e.token == token
+        return e, token, live
+
+    def _as_holder(self, d: eg.BeginDecision, token: int,
+                   offset: int) -> tuple[Any, dict[str, Any]]:
+        """The decision itself, or (for a wrong token) its effect id with that token."""
+        return (d, {}) if offset == 0 else (d.effect_id, {"lease_token": token})
+
+    @precondition(lambda self: self.holders)
+    @rule(call=REPORT)
+    def report(self, call: tuple[int, str, int, int | None, int]) -> None:
+        pick, outcome, value, actual, offset = call
+        self._report(self._newest(self.holders, pick), outcome, value, actual, offset)
+
+    @precondition(lambda self: self.holders)
+    @rule(call=REPORT)
+    def report_again(self, call: tuple[int, str, int, int | None, int]) -> None:
+        self.report(call)
+
+    def _report(self, d: eg.BeginDecision, outcome: str, value: int, actual: int | None,
+                offset: int) -> None:
+        e, token, live = self._holder(d, offset)
+        result = {"r": value, "key": d.key}
+        repeat = (not live and e.token == token and e.state == outcome and e.reported
+                  and (outcome != COMMITTED or (not e.pruned and e.result == result)))
+        holder, extra = self._as_holder(d, token, offset)
+        if not (live or repeat):
+            with pytest.raises(eg.StaleLease):
+                self.gate.report(holder, outcome, result=result, actual_cost_micros=actual,
+                                 **extra)
+            return self._check_get(d.key)
+        self.gate.report(holder, outcome, result=result, actual_cost_micros=actual, **extra)
+        if live:
+            if e.charged and outcome == FAILED:
+                self.spent -= e.est or 0
+            elif e.charged and outcome == COMMITTED and actual is not None:
+                self.spent += actual - (e.est or 0)
+            e.moved(outcome)
+            e.reported = True
+            e.result = result if outcome == COMMITTED else None
+            e.why = "reported ambiguous" if outcome == AMBIGUOUS else None
+            if outcome == COMMITTED:
+                self.committed.add(d.key)
+                if offset == 0:
+                    self.memo[d.key] = result
+        self._check_get(d.key)
+        self._check_spend(d.key)
+
+    @precondition(lambda self: self.holders)
+    @rule(call=st.tuples(PICK, OFFSETS))
+    def extend(self, call: tuple[int, int]) -> None:
+        pick, offset = call
+        d = self._newest(self.holders, pick)
+        _, token, live = self._holder(d, offset)
+        holder, extra = self._as_holder(d, token, offset)
+        if live:
+            until = self.gate.extend_lease(holder, 3600, **extra)
+            assert until > datetime.datetime.now(datetime.UTC)
+        else:
+            with pytest.raises(eg.StaleLease):
+                self.gate.extend_lease(holder, 3600, **extra)
+        self._check_get(d.key)
+
+    @rule(key=KEYS)
+    def lapse(self, key: str) -> None:
+        """The database clock passes the lease (the holder died)."""
+        e = self.effects.get(key)
+        stored_in_flight = e is not None and e.state == IN_FLIGHT
+        assert lapse_leases(self.gate, key) == int(stored_in_flight)
+        if e is not None and stored_in_flight:
+            e.lapsed = True
+            e.why = "lease lapsed"
+            self._check_get(key)
+
+    # -- the operator ------------------------------------------------------------------
+
+    @rule(call=st.tuples(st.sampled_from(("a", "g", "p", "q", "compensate:a", "compensate:g")),
+                         VERDICTS, VALUES))
+    def resolve(self, call: tuple[str, str, int]) -> None:
+        self._resolve(*call)
+
+    @precondition(lambda self: any(e.effective in (AMBIGUOUS, FAILED)
+                                   for e in self.effects.values()))
+    @rule(call=st.tuples(PICK, VERDICTS, VALUES))
+    def resolve_listed(self, call: tuple[int, str, int]) -> None:
+        """What an operator does: settle an effect that ``ls`` lists as AMBIGUOUS (or FAILED,
+        when the vendor's dashboard shows it did happen)."""
+        pick, outcome, value = call
+        keys = [k for k, e in self.effects.items() if e.effective in (AMBIGUOUS, FAILED)]
+        self._resolve(self._newest(keys, pick), outcome, value)
+
+    def _resolve(self, key: str, outcome: str, value: int) -> None:
+        e = self.effects.get(key)
+        result = {"resolved": value}
+        if e is None:
+            with pytest.raises(eg.UnknownEffect):
+                self.gate.resolve(key, outcome, by="operator", result=result)
+            return
+        if not (e.state in (IN_FLIGHT, AMBIGUOUS) or (e.state == FAILED and outcome == COMMITTED)):
+            with pytest.raises(eg.InvalidTransition):
+                self.gate.resolve(key, outcome, by="operator", result=result)
+            return self._check_get(key)
+        record = self.gate.resolve(key, outcome, by="operator", result=result)
+        held = e.state in (IN_FLIGHT, AMBIGUOUS)
+        if e.charged and e.est:
+            if held and outcome == FAILED:
+                self.spent -= e.est
+            elif not held and outcome == COMMITTED:
+                self.spent += e.est
+                self.over_ok |= self.spent > CEILING
+        e.moved(outcome, token=1)
+        e.result = result if outcome == COMMITTED else None
+        e.why = None
+        if outcome == COMMITTED:
+            self.committed.add(key)
+            self.memo[key] = result
+        self._compare(record, e, history=True)
+        self._check_spend(key)
+
+    @precondition(lambda self: self.approval_ids)
+    @rule(pick=PICK, by=st.sampled_from(("alice", "alice", "agent")))
+    def approve(self, pick: int, by: str) -> None:
+        approval_id = self._newest(self.approval_ids, pick)
+        status = self.approvals[approval_id]
+        error = self._approval_error(status) or (
+            eg.InvalidTransition if by == "agent" else None)  # no self-approval
+        if error is not None:
+            with pytest.raises(error):
+                self.gate.approve(approval_id, by=by)
+            return
+        record = self.gate.approve(approval_id, by=by)
+        assert (record.state, record.decided_by, record.requested_by) == ("approved", by, "agent")
+        self.approvals[approval_id] = "approved"
+
+    @precondition(lambda self: self.approval_ids)
+    @rule(pick=PICK)
+    def deny(self, pick: int) -> None:
+        approval_id = self._newest(self.approval_ids, pick)
+        error = self._approval_error(self.approvals[approval_id])
+        if error is not None:
+            with pytest.raises(error):
+                self.gate.deny(approval_id, by="bob", reason="not now")
+            return
+        assert self.gate.deny(approval_id, by="bob", reason="not now").state == "denied"
+        self.approvals[approval_id] = "denied"
+        (e,) = [e for e in self.effects.values() if e.approval_id == approval_id]
+        assert e.state == PENDING, e
+        e.moved(DENIED, token=1)
+        e.human_denied, e.why = True, "approval denied by bob"
+        self._check_get(e.key)
+
+    @staticmethod
+    def _approval_error(status: str) -> type[Exception] | None:
+        if status == "gone":  # pruned
+            return eg.UnknownEffect
+        return None if status == "pending" else eg.InvalidTransition
+
+    @rule(older_than=st.just(datetime.timedelta(0)))
+    def prune(self, older_than: datetime.timedelta) -> None:
+        eligible = {k for k, e in self.effects.items()
+                    if e.state in (COMMITTED, FAILED, DENIED) and not e.pruned}
+        count = self.gate.prune(older_than)
+        now = self.gate.store.now()
+        records = {r.key: r for r in self.gate.list_effects(limit=None)}
+        newly = {k for k in eligible if records[k].pruned_at is not None}
+        assert count == len(newly), (count, newly, eligible)
+        for key in eligible - newly:  # SQLite's clock counts milliseconds: "now" may equal it
+            assert self.gate.store.is_sqlite, f"{key} not pruned"
+            assert now - records[key].updated_at.timestamp() < 0.05, key
+        for key in newly:
+            e = self.effects[key]
+            e.pruned, e.result, e.hist, e.compensation = True, None, 0, None
+        kept = {a.approval_id for a in self.gate.list_approvals(state=None)}
+        for approval_id, status in self.approvals.items():
+            if approval_id not in kept:
+                assert status in ("consumed", "denied", "gone"), (approval_id, status)
+                self.approvals[approval_id] = "gone"
+
+    @rule(mode=st.sampled_from(("ok", "ok", "refused", "lost")))
+    def unwind(self, mode: str) -> None:
+        self.undo_mode, self.undone, self.undo_done = mode, [], set(self.committed)
+        expected: dict[str, list[str]] = {
+            name: [] for name in ("compensated", "unresolved", "irreversible", "failed",
+                                  "skipped")}
+        undone: list[str] = []
+        steps = [e for e in self.effects.values() if e.compensates is None]
+        for e in sorted(steps, key=lambda e: -(e.effect_id or 0)):
+            state = e.effective
+            if state in (AMBIGUOUS, IN_FLIGHT, PENDING):
+                expected["unresolved"].append(e.key)
+            elif state != COMMITTED:
+                expected["skipped"].append(e.key)
+            elif e.compensation is None:
+                expected["irreversible"].append(e.key)
+            elif e.effect_type == PAY:  # no compensator registered for it
+                expected["failed"].append(e.key)
+            else:
+                expected[self._compensation(e, mode, undone)].append(e.key)
+        report = self.gate.unwind(GROUP)
+        got = {name: [s.key for s in getattr(report, name)] for name in expected}
+        assert got == expected, (got, expected)
+        assert self.undone == undone, (self.undone, undone)
+        for step in report.compensated + report.failed + report.unresolved:
+            if step.compensation_effect_id is not None:
+                c = self.effects[f"compensate:{step.key}"]
+                if c.effect_id is None:
+                    c.effect_id = step.compensation_effect_id
+                assert c.effect_id == step.compensation_effect_id
+                self._check_get(c.key)
+
+    def _compensation(self, step: Eff, mode: str, undone: list[str]) -> str:
+        """The undo of a committed step, itself an effect: where unwind lists the step."""
+        key = f"compensate:{step.key}"
+        c = self.effects.get(key)
+        if c is None:
+            c = self.effects[key] = Eff(key, f"{step.effect_type}.compensate", None, None,
+                                        compensation=None, compensates=step.effect_id)
+            c.moved(IN_FLIGHT, token=1)
+        elif c.state == COMMITTED:
+            self._duplicate(c)
+            return "compensated"
+        elif c.state == AMBIGUOUS or c.attempt >= MAX_ATTEMPTS:
+            return "unresolved"
+        else:  # FAILED: a new attempt
+            assert c.state == FAILED, c
+            c.moved(IN_FLIGHT, token=1, attempt=1)
+        undone.append(step.key)
+        outcome = {"ok": COMMITTED, "refused": FAILED, "lost": AMBIGUOUS}[mode]
+        c.moved(outcome)
+        c.reported = True
+        c.result = {"undone": step.key} if outcome == COMMITTED else None
+        c.why = "RuntimeError: connection reset mid-undo" if outcome == AMBIGUOUS else None
+        if outcome == COMMITTED:
+            self.committed.add(key)
+            self.memo[key] = c.result
+        return {COMMITTED: "compensated", FAILED: "failed", AMBIGUOUS: "unresolved"}[outcome]
+
+    # -- checks ------------------------------------------------------------------------
+
+    def _check_get(self, key: str) -> None:
+        if key in self.effects:
+            self._compare(self.gate.get(key), self.effects[key], history=True)
+        else:
+            with pytest.raises(eg.UnknownEffect):
+                self.gate.get(key)
+
+    def _compare(self, record: eg.EffectRecord, e: Eff, *, history: bool = False) -> None:
+        got = (record.effect_id, record.state.value, record.attempt, record.lease_token,
+               record.result, record.pruned_at is not None, record.approval_id,
+               record.estimated_cost_micros, record.compensation, record.compensates_effect_id,
+               record.group_key)
+        want = (e.effect_id, e.effective, e.attempt, e.token, None if e.pruned else e.result,
+                e.pruned, e.approval_id, e.est, e.compensation, e.compensates,
+                GROUP if e.compensates is None else None)
+        assert got == want, (e.key, got, want)
+        if e.effective in (AMBIGUOUS, DENIED):
+            assert (record.reason or "").startswith(e.why or ""), (record.reason, e.why)
+        assert record.lease_token >= self.tokens.get(e.key, 0), "the fencing token went down"
+        self.tokens[e.key] = record.lease_token
+        if history:
+            assert len(record.history) == e.hist, (e.key, record.history, e.hist)
+            tokens = [h.token for h in record.history]
+            assert tokens == sorted(tokens), tokens
+            if record.history:
+                assert record.history[-1].to_state.value == e.state
+
+    @invariant()
+    def store_matches_model(self) -> None:
+        records = {r.key: r for r in self.gate.list_effects(limit=None)}
+        assert set(records) == set(self.effects), (set(records), set(self.effects))
+        for key, e in self.effects.items():
+            self._compare(records[key], e)
+        assert not self.violations, self.violations
+
+    def _check_spend(self, key: str) -> None:
+        """The spend counter (only a step on a key with a ceiling can move it)."""
+        if TYPES.get(key) != PAY:
+            return
+        with self.gate.store.engine.connect() as conn:
+            spent = conn.execute(
+                text("SELECT spent_micros FROM effectgate_budgets "
+                     "WHERE namespace = :ns AND scope_key = :scope"),
+                {"ns": self.gate.namespace, "scope": SCOPE},
+            ).scalar()
+        assert (spent or 0) == self.spent, (spent, self.spent)
+        assert self.spent <= CEILING or self.over_ok, "spend passed the ceiling"
+
+
+def _run(url: str, runs: list[int]) -> None:
+    prefix = f"sm-{uuid.uuid4().hex[:12]}-"  # this run's namespaces: one per example
+    base = eg.Gate(url, policy=POLICY, namespace=f"{prefix}base", lease_seconds=3600,
+                   max_attempts=MAX_ATTEMPTS)
+    other = eg.Gate(url, policy=POLICY, namespace=f"{prefix}base", lease_seconds=3600,
+                    max_attempts=MAX_ATTEMPTS, memo_size=0)
+    factory: Callable[[], GateMachine] = lambda: GateMachine(  # noqa: E731
+        base, other, prefix, runs)
+    log = logging.getLogger("effectgate")
+    level = log.level
+    log.setLevel(logging.ERROR)  # thousands of expected refusals: keep them out of the capture
+    try:
+        run_state_machine_as_test(factory, settings=settings(  # type: ignore[arg-type]
+            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+            derandomize=True, database=None, print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                   HealthCheck.data_too_large],
+        ))
+    finally:
+        log.setLevel(level)
+        with base.store.engine.connect() as conn:
+            for table in ("effectgate_approvals", "effectgate_budgets", "effectgate_effects"):
+                conn.execute(text(f"DELETE FROM {table} WHERE namespace LIKE :prefix"),
+                             {"prefix": f"{prefix}%"})
+        base.close()
+        other.close()
+
+
+def test_random_sequences_match_the_reference_model(store_url: str) -> None:
+    """Random begin/report/extend/lapse/resolve/approve/deny/prune/unwind sequences: zero
+    divergences from the reference model, over EXAMPLES sequences."""
+    runs = [0]
+    _run(store_url, runs)
+    assert runs[0] >= EXAMPLES
