@@ -637,7 +637,7 @@ class Store:
 
         now = db_now()
         t = effects.c
-        old = (t.namespace == namespace) & (t.updated_at < now - older_than_seconds) & (
+        old = (t.namespace == namespace) & (t.updated_at <= now - older_than_seconds) & (
             t.state.in_(("committed", "failed", "denied"))
         )
         with self.engine.connect() as conn:
