@@ -575,13 +575,15 @@ class Gate:
 
     # -- the in-process memo of COMMITTED keys ---------------------------------------------
 
-    def _remember(self, row: Any, result_text: str | None = None) -> None:
-        if not self._memo_size:
-            return
-        entry = (row.payload_hash, row.id, row.effect_type, row.attempt, row.token,
-                 row.result if result_text is None else result_text)
+    def _remember(self, row: Any) -> None:
+        """Keep a COMMITTED row in the memo."""
+        if self._memo_size:
+            self._memo_put(row.key, (row.payload_hash, row.id, row.effect_type, row.attempt,
+                                     row.token, row.result))
+
+    def _memo_put(self, key: str, entry: tuple[str, int, str, int, int, str | None]) -> None:
         with self._memo_lock:
-            self._memo[row.key] = entry
+            self._memo[key] = entry
             if len(self._memo) > self._memo_size:
                 self._memo.popitem(last=False)
 
@@ -674,7 +676,9 @@ class Gate:
             if parsed is Outcome.COMMITTED and self._memo_size and isinstance(
                 decision, BeginDecision
             ):
-                self._memo_put(decision, text)
+                self._memo_put(decision.key, (decision.payload_hash, decision.effect_id,
+                                              decision.effect_type, decision.attempt,
+                                              decision.lease_token, text))
             return
         if self._already(effect_id, token, parsed, text):
             return  # a repeat of a report that landed (its reply was lost): nothing to do
@@ -697,13 +701,6 @@ class Gate:
         for scope_key in load_keys(keys_text):
             tx.all(self._store.sql.adjust,
                    {"namespace": self.namespace, "scope_key": scope_key, "delta": delta})
-
-    def _memo_put(self, d: BeginDecision, text: str | None) -> None:
-        with self._memo_lock:
-            self._memo[d.key] = (d.payload_hash, d.effect_id, d.effect_type, d.attempt,
-                                 d.lease_token, text)
-            if len(self._memo) > self._memo_size:
-                self._memo.popitem(last=False)
 
     def _stale(self, effect_id: int, token: int, key: str | None, what: str) -> EffectGateError:
         row = self._store.fetch_id(effect_id)
