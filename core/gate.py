@@ -194,7 +194,9 @@ class Gate:
     lets outcomes ride on the next sync (default); ``"all"`` syncs outcomes too;
     ``"relaxed"`` syncs nothing (an explicit opt-in: a power cut may forget a reservation).
     ``memo_size`` COMMITTED keys are remembered in this process (COMMITTED is terminal), so a
-    repeat costs no round trip; 0 turns that off.
+    repeat costs no round trip; 0 turns that off. ``read_only=True`` opens an existing store
+    for reading only: it creates and migrates nothing (:class:`StoreError` when there is no
+    effectgate store at ``url``) and every write is refused by the database.
     """
 
     def __init__(
@@ -208,6 +210,7 @@ class Gate:
         max_attempts: int = 5,
         classifiers: tuple[Callable[[BaseException], Outcome | None], ...] = (),
         memo_size: int = 4096,
+        read_only: bool = False,
     ) -> None:
         self.namespace = _text(namespace, "namespace", 128, required=True) or "default"
         self.lease_seconds = _seconds(lease_seconds, "lease_seconds")
@@ -225,7 +228,7 @@ class Gate:
             else:
                 raise ConfigError("policy must be an eg.Policy, a path or a mapping")
         self.policy: Policy | None = policy
-        self._store = Store(url, durability=durability)
+        self._store = Store(url, durability=durability, read_only=read_only)
         self._memo: OrderedDict[str, tuple[str, int, str, int, int, str | None]] = OrderedDict()
         self._memo_size = max(0, int(memo_size))
         self._memo_lock = threading.Lock()
@@ -732,12 +735,16 @@ class Gate:
         return epoch_to_datetime(row[0])
 
     def resolve(self, key: str, outcome: Outcome | str, *, by: str, result: Any = None,
-                note: str | None = None) -> EffectRecord:
-        """An operator's verdict on an AMBIGUOUS (or stuck IN_FLIGHT, or FAILED) effect:
+                note: str | None = None, force: bool = False) -> EffectRecord:
+        """An operator's verdict on an AMBIGUOUS (or lapsed IN_FLIGHT, or FAILED) effect:
         ``committed`` (a repeat then returns ``result``) or ``failed`` (a repeat may run).
 
-        The fencing token grows, so the old holder can no longer report.
+        The fencing token grows, so the old holder can no longer report. An IN_FLIGHT effect
+        whose lease is still live is refused (:class:`InvalidTransition`, with the expiry): its
+        holder may still be acting. ``force=True`` overrides that, and says so in the history.
         """
+        if not isinstance(force, bool):
+            raise ConfigError("force must be a bool")
         key = check_key(key)
         actor = _text(by, "by", 256, required=True)
         parsed = parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
@@ -747,8 +754,9 @@ class Gate:
             row = self._store.fetch(self.namespace, key)
             if row is None:
                 raise UnknownEffect(f"no effect with key {key!r}", key=key)
-            self._check_resolvable(row, parsed)
-            done = self._resolve_row(row, parsed, text, f"resolved {parsed.value} by {actor}",
+            forced = self._check_resolvable(row, parsed, force)
+            how = "force-resolved" if forced else "resolved"
+            done = self._resolve_row(row, parsed, text, f"{how} {parsed.value} by {actor}",
                                      actor, note)
             if done is not None:
                 log.info("resolved %s: %s by %s", key, parsed.value, actor,
@@ -785,11 +793,23 @@ class Gate:
                                               "scope_key": scope_key, "delta": delta})
         return done
 
-    def _check_resolvable(self, row: Any, outcome: Outcome) -> None:
+    def _check_resolvable(self, row: Any, outcome: Outcome, force: bool) -> bool:
+        """Raise unless ``row`` may be resolved as ``outcome``; True when only ``force`` lets
+        it (an IN_FLIGHT effect whose lease is still live)."""
         state = row.state
+        if state == _IN_FLIGHT and row.lease_expires_at >= row.now:
+            if force:
+                return True
+            expiry = epoch_to_datetime(row.lease_expires_at)
+            raise InvalidTransition(
+                f"cannot resolve {row.key!r}: its holder's lease is live until "
+                f"{expiry:%Y-%m-%d %H:%M:%S} UTC ({row.lease_expires_at - row.now:.0f}s); wait "
+                "for it to lapse, or force it if you know the holder is gone",
+                key=row.key, state=state, reason="lease is live",
+            )
         if state in (_AMBIGUOUS, _IN_FLIGHT) or (state == _FAILED and
                                                  outcome is Outcome.COMMITTED):
-            return
+            return False
         raise InvalidTransition(
             f"cannot resolve {row.key!r} as {outcome.value}: it is {state}"
             + (" (terminal)" if state == _COMMITTED else ""),
@@ -982,13 +1002,18 @@ class Gate:
         group_key = _text(group_key, "group_key", 512, required=True) or ""
         return sagas.unwind(self, group_key, _text(by, "by", 256, required=True) or "unwind")
 
-    def prune(self, older_than: datetime.timedelta) -> int:
+    def prune(self, older_than: datetime.timedelta, *, dry_run: bool = False) -> int:
         """Drop stored results, history and finished approvals of effects settled (COMMITTED,
         FAILED, DENIED) longer ago than ``older_than``. Each key keeps a tombstone (key, state,
-        payload hash), so a pruned key still refuses a duplicate. Returns how many were pruned.
-        Never touches an effect that is in flight, AMBIGUOUS or waiting for approval."""
+        payload hash), so a pruned key still refuses a duplicate. Returns how many were pruned
+        (with ``dry_run=True``: how many would be, writing nothing). Never touches an effect
+        that is in flight, AMBIGUOUS or waiting for approval."""
         if not isinstance(older_than, datetime.timedelta) or older_than.total_seconds() < 0:
             raise ConfigError("older_than must be a non-negative datetime.timedelta")
+        if not isinstance(dry_run, bool):
+            raise ConfigError("dry_run must be a bool")
+        if dry_run:
+            return self._store.prune(self.namespace, older_than.total_seconds(), dry_run=True)
         count = self._store.prune(self.namespace, older_than.total_seconds())
         log.info("pruned %d effects older than %s", count, older_than)
         return count
@@ -1005,9 +1030,9 @@ class Gate:
         """:meth:`unwind` without blocking the event loop."""
         return await asyncio.to_thread(self.unwind, group_key, **kwargs)
 
-    async def aprune(self, older_than: datetime.timedelta) -> int:
+    async def aprune(self, older_than: datetime.timedelta, **kwargs: Any) -> int:
         """:meth:`prune` without blocking the event loop."""
-        return await asyncio.to_thread(self.prune, older_than)
+        return await asyncio.to_thread(self.prune, older_than, **kwargs)
 
     # -- the decorator -----------------------------------------------------------------------
 

@@ -32,11 +32,11 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from .errors import ConfigError
+from .errors import ConfigError, StoreError
 
 __all__ = [
     "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
-    "metadata",
+    "metadata", "read_schema",
 ]
 
 metadata = MetaData()
@@ -222,6 +222,25 @@ def ensure_schema(engine: Engine) -> dict[str, str]:
         except BaseException:
             conn.exec_driver_sql("ROLLBACK")
             raise
+    return rows
+
+
+def read_schema(engine: Engine, where: str) -> dict[str, str]:
+    """The ``effectgate_meta`` rows of an existing store, creating and migrating nothing.
+
+    :class:`~effectgate.StoreError` when there is no effectgate store there, or when its schema
+    is not the version this effectgate writes (it must be opened read-write once to migrate)."""
+    with engine.connect() as conn:
+        version = _current_version(conn)
+        if version == 0:
+            raise StoreError(f"no effectgate store at {where}")
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"the store at {where} has schema version {version}; this effectgate reads "
+                f"version {SCHEMA_VERSION} (open it read-write once to migrate)"
+            )
+        rows = {name: value for name, value in conn.execute(meta.select())}
+        conn.rollback()
     return rows
 
 

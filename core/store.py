@@ -49,7 +49,7 @@ from sqlalchemy.sql.expression import ColumnClause
 
 from .errors import ConfigError, StoreError
 from .pg_reserve import ReserveFunction
-from .schema import approvals, budgets, db_day, db_now, effects, ensure_schema
+from .schema import approvals, budgets, db_day, db_now, effects, ensure_schema, read_schema
 
 __all__ = [
     "DEFAULT_URL", "Durability", "HotEffect", "Rollback", "Statements", "Store", "StoredEffect",
@@ -349,18 +349,21 @@ class Statements:
 class Store:
     """Connections, durability and the compiled statements for one database URL."""
 
-    def __init__(self, url: str | None = None, *, durability: Durability = "reserve") -> None:
+    def __init__(self, url: str | None = None, *, durability: Durability = "reserve",
+                 read_only: bool = False) -> None:
         self.url = resolve_url(url)
+        self.read_only = read_only
         if durability not in ("reserve", "all", "relaxed"):
             raise ConfigError(
                 f"durability must be 'reserve', 'all' or 'relaxed', not {durability!r}"
             )
         self.durability = durability
-        self.engine = _make_engine(self.url)
+        self.engine = _make_engine(self.url, read_only=read_only)
         self.dialect_name = self.engine.dialect.name
         self.is_sqlite = self.dialect_name == "sqlite"
         try:
-            self.meta = ensure_schema(self.engine)
+            self.meta = read_schema(self.engine, _safe(self.url)) if read_only else (
+                ensure_schema(self.engine))
         except StoreError:
             raise
         except Exception as err:
@@ -370,7 +373,7 @@ class Store:
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         dialect = sqlite.dialect(paramstyle="named") if self.is_sqlite else self.engine.dialect
         self.sql = Statements(dialect, self.dialect_name)
-        if self.sql.reserve_function is not None:
+        if self.sql.reserve_function is not None and not read_only:
             try:
                 self.sql.reserve_function.install(self.engine)
             except Exception as err:
@@ -630,7 +633,7 @@ class Store:
         except Exception as err:
             raise _store_error(err, writing=False) from err
 
-    def prune(self, namespace: str, older_than_seconds: float) -> int:
+    def prune(self, namespace: str, older_than_seconds: float, *, dry_run: bool = False) -> int:
         """Drop results, history and finished approvals of settled effects last changed more
         than ``older_than_seconds`` ago; keep each key's tombstone (key, state, payload hash)."""
         from sqlalchemy import delete, update
@@ -640,6 +643,11 @@ class Store:
         old = (t.namespace == namespace) & (t.updated_at <= now - older_than_seconds) & (
             t.state.in_(("committed", "failed", "denied"))
         )
+        if dry_run:
+            with self.engine.connect() as conn:
+                return int(conn.execute(
+                    select(func.count()).select_from(effects).where(old & t.pruned_at.is_(None))
+                ).scalar_one())
         with self.engine.connect() as conn:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
             try:
@@ -723,7 +731,7 @@ class _Transaction:
 Rollback = _Rollback
 
 
-def _make_engine(url: str) -> Engine:
+def _make_engine(url: str, *, read_only: bool = False) -> Engine:
     try:
         parsed = make_url(url)
     except ArgumentError as err:
@@ -736,7 +744,11 @@ def _make_engine(url: str) -> Engine:
                 "an in-memory SQLite store cannot be shared between calls and processes; "
                 "use a file (effectgate.testing.temporary_gate() makes a throw-away one)"
             )
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        if read_only:
+            if not Path(database).expanduser().is_file():
+                raise StoreError(f"no effectgate store at {_safe(url)} (no such file)")
+        else:
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             parsed, isolation_level="AUTOCOMMIT",
             connect_args={"timeout": 60.0, "check_same_thread": False},
@@ -747,6 +759,9 @@ def _make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.execute("PRAGMA busy_timeout=60000")
+            if read_only:
+                dbapi_conn.execute("PRAGMA query_only=ON")
+                return
             dbapi_conn.execute("PRAGMA journal_mode=WAL")
             dbapi_conn.execute("PRAGMA synchronous=FULL")
 
@@ -754,8 +769,11 @@ def _make_engine(url: str) -> Engine:
     if backend == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
         try:
-            engine = create_engine(parsed, isolation_level="AUTOCOMMIT", pool_size=8,
-                                   max_overflow=32)
+            engine = create_engine(
+                parsed, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=32,
+                connect_args={"options": "-c default_transaction_read_only=on"}
+                if read_only else {},
+            )
             _fork_safe(engine)
             return engine
         except (ModuleNotFoundError, NoSuchModuleError) as err:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from pydantic import BaseModel
 import effectgate as eg
 from effectgate.testing import lapse_leases
 
-from .conftest import snapshot
+from .conftest import PG_URL, require_postgres, snapshot
 
 REFUND = {"txn_id": "txn_1", "amount_cents": 500}
 
@@ -135,7 +137,7 @@ def test_g5_key_reused_with_another_payload_is_refused(gate: eg.Gate) -> None:
 def test_g6_stale_token_refused_after_resolve(gate: eg.Gate) -> None:
     """G6: once an operator resolves, the old holder's token is stale."""
     d = begin(gate, lease_seconds=30)
-    gate.resolve("refund:txn_1", "failed", by="ops")
+    gate.resolve("refund:txn_1", "failed", by="ops", force=True)
     with pytest.raises(eg.StaleLease) as err:
         gate.report(d, "committed", result={"zombie": True})
     assert err.value.state == "failed"
@@ -393,3 +395,67 @@ def test_repeated_report_of_the_same_outcome_is_accepted(gate: eg.Gate) -> None:
     with pytest.raises(eg.StaleLease):
         gate.report(d, "failed")
     assert gate.get(d.key).result == {"r": 1}
+
+
+def test_resolve_refuses_a_live_lease_without_force(gate: eg.Gate) -> None:
+    """G15: a live lease is not resolvable (its holder may still act); force says so in the
+    history."""
+    d = begin(gate, lease_seconds=30)
+    before = snapshot(gate)
+    with pytest.raises(eg.InvalidTransition) as err:
+        gate.resolve("refund:txn_1", "failed", by="ops")
+    assert err.value.reason == "lease is live" and "UTC" in str(err.value)
+    assert snapshot(gate) == before
+    record = gate.resolve("refund:txn_1", "failed", by="ops", force=True)
+    assert record.state is eg.State.FAILED
+    assert "force-resolved" in (record.history[-1].note or record.reason or "")
+    with pytest.raises(eg.StaleLease):
+        gate.report(d, "committed", result={"late": True})
+    with pytest.raises(eg.ConfigError):
+        gate.resolve("refund:txn_1", "committed", by="ops", force="yes")  # type: ignore[arg-type]
+
+
+def test_resolve_accepts_a_lapsed_lease(gate: eg.Gate) -> None:
+    """A lease that has lapsed needs no force: nobody may still be acting under it."""
+    begin(gate, lease_seconds=30)
+    lapse_leases(gate)
+    assert gate.resolve("refund:txn_1", "committed", by="ops").state is eg.State.COMMITTED
+
+
+def test_prune_dry_run_counts_and_writes_nothing(gate: eg.Gate) -> None:
+    d = begin(gate)
+    gate.report(d, "committed", result={"ok": 1})
+    before = snapshot(gate)
+    assert gate.prune(datetime.timedelta(0), dry_run=True) == 1
+    assert snapshot(gate) == before
+    assert gate.prune(datetime.timedelta(0)) == 1
+    assert gate.prune(datetime.timedelta(0), dry_run=True) == 0
+
+
+def test_read_only_gate_needs_an_existing_store(tmp_path: Path) -> None:
+    """A read-only gate creates nothing where there is no store, and refuses writes."""
+    url = f"sqlite:///{tmp_path / 'nope' / 'effects.db'}"
+    with pytest.raises(eg.StoreError) as err:
+        eg.Gate(url, read_only=True)
+    assert "no effectgate store" in str(err.value)
+    assert not (tmp_path / "nope").exists()
+    real = f"sqlite:///{tmp_path / 'effects.db'}"
+    with eg.Gate(real) as writer:
+        d = writer.begin(effect_type="t", key="k:1", payload={})
+        writer.report(d, "committed", result=1)
+    with eg.Gate(real, read_only=True) as reader:
+        assert reader.get("k:1").state is eg.State.COMMITTED
+        with pytest.raises(eg.StoreError):
+            reader.begin(effect_type="t", key="k:2", payload={})
+    with eg.Gate(real) as writer, pytest.raises(eg.UnknownEffect):
+        writer.get("k:2")
+
+
+def test_read_only_gate_on_postgres_refuses_writes(namespace: str) -> None:
+    require_postgres()
+    with eg.Gate(PG_URL, namespace=namespace) as writer:
+        writer.begin(effect_type="t", key="k:1", payload={})
+    with eg.Gate(PG_URL, namespace=namespace, read_only=True) as reader:
+        assert reader.get("k:1").state is eg.State.IN_FLIGHT
+        with pytest.raises(eg.StoreError):
+            reader.begin(effect_type="t", key="k:2", payload={})

@@ -378,7 +378,9 @@ class GateMachine(RuleBasedStateMachine):
             with pytest.raises(eg.UnknownEffect):
                 self.gate.resolve(key, outcome, by="operator", result=result)
             return
-        if not (e.state in (IN_FLIGHT, AMBIGUOUS) or (e.state == FAILED and outcome == COMMITTED)):
+        live = e.state == IN_FLIGHT and e.effective == IN_FLIGHT  # its holder may be acting
+        if live or not (e.state in (IN_FLIGHT, AMBIGUOUS)
+                        or (e.state == FAILED and outcome == COMMITTED)):
             with pytest.raises(eg.InvalidTransition):
                 self.gate.resolve(key, outcome, by="operator", result=result)
             return self._check_get(key)
