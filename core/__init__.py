@@ -18,14 +18,8 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from .classify import Classifier, classify, classify_httpx, classify_requests
-from .decorator import (
-    BudgetWarning,
-    EffectSpec,
-    ResultNotStoredWarning,
-    current_effect,
-    current_effect_scope,
-    refusal,
-)
+from .context import current_effect, current_effect_scope, effect_context
+from .decorator import BudgetWarning, EffectSpec, ResultNotStoredWarning, refusal
 from .errors import (
     ApprovalRequired,
     ConfigError,
@@ -44,13 +38,15 @@ from .errors import (
     StoreError,
     UnknownEffect,
 )
-from .gate import Gate, Reconciled, effect_context
+from .gate import Gate
 from .keys import KeyTemplate
 from .payload import canonical_json, payload_hash
 from .policy import ApprovalRule, Budget, EffectRule, Policy
+from .reconcile import Reconciled
 from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry
+from .request import Lease, Request
 from .sagas import UnwindReport, UnwindStep
-from .states import Decision, Outcome, State
+from .states import ApprovalState, Decision, Outcome, State
 from .vendors import VENDOR_RULES, VendorKey
 
 # The library prints nothing: without the application's own logging set up, records stop here.
@@ -66,6 +62,7 @@ __all__ = [
     "ApprovalRecord",
     "ApprovalRequired",
     "ApprovalRule",
+    "ApprovalState",
     "BeginDecision",
     "Budget",
     "BudgetWarning",
@@ -85,6 +82,7 @@ __all__ = [
     "HistoryEntry",
     "InvalidTransition",
     "KeyTemplate",
+    "Lease",
     "NotExecuted",
     "Outcome",
     "PayloadError",
@@ -92,6 +90,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Reconciled",
+    "Request",
     "ResultNotStoredWarning",
     "StaleLease",
     "State",

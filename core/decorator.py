@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import inspect
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from .classify import Classifier, classify
+from .context import _current, current_effect, current_effect_scope
 from .errors import (
     ApprovalRequired,
     ConfigError,
@@ -30,12 +30,12 @@ from .errors import (
     PayloadError,
 )
 from .keys import KeyTemplate
-from .payload import result_json
 from .records import BeginDecision
 from .states import Decision, Outcome
 
 if TYPE_CHECKING:
-    from .gate import Gate, _Request
+    from .gate import Gate
+    from .request import Request
 
 __all__ = [
     "BudgetWarning",
@@ -45,9 +45,7 @@ __all__ = [
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
-_current: contextvars.ContextVar[BeginDecision | None] = contextvars.ContextVar(
-    "effectgate_current_effect", default=None
-)
+_NOT_STARTED = "cancelled before the body started"
 
 
 class BudgetWarning(UserWarning):
@@ -56,27 +54,6 @@ class BudgetWarning(UserWarning):
 
 class ResultNotStoredWarning(UserWarning):
     """The effect committed, but its result had no JSON form, so a duplicate returns None."""
-
-
-def current_effect() -> BeginDecision:
-    """The effect whose body is running: ``key``, ``attempt``, ``vendor_idempotency_key``...
-
-    Raises :class:`EffectGateError` outside an effect body.
-    """
-    decision = _current.get()
-    if decision is None:
-        raise EffectGateError("current_effect() is only available inside an effect's body")
-    return decision
-
-
-@contextlib.contextmanager
-def current_effect_scope(d: BeginDecision) -> Iterator[BeginDecision]:
-    """Make ``d`` the :func:`current_effect` inside the block (for hand-written gated calls)."""
-    token = _current.set(d)
-    try:
-        yield d
-    finally:
-        _current.reset(token)
 
 
 def refusal(d: BeginDecision) -> EffectRefused:
@@ -161,7 +138,7 @@ class EffectSpec:
         if self.group_template is not None:
             self.group_template.check_names(names, where)
 
-    def request(self, arguments: Mapping[str, Any]) -> _Request:
+    def request(self, arguments: Mapping[str, Any]) -> Request:
         """Key, payload hash and options for one call; every error before anything runs."""
         key = self.template.render(arguments)
         cost = self.cost_micros
@@ -206,31 +183,45 @@ class EffectSpec:
             return stored
 
     def _commit(self, d: BeginDecision, result: Any) -> None:
-        """Report COMMITTED with the result as stored JSON (serialised once)."""
-        text = None
+        """Report COMMITTED with the result as stored JSON (or none, with a warning, when it
+        has no JSON form: the effect did happen)."""
+        value = None
         if self.store_result:
             value = self.redact(result) if self.redact is not None else result
-            try:
-                text = result_json(value)
-            except PayloadError as err:
-                warnings.warn(
-                    f"{d.key!r} committed, but its result is not stored ({err.message}); a "
-                    "duplicate will return None. Pass redact= to store a JSON form.",
-                    ResultNotStoredWarning, stacklevel=4,
-                )
-        self.gate.report_json(d, d.effect_id, d.lease_token, d.key, Outcome.COMMITTED, text,
-                              None, None)
+        try:
+            self.gate.report(d, Outcome.COMMITTED, result=value)
+        except PayloadError as err:  # raised before anything was written
+            warnings.warn(
+                f"{d.key!r} committed, but its result is not stored ({err.message}); a "
+                "duplicate will return None. Pass redact= to store a JSON form.",
+                ResultNotStoredWarning, stacklevel=4,
+            )
+            self.gate.report(d, Outcome.COMMITTED, result=None)
 
-    def _failure(self, d: BeginDecision, exc: BaseException) -> tuple[Outcome, str]:
+    def _failure(self, exc: BaseException) -> tuple[Outcome, str]:
         outcome = classify(exc, self.classifiers)
         if outcome is Outcome.COMMITTED:  # an exception cannot prove the effect happened
             outcome = Outcome.AMBIGUOUS
         return outcome, f"{type(exc).__name__}: {exc}"
 
+    def _unfinished(self, d: BeginDecision, value: Any) -> None:
+        """A sync body that handed back a coroutine or generator has not done its work: that
+        would run later, outside the gate. It is recorded FAILED (its work never ran here) and
+        refused as a programming error."""
+        close = getattr(value, "close", None)
+        if callable(close):
+            close()
+        kind = "a coroutine" if inspect.iscoroutine(value) else "a generator"
+        error = f"the body returned {kind}, so its work did not run inside the gate"
+        self.gate.report(d, Outcome.FAILED, error=error)
+        raise ConfigError(
+            f"{d.key!r}: {error}; decorate the async def (or the function that does the "
+            "work) instead", key=d.key)
+
     def run(self, arguments: Mapping[str, Any], body: Callable[[], T]) -> T:
         """Gate one synchronous call."""
         gate = self.gate
-        d = gate.begin_request(self.request(arguments))
+        d = gate.begin(self.request(arguments))
         if d.decision is not Decision.EXECUTE:
             return self.answer(d)  # type: ignore[no-any-return]
         if d.budget_warning:
@@ -239,7 +230,7 @@ class EffectSpec:
         try:
             result = body()
         except BaseException as exc:
-            outcome, error = self._failure(d, exc)
+            outcome, error = self._failure(exc)
             try:
                 gate.report(d, outcome, error=error)
             except EffectGateError as report_err:
@@ -247,14 +238,22 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
+        if inspect.iscoroutine(result) or inspect.isgenerator(result):
+            self._unfinished(d, result)
         self._commit(d, result)
         return result
 
     async def arun(self, arguments: Mapping[str, Any], body: Callable[[], Awaitable[T]]) -> T:
-        """Gate one asynchronous call; the store is reached off the event loop."""
+        """Gate one asynchronous call; the store is reached off the event loop. A call
+        cancelled before its body started is recorded FAILED: it provably never ran."""
         gate = self.gate
         req = self.request(arguments)
-        d = await asyncio.to_thread(gate.begin_request, req)
+        begun = asyncio.ensure_future(gate.abegin(req))
+        try:
+            d = await asyncio.shield(begun)
+        except asyncio.CancelledError:
+            await _settle_unstarted(gate, begun)
+            raise
         if d.decision is not Decision.EXECUTE:
             return self.answer(d)  # type: ignore[no-any-return]
         if d.budget_warning:
@@ -263,10 +262,10 @@ class EffectSpec:
         try:
             result = await body()
         except BaseException as exc:
-            outcome, error = self._failure(d, exc)
+            outcome, error = self._failure(exc)
             try:
-                # Shielded: a second cancellation must not lose the AMBIGUOUS record.
-                await asyncio.shield(asyncio.to_thread(gate.report, d, outcome, error=error))
+                # Shielded: a second cancellation must not lose the record.
+                await asyncio.shield(gate.areport(d, outcome, error=error))
             except EffectGateError as report_err:
                 exc.add_note(f"effectgate could not record {outcome.value}: {report_err}")
             except asyncio.CancelledError:
@@ -274,8 +273,42 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
-        await asyncio.to_thread(self._commit, d, result)
+        await asyncio.shield(asyncio.to_thread(self._commit, d, result))
         return result
+
+
+async def _settle_unstarted(gate: Gate, begun: asyncio.Future[BeginDecision]) -> None:
+    """The caller was cancelled while its ``begin`` was in flight. The begin cannot be taken
+    back once sent: let it finish, and if it reserved the effect, record FAILED — the body
+    never started. Cancelled again while waiting, it finishes in the background."""
+    try:
+        d = await asyncio.shield(begun)
+    except asyncio.CancelledError:
+        begun.add_done_callback(functools.partial(_report_unstarted_later, gate))
+        return
+    except Exception:
+        return
+    if d.decision is Decision.EXECUTE:
+        with contextlib.suppress(EffectGateError, asyncio.CancelledError):
+            await asyncio.shield(gate.areport(d, Outcome.FAILED, error=_NOT_STARTED))
+
+
+_background: set[asyncio.Future[Any]] = set()
+
+
+def _report_unstarted_later(gate: Gate, begun: asyncio.Future[BeginDecision]) -> None:
+    if begun.cancelled() or begun.exception() is not None:
+        return
+    d = begun.result()
+    if d.decision is Decision.EXECUTE:
+        task = asyncio.ensure_future(_report_quietly(gate, d))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+async def _report_quietly(gate: Gate, d: BeginDecision) -> None:
+    with contextlib.suppress(EffectGateError):
+        await gate.areport(d, Outcome.FAILED, error=_NOT_STARTED)
 
 
 def gate_function(gate: Gate, fn: Callable[..., T], key: str, *,
@@ -283,16 +316,24 @@ def gate_function(gate: Gate, fn: Callable[..., T], key: str, *,
     """Wrap ``fn`` so each call passes through ``gate`` under the key template ``key``."""
     if not callable(fn):
         raise ConfigError(f"@gate.effect decorates a function, not {type(fn).__name__}")
-    signature = inspect.signature(fn)
+    name = _name_of(fn)
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigError(
+            f"{name}() is a generator: its work runs as it is iterated, after the call "
+            "returns, outside the gate; decorate the function that does the work")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{name}: cannot read its signature ({err})") from None
     names = list(signature.parameters)
     skip = 1 if names and names[0] in ("self", "cls") else 0
     result_type = options.pop("result_type", _return_type(fn, signature))
-    spec = EffectSpec(gate, key, effect_type=effect_type or fn.__name__,
+    spec = EffectSpec(gate, key, effect_type=effect_type or name.rsplit(".", 1)[-1],
                       result_type=result_type, **options)
-    spec.check_names(names[skip:], f"{fn.__qualname__}()")
+    spec.check_names(names[skip:], f"{name}()")
     arguments = _binder(fn, signature, skip)
 
-    if inspect.iscoroutinefunction(fn):
+    if _is_async(fn):
 
         @functools.wraps(fn)
         async def gated_async(*args: Any, **kwargs: Any) -> Any:
@@ -307,6 +348,23 @@ def gate_function(gate: Gate, fn: Callable[..., T], key: str, *,
 
     gated.effect_spec = spec  # type: ignore[attr-defined]
     return gated
+
+
+def _name_of(fn: Any) -> str:
+    """A callable's name for messages and default effect types (a callable object, a
+    ``functools.partial``: its class's name)."""
+    for candidate in (fn, getattr(fn, "func", None), type(fn)):
+        name = getattr(candidate, "__qualname__", None)
+        if isinstance(name, str) and name:
+            return name
+    return type(fn).__name__
+
+
+def _is_async(fn: Any) -> TypeGuard[Callable[..., Awaitable[Any]]]:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's own method
+    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
 
 
 def _binder(fn: Callable[..., Any], signature: inspect.Signature,
@@ -327,7 +385,7 @@ def _binder(fn: Callable[..., Any], signature: inspect.Signature,
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as err:
-            raise ConfigError(f"{fn.__qualname__}(): {err}") from None
+            raise ConfigError(f"{_name_of(fn)}(): {err}") from None
         bound.apply_defaults()
         values = dict(bound.arguments)
         if first is not None:

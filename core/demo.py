@@ -259,7 +259,7 @@ SCENES: list[tuple[str, Callable[[Gate, FakeVendor, Ask, Say], None]]] = [
 def run_demo(gate: Gate, show: Callable[[Line], None], *, agent: str = "auto") -> DemoSummary:
     """Play the five scenes on ``gate`` (which must carry :func:`demo_policy`); ``agent``
     is ``"auto"`` (LangChain when installed), ``"langchain"`` or ``"decorator"``."""
-    from .gate import effect_context
+    from .context import effect_context
 
     vendor = FakeVendor()
     bot = _agent(agent, vendor, gate)

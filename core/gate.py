@@ -1,110 +1,61 @@
 """The gate: ``begin`` reserves an effect key in one atomic write, ``report`` records what
 happened, and a repeat of the same consequence is answered from the store.
 
-The flow is written once, synchronously; the ``a``-prefixed twins run it on a worker thread
-(``asyncio.to_thread``) so async callers never block their event loop on the database.
+:class:`Gate` is a facade. It validates (``validate``, ``keys``, ``payload``), asks the pure
+state machine (:mod:`effectgate.decide`) for the next step, performs it against the store
+(:mod:`effectgate.store`), and turns rows into answers (:mod:`effectgate.records`). The
+decide ↔ store loop is written twice, small: once for sync callers and once for async ones
+(the ``a``-prefixed twins), which await each store call off the event loop and await an
+``async def`` reconcile hook on the caller's own loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import datetime
-import fnmatch
-import json
 import logging
-import math
 import os
-import threading
-import unicodedata
-from collections import OrderedDict
+import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from . import approvals, sagas
+from . import decide, sagas, validate
+from .context import run_context
+from .decide import Answer, Move, ReadApproval
 from .errors import (
     ConfigError,
     EffectGateError,
     InvalidTransition,
-    PayloadMismatch,
+    PayloadError,
     StaleLease,
     StoreError,
     UnknownEffect,
 )
-from .governance import Governance, dump_keys, evaluate, load_keys, release_delta
-from .keys import check_key, is_utf8
+from .governance import evaluate
+from .keys import check_key
+from .memo import CommittedMemo, MemoEntry
 from .payload import canonical_json, payload_hash, result_json
-from .policy import Policy
-from .records import (
-    ApprovalRecord,
-    BeginDecision,
-    EffectRecord,
-    HistoryEntry,
-    epoch_to_datetime,
-)
+from .policy import Policy, find_policy
+from .reconcile import Reconciled, Reconciler, verdict
+from .records import ApprovalRecord, BeginDecision, EffectRecord
+from .redact import TextRedactor, bound, redact_text
+from .registry import Registry
+from .request import Lease, LeaseSecret, Request
 from .sagas import Compensator, UnwindReport
-from .states import Decision, Outcome, State
-from .store import Durability, Rollback, Store, parse_history
+from .states import ApprovalState, Decision, Outcome, State
+from .store import Durability, NewApproval, Store
+from .store.rows import ApprovalRow, EffectHead, EffectRow
+from .store.threaded import ThreadedStore
 from .telemetry import telemetry
-from .vendors import VendorKey, rule_for, vendor_key
+from .translate import approval_record, decision, effect_record, vendor_key_of
+from .vendors import rule_for
 
-__all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler", "effect_context", "parse_outcome"]
+__all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
-
-_MAX_ERROR = 2000
-_MAX_LEASE = 7 * 24 * 3600.0
-_IN_FLIGHT, _COMMITTED, _FAILED, _AMBIGUOUS = "in_flight", "committed", "failed", "ambiguous"
-_PENDING, _DENIED = "pending_approval", "denied"
-_STATES = {s.value: s for s in State}
-_MAX_RETRY_AFTER = 1.0
-
-
-class Reconciled(NamedTuple):
-    """A reconcile hook's verdict: ``committed`` (with the vendor's ``result``), ``failed`` or
-    ``unknown``."""
-
-    outcome: str
-    result: Any = None
-    note: str | None = None
-
-
-Reconciler = Callable[[EffectRecord], "Reconciled | str"]
-
-
-_run_context: contextvars.ContextVar[tuple[str | None, str | None]] = contextvars.ContextVar(
-    "effectgate_run_context", default=(None, None)
-)
-
-
-class effect_context:
-    """Set the default ``run_id`` and ``agent_id`` for every ``begin`` inside the block.
-
-    Framework integrations use it to carry a run's or conversation's id and the agent's name::
-
-        with eg.effect_context(run_id="run_42", agent_id="billing-agent"):
-            refund("txn_1", 500)
-    """
-
-    def __init__(self, *, run_id: str | None = None, agent_id: str | None = None) -> None:
-        self._value = (run_id, agent_id)
-        self._token: contextvars.Token[tuple[str | None, str | None]] | None = None
-
-    @staticmethod
-    def current() -> tuple[str | None, str | None]:
-        """The ``(run_id, agent_id)`` in force here (None where none was set)."""
-        return _run_context.get()
-
-    def __enter__(self) -> effect_context:
-        outer_run, outer_agent = _run_context.get()
-        run_id, agent_id = self._value
-        self._token = _run_context.set((run_id or outer_run, agent_id or outer_agent))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._token is not None:
-            _run_context.reset(self._token)
+_MAX_STEPS = 16
+_REDACTED = "[redacted]"
 
 
 class EffectKind(NamedTuple):
@@ -114,75 +65,8 @@ class EffectKind(NamedTuple):
     vendor: str | None
     lease_seconds: float
     max_attempts: int
-
-
-class _Request:
-    """A validated ``begin``: everything checked before the store is touched."""
-
-    __slots__ = ("effect_type", "gov", "key", "max_attempts", "payload_hash", "values", "vendor")
-
-    def __init__(self, key: str, effect_type: str, payload_hash: str, vendor: str | None,
-                 max_attempts: int, values: dict[str, Any], gov: Governance | None) -> None:
-        self.key = key
-        self.effect_type = effect_type
-        self.payload_hash = payload_hash
-        self.vendor = vendor
-        self.max_attempts = max_attempts
-        self.values = values
-        self.gov = gov
-
-
-def _text(value: object, name: str, limit: int, *, required: bool = False) -> str | None:
-    if value is None:
-        if required:
-            raise ConfigError(f"{name} is required")
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{name} must be a str, not {type(value).__name__}")
-    value = unicodedata.normalize("NFC", value)
-    if not value.strip():
-        raise ConfigError(f"{name} must not be empty")
-    if not value.isascii() and not is_utf8(value):
-        raise ConfigError(f"{name} must be valid Unicode (it has a lone surrogate)")
-    if len(value) > limit:
-        raise ConfigError(f"{name} is at most {limit} characters; this one has {len(value)}")
-    if "\x00" in value:
-        raise ConfigError(f"{name} must not contain NUL characters")
-    return value
-
-
-def _micros(value: object, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an int of micro-units (1_000_000 = $1)")
-    if value < 0:
-        raise ConfigError(f"{name} must not be negative")
-    return value
-
-
-def _seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name} must be a number of seconds")
-    seconds = float(value)
-    if not (math.isfinite(seconds) and 0 < seconds <= _MAX_LEASE):
-        raise ConfigError(f"{name} must be more than 0 and at most {_MAX_LEASE:.0f} seconds")
-    return seconds
-
-
-def parse_outcome(outcome: object, allowed: tuple[Outcome, ...] = tuple(Outcome)) -> Outcome:
-    """``outcome`` as an :class:`Outcome`; :class:`InvalidTransition` if it is not one."""
-    try:
-        parsed = Outcome(outcome)  # type: ignore[arg-type]
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed not in allowed:
-        names = ", ".join(repr(o.value) for o in allowed)
-        raise InvalidTransition(f"outcome must be one of {names}, not {outcome!r}")
-    return parsed
-
-
-_encode = json.JSONEncoder(ensure_ascii=False).encode
+    reconcile_grace_seconds: float
+    redact_arguments: tuple[str, ...] = ()
 
 
 class Gate:
@@ -190,19 +74,25 @@ class Gate:
 
     ``url``: a SQLAlchemy URL (``sqlite:///path.db`` or ``postgresql+psycopg://...``); default
     ``$EFFECTGATE_URL``, else ``sqlite:///.effectgate/effects.db``. Keys are unique per
-    ``namespace``. ``durability`` (SQLite): ``"reserve"`` syncs every reservation to disk and
-    lets outcomes ride on the next sync (default); ``"all"`` syncs outcomes too;
-    ``"relaxed"`` syncs nothing (an explicit opt-in: a power cut may forget a reservation).
-    ``memo_size`` COMMITTED keys are remembered in this process (COMMITTED is terminal), so a
-    repeat costs no round trip; 0 turns that off. ``read_only=True`` opens an existing store
-    for reading only: it creates and migrates nothing (:class:`StoreError` when there is no
-    effectgate store at ``url``) and every write is refused by the database.
+    ``namespace``. ``policy``: an :class:`~effectgate.Policy`, a path or a mapping; by default
+    ``$EFFECTGATE_POLICY``, else ``effectgate.toml`` or ``[tool.effectgate]`` found walking up
+    from the working directory (``policy=False``: none). The path in force is logged and is
+    :attr:`policy_source`.
+
+    ``durability`` (SQLite): ``"reserve"`` syncs every reservation to disk and lets outcomes
+    ride on the next sync (default); ``"all"`` syncs outcomes too; ``"relaxed"`` syncs nothing
+    (an explicit opt-in: a power cut may forget a reservation). ``memo_size`` COMMITTED keys
+    are remembered in this process (COMMITTED is terminal), so a repeat costs no round trip; 0
+    turns that off. ``read_only=True`` opens an existing store for reading only: it creates and
+    migrates nothing (:class:`StoreError` when there is no effectgate store at ``url``) and
+    every write is refused by the database. ``text_redactor`` rewrites every error, reason and
+    note before it is stored or logged (default: :func:`effectgate.redact.redact_text`).
     """
 
     def __init__(
         self,
         url: str | None = None,
-        policy: Policy | str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        policy: Policy | str | os.PathLike[str] | Mapping[str, Any] | bool | None = None,
         *,
         namespace: str = "default",
         durability: Durability = "reserve",
@@ -211,30 +101,37 @@ class Gate:
         classifiers: tuple[Callable[[BaseException], Outcome | None], ...] = (),
         memo_size: int = 4096,
         read_only: bool = False,
+        text_redactor: TextRedactor | None = None,
     ) -> None:
-        self.namespace = _text(namespace, "namespace", 128, required=True) or "default"
-        self.lease_seconds = _seconds(lease_seconds, "lease_seconds")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or (
-            max_attempts < 1
-        ):
-            raise ConfigError("max_attempts must be an int of at least 1")
-        self.max_attempts = max_attempts
+        self.namespace = validate.text(namespace, "namespace", 128, required=True) or "default"
+        self.lease_seconds = validate.seconds(lease_seconds, "lease_seconds")
+        self.max_attempts = validate.whole(max_attempts, "max_attempts", minimum=1)
         self.classifiers = tuple(classifiers)
-        if policy is not None and not isinstance(policy, Policy):
-            if isinstance(policy, (str, os.PathLike)):
-                policy = Policy.load(os.fspath(policy))
-            elif isinstance(policy, Mapping):
-                policy = Policy.from_dict(policy)
-            else:
-                raise ConfigError("policy must be an eg.Policy, a path or a mapping")
-        self.policy: Policy | None = policy
+        if text_redactor is not None and not callable(text_redactor):
+            raise ConfigError("text_redactor must be a function of a str")
+        self._text_redactor = text_redactor
+        self.policy, self.policy_source = _load_policy(policy)
+        if self.policy_source is not None:
+            log.info("policy in force: %s", self.policy_source,
+                     extra={"reason": f"policy {self.policy_source}"})
         self._store = Store(url, durability=durability, read_only=read_only)
-        self._memo: OrderedDict[str, tuple[str, int, str, int, int, str | None]] = OrderedDict()
-        self._memo_size = max(0, int(memo_size))
-        self._memo_lock = threading.Lock()
-        self._reconcilers: dict[str, Reconciler] = {}
-        self._compensators: dict[str, Compensator] = {}
+        self._astore = ThreadedStore(self._store)
+        self._memo = CommittedMemo(memo_size)
+        self._reconcilers: Registry[Reconciler] = Registry()
+        self._compensators: Registry[Compensator] = Registry()
         self._telemetry = telemetry()
+
+    def in_namespace(self, namespace: str) -> Gate:
+        """A gate like this one — same store and connections, policy, options, reconcile
+        hooks and compensators — in another ``namespace``, with its own memo. Closing either
+        closes the shared store."""
+        other = object.__new__(Gate)
+        other.__dict__.update(self.__dict__)
+        other.namespace = validate.text(namespace, "namespace", 128, required=True) or ""
+        other._memo = CommittedMemo(self._memo.size)
+        other._reconcilers = self._reconcilers.copy()
+        other._compensators = self._compensators.copy()
+        return other
 
     # -- properties ------------------------------------------------------------------------
 
@@ -253,7 +150,7 @@ class Gate:
 
     def close(self) -> None:
         """Close the store's pooled connections."""
-        self._store.dispose()
+        self._store.close()
 
     def __enter__(self) -> Gate:
         return self
@@ -261,30 +158,43 @@ class Gate:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- begin ---------------------------------------------------------------------------
+    def _redact(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        if self._text_redactor is not None:
+            text = self._text_redactor(text)
+            if not isinstance(text, str):
+                raise ConfigError("text_redactor must return a str")
+        return redact_text(text)
+
+    # -- requests ----------------------------------------------------------------------------
 
     def kind(self, effect_type: str, *, vendor: str | None = None,
-             lease_seconds: float | None = None, max_attempts: int | None = None) -> EffectKind:
+             lease_seconds: float | None = None, max_attempts: int | None = None,
+             reconcile_grace_seconds: float | None = None) -> EffectKind:
         """Validate the per-type options once, with the policy's defaults applied.
 
         A decorator or tool wrapper prepares its kind when it is declared, so each call only
         renders its key and hashes its payload (:meth:`request`)."""
-        effect_type = _text(effect_type, "effect_type", 200, required=True) or ""
+        effect_type = validate.text(effect_type, "effect_type", 200, required=True) or ""
         rule = self.policy.rule_for(effect_type) if self.policy is not None else None
+        redact_arguments: tuple[str, ...] = ()
         if rule is not None:
             vendor = vendor if vendor is not None else rule.vendor
             lease_seconds = lease_seconds if lease_seconds is not None else rule.lease_seconds
             max_attempts = max_attempts if max_attempts is not None else rule.max_attempts
+            if reconcile_grace_seconds is None:
+                reconcile_grace_seconds = rule.reconcile_grace_seconds
+            redact_arguments = rule.redact_arguments
         if vendor is not None:
             rule_for(vendor)
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-            or max_attempts < 1
-        ):
-            raise ConfigError("max_attempts must be an int of at least 1")
-        lease = self.lease_seconds if lease_seconds is None else _seconds(lease_seconds,
-                                                                          "lease_seconds")
-        return EffectKind(effect_type, vendor, lease, max_attempts or self.max_attempts)
+        attempts = self.max_attempts if max_attempts is None else validate.whole(
+            max_attempts, "max_attempts", minimum=1)
+        lease = self.lease_seconds if lease_seconds is None else validate.seconds(
+            lease_seconds, "lease_seconds")
+        grace = lease if reconcile_grace_seconds is None else validate.seconds(
+            reconcile_grace_seconds, "reconcile_grace_seconds")
+        return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments)
 
     def request(
         self,
@@ -301,7 +211,7 @@ class Gate:
         estimated_cost_micros: int | None = None,
         vendor: str | None = None,
         max_attempts: int | None = None,
-    ) -> _Request:
+    ) -> Request:
         """Validate a ``begin`` without touching the store (every error is raised here)."""
         kind = effect_type if isinstance(effect_type, EffectKind) else self.kind(
             effect_type, vendor=vendor, lease_seconds=lease_seconds, max_attempts=max_attempts
@@ -309,410 +219,346 @@ class Gate:
         key = check_key(key)
         digest = payload_hash(payload)
         if run_id is None or agent_id is None:
-            ctx_run, ctx_agent = _run_context.get()
+            ctx_run, ctx_agent = run_context()
             run_id = run_id if run_id is not None else ctx_run
             agent_id = agent_id if agent_id is not None else ctx_agent
-        if compensates_effect_id is not None and (
-            isinstance(compensates_effect_id, bool) or not isinstance(compensates_effect_id, int)
-        ):
-            raise ConfigError("compensates_effect_id must be an effect id (int)")
-        agent = None if agent_id is None else _text(agent_id, "agent_id", 256)
-        cost = None if estimated_cost_micros is None else _micros(
-            estimated_cost_micros, "estimated_cost_micros")
-        values = {
-            "namespace": self.namespace,
-            "key": key,
-            "effect_type": kind.effect_type,
-            "payload_hash": digest,
-            "state": _IN_FLIGHT,
-            "lease_seconds": kind.lease_seconds,
-            "reason": None,
-            "run_id": None if run_id is None else _text(run_id, "run_id", 256),
-            "agent_id": agent,
-            "group_key": None if group_key is None else _text(group_key, "group_key", 512),
-            "compensation": None if compensation is None
-            else canonical_json(compensation, "compensation"),
-            "compensates_effect_id": compensates_effect_id,
-            "vendor": kind.vendor,
-            "estimated_cost_micros": cost,
-            "approval_id": None,
-            "budget_keys": None,
-            "actor": agent,
-            "note": None,
-            "h_by": _json(agent),
-            "h_note": "null",
-        }
+        if compensates_effect_id is not None:
+            validate.whole(compensates_effect_id, "compensates_effect_id", minimum=1)
+        cost = validate.micros(estimated_cost_micros, "estimated_cost_micros")
         gov = None if self.policy is None else evaluate(self.policy, kind.effect_type, cost)
-        return _Request(key, kind.effect_type, digest, kind.vendor, kind.max_attempts, values,
-                        gov)
+        return Request(
+            self.namespace, key, kind.effect_type, digest, kind.vendor, kind.max_attempts,
+            kind.lease_seconds, kind.reconcile_grace_seconds,
+            validate.text(run_id, "run_id", 256), validate.text(agent_id, "agent_id", 256),
+            validate.text(group_key, "group_key", 512),
+            None if compensation is None else canonical_json(compensation, "compensation"),
+            compensates_effect_id, cost, gov, payload, kind.redact_arguments,
+        )
 
-    def begin(self, **request: Any) -> BeginDecision:
+    # -- begin -------------------------------------------------------------------------------
+
+    def begin(self, request: Request | None = None, /, **fields: Any) -> BeginDecision:
         """Propose an effect; obey the decision: only ``execute`` runs the action.
 
-        Keyword arguments: ``effect_type``, ``key``, ``payload`` (the action's parameters; only
-        their hash is stored), and optionally ``run_id``, ``agent_id``, ``group_key``,
+        Pass a :class:`~effectgate.request.Request` from :meth:`request`, or its keyword
+        arguments: ``effect_type``, ``key``, ``payload`` (the action's parameters; only their
+        hash is stored), and optionally ``run_id``, ``agent_id``, ``group_key``,
         ``compensation``, ``compensates_effect_id``, ``lease_seconds``,
         ``estimated_cost_micros``, ``vendor``, ``max_attempts``.
         """
-        return self.begin_request(self.request(**request))
+        req = self._as_request(request, fields)
+        answer = self._from_memo(req)
+        if answer is None:
+            answer = self._begin(req)
+        self._observe(answer)
+        return answer
 
-    def begin_request(self, req: _Request) -> BeginDecision:
-        """``begin`` for a request already validated by :meth:`request`."""
-        memo = self._memo.get(req.key) if self._memo_size else None
-        if memo is not None and memo[0] == req.payload_hash:
-            decision = self._memo_duplicate(req, memo)
-        elif req.gov is None:
-            row = self._store.reserve(req.values)
-            if row.inserted:
-                decision = self._decide(row, Decision.EXECUTE, req)
-            else:
-                decision = self._settle(req, row)
-        else:
-            decision = self._settle(req, self._store.fetch(self.namespace, req.key))
-        if decision.decision is not Decision.EXECUTE:
-            if log.isEnabledFor(logging.INFO):
-                log.info("refused %s: %s (%s)", req.key, decision.decision.value,
-                         decision.reason or decision.state.value, extra=_extra(decision))
-        elif log.isEnabledFor(logging.DEBUG):
-            log.debug("begin %s: execute", req.key, extra=_extra(decision))
-        if self._telemetry is not None:
-            self._telemetry.decision(decision.decision.value, decision.effect_type)
-        return decision
+    async def abegin(self, request: Request | None = None, /, **fields: Any) -> BeginDecision:
+        """:meth:`begin` for async callers: the store is reached off the event loop, and an
+        ``async def`` reconcile hook is awaited on this loop."""
+        req = self._as_request(request, fields)
+        answer = self._from_memo(req)
+        if answer is None:
+            answer = await self._abegin(req)
+        self._observe(answer)
+        return answer
 
-    def _settle(self, req: _Request, row: Any) -> BeginDecision:
-        """Answer a key that already exists, moving it on where the rules say so."""
-        for _ in range(16):
-            if row is None:  # a new key (governed), or removed under us: reserve afresh
-                if req.gov is None:
-                    row = self._store.reserve(req.values)
-                    if row.inserted:
-                        return self._decide(row, Decision.EXECUTE, req)
-                else:
-                    decided = self._advance(req, None)
-                    if decided is not None:
-                        return decided
-                    row = self._store.fetch(self.namespace, req.key)
-                    continue
-            if row.payload_hash != req.payload_hash:
-                raise PayloadMismatch(
-                    f"effect key {req.key!r} was first used with another payload "
-                    "(a key collision, or the same key for a different action)",
-                    key=req.key, state=row.state, effect_id=row.id,
-                )
-            state = row.state
-            if state == _COMMITTED:
-                self._remember(row)
-                return self._decide(row, Decision.DUPLICATE, req, result=_loads(row.result),
-                                    reason="its stored result was pruned" if row.pruned_at
-                                    else None)
-            if state == _IN_FLIGHT:
-                remaining = row.lease_expires_at - row.now
-                if remaining >= 0:
-                    return self._decide(
-                        row, Decision.IN_FLIGHT, req,
-                        retry_after_seconds=round(min(max(remaining, 0.05),
-                                                      _MAX_RETRY_AFTER), 3),
-                        reason="another holder is executing it",
-                    )
-                lapsed = self._store.lapse(row.id, row.token)
-                if lapsed is not None:
-                    log.info("lease lapsed: %s is AMBIGUOUS", req.key,
-                             extra={"key": req.key, "decision": "blocked",
-                                    "reason": "lease lapsed"})
-                row = lapsed or self._store.fetch(self.namespace, req.key)
-                continue
-            if state == _AMBIGUOUS:
-                gov = req.gov
-                settled = None if gov and gov.on_ambiguous == "block" else self._reconcile(row)
-                if settled is None:
-                    return self._decide(row, Decision.BLOCKED, req,
-                                        reason=row.reason or "the outcome is unknown")
-                row = settled
-                continue
-            if state == _FAILED:
-                if row.attempt >= req.max_attempts:
-                    return self._decide(
-                        row, Decision.DENIED, req,
-                        reason=f"max_attempts ({req.max_attempts}) reached",
-                    )
-                decided = self._advance(req, row, attempt_increment=1)
-                if decided is not None:
-                    return decided
-                row = self._store.fetch(self.namespace, req.key)
-                continue
-            if state == _PENDING:
-                approval = self._store.approval(row.approval_id)
-                status = approvals.status(approval)
-                if status == "pending":
-                    return self._decide(row, Decision.APPROVAL_REQUIRED, req,
-                                        approval_id=row.approval_id,
-                                        reason="waiting for a human's approval")
-                decided = self._advance(
-                    req, row, consume=row.approval_id if status == "approved" else None
-                )
-                if decided is not None:
-                    return decided
-                row = self._store.fetch(self.namespace, req.key)
-                continue
-            # DENIED: an approver's "no" holds; a policy or budget refusal is asked again.
-            if (row.reason or "").startswith(approvals.DENIED_PREFIX):
-                return self._decide(row, Decision.DENIED, req, reason=row.reason)
-            decided = self._advance(req, row)
-            if decided is not None:
-                return decided
-            row = self._store.fetch(self.namespace, req.key)
-        raise StoreError("the effect kept changing under contention; try again", key=req.key)
+    def _as_request(self, request: Request | None, fields: Mapping[str, Any]) -> Request:
+        if request is None:
+            return self.request(**fields)
+        if fields or not isinstance(request, Request):
+            raise ConfigError("begin takes a Request from gate.request(), or keyword arguments")
+        if request.namespace != self.namespace:
+            raise ConfigError(
+                f"this request was made for namespace {request.namespace!r}, not "
+                f"{self.namespace!r}")
+        return request
 
-    def _advance(self, req: _Request, row: Any, *, attempt_increment: int = 0,
-                 consume: str | None = None) -> BeginDecision | None:
-        """Move a new key (``row`` None) or an existing effect towards execution, as far as the
-        policy lets it: DENIED, PENDING_APPROVAL, or IN_FLIGHT with its spend counted.
-
-        None when another writer moved the effect first (the caller reads it again)."""
-        gov = req.gov
-        store = self._store
-        values = {**req.values, "attempt_increment": attempt_increment}
-        if row is not None:
-            values.update(id=row.id, token=row.token, expected_state=row.state)
-
-        def move(tx: Any, **changes: Any) -> Any:
-            sql = store.sql.insert if row is None else store.sql.take
-            if row is None:
-                changes.setdefault("lease_seconds", values["lease_seconds"])
-            found = tx.effect(sql, {**values, **changes})
-            return found if found is None or row is not None or found.inserted else None
-
-        if gov is not None and gov.deny:
-            if row is not None and row.state == _DENIED and row.reason == gov.deny:
-                return self._decide(row, Decision.DENIED, req, reason=gov.deny)
-            with store.transaction() as tx:
-                new = move(tx, state=_DENIED, reason=gov.deny, lease_seconds=None)
-            return None if new is None else self._decide(new, Decision.DENIED, req, reason=gov.deny)
-        if gov is not None and gov.approval is not None and consume is None:
-            approval_id = approvals.new_id()
-            with store.transaction() as tx:
-                new = move(tx, state=_PENDING, approval_id=approval_id, lease_seconds=None,
-                           reason="waiting for a human's approval")
-                if new is not None:
-                    tx.all(store.sql.approval_insert, {
-                        **values, "approval_id": approval_id, "effect_id": new.id,
-                        "allow_self_approval": int(gov.approval.allow_self_approval),
-                        "expires_seconds": gov.approval.expires_seconds,
-                    })
-            if new is None:
-                return None
-            return self._decide(new, Decision.APPROVAL_REQUIRED, req, reason=new.reason,
-                                 approval_id=approval_id)
-        if consume is None and (gov is None or not gov.counts_spend):
-            new = move(_Direct(store), state=_IN_FLIGHT, approval_id=None, budget_keys=None)
-            if new is None:
-                return None
-            warning = gov.budget_warning if gov is not None else None
-            if warning:
-                log.warning("%s: %s", req.key, warning, extra={"key": req.key, "reason": warning})
-            return self._decide(new, Decision.EXECUTE, req, budget_warning=warning)
-        over: str | None = None
-        try:
-            with store.transaction() as tx:
-                if consume is not None and tx.one(
-                    store.sql.approval_consume, {"approval_id": consume}
-                ) is None:
-                    tx.rollback()
-                charged: list[str] = []
-                if gov is not None and gov.counts_spend:
-                    for scope_key, per_day, limit, label in gov.scope_keys(
-                        req.effect_type, values["run_id"], values["agent_id"]
-                    ):
-                        cost = gov.cost or 0
-                        got = None if cost > limit else tx.one(
-                            store.sql.charge_day if per_day else store.sql.charge,
-                            {"namespace": self.namespace, "scope_key": scope_key,
-                             "cost": cost, "limit": limit},
-                        )
-                        if got is None:
-                            over = f"spend ceiling reached: {label}"
-                            tx.rollback()
-                        charged.append(got[0])
-                new = move(tx, state=_IN_FLIGHT, approval_id=consume or None,
-                           budget_keys=dump_keys(charged))
-                if new is None:
-                    tx.rollback()
-        except Rollback:
-            if over is None:
-                return None
-            with store.transaction() as tx:
-                new = move(tx, state=_DENIED, reason=over, lease_seconds=None)
-            return None if new is None else self._decide(new, Decision.DENIED, req, reason=over)
-        warning = gov.budget_warning if gov is not None else None
-        if warning:
-            log.warning("%s: %s", req.key, warning, extra={"key": req.key, "reason": warning})
-        return self._decide(new, Decision.EXECUTE, req, budget_warning=warning)
-
-    def _decide(self, row: Any, decision: Decision, req: _Request | None = None,
-                **extra: Any) -> BeginDecision:
-        vkey = self._vendor_key(row) if row.vendor else None
+    def _from_memo(self, req: Request) -> BeginDecision | None:
+        hit = self._memo.get(req.key)
+        if hit is None or hit.payload_hash != req.payload_hash or (
+            hit.effect_type != req.effect_type
+        ):
+            return None  # a mismatch is for the store to refuse, with its own reason
         return BeginDecision(
-            decision=decision,
-            effect_id=row.id,
-            key=row.key,
-            effect_type=row.effect_type,
-            namespace=row.namespace,
-            state=_STATES[row.state],
-            attempt=row.attempt,
-            lease_token=row.token,
-            lease_expires_epoch=row.lease_expires_at,
-            vendor_key=vkey,
-            payload_hash=row.payload_hash,
-            budget_keys=row.budget_keys,
-            estimated_cost_micros=row.estimated_cost_micros,
-            **extra,
-        )
-
-    def _vendor_key(self, row: Any) -> VendorKey:
-        started = row.attempt_started_at or row.created_at
-        return vendor_key(
-            self._store.secret, row.vendor, namespace=row.namespace,
-            effect_type=row.effect_type, key=row.key, attempt=row.attempt,
-            attempt_age_seconds=max(0.0, row.now - started),
-        )
-
-    # -- the in-process memo of COMMITTED keys ---------------------------------------------
-
-    def _remember(self, row: Any) -> None:
-        """Keep a COMMITTED row in the memo."""
-        if self._memo_size:
-            self._memo_put(row.key, (row.payload_hash, row.id, row.effect_type, row.attempt,
-                                     row.token, row.result))
-
-    def _memo_put(self, key: str, entry: tuple[str, int, str, int, int, str | None]) -> None:
-        with self._memo_lock:
-            self._memo[key] = entry
-            if len(self._memo) > self._memo_size:
-                self._memo.popitem(last=False)
-
-    def _memo_duplicate(self, req: _Request,
-                        memo: tuple[str, int, str, int, int, str | None]) -> BeginDecision:
-        _, effect_id, effect_type, attempt, token, result = memo
-        return BeginDecision(
-            decision=Decision.DUPLICATE, effect_id=effect_id, key=req.key,
-            effect_type=effect_type, namespace=self.namespace, state=State.COMMITTED,
-            attempt=attempt, lease_token=token, result=_loads(result),
+            decision=Decision.DUPLICATE, effect_id=hit.effect_id, key=req.key,
+            effect_type=hit.effect_type, namespace=self.namespace, state=State.COMMITTED,
+            attempt=hit.attempt, lease_token=hit.token, result=_loads(hit.result),
             payload_hash=req.payload_hash,
         )
 
-    # -- report, extend, resolve ---------------------------------------------------------
+    def _begin(self, req: Request) -> BeginDecision:
+        """The decide ↔ store loop, for sync callers."""
+        store, secret = self._store, LeaseSecret()
+        try:
+            row = store.reserve(req, secret) if req.governance is None else store.fetch(
+                req.namespace, req.key)
+        except StoreError as err:
+            row = self._recover(req, secret, err)
+        if row is not None and row.inserted:
+            return self._decision(row, Decision.EXECUTE, secret=secret)
+        approval: ApprovalRow | None = None
+        for _ in range(_MAX_STEPS):
+            step = decide.begin_step(row, req, approval,
+                                     reconcilable=req.effect_type in self._reconcilers)
+            if isinstance(step, Answer):
+                assert row is not None
+                return self._answer(row, step)
+            if isinstance(step, Move):
+                done = self._move(row, step, req, secret)
+                if isinstance(done, BeginDecision):
+                    return done
+                row = done if done is not None else store.fetch(req.namespace, req.key)
+            elif isinstance(step, ReadApproval):
+                approval = None if step.approval_id is None else store.approval(
+                    req.namespace, step.approval_id)
+                if approval is None:  # gone: treat as expired
+                    approval = _gone(row, step.approval_id)
+            elif step is decide.LAPSE:
+                assert row is not None
+                row = self._lapsed(row) or store.fetch(req.namespace, req.key)
+            else:
+                assert row is not None
+                settled = self._reconcile(row, req)
+                if settled is None:
+                    return self._answer(row, Answer(Decision.BLOCKED,
+                                                    row.reason or "the outcome is unknown"))
+                row = settled
+        raise StoreError("the effect kept changing under contention; try again", key=req.key)
 
-    def _holder(self, decision: BeginDecision | int,
-                lease_token: int | None) -> tuple[int, int, str | None]:
-        if isinstance(decision, BeginDecision):
-            if decision.decision is not Decision.EXECUTE:
+    async def _abegin(self, req: Request) -> BeginDecision:
+        """The decide ↔ store loop, for async callers (the same steps, awaited)."""
+        store, secret = self._astore, LeaseSecret()
+        try:
+            row = await (store.reserve(req, secret) if req.governance is None
+                         else store.fetch(req.namespace, req.key))
+        except StoreError as err:
+            row = await asyncio.to_thread(self._recover, req, secret, err)
+        if row is not None and row.inserted:
+            return self._decision(row, Decision.EXECUTE, secret=secret)
+        approval: ApprovalRow | None = None
+        for _ in range(_MAX_STEPS):
+            step = decide.begin_step(row, req, approval,
+                                     reconcilable=req.effect_type in self._reconcilers)
+            if isinstance(step, Answer):
+                assert row is not None
+                return self._answer(row, step)
+            if isinstance(step, Move):
+                done = await asyncio.to_thread(self._move, row, step, req, secret)
+                if isinstance(done, BeginDecision):
+                    return done
+                row = done if done is not None else await store.fetch(req.namespace, req.key)
+            elif isinstance(step, ReadApproval):
+                approval = None if step.approval_id is None else await store.approval(
+                    req.namespace, step.approval_id)
+                if approval is None:
+                    approval = _gone(row, step.approval_id)
+            elif step is decide.LAPSE:
+                assert row is not None
+                row = await asyncio.to_thread(self._lapsed, row) or await store.fetch(
+                    req.namespace, req.key)
+            else:
+                assert row is not None
+                settled = await self._areconcile(row, req)
+                if settled is None:
+                    return self._answer(row, Answer(Decision.BLOCKED,
+                                                    row.reason or "the outcome is unknown"))
+                row = settled
+        raise StoreError("the effect kept changing under contention; try again", key=req.key)
+
+    def _recover(self, req: Request, secret: LeaseSecret, err: StoreError) -> EffectHead | None:
+        """A reservation whose reply was lost may have committed: read the key once more;
+        if it holds our lease secret, the reservation is ours."""
+        if not err.outcome_unknown:
+            raise err
+        try:
+            row = self._store.fetch(req.namespace, req.key)
+        except StoreError:
+            raise StoreError(
+                f"the reservation of {req.key!r} may or may not have been written (the store's "
+                "reply was lost); the body has not run", outcome_unknown=True, key=req.key,
+            ) from err
+        if row is not None and secret._raw is not None and row.lease_secret == secret.hash:
+            return row._replace(inserted=True)
+        return row
+
+    def _move(self, row: EffectHead | None, step: Move, req: Request,
+              secret: LeaseSecret) -> BeginDecision | EffectHead | None:
+        """Perform a move; its answer, or the row to decide on again (None: read it again)."""
+        approval = None
+        if step.request_approval:
+            gov = req.governance
+            assert gov is not None and gov.approval is not None
+            approval = NewApproval(
+                "apr_" + secrets.token_hex(10), gov.approval.expires_seconds,
+                gov.approval.allow_self_approval, _arguments(req))
+        moved = self._store.move(row, step, req, secret, approval)
+        if moved.over_ceiling is not None:
+            step = decide.over_ceiling(step, moved.over_ceiling)
+            moved = self._store.move(row, step, req, secret)
+        new = moved.row
+        if new is None:
+            return None
+        if step.budget_warning:
+            log.warning("%s: %s", req.key, step.budget_warning,
+                        extra={"key": req.key, "reason": step.budget_warning})
+        return self._decision(
+            new, step.decision, reason=step.reason,
+            approval_id=approval.approval_id if approval else None,
+            secret=secret if step.decision is Decision.EXECUTE else None,
+            budget_warning=step.budget_warning,
+        )
+
+    def _lapsed(self, row: EffectHead) -> EffectHead | None:
+        lapsed = self._store.lapse(row)
+        if lapsed is not None:
+            log.info("lease lapsed: %s is AMBIGUOUS", row.key,
+                     extra={"key": row.key, "decision": Decision.BLOCKED.value,
+                            "reason": "lease lapsed"})
+        return lapsed
+
+    def _answer(self, row: EffectHead, answer: Answer) -> BeginDecision:
+        if answer.decision is Decision.DUPLICATE:
+            self._remember(row.key, row.payload_hash, row.effect_type, row.id, row.attempt,
+                           row.token, row.result)
+            return self._decision(row, Decision.DUPLICATE, reason=answer.reason,
+                                  result=_loads(row.result))
+        return self._decision(row, answer.decision, reason=answer.reason,
+                              retry_after_seconds=answer.retry_after_seconds,
+                              approval_id=answer.approval_id)
+
+    def _decision(self, row: EffectHead, kind: Decision, *, secret: LeaseSecret | None = None,
+                  **extra: Any) -> BeginDecision:
+        return decision(row, kind, self._store.secret,
+                        None if secret is None else secret.raw, **extra)
+
+    def _observe(self, d: BeginDecision) -> None:
+        if d.decision is not Decision.EXECUTE:
+            if log.isEnabledFor(logging.INFO):
+                log.info("refused %s: %s (%s)", d.key, d.decision.value,
+                         d.reason or d.state.value, extra=_extra(d))
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug("begin %s: execute", d.key, extra=_extra(d))
+        if self._telemetry is not None:
+            self._telemetry.decision(d.decision.value, d.effect_type)
+
+    def preview(self, request: Request | None = None, /, **fields: Any) -> BeginDecision:
+        """What :meth:`begin` would answer now, writing nothing (no reservation, no approval
+        request, no charge; spend ceilings are not consulted). For a framework's "does this
+        call need approval?" question before it runs anything."""
+        req = self._as_request(request, fields)
+        row = self._store.fetch(req.namespace, req.key)
+        approval = None
+        for _ in range(3):
+            step = decide.begin_step(row, req, approval,
+                                     reconcilable=req.effect_type in self._reconcilers)
+            if isinstance(step, ReadApproval):
+                approval = (None if step.approval_id is None
+                            else self._store.approval(req.namespace, step.approval_id))
+                if approval is None:
+                    approval = _gone(row, step.approval_id)
+                continue
+            break
+        base = row if row is not None else _unsaved(req, self._store.now())
+        if isinstance(step, Answer):
+            return self._answer(base, step) if step.decision is not Decision.DUPLICATE else (
+                self._decision(base, Decision.DUPLICATE, result=_loads(base.result),
+                               reason=step.reason))
+        if isinstance(step, Move):
+            return self._decision(base, step.decision, reason=step.reason,
+                                  budget_warning=step.budget_warning)
+        return self._decision(base, Decision.BLOCKED, reason=base.reason or "lease lapsed")
+
+    # -- report, extend ----------------------------------------------------------------------
+
+    def _holder(self, held: BeginDecision | Lease) -> tuple[Lease, bool | None]:
+        """The proof of holding, and whether its attempt is known to charge nothing."""
+        if isinstance(held, BeginDecision):
+            if held.decision is not Decision.EXECUTE or held.lease is None:
                 raise InvalidTransition(
                     f"only an 'execute' decision holds the effect; this one is "
-                    f"{decision.decision.value!r}",
-                    key=decision.key, decision=decision.decision.value,
+                    f"{held.decision.value!r}",
+                    key=held.key, decision=held.decision.value,
                 )
-            return decision.effect_id, decision.lease_token, decision.key
-        if isinstance(decision, bool) or not isinstance(decision, int):
-            raise ConfigError("pass the BeginDecision, or an effect id with lease_token=")
-        if isinstance(lease_token, bool) or not isinstance(lease_token, int):
-            raise ConfigError("an effect id needs its lease_token (an int)")
-        return decision, lease_token, None
+            if held.namespace != self.namespace:
+                raise InvalidTransition(
+                    f"this decision holds {held.key!r} in namespace {held.namespace!r}, not "
+                    f"{self.namespace!r}", key=held.key)
+            return held.lease, (False if not held.spends else None)
+        if isinstance(held, Lease):
+            key = check_key(held.key)
+            token = validate.whole(held.token, "lease token", minimum=0)
+            secret = validate.text(held.secret, "lease secret", 128, required=True) or ""
+            return Lease(key, token, secret), None
+        raise ConfigError("report and extend_lease take the BeginDecision (or an eg.Lease: key, "
+                          f"token and secret), not {type(held).__name__}")
 
-    def report(
-        self,
-        decision: BeginDecision | int,
-        outcome: Outcome | str,
-        *,
-        result: Any = None,
-        error: str | None = None,
-        actual_cost_micros: int | None = None,
-        lease_token: int | None = None,
-    ) -> None:
+    def report(self, held: BeginDecision | Lease, outcome: Outcome | str, *,
+               result: Any = None, error: str | None = None,
+               actual_cost_micros: int | None = None) -> None:
         """Record what happened: ``committed`` (with ``result``), ``failed`` or ``ambiguous``.
 
-        Raises :class:`StaleLease` when this holder no longer holds the effect (its lease
-        lapsed, an operator resolved it, or a newer attempt took it): nothing is written.
+        ``held`` is the ``execute`` decision, or its :class:`~effectgate.Lease` (key, token,
+        secret). Raises :class:`StaleLease` when this holder no longer holds the effect (an
+        operator resolved it, or a newer attempt took it): nothing is written. A holder whose
+        lease lapsed while nobody acted still records its outcome, late. :class:`PayloadError`
+        when ``result`` has no JSON form (nothing written).
         """
-        effect_id, token, key = self._holder(decision, lease_token)
-        parsed = parse_outcome(outcome)
+        lease, spends = self._holder(held)
+        parsed = validate.parse_outcome(outcome)
         text = result_json(result) if parsed is Outcome.COMMITTED else None
         if error is not None and not isinstance(error, str):
             raise ConfigError("error must be a str")
-        self.report_json(decision, effect_id, token, key, parsed, text, error,
-                         _micros(actual_cost_micros, "actual_cost_micros"))
-
-    def report_json(self, decision: BeginDecision | int, effect_id: int, token: int,
-                    key: str | None, parsed: Outcome, text: str | None, error: str | None,
-                    actual_cost_micros: int | None) -> None:
-        """:meth:`report` with everything validated and the result already JSON text (the
-        decorator's path: the result is serialised once)."""
-        if error and not error.isascii() and not is_utf8(error):  # e.g. an exception's text
-            error = error.encode("utf-8", "backslashreplace").decode("utf-8")
-        values = {
-            "id": effect_id, "token": token, "state": parsed.value, "result": text,
-            "error": error[:_MAX_ERROR] if error else None,
-            "reason": (error[:_MAX_ERROR] if error else "reported ambiguous")
-            if parsed is Outcome.AMBIGUOUS else None,
-            "actual_cost_micros": actual_cost_micros,
-            "actor": None,
-            "h_by": "null",
-            "h_note": _json(error[:200]) if parsed is Outcome.AMBIGUOUS and error else "null",
-        }
-        store = self._store
-        moves_spend = isinstance(decision, BeginDecision) and bool(decision.budget_keys) and bool(
-            release_delta(parsed.value, decision.estimated_cost_micros, actual_cost_micros))
-        if moves_spend:
-            with store.transaction() as tx:  # the outcome and its spend, atomically
-                done = tx.one(store.sql.report, values)
-                if done is not None:
-                    self._adjust(tx, done[0], parsed.value, done[1], actual_cost_micros)
-        else:
-            done = store.report(values)
-            if done is not None and done[0] and not isinstance(decision, BeginDecision) and (
-                release_delta(parsed.value, done[1], actual_cost_micros)
-            ):  # reported by id: the spend it moves is known only now
-                with store.transaction() as tx:
-                    self._adjust(tx, done[0], parsed.value, done[1], actual_cost_micros)
-        if self._telemetry is not None and done is not None:
+        error = self._redact(error)
+        cost = validate.micros(actual_cost_micros, "actual_cost_micros")
+        reason = (error or "reported ambiguous") if parsed is Outcome.AMBIGUOUS else None
+        note = bound(error, 200) if parsed is Outcome.AMBIGUOUS and error else None
+        done = self._store.record_outcome(
+            self.namespace, lease, parsed, result=text, error=error, reason=reason, note=note,
+            actual_cost_micros=cost, spends=spends)
+        if done is None:
+            if self._already(lease, parsed, text):
+                return  # a repeat of a report that landed (its reply was lost): nothing to do
+            raise self._stale(lease, f"report {parsed.value}")
+        if done.late:
+            log.warning("late report settled %s: %s", lease.key, parsed.value,
+                        extra={"key": lease.key, "state": parsed.value,
+                               "reason": "late report"})
+        if self._telemetry is not None:
             self._telemetry.outcome(parsed.value)
-        if done is not None:
-            if parsed is Outcome.COMMITTED and self._memo_size and isinstance(
-                decision, BeginDecision
-            ):
-                self._memo_put(decision.key, (decision.payload_hash, decision.effect_id,
-                                              decision.effect_type, decision.attempt,
-                                              decision.lease_token, text))
-            return
-        if self._already(effect_id, token, parsed, text):
-            return  # a repeat of a report that landed (its reply was lost): nothing to do
-        raise self._stale(effect_id, token, key, f"report {parsed.value}")
+        if parsed is Outcome.COMMITTED and isinstance(held, BeginDecision):
+            self._remember(held.key, held.payload_hash, held.effect_type, held.effect_id,
+                           held.attempt, held.lease_token, text)
 
-    def _already(self, effect_id: int, token: int, outcome: Outcome, text: str | None) -> bool:
-        """True when this holder's token already recorded exactly this outcome."""
-        row = self._store.fetch_id(effect_id)
+    async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str,
+                      **kwargs: Any) -> None:
+        """:meth:`report` without blocking the event loop."""
+        await asyncio.to_thread(self.report, held, outcome, **kwargs)
+
+    def _already(self, lease: Lease, outcome: Outcome, text: str | None) -> bool:
+        """True when this holder already recorded exactly this outcome."""
+        from .request import secret_hash
+
+        row = self._store.get(self.namespace, lease.key)
         return bool(
-            row is not None and row.namespace == self.namespace and row.token == token
-            and row.state == outcome.value and row.actor is None
+            row is not None and row.token == lease.token
+            and row.lease_secret == secret_hash(lease.secret)
+            and row.state.value == outcome.value and row.actor is None
             and (outcome is not Outcome.COMMITTED or row.result == text)
         )
 
-    def _adjust(self, tx: Any, keys_text: str | None, outcome: str, estimated: int | None,
-                actual: int | None) -> None:
-        delta = release_delta(outcome, estimated, actual)
-        if not delta:
-            return
-        for scope_key in load_keys(keys_text):
-            tx.all(self._store.sql.adjust,
-                   {"namespace": self.namespace, "scope_key": scope_key, "delta": delta})
+    def _stale(self, lease: Lease, what: str) -> EffectGateError:
+        row = self._store.get(self.namespace, lease.key)
+        if row is None:
+            return UnknownEffect(f"no effect with key {lease.key!r}", key=lease.key)
+        state = _effective_state(row).value
+        from .request import secret_hash
 
-    def _stale(self, effect_id: int, token: int, key: str | None, what: str) -> EffectGateError:
-        row = self._store.fetch_id(effect_id)
-        if row is None or row.namespace != self.namespace:
-            return UnknownEffect(f"no effect with id {effect_id}", effect_id=effect_id, key=key)
-        state = _effective_state(row)
-        if row.token != token:
-            why = f"token {token} is stale: a newer holder has token {row.token}"
-        elif row.state == _IN_FLIGHT:
+        if row.token != lease.token:
+            why = f"token {lease.token} is stale: a newer holder has token {row.token}"
+        elif row.lease_secret != secret_hash(lease.secret):
+            why = "the lease secret does not match"
+        elif row.state is State.IN_FLIGHT:
             why = "the lease lapsed before this call"
         else:
             why = f"the effect is already {state}"
@@ -721,302 +567,268 @@ class Gate:
         return StaleLease(f"cannot {what} on {row.key!r}: {why}", key=row.key, state=state,
                           reason=why, effect_id=row.id)
 
-    def extend_lease(self, decision: BeginDecision | int, seconds: float | None = None, *,
-                     lease_token: int | None = None) -> Any:
+    def extend_lease(self, held: BeginDecision | Lease,
+                     seconds: float | None = None) -> datetime.datetime:
         """Heartbeat for a long call: the lease now ends ``seconds`` from now (store clock).
 
-        Returns the new expiry (an aware datetime). :class:`StaleLease` if it no longer holds.
-        """
-        effect_id, token, key = self._holder(decision, lease_token)
-        span = self.lease_seconds if seconds is None else _seconds(seconds, "seconds")
-        row = self._store.extend(effect_id, token, span)
-        if row is None:
-            raise self._stale(effect_id, token, key, "extend the lease")
-        return epoch_to_datetime(row[0])
+        Returns the new expiry (an aware datetime). :class:`StaleLease` if it no longer holds
+        (a lapsed lease is not revived)."""
+        lease, _ = self._holder(held)
+        span = self.lease_seconds if seconds is None else validate.seconds(seconds, "seconds")
+        expiry = self._store.extend(self.namespace, lease, span)
+        if expiry is None:
+            raise self._stale(lease, "extend the lease")
+        return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
+
+    async def aextend_lease(self, held: BeginDecision | Lease,
+                            seconds: float | None = None) -> datetime.datetime:
+        """:meth:`extend_lease` without blocking the event loop."""
+        return await asyncio.to_thread(self.extend_lease, held, seconds)
+
+    # -- resolve, reconcile ------------------------------------------------------------------
 
     def resolve(self, key: str, outcome: Outcome | str, *, by: str, result: Any = None,
                 note: str | None = None, force: bool = False) -> EffectRecord:
         """An operator's verdict on an AMBIGUOUS (or lapsed IN_FLIGHT, or FAILED) effect:
-        ``committed`` (a repeat then returns ``result``) or ``failed`` (a repeat may run).
+        ``committed`` (a repeat then returns ``result``) or ``failed`` (a repeat may run, under
+        the same vendor idempotency key).
 
         The fencing token grows, so the old holder can no longer report. An IN_FLIGHT effect
         whose lease is still live is refused (:class:`InvalidTransition`, with the expiry): its
         holder may still be acting. ``force=True`` overrides that, and says so in the history.
+        A resolve that raises has written nothing.
         """
+        key = check_key(key)
+        actor = validate.text(by, "by", 256, required=True) or ""
+        parsed = validate.parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
         if not isinstance(force, bool):
             raise ConfigError("force must be a bool")
-        key = check_key(key)
-        actor = _text(by, "by", 256, required=True)
-        parsed = parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
         text = result_json(result) if parsed is Outcome.COMMITTED else None
-        note = _text(note, "note", _MAX_ERROR)
-        for _ in range(16):
+        note = self._redact(validate.text(note, "note", validate.MAX_TEXT))
+        for _ in range(_MAX_STEPS):
             row = self._store.fetch(self.namespace, key)
             if row is None:
                 raise UnknownEffect(f"no effect with key {key!r}", key=key)
-            forced = self._check_resolvable(row, parsed, force)
-            how = "force-resolved" if forced else "resolved"
-            done = self._resolve_row(row, parsed, text, f"{how} {parsed.value} by {actor}",
-                                     actor, note)
+            res = decide.resolution(row, parsed, force=force)
+            how = "force-resolved" if res.forced else "resolved"
+            done = self._store.resolve(row, res, result=text,
+                                       reason=f"{how} {parsed.value} by {actor}", actor=actor,
+                                       note=note)
             if done is not None:
-                log.info("resolved %s: %s by %s", key, parsed.value, actor,
+                log.info("%s %s: %s by %s", how, key, parsed.value, actor,
                          extra={"key": key, "state": parsed.value, "reason": note})
                 if parsed is Outcome.COMMITTED:
-                    self._remember(done)
+                    self._remember(key, done.payload_hash, done.effect_type, done.id,
+                                   done.attempt, done.token, done.result)
                 return self._record(done)
         raise StoreError("the effect kept changing under contention; try again", key=key)
 
-    def _resolve_row(self, row: Any, outcome: Outcome, result_text: str | None, reason: str,
-                     actor: str | None, note: str | None) -> Any:
-        """Compare-and-set ``row`` to an operator's or reconciler's outcome, moving its spend:
-        FAILED releases what the attempt held; COMMITTED after FAILED counts it again."""
-        store = self._store
-        values = {
-            "id": row.id, "token": row.token, "expected_state": row.state,
-            "state": outcome.value, "result": result_text, "error": None, "reason": reason,
-            "actor": actor, "note": note, "h_by": _json(actor), "h_note": _json(note),
-        }
-        held = row.state in (_IN_FLIGHT, _AMBIGUOUS)
-        delta = 0
-        if row.budget_keys and row.estimated_cost_micros:
-            if held and outcome is Outcome.FAILED:
-                delta = -row.estimated_cost_micros
-            elif not held and outcome is Outcome.COMMITTED:
-                delta = row.estimated_cost_micros
-        if not delta:
-            return store.resolve(values)
-        with store.transaction() as tx:
-            done = tx.effect(store.sql.resolve, values)
-            if done is not None:
-                for scope_key in load_keys(row.budget_keys):
-                    tx.all(store.sql.adjust, {"namespace": self.namespace,
-                                              "scope_key": scope_key, "delta": delta})
-        return done
-
-    def _check_resolvable(self, row: Any, outcome: Outcome, force: bool) -> bool:
-        """Raise unless ``row`` may be resolved as ``outcome``; True when only ``force`` lets
-        it (an IN_FLIGHT effect whose lease is still live)."""
-        state = row.state
-        if state == _IN_FLIGHT and row.lease_expires_at >= row.now:
-            if force:
-                return True
-            expiry = epoch_to_datetime(row.lease_expires_at)
-            raise InvalidTransition(
-                f"cannot resolve {row.key!r}: its holder's lease is live until "
-                f"{expiry:%Y-%m-%d %H:%M:%S} UTC ({row.lease_expires_at - row.now:.0f}s); wait "
-                "for it to lapse, or force it if you know the holder is gone",
-                key=row.key, state=state, reason="lease is live",
-            )
-        if state in (_AMBIGUOUS, _IN_FLIGHT) or (state == _FAILED and
-                                                 outcome is Outcome.COMMITTED):
-            return False
-        raise InvalidTransition(
-            f"cannot resolve {row.key!r} as {outcome.value}: it is {state}"
-            + (" (terminal)" if state == _COMMITTED else ""),
-            key=row.key, state=state,
-        )
-
-    # -- reconcile hooks -------------------------------------------------------------------
+    async def aresolve(self, key: str, outcome: Outcome | str, **kwargs: Any) -> EffectRecord:
+        """:meth:`resolve` without blocking the event loop."""
+        return await asyncio.to_thread(self.resolve, key, outcome, **kwargs)
 
     def reconciler(self, effect_type: str) -> Callable[[Reconciler], Reconciler]:
         """Register a hook that asks the vendor what happened to an AMBIGUOUS effect of
-        ``effect_type`` (glob patterns allowed). It returns ``"committed"``, ``"failed"``,
-        ``"unknown"`` or a :class:`Reconciled`; it is consulted when a ``begin`` meets the
-        effect."""
-        pattern = _text(effect_type, "effect_type", 200, required=True) or ""
+        ``effect_type`` (glob patterns allowed): ``fn(record) -> "committed" | "failed" |
+        "unknown" | eg.Reconciled`` (or ``async def``). A ``begin`` that meets such an effect
+        calls it; for a lapsed lease only once the grace period has passed (see
+        :mod:`effectgate.reconcile`)."""
+        pattern = validate.text(effect_type, "effect_type", 200, required=True) or ""
 
         def register(fn: Reconciler) -> Reconciler:
-            self._reconcilers[pattern] = fn
+            if not callable(fn):
+                raise ConfigError("a reconcile hook is a function of the effect's record")
+            self._reconcilers.register(pattern, fn)
             return fn
 
         return register
 
-    def _reconciler_for(self, effect_type: str) -> Reconciler | None:
-        return _match(self._reconcilers, effect_type)
-
-    def _reconcile(self, row: Any) -> Any:
-        """Ask the registered hook; return the row after a verdict, or None (still unknown)."""
-        fn = self._reconciler_for(row.effect_type)
-        if fn is None:
+    def _reconcile(self, row: EffectHead, req: Request) -> EffectHead | None:
+        """Ask the hook (sync callers); the row after its verdict, or None (still unknown)."""
+        fn = self._reconcilers.find(row.effect_type)
+        full = self._store.get(self.namespace, row.key)
+        if fn is None or full is None:
             return None
-        name = getattr(fn, "__qualname__", repr(fn))
         try:
-            full = self._store.fetch_id(row.id)
-            if full is None:
-                return None
-            verdict = fn(self._record(full, with_history=False))
-            if asyncio.iscoroutine(verdict):
-                verdict = asyncio.run(verdict)
-            if isinstance(verdict, str):
-                verdict = Reconciled(verdict)
-            outcome = parse_outcome(
-                verdict.outcome, (Outcome.COMMITTED, Outcome.FAILED, Outcome.AMBIGUOUS)
-            ) if verdict.outcome != "unknown" else Outcome.AMBIGUOUS
+            answer: Any = fn(self._record(full, with_history=False))
         except Exception as err:
-            log.warning("reconciler %s failed on %s: %s", name, row.key, err,
-                        extra={"key": row.key, "reason": str(err)})
+            self._hook_failed(fn, row, err)
             return None
-        if outcome is Outcome.AMBIGUOUS:
-            return None
-        done = self._resolve_row(
-            row, outcome,
-            result_json(verdict.result) if outcome is Outcome.COMMITTED else None,
-            f"reconciled {outcome.value}", f"reconciler:{name}", verdict.note,
-        )
-        log.info("reconciled %s: %s", row.key, outcome.value,
-                 extra={"key": row.key, "state": outcome.value, "reason": verdict.note})
-        return done or self._store.fetch(self.namespace, row.key)
+        if asyncio.iscoroutine(answer):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                answer = _run_hook(fn, row, answer)
+            else:
+                answer.close()
+                raise ConfigError(
+                    f"the reconcile hook for {row.effect_type} is async, and a sync begin was "
+                    "called inside a running event loop: use await gate.abegin(...) (or the "
+                    "async decorator) there", key=row.key)
+            if answer is None:
+                return None
+        return self._settle(fn, row, answer)
 
-    # -- reads -----------------------------------------------------------------------------
+    async def _areconcile(self, row: EffectHead, req: Request) -> EffectHead | None:
+        """Ask the hook (async callers): an ``async def`` hook on this loop, a sync one on a
+        worker thread."""
+        fn = self._reconcilers.find(row.effect_type)
+        full = await self._astore.get(self.namespace, row.key)
+        if fn is None or full is None:
+            return None
+        record = self._record(full, with_history=False)
+        try:
+            if asyncio.iscoroutinefunction(fn):
+                answer: Any = await fn(record)
+            else:
+                answer = await asyncio.to_thread(fn, record)
+                if asyncio.iscoroutine(answer):
+                    answer = await answer
+        except Exception as err:
+            self._hook_failed(fn, row, err)
+            return None
+        return await asyncio.to_thread(self._settle, fn, row, answer)
+
+    def _hook_failed(self, fn: Reconciler, row: EffectHead, err: BaseException) -> None:
+        log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
+                    self._redact(f"{type(err).__name__}: {err}"),
+                    extra={"key": row.key, "reason": "reconcile hook raised"})
+        return None
+
+    def _settle(self, fn: Reconciler, row: EffectHead, answer: Any) -> EffectHead | None:
+        try:
+            found = verdict(answer)
+            if found is None:
+                return None
+            outcome = Outcome(found.outcome)
+            text = result_json(found.result) if outcome is Outcome.COMMITTED else None
+            note = self._redact(validate.text(found.note, "note", validate.MAX_TEXT))
+            res = decide.resolution(row, outcome)
+        except (ConfigError, PayloadError, InvalidTransition) as err:
+            self._hook_failed(fn, row, err)
+            return None
+        name = f"reconciler:{_name(fn)}"[:256]
+        done = self._store.resolve(row, res, result=text, reason=f"reconciled {outcome.value}",
+                                   actor=name, note=note)
+        log.info("reconciled %s: %s", row.key, outcome.value,
+                 extra={"key": row.key, "state": outcome.value, "reason": note})
+        return self._store.fetch(self.namespace, row.key) if done is None else done_head(done)
+
+    # -- reads -------------------------------------------------------------------------------
 
     def get(self, key: str) -> EffectRecord:
         """The effect stored under ``key``, with its history; :class:`UnknownEffect` if none.
 
         An IN_FLIGHT effect past its lease reads as AMBIGUOUS at once."""
         key = check_key(key)
-        row = self._store.fetch_full(self.namespace, key)
+        row = self._store.get(self.namespace, key)
         if row is None:
             raise UnknownEffect(f"no effect with key {key!r}", key=key)
         return self._record(row)
-
-    def get_by_id(self, effect_id: int) -> EffectRecord:
-        """The effect with ``effect_id``; :class:`UnknownEffect` if none in this namespace."""
-        row = self._store.fetch_id(effect_id)
-        if row is None or row.namespace != self.namespace:
-            raise UnknownEffect(f"no effect with id {effect_id}", effect_id=effect_id)
-        return self._record(row)
-
-    def _record(self, row: Any, *, with_history: bool = True) -> EffectRecord:
-        state = _effective_state(row)
-        lapsed = row.state == _IN_FLIGHT and state == _AMBIGUOUS
-        entries = tuple(
-            HistoryEntry(
-                from_state=State(h[0]) if h[0] else None, to_state=State(h[1]),
-                at=epoch_to_datetime(h[2]),  # type: ignore[arg-type]
-                token=h[3], by=h[4], note=h[5],
-            )
-            for h in (parse_history(row.history) if with_history else ())
-        )
-        return EffectRecord(
-            effect_id=row.id, namespace=row.namespace, key=row.key,
-            effect_type=row.effect_type, state=State(state), attempt=row.attempt,
-            lease_token=row.token, payload_hash=row.payload_hash,
-            result=_loads(row.result), error=row.error,
-            reason="lease lapsed" if lapsed else row.reason,
-            created_at=epoch_to_datetime(row.created_at),  # type: ignore[arg-type]
-            updated_at=epoch_to_datetime(row.updated_at),  # type: ignore[arg-type]
-            lease_expires_at=epoch_to_datetime(row.lease_expires_at),
-            run_id=row.run_id, agent_id=row.agent_id, group_key=row.group_key,
-            compensation=_loads(row.compensation),
-            compensates_effect_id=row.compensates_effect_id, vendor=row.vendor,
-            estimated_cost_micros=row.estimated_cost_micros,
-            actual_cost_micros=row.actual_cost_micros, approval_id=row.approval_id,
-            pruned_at=epoch_to_datetime(row.pruned_at),
-            vendor_key=self._vendor_key(row) if row.vendor else None,
-            history=entries,
-        )
-
-    # -- async twins -----------------------------------------------------------------------
-
-    async def abegin(self, **request: Any) -> BeginDecision:
-        """:meth:`begin` without blocking the event loop."""
-        req = self.request(**request)
-        return await asyncio.to_thread(self.begin_request, req)
-
-    async def areport(self, decision: BeginDecision | int, outcome: Outcome | str,
-                      **kwargs: Any) -> None:
-        """:meth:`report` without blocking the event loop."""
-        await asyncio.to_thread(self.report, decision, outcome, **kwargs)
-
-    async def aextend_lease(self, decision: BeginDecision | int, seconds: float | None = None,
-                            **kwargs: Any) -> Any:
-        """:meth:`extend_lease` without blocking the event loop."""
-        return await asyncio.to_thread(self.extend_lease, decision, seconds, **kwargs)
-
-    async def aresolve(self, key: str, outcome: Outcome | str, **kwargs: Any) -> EffectRecord:
-        """:meth:`resolve` without blocking the event loop."""
-        return await asyncio.to_thread(self.resolve, key, outcome, **kwargs)
 
     async def aget(self, key: str) -> EffectRecord:
         """:meth:`get` without blocking the event loop."""
         return await asyncio.to_thread(self.get, key)
 
-    # -- governance ------------------------------------------------------------------------
+    def get_by_id(self, effect_id: int) -> EffectRecord:
+        """The effect with ``effect_id``; :class:`UnknownEffect` if none in this namespace."""
+        effect_id = validate.whole(effect_id, "effect_id", minimum=1)
+        row = self._store.get_by_id(self.namespace, effect_id)
+        if row is None:
+            raise UnknownEffect(f"no effect with id {effect_id}", effect_id=effect_id)
+        return self._record(row)
+
+    def _record(self, row: EffectRow, *, with_history: bool = True) -> EffectRecord:
+        return effect_record(row, self._store.secret, with_history=with_history)
+
+    def list_effects(self, *, state: State | str | None = None, effect_type: str | None = None,
+                     run_id: str | None = None, agent_id: str | None = None,
+                     group_key: str | None = None, key_prefix: str | None = None,
+                     limit: int | None = 100, before_id: int | None = None,
+                     ) -> list[EffectRecord]:
+        """Effects newest first, filtered (``effect_type`` may be a glob; ``state`` in any
+        case); a lapsed IN_FLIGHT effect lists as AMBIGUOUS. ``before_id`` pages on."""
+        wanted = None if state is None else _parse_state(state)
+        if limit is not None:
+            limit = validate.whole(limit, "limit", minimum=1)
+        if before_id is not None:
+            before_id = validate.whole(before_id, "before_id", minimum=1)
+        rows = self._store.effects(
+            self.namespace, state=wanted,
+            effect_type=validate.text(effect_type, "effect_type", 200),
+            run_id=validate.text(run_id, "run_id", 256),
+            agent_id=validate.text(agent_id, "agent_id", 256),
+            group_key=validate.text(group_key, "group_key", 512),
+            key_prefix=validate.text(key_prefix, "key_prefix", 512),
+            limit=limit, before_id=before_id)
+        return [self._record(r, with_history=False) for r in rows]
+
+    def count_by_state(self) -> dict[State, int]:
+        """How many effects of this namespace are in each state (as reads report it)."""
+        return self._store.count_by_state(self.namespace)
+
+    def group_steps(self, group_key: str) -> list[EffectRecord]:
+        """The steps of a saga group (not their compensations), newest first."""
+        group = validate.text(group_key, "group_key", 512, required=True)
+        rows = self._store.effects(self.namespace, group_key=group, originals_only=True)
+        return [self._record(r, with_history=False) for r in rows]
+
+    # -- approvals ---------------------------------------------------------------------------
+
+    def approval(self, approval_id: str) -> ApprovalRecord:
+        """The approval request ``approval_id``; :class:`UnknownEffect` if none here."""
+        approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
+        row = self._store.approval(self.namespace, approval_id)
+        if row is None:
+            raise UnknownEffect(f"no approval with id {approval_id!r}")
+        return approval_record(row)
 
     def approve(self, approval_id: str, *, by: str, note: str | None = None) -> ApprovalRecord:
         """Approve a pending request: the next ``begin`` with exactly that payload executes.
 
         :class:`InvalidTransition` when it is not pending (approved, denied, consumed, expired)
-        or when ``by`` requested it and the policy forbids self-approval."""
-        actor = _text(by, "by", 256, required=True) or ""
-        return approvals.approve(self, approval_id, actor, _text(note, "note", _MAX_ERROR))
+        or when ``by`` requested it and the policy forbids self-approval (identities compared
+        normalised: case, width, invisible characters)."""
+        approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
+        actor = validate.text(by, "by", 256, required=True) or ""
+        note = self._redact(validate.text(note, "note", validate.MAX_TEXT))
+        for _ in range(_MAX_STEPS):
+            row = decide.check_approval(self._store.approval(self.namespace, approval_id),
+                                        approval_id, actor, approving=True)
+            if self._store.decide_approval(self.namespace, approval_id, ApprovalState.APPROVED,
+                                           actor, note):
+                log.info("approved %s (%s) by %s", row.key, approval_id, actor,
+                         extra={"key": row.key, "reason": note})
+                return self.approval(approval_id)
+        raise StoreError("the approval kept changing under contention; try again")
 
     def deny(self, approval_id: str, *, by: str, reason: str | None = None) -> ApprovalRecord:
         """Deny a pending request: its effect becomes DENIED, and stays so."""
-        actor = _text(by, "by", 256, required=True) or ""
-        return approvals.deny(self, approval_id, actor, _text(reason, "reason", _MAX_ERROR))
+        approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
+        actor = validate.text(by, "by", 256, required=True) or ""
+        reason = self._redact(validate.text(reason, "reason", validate.MAX_TEXT))
+        for _ in range(_MAX_STEPS):
+            row = decide.check_approval(self._store.approval(self.namespace, approval_id),
+                                        approval_id, actor, approving=False)
+            why = f"{decide.APPROVER_DENIED} by {actor}" + (f": {reason}" if reason else "")
+            if self._store.deny(row, actor, reason, why):
+                log.info("denied %s (%s) by %s", row.key, approval_id, actor,
+                         extra={"key": row.key, "reason": reason})
+                return self.approval(approval_id)
+        raise StoreError("the approval kept changing under contention; try again")
 
-    def list_approvals(self, state: str | None = "pending") -> list[ApprovalRecord]:
+    def list_approvals(self, state: ApprovalState | str | None = "pending",
+                       ) -> list[ApprovalRecord]:
         """Approval requests, newest first (``state=None`` for all)."""
-        return approvals.list_approvals(self, state)
-
-    def list_effects(self, *, state: State | str | None = None, effect_type: str | None = None,
-                     run_id: str | None = None, group_key: str | None = None,
-                     limit: int | None = 100) -> list[EffectRecord]:
-        """Effects newest first, filtered; a lapsed IN_FLIGHT effect lists as AMBIGUOUS."""
+        wanted = None
         if state is not None:
             try:
-                state = State(state).value
+                wanted = ApprovalState(state.lower() if isinstance(state, str) else state)
             except ValueError:
-                names = ", ".join(s.value for s in State)
+                names = ", ".join(s.value for s in ApprovalState)
                 raise ConfigError(f"state must be one of {names}, not {state!r}") from None
-        rows = self._store.select_effects(self.namespace, state=state, effect_type=effect_type,
-                                          run_id=run_id, group_key=group_key, limit=limit)
-        return [self._record(r, with_history=False) for r in rows]
-
-    def group_steps(self, group_key: str) -> list[EffectRecord]:
-        """The steps of a saga group (not their compensations), newest first."""
-        group_key = _text(group_key, "group_key", 512, required=True) or ""
-        rows = self._store.select_effects(self.namespace, group_key=group_key,
-                                          originals_only=True)
-        return [self._record(r, with_history=False) for r in rows]
-
-    def compensator(self, effect_type: str) -> Callable[[Compensator], Compensator]:
-        """Register the undo for ``effect_type`` (glob patterns allowed):
-        ``fn(record, compensation) -> result``, called by :meth:`unwind` through the gate."""
-        pattern = _text(effect_type, "effect_type", 200, required=True) or ""
-
-        def register(fn: Compensator) -> Compensator:
-            self._compensators[pattern] = fn
-            return fn
-
-        return register
-
-    def compensator_for(self, effect_type: str) -> Compensator | None:
-        """The registered compensator for ``effect_type``, or None."""
-        return _match(self._compensators, effect_type)
-
-    def unwind(self, group_key: str, *, by: str = "unwind") -> UnwindReport:
-        """Run the compensations of the committed steps of ``group_key`` in reverse order, each
-        at most once; list unresolved and irreversible steps instead of guessing."""
-        group_key = _text(group_key, "group_key", 512, required=True) or ""
-        return sagas.unwind(self, group_key, _text(by, "by", 256, required=True) or "unwind")
-
-    def prune(self, older_than: datetime.timedelta, *, dry_run: bool = False) -> int:
-        """Drop stored results, history and finished approvals of effects settled (COMMITTED,
-        FAILED, DENIED) longer ago than ``older_than``. Each key keeps a tombstone (key, state,
-        payload hash), so a pruned key still refuses a duplicate. Returns how many were pruned
-        (with ``dry_run=True``: how many would be, writing nothing). Never touches an effect
-        that is in flight, AMBIGUOUS or waiting for approval."""
-        if not isinstance(older_than, datetime.timedelta) or older_than.total_seconds() < 0:
-            raise ConfigError("older_than must be a non-negative datetime.timedelta")
-        if not isinstance(dry_run, bool):
-            raise ConfigError("dry_run must be a bool")
-        if dry_run:
-            return self._store.prune(self.namespace, older_than.total_seconds(), dry_run=True)
-        count = self._store.prune(self.namespace, older_than.total_seconds())
-        log.info("pruned %d effects older than %s", count, older_than)
-        return count
+        out = [approval_record(r) for r in self._store.approvals(self.namespace)]
+        return [a for a in out if wanted is None or a.state is wanted]
 
     async def aapprove(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
         """:meth:`approve` without blocking the event loop."""
@@ -1026,9 +838,56 @@ class Gate:
         """:meth:`deny` without blocking the event loop."""
         return await asyncio.to_thread(self.deny, approval_id, **kwargs)
 
+    # -- sagas, retention ----------------------------------------------------------------------
+
+    def compensator(self, effect_type: str) -> Callable[[Compensator], Compensator]:
+        """Register the undo for ``effect_type`` (glob patterns allowed):
+        ``fn(record, compensation) -> result``, called by :meth:`unwind`, each undo itself
+        gated (at most once). ``record`` is the committed step's :class:`EffectRecord`;
+        ``compensation`` what the step declared at ``begin``."""
+        pattern = validate.text(effect_type, "effect_type", 200, required=True) or ""
+
+        def register(fn: Compensator) -> Compensator:
+            if not callable(fn):
+                raise ConfigError("a compensator is a function of (record, compensation)")
+            self._compensators.register(pattern, fn)
+            return fn
+
+        return register
+
+    def compensator_for(self, effect_type: str) -> Compensator | None:
+        """The registered compensator for ``effect_type``, or None."""
+        return self._compensators.find(effect_type)
+
+    def unwind(self, group_key: str, *, by: str = "unwind") -> UnwindReport:
+        """Run the compensations of the committed steps of ``group_key`` in reverse order, each
+        at most once; list unresolved and irreversible steps instead of guessing."""
+        group = validate.text(group_key, "group_key", 512, required=True) or ""
+        return sagas.unwind(self, group, validate.text(by, "by", 256, required=True) or "")
+
     async def aunwind(self, group_key: str, **kwargs: Any) -> UnwindReport:
         """:meth:`unwind` without blocking the event loop."""
         return await asyncio.to_thread(self.unwind, group_key, **kwargs)
+
+    def prune(self, older_than: datetime.timedelta, *, dry_run: bool = False) -> int:
+        """Drop stored results, errors and history of effects settled (COMMITTED, FAILED,
+        DENIED) longer ago than ``older_than``, and the approval requests of those. Each key
+        keeps a tombstone (key, type, state, payload hash) and a committed step keeps its
+        compensation, so a pruned key still refuses a duplicate and can still be unwound.
+        Returns how many were pruned (with ``dry_run=True``: how many would be, writing
+        nothing). Never touches an effect that is in flight, AMBIGUOUS or waiting for
+        approval. This gate forgets its memo of committed results."""
+        if not isinstance(older_than, datetime.timedelta) or older_than.total_seconds() < 0:
+            raise ConfigError("older_than must be a non-negative datetime.timedelta")
+        if not isinstance(dry_run, bool):
+            raise ConfigError("dry_run must be a bool")
+        seconds = older_than.total_seconds()
+        if dry_run:
+            return self._store.prune(self.namespace, seconds, dry_run=True)
+        count = self._store.prune(self.namespace, seconds)
+        self._memo.clear()
+        log.info("pruned %d effects older than %s", count, older_than)
+        return count
 
     async def aprune(self, older_than: datetime.timedelta, **kwargs: Any) -> int:
         """:meth:`prune` without blocking the event loop."""
@@ -1053,44 +912,102 @@ class Gate:
 
         return decorate
 
-
-class _Direct:
-    """A single autocommit statement where a transaction is not needed."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def effect(self, sql: Any, values: Mapping[str, Any]) -> Any:
-        return self.store._one(sql, values, self.store._sync_reserve)
+    def _remember(self, key: str, payload: str, effect_type: str, effect_id: int, attempt: int,
+                  token: int, result: str | None) -> None:
+        self._memo.put(key, MemoEntry(payload, effect_type, effect_id, attempt, token, result))
 
 
-def _match(registry: Mapping[str, T], effect_type: str) -> T | None:
-    found = registry.get(effect_type)
-    if found is not None:
-        return found
-    for pattern, candidate in registry.items():
-        if fnmatch.fnmatchcase(effect_type, pattern):
-            return candidate
-    return None
+def _load_policy(policy: object) -> tuple[Policy | None, str | None]:
+    if policy is None or policy is True:
+        found = find_policy()
+        return (None, None) if found is None else (Policy.load(found), str(found))
+    if policy is False:
+        return None, None
+    if isinstance(policy, Policy):
+        return policy, "<Policy>"
+    if isinstance(policy, (str, os.PathLike)):
+        return Policy.load(os.fspath(policy)), os.fspath(policy)
+    if isinstance(policy, Mapping):
+        return Policy.from_dict(policy), "<dict>"
+    raise ConfigError("policy must be an eg.Policy, a path, a mapping, or False for none")
 
 
-def _effective_state(row: Any) -> str:
-    if row.state == _IN_FLIGHT and row.lease_expires_at is not None and (
+def _arguments(req: Request) -> str | None:
+    """What an approver sees: the normalised arguments, with the policy's names redacted."""
+    payload: Mapping[str, Any] = req.payload
+    if req.redact_arguments:
+        payload = {k: (_REDACTED if k in req.redact_arguments else v) for k, v in payload.items()}
+    try:
+        return canonical_json(payload, "arguments")
+    except PayloadError:
+        return None
+
+
+def _gone(row: EffectHead | None, approval_id: str | None) -> ApprovalRow:
+    """An approval that is no longer there reads as expired."""
+    assert row is not None
+    return ApprovalRow(approval_id or "", row.namespace, row.id, row.effect_type, row.key,
+                       row.payload_hash, ApprovalState.EXPIRED, None, None, None, 0, 0.0,
+                       0.0, None, None, None, None, row.now)
+
+
+def _unsaved(req: Request, now: float) -> EffectHead:
+    """The row a new key would have (for a preview, which writes nothing)."""
+    return EffectHead(0, req.namespace, req.key, req.effect_type, req.payload_hash,
+                      State.IN_FLIGHT, 1, 0, None, None, now, None, None, req.vendor, 1, None,
+                      None, None, req.estimated_cost_micros, None, None, now, False)
+
+
+def done_head(row: EffectRow) -> EffectHead:
+    """The head of a full row."""
+    return EffectHead(
+        row.id, row.namespace, row.key, row.effect_type, row.payload_hash, row.state,
+        row.attempt, row.token, row.lease_expires_at, row.attempt_started_at, row.created_at,
+        row.result, row.reason, row.vendor, row.vendor_attempt, row.vendor_since,
+        row.approval_id, row.budget_keys, row.estimated_cost_micros, row.pruned_at,
+        row.lease_secret, row.now)
+
+
+def _run_hook(fn: Reconciler, row: EffectHead, coro: Any) -> Any:
+    try:
+        return asyncio.run(coro)
+    except Exception as err:
+        log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
+                    redact_text(f"{type(err).__name__}: {err}"),
+                    extra={"key": row.key, "reason": "reconcile hook raised"})
+        return None
+
+
+def _name(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def _effective_state(row: EffectRow | EffectHead) -> State:
+    if row.state is State.IN_FLIGHT and row.lease_expires_at is not None and (
         row.lease_expires_at < row.now
     ):
-        return _AMBIGUOUS
-    return str(row.state)
+        return State.AMBIGUOUS
+    return row.state
 
 
-def _json(value: Any) -> str:
-    return "null" if value is None else _encode(value)
+def _parse_state(state: State | str) -> State:
+    try:
+        return State(state.lower() if isinstance(state, str) else state)
+    except ValueError:
+        names = ", ".join(s.value for s in State)
+        raise ConfigError(f"state must be one of {names}, not {state!r}") from None
 
 
 def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    from .translate import loads
+
+    return loads(text)
 
 
 def _extra(d: BeginDecision) -> dict[str, Any]:
     return {"key": d.key, "decision": d.decision.value, "reason": d.reason,
             "effect_id": d.effect_id}
 
+
+__all__ += []  # vendor_key_of is re-exported by translate for tools
+_ = vendor_key_of

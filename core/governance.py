@@ -4,20 +4,29 @@ the store is touched, and carried on the request.
 Spend is counted in ``effectgate_budgets``, one row per ceiling scope (``pattern|run|run_42``,
 ``*|day|2026-11-30``), by a conditional upsert that never lets a counter pass its limit — in the
 same transaction as the reservation, so a refused charge reserves nothing and a lost race
-charges nothing. The counters an attempt was charged to travel with the effect
-(``budget_keys``), so ``report`` and ``resolve`` correct or release exactly those.
+charges nothing. The counters an attempt was charged to travel with the effect, so ``report``
+and ``resolve`` correct or release exactly those (see ``decide`` for how each moves them).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from .policy import ApprovalRule, Policy
 
-__all__ = ["Governance", "dump_keys", "evaluate", "load_keys", "release_delta"]
+__all__ = ["Charge", "Governance", "dollars", "evaluate"]
+
+
+class Charge(NamedTuple):
+    """One spend counter a call is charged to: its key (a per-day counter's key gets the
+    store's UTC date appended), its limit, and the ceiling's name for people."""
+
+    scope_key: str
+    per_day: bool
+    limit: int
+    label: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,27 +45,26 @@ class Governance:
         """True when the call declared a cost and ceilings apply."""
         return bool(self.ceilings) and self.cost is not None
 
-    def scope_keys(self, effect_type: str, run_id: str | None,
-                   agent_id: str | None) -> list[tuple[str, bool, int, str]]:
-        """(scope key, per-day?, limit, label) for each ceiling that can count this call.
-
-        A run or agent ceiling does not apply to a call with no run or agent id."""
-        out = []
+    def charges(self, effect_type: str, run_id: str | None,
+                agent_id: str | None) -> tuple[Charge, ...]:
+        """The counter of each ceiling that can count this call. A run or agent ceiling does
+        not apply to a call with no run or agent id."""
+        out: list[Charge] = []
         for pattern, scope, limit in self.ceilings:
             label = f"{scope} ceiling of {dollars(limit)} on {pattern}"
             if scope == "run":
                 if run_id is None:
                     continue
-                out.append((f"{pattern}|run|{run_id}", False, limit, label))
+                out.append(Charge(f"{pattern}|run|{run_id}", False, limit, label))
             elif scope == "agent":
                 if agent_id is None:
                     continue
-                out.append((f"{pattern}|agent|{agent_id}", False, limit, label))
+                out.append(Charge(f"{pattern}|agent|{agent_id}", False, limit, label))
             elif scope == "effect_type":
-                out.append((f"{pattern}|effect_type|{effect_type}", False, limit, label))
+                out.append(Charge(f"{pattern}|effect_type|{effect_type}", False, limit, label))
             else:
-                out.append((f"{pattern}|day|", True, limit, label))
-        return out
+                out.append(Charge(f"{pattern}|day|", True, limit, label))
+        return tuple(out)
 
 
 def evaluate(policy: Policy, effect_type: str, cost: int | None) -> Governance | None:
@@ -83,25 +91,3 @@ def evaluate(policy: Policy, effect_type: str, cost: int | None) -> Governance |
 def dollars(micros: int) -> str:
     """Micro-units as dollars for people: 1_500_000 -> "$1.50"."""
     return f"${micros / 1_000_000:,.2f}"
-
-
-def dump_keys(keys: list[str]) -> str | None:
-    """The counters an attempt was charged to, as stored on the effect."""
-    return json.dumps(keys) if keys else None
-
-
-def load_keys(text: str | None) -> list[str]:
-    """The inverse of :func:`dump_keys`."""
-    return list(json.loads(text)) if text else []
-
-
-def release_delta(outcome: str, estimated: int | None, actual: int | None) -> int:
-    """How a counter moves when an attempt ends: FAILED releases what it held, COMMITTED
-    corrects the estimate by the actual cost, AMBIGUOUS holds."""
-    held = estimated or 0
-    if outcome == "failed":
-        return -held
-    if outcome == "committed" and actual is not None:
-        return actual - held
-    return 0
-

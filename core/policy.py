@@ -18,7 +18,14 @@
                  allow_self_approval = false }     # or "always" / "never"
     budget = { per_run_micros = 50_000_000, per_agent_micros = 200_000_000 }
     on_ambiguous = "reconcile"           # or "block": never consult a reconcile hook
+    reconcile_grace_seconds = 60         # after a lapsed lease (default: the lease again)
+    redact_arguments = ["card_number"]   # an approver sees these as "[redacted]"
     deny = false                         # or a reason: every call is denied
+
+Where a gate finds its policy (``Gate()`` with no ``policy=``, and the CLI): ``$EFFECTGATE_POLICY``
+if set, else the first ``effectgate.toml`` — or ``pyproject.toml`` with a ``[tool.effectgate]``
+table — found walking up from the working directory (:func:`find_policy`), as ruff and pytest
+find their configuration.
 
 A malformed policy fails at load, naming the file, the line where it can be found, the field,
 and what is wrong — never at the first refund.
@@ -38,7 +45,7 @@ from .errors import EffectKeyError, PolicyError
 from .keys import KeyTemplate
 from .vendors import VENDOR_RULES
 
-__all__ = ["ApprovalRule", "Budget", "EffectRule", "Policy"]
+__all__ = ["ApprovalRule", "Budget", "EffectRule", "Policy", "find_policy"]
 
 _Micros = Field(default=None, ge=0)
 
@@ -97,6 +104,8 @@ class EffectRule(_Strict):
     budget: Budget | None = None
     deny: bool | str = False
     on_ambiguous: Literal["block", "reconcile"] = "reconcile"
+    reconcile_grace_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    redact_arguments: tuple[str, ...] = ()
 
     @field_validator("approval", mode="before")
     @classmethod
@@ -163,6 +172,12 @@ class Policy(_Strict):
     def model_post_init(self, _context: Any) -> None:
         tools: dict[str, str] = {}
         for rule in self.effects.values():
+            if len(rule.tools) > 1:
+                raise ValueError(
+                    f"effects.{rule.effect_type}: tools {', '.join(map(repr, rule.tools))} share "
+                    "one key template, which would make them one effect (a capture would answer "
+                    "a refund); give each tool its own effect type and rule"
+                )
             for tool in rule.tools:
                 if tool in tools:
                     raise ValueError(
@@ -248,6 +263,34 @@ class Policy(_Strict):
         if self.budget is not None:
             out += [("*", s, limit) for s, limit in self.budget.ceilings()]
         return out
+
+
+def find_policy(start: str | Path | None = None) -> Path | None:
+    """The policy file in force: ``$EFFECTGATE_POLICY``, else the nearest ``effectgate.toml``
+    or ``pyproject.toml`` with a ``[tool.effectgate]`` table, walking up from ``start`` (the
+    working directory). None when there is none."""
+    import os
+
+    named = os.environ.get("EFFECTGATE_POLICY")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise PolicyError(f"$EFFECTGATE_POLICY names {named!r}, which is not a file")
+        return path
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "effectgate.toml"
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue
+            if isinstance(data.get("tool"), dict) and "effectgate" in data["tool"]:
+                return pyproject
+    return None
 
 
 def _policy_error(err: ValidationError, source: str, text: str | None) -> PolicyError:

@@ -9,7 +9,8 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .states import Decision, State
+from .request import Lease
+from .states import ApprovalState, Decision, State
 from .vendors import VendorKey
 
 __all__ = [
@@ -44,8 +45,10 @@ def _show(value: Any) -> str:
 class BeginDecision:
     """The answer to ``begin``: obey ``decision``; only ``execute`` runs the action.
 
-    ``lease_token`` is the fencing token to report with; ``result`` is the stored result of a
-    ``duplicate``; ``retry_after_seconds`` comes with ``in_flight``; ``approval_id`` with
+    ``lease_token`` is the fencing token and ``lease_secret`` the secret issued with this
+    lease (``execute`` only): with the key they are the proof of holding that ``report`` and
+    ``extend_lease`` need (:attr:`lease`). ``result`` is the stored result of a ``duplicate``;
+    ``retry_after_seconds`` comes with ``in_flight``; ``approval_id`` with
     ``approval_required``; ``reason`` with every refusal.
     """
 
@@ -65,13 +68,22 @@ class BeginDecision:
     vendor_key: VendorKey | None = None
     budget_warning: str | None = None
     payload_hash: str = ""
-    budget_keys: str | None = None
+    lease_secret: str | None = field(default=None, repr=False)
+    spends: bool = False
+    """True when this attempt was charged to a spend ceiling (its report moves spend)."""
     estimated_cost_micros: int | None = None
 
     @property
     def lease_expires_at(self) -> datetime.datetime | None:
         """When the lease lapses, on the store's clock (UTC)."""
         return epoch_to_datetime(self.lease_expires_epoch)
+
+    @property
+    def lease(self) -> Lease | None:
+        """The proof of holding this effect (``execute`` only): key, token and secret."""
+        if self.lease_secret is None:
+            return None
+        return Lease(self.key, self.lease_token, self.lease_secret)
 
     @property
     def vendor_idempotency_key(self) -> str | None:
@@ -93,6 +105,7 @@ class BeginDecision:
             "state": self.state.value,
             "attempt": self.attempt,
             "lease_token": self.lease_token,
+            "lease_secret": self.lease_secret,
             "lease_expires_at": _iso(self.lease_expires_at),
             "result": self.result,
             "retry_after_seconds": self.retry_after_seconds,
@@ -106,7 +119,8 @@ class BeginDecision:
         return out
 
     def _repr_html_(self) -> str:
-        return _html_table(f"begin → {self.decision.value}", list(self.as_dict().items()))
+        shown = [(k, v) for k, v in self.as_dict().items() if k != "lease_secret"]
+        return _html_table(f"begin → {self.decision.value}", shown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +221,18 @@ def _iso(value: datetime.datetime | None) -> str | None:
 class ApprovalRecord:
     """A request for a human's approval, bound to one effect's key and payload hash.
 
-    ``state``: pending, approved, denied, consumed (an attempt started on it) or expired."""
+    ``state``: pending, approved, denied, consumed (an attempt started on it) or expired.
+    ``arguments`` are the normalised arguments that will execute if it is approved (names the
+    policy redacts read ``"[redacted]"``); they are kept only while the request is pending.
+    ``unattributed`` is True when it was requested without an agent identity, so a
+    self-approval could not be ruled out."""
 
     approval_id: str
     effect_id: int
     effect_type: str
     key: str
     payload_hash: str
-    state: str
+    state: ApprovalState
     requested_by: str | None
     run_id: str | None
     estimated_cost_micros: int | None
@@ -223,15 +241,19 @@ class ApprovalRecord:
     decided_by: str | None
     decided_at: datetime.datetime | None
     reason: str | None
+    arguments: Any = None
+    unattributed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready fields."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, ApprovalState):
+                value = value.value
             out[f.name] = _iso(value) if isinstance(value, datetime.datetime) else value
         return out
 
     def _repr_html_(self) -> str:
-        return _html_table(f"approval {self.approval_id} — {self.state}",
+        return _html_table(f"approval {self.approval_id} — {self.state.value}",
                            list(self.as_dict().items()))

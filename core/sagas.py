@@ -9,22 +9,26 @@ listed as unresolved, a committed step with no compensation as irreversible.
 
 from __future__ import annotations
 
+import hashlib
 import html
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .classify import classify
-from .decorator import current_effect_scope
-from .errors import EffectGateError
-from .states import Decision, Outcome
+from .context import current_effect_scope
+from .errors import EffectGateError, PayloadError
+from .keys import MAX_KEY_LENGTH
+from .states import Decision, Outcome, State
 
 if TYPE_CHECKING:
     from .gate import Gate
     from .records import EffectRecord
 
-__all__ = ["Compensator", "UnwindReport", "UnwindStep", "compensation_request", "unwind"]
+__all__ = [
+    "Compensator", "UnwindReport", "UnwindStep", "compensation_key", "compensation_request",
+    "unwind",
+]
 
 Compensator = Callable[["EffectRecord", Any], Any]
 
@@ -87,30 +91,50 @@ class UnwindReport:
 
 
 def unwind(gate: Gate, group_key: str, by: str) -> UnwindReport:
-    """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`)."""
+    """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`).
+    Every step lands in the report, even when one of them fails."""
     report = UnwindReport(group_key)
     for record in gate.group_steps(group_key):
         state = record.state.value
         step: dict[str, Any] = {"effect_id": record.effect_id, "key": record.key,
                                  "effect_type": record.effect_type, "state": state}
-        if state in ("ambiguous", "in_flight", "pending_approval"):
-            report.unresolved.append(UnwindStep(**step, detail=f"the step is {state}: "
-                                                "resolve it before it can be undone"))
-            continue
-        if state != "committed":
-            report.skipped.append(UnwindStep(**step, detail=f"the step is {state}: "
-                                             "nothing happened to undo"))
-            continue
-        if record.compensation is None:
-            report.irreversible.append(UnwindStep(**step, detail="no compensation declared"))
-            continue
-        compensator = gate.compensator_for(record.effect_type)
-        if compensator is None:
-            report.failed.append(UnwindStep(
-                **step, detail=f"no compensator registered for {record.effect_type}"))
-            continue
-        _compensate(gate, record, compensator, by, report, step)
+        try:
+            _unwind_step(gate, record, by, report, step)
+        except EffectGateError as err:
+            report.failed.append(UnwindStep(**step, detail=f"{type(err).__name__}: "
+                                            f"{err.message}"))
     return report
+
+
+def _unwind_step(gate: Gate, record: EffectRecord, by: str, report: UnwindReport,
+                 step: dict[str, Any]) -> None:
+    state = record.state.value
+    if record.state in (State.AMBIGUOUS, State.IN_FLIGHT, State.PENDING_APPROVAL):
+        report.unresolved.append(UnwindStep(**step, detail=f"the step is {state}: "
+                                            "resolve it before it can be undone"))
+        return
+    if record.state is not State.COMMITTED:
+        report.skipped.append(UnwindStep(**step, detail=f"the step is {state}: "
+                                         "nothing happened to undo"))
+        return
+    if record.compensation is None:
+        report.irreversible.append(UnwindStep(**step, detail="no compensation declared"))
+        return
+    compensator = gate.compensator_for(record.effect_type)
+    if compensator is None:
+        report.failed.append(UnwindStep(
+            **step, detail=f"no compensator registered for {record.effect_type}"))
+        return
+    _compensate(gate, record, compensator, by, report, step)
+
+
+def compensation_key(key: str) -> str:
+    """The key of ``key``'s undo: ``compensate:<key>``, or, when that would be too long,
+    ``compensate:sha256:<digest of key>`` (still one undo per step)."""
+    candidate = f"compensate:{key}"
+    if len(candidate) <= MAX_KEY_LENGTH:
+        return candidate
+    return "compensate:sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def compensation_request(record: EffectRecord) -> dict[str, Any]:
@@ -118,7 +142,7 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
     ``<type>.compensate``, ``compensates_effect_id`` set. Whoever performs the undo — ``unwind``
     here, or an agent over MCP — begins this same effect, so it runs at most once."""
     request: dict[str, Any] = {
-        "effect_type": f"{record.effect_type}.compensate", "key": f"compensate:{record.key}",
+        "effect_type": f"{record.effect_type}.compensate", "key": compensation_key(record.key),
         "payload": {"effect_id": record.effect_id, "compensation": record.compensation},
         "compensates_effect_id": record.effect_id,
     }
@@ -143,7 +167,6 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
     try:
         with current_effect_scope(d):
             result = compensator(record, record.compensation)
-        json.dumps(result, default=str)
     except BaseException as exc:
         outcome = classify(exc, gate.classifiers)
         outcome = Outcome.FAILED if outcome is Outcome.FAILED else Outcome.AMBIGUOUS
@@ -157,6 +180,11 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
         target.append(UnwindStep(**step, detail=f"compensation {outcome.value}: {exc}",
                                  compensation_effect_id=d.effect_id))
         return
-    gate.report(d, Outcome.COMMITTED, result=result)
-    report.compensated.append(UnwindStep(**step, detail="compensated",
+    detail = "compensated"
+    try:
+        gate.report(d, Outcome.COMMITTED, result=result)
+    except PayloadError:  # the undo ran: record it, without a result it cannot store
+        gate.report(d, Outcome.COMMITTED, result=None)
+        detail, result = "compensated (its result has no JSON form and was not stored)", None
+    report.compensated.append(UnwindStep(**step, detail=detail,
                                          compensation_effect_id=d.effect_id, result=result))

@@ -1,10 +1,11 @@
-"""The states an effect moves through and the decisions ``begin`` answers."""
+"""The states an effect moves through, the decisions ``begin`` answers, and the states of an
+approval request — each spelled once, here."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Decision", "Outcome", "State"]
+__all__ = ["ApprovalState", "Decision", "Outcome", "State"]
 
 
 class State(StrEnum):
@@ -35,3 +36,14 @@ class Outcome(StrEnum):
     COMMITTED = "committed"
     FAILED = "failed"
     AMBIGUOUS = "ambiguous"
+
+
+class ApprovalState(StrEnum):
+    """Where a request for a human's approval stands. ``CONSUMED``: an attempt started on it;
+    ``EXPIRED`` is read from the clock, never stored."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    CONSUMED = "consumed"
+    EXPIRED = "expired"

@@ -44,8 +44,8 @@ __all__ = [
 _INSTRUCTIONS: dict[str, str] = {
     "execute": (
         "You hold this effect. Perform the action now, exactly once, then call report_effect "
-        "with effect_id and lease_token: committed (with the result), failed (it certainly did "
-        "not happen) or ambiguous (you cannot tell)."
+        "with key, lease_token and lease_secret: committed (with the result), failed (it "
+        "certainly did not happen) or ambiguous (you cannot tell)."
     ),
     "duplicate": (
         "This action already happened. Do NOT perform it again. Use `result` as the result of "
@@ -82,7 +82,7 @@ _ERROR_HINTS: dict[str, str] = {
         "attempt holds it); nothing was recorded. Do NOT perform the action again; call "
         "begin_effect with the same arguments to see where it stands."
     ),
-    "UnknownEffect": "No such effect: check the effect_id, lease_token or key you sent.",
+    "UnknownEffect": "No such effect: check the key, lease_token and lease_secret you sent.",
     "InvalidTransition": "The effect cannot move that way; read the message and state.",
     "StoreError": (
         "The effect store could not be reached. Do NOT perform the action; try again later."
@@ -152,7 +152,7 @@ money, ALWAYS send estimated_cost_micros. If the answer has budget_warning, tell
 
 REPORT = """\
 Record what happened after you performed an action that begin_effect answered "execute". Send \
-effect_id and lease_token from that answer and one outcome:
+key, lease_token and lease_secret from that answer and one outcome:
 - committed: it happened. Send its result: a repeat of this action is answered with it.
 - failed: it certainly did NOT happen (e.g. the vendor refused it before acting). A later \
 begin_effect with the same key may try again.
@@ -188,8 +188,10 @@ _Key = Annotated[str, Field(description=(
     "The effect key: one logical action's idempotency key, built from the work's own "
     "identifiers, e.g. \"refund:txn_8812\" or \"invoice:2026-08:acct_88123\". The same action "
     "retried must give the same key; never use the time or a random value."))]
-_EffectId = Annotated[int, Field(description="effect_id from begin_effect's answer.")]
 _Token = Annotated[int, Field(description="lease_token from begin_effect's answer.")]
+_Secret = Annotated[str, Field(description=(
+    "lease_secret from begin_effect's answer: the proof that you hold this effect. Keep it to "
+    "yourself."))]
 
 
 def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
@@ -247,8 +249,9 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
 
     @server.tool(description=REPORT, structured_output=False)
     async def report_effect(
-        effect_id: _EffectId,
+        key: _Key,
         lease_token: _Token,
+        lease_secret: _Secret,
         outcome: Literal["committed", "failed", "ambiguous"],
         result: Annotated[Any, Field(description=(
             "With committed: the action's result (JSON), returned to every repeat."))] = None,
@@ -258,26 +261,28 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             "What it really cost, in micro-units (1000000 = $1), when known."))] = None,
     ) -> dict[str, Any]:
         try:
-            await gate.areport(effect_id, outcome, lease_token=lease_token, result=result,
-                               error=error, actual_cost_micros=actual_cost_micros)
+            await gate.areport(eg.Lease(key, lease_token, lease_secret), outcome,
+                               result=result, error=error,
+                               actual_cost_micros=actual_cost_micros)
         except eg.EffectGateError as err:
             raise tool_error(err) from err
-        return {"effect_id": effect_id, "recorded": outcome}
+        return {"key": key, "recorded": outcome}
 
     @server.tool(description=EXTEND, structured_output=False)
     async def extend_lease(
-        effect_id: _EffectId,
+        key: _Key,
         lease_token: _Token,
+        lease_secret: _Secret,
         seconds: Annotated[float | None, Field(gt=0, description=(
             "The lease then ends this many seconds from now (default: the gate's lease)."))]
         = None,
     ) -> dict[str, Any]:
         try:
-            expires = await gate.aextend_lease(effect_id, seconds, lease_token=lease_token)
+            expires = await gate.aextend_lease(eg.Lease(key, lease_token, lease_secret),
+                                               seconds)
         except eg.EffectGateError as err:
             raise tool_error(err) from err
-        return {"effect_id": effect_id,
-                "lease_expires_at": expires.isoformat().replace("+00:00", "Z")}
+        return {"key": key, "lease_expires_at": expires.isoformat().replace("+00:00", "Z")}
 
     if allow_resolve:
 

@@ -112,11 +112,11 @@ def test_stale_token_of_killed_holder_refused_after_resolve(
     _wait_for_state(gate, "refund:txn_2", eg.State.AMBIGUOUS)
     gate.resolve("refund:txn_2", "committed", by="ops", result={"refund_id": "re_ops"})
     before = snapshot(gate)
+    lease = eg.Lease("refund:txn_2", held["token"], held["secret"])
     for call in (
-        lambda: gate.report(held["effect_id"], "committed", lease_token=held["token"],
-                            result={"refund_id": "re_late"}),
-        lambda: gate.report(held["effect_id"], "ambiguous", lease_token=held["token"]),
-        lambda: gate.extend_lease(held["effect_id"], 30, lease_token=held["token"]),
+        lambda: gate.report(lease, "committed", result={"refund_id": "re_late"}),
+        lambda: gate.report(lease, "ambiguous"),
+        lambda: gate.extend_lease(lease, 30),
     ):
         with pytest.raises(eg.StaleLease) as err:
             call()

@@ -7,12 +7,14 @@ import inspect
 import effectgate as eg
 
 EXPECTED = {
-    "VENDOR_RULES", "ApprovalRecord", "ApprovalRequired", "ApprovalRule", "BeginDecision",
+    "VENDOR_RULES", "ApprovalRecord", "ApprovalRequired", "ApprovalRule", "ApprovalState",
+    "BeginDecision",
     "Budget", "BudgetWarning", "Classifier", "ConfigError", "Decision", "EffectAmbiguous",
     "EffectDenied", "EffectGateError", "EffectInFlight", "EffectKeyError", "EffectRecord",
     "EffectRefused", "EffectRule", "EffectSpec", "Gate", "HistoryEntry", "InvalidTransition",
-    "KeyTemplate", "NotExecuted", "Outcome", "PayloadError", "PayloadMismatch", "Policy",
-    "PolicyError", "Reconciled", "ResultNotStoredWarning", "StaleLease", "State", "StoreError",
+    "KeyTemplate", "Lease", "NotExecuted", "Outcome", "PayloadError", "PayloadMismatch", "Policy",
+    "PolicyError", "Reconciled", "Request", "ResultNotStoredWarning", "StaleLease", "State",
+    "StoreError",
     "UnknownEffect", "UnwindReport", "UnwindStep", "VendorKey", "__version__", "canonical_json",
     "classify", "classify_httpx", "classify_requests", "current_effect", "current_effect_scope",
     "effect_context", "payload_hash", "refusal",

@@ -79,10 +79,16 @@ def test_g3_lapsed_lease_is_ambiguous_and_blind_retry_refused(gate: eg.Gate) -> 
     assert retry.decision is eg.Decision.BLOCKED
     assert retry.reason == "lease lapsed"
     assert begin(gate).decision is eg.Decision.BLOCKED
-    # The late holder cannot report over it.
+    # Its holder cannot revive the lease ...
     with pytest.raises(eg.StaleLease):
-        gate.report(d, "committed", result={"late": True})
+        gate.extend_lease(d, 30)
     assert gate.get("refund:txn_1").state is eg.State.AMBIGUOUS
+    # ... but, as nobody has acted since, its own late report settles the effect.
+    gate.report(d, "committed", result={"late": True})
+    record = gate.get("refund:txn_1")
+    assert record.state is eg.State.COMMITTED and record.result == {"late": True}
+    assert record.history[-1].note == "late report"
+    assert begin(gate).result == {"late": True}
 
 
 def test_resolve_committed_then_retry_returns_stored_result(gate: eg.Gate) -> None:
@@ -196,9 +202,11 @@ def test_report_ambiguous_blocks(gate: eg.Gate) -> None:
     assert blocked.decision is eg.Decision.BLOCKED and blocked.reason == "reply lost"
 
 
-def test_report_by_effect_id_and_token(gate: eg.Gate) -> None:
+def test_report_by_lease_proof(gate: eg.Gate) -> None:
+    """A holder that kept only its proof (key, token, secret) reports with it."""
     d = begin(gate)
-    gate.report(d.effect_id, "committed", lease_token=d.lease_token, result=[1, 2])
+    assert d.lease == eg.Lease(d.key, d.lease_token, d.lease_secret)  # type: ignore[arg-type]
+    gate.report(eg.Lease(d.key, d.lease_token, d.lease_secret or ""), "committed", result=[1, 2])
     assert gate.get_by_id(d.effect_id).result == [1, 2]
 
 
@@ -405,6 +413,7 @@ def test_resolve_refuses_a_live_lease_without_force(gate: eg.Gate) -> None:
     with pytest.raises(eg.InvalidTransition) as err:
         gate.resolve("refund:txn_1", "failed", by="ops")
     assert err.value.reason == "lease is live" and "UTC" in str(err.value)
+    assert err.value.state == "in_flight"
     assert snapshot(gate) == before
     record = gate.resolve("refund:txn_1", "failed", by="ops", force=True)
     assert record.state is eg.State.FAILED

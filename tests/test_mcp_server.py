@@ -89,7 +89,8 @@ async def test_server_tools_drive_begin_report_and_duplicate(store_url: str, nam
             assert first["vendor_key"]["field"] == "Idempotency-Key"
             assert "vendor_idempotency_key" in first["instruction"]
             assert "Idempotency-Key" in first["instruction"]
-            holder = {"effect_id": first["effect_id"], "lease_token": first["lease_token"]}
+            holder = {"key": first["key"], "lease_token": first["lease_token"],
+                      "lease_secret": first["lease_secret"]}
 
             extended = await ok(s, "extend_lease", **holder, seconds=30)
             assert extended["lease_expires_at"].endswith("Z")
@@ -153,8 +154,9 @@ async def test_unwind_group_hands_undos_to_the_agent_once(store_url: str,
                 d = await ok(s, "begin_effect", effect_type="booking.create", key=key,
                              payload={"ref": key}, compensation=compensation, **group)
                 assert d["decision"] == "execute"
-                await ok(s, "report_effect", effect_id=d["effect_id"],
-                         lease_token=d["lease_token"], outcome=outcome, result={"ok": key})
+                await ok(s, "report_effect", key=d["key"],
+                         lease_token=d["lease_token"], lease_secret=d["lease_secret"],
+                         outcome=outcome, result={"ok": key})
 
             report = await ok(s, "unwind_group", **group)
             assert not report["complete"]
@@ -166,8 +168,9 @@ async def test_unwind_group_hands_undos_to_the_agent_once(store_url: str,
 
             undo = await ok(s, "begin_effect", **todo["begin_effect"])
             assert undo["decision"] == "execute"
-            await ok(s, "report_effect", effect_id=undo["effect_id"],
-                     lease_token=undo["lease_token"], outcome="committed",
+            await ok(s, "report_effect", key=undo["key"],
+                     lease_token=undo["lease_token"], lease_secret=undo["lease_secret"],
+                     outcome="committed",
                      result={"cancelled": "BA1"})
 
             after = await ok(s, "unwind_group", **group)
@@ -218,8 +221,9 @@ async def test_http_server_offers_resolve_only_when_allowed(store_url: str,
                 begin = {"effect_type": "payment.refund", "key": "refund:txn_9",
                          "payload": {"cents": 500}}
                 d = await ok(s, "begin_effect", **begin)
-                await ok(s, "report_effect", effect_id=d["effect_id"],
-                         lease_token=d["lease_token"], outcome="ambiguous", error="timeout")
+                await ok(s, "report_effect", key=d["key"],
+                         lease_token=d["lease_token"], lease_secret=d["lease_secret"],
+                         outcome="ambiguous", error="timeout")
                 blocked = await ok(s, "begin_effect", **begin)
                 assert blocked["decision"] == "blocked"
                 assert "do not retry" in blocked["instruction"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import effectgate as eg
-from effectgate.schema import SCHEMA_VERSION
+from effectgate.store.schema import SCHEMA_VERSION
 
 
 def test_fresh_store_is_at_the_latest_version(tmp_path: Path) -> None:
@@ -18,25 +18,48 @@ def test_fresh_store_is_at_the_latest_version(tmp_path: Path) -> None:
     gate.close()
 
 
-def test_version_1_store_migrates_and_keeps_its_effects(tmp_path: Path) -> None:
+_V1 = """
+    DROP INDEX ix_effectgate_effects_state;
+    ALTER TABLE effectgate_effects DROP COLUMN history;
+    ALTER TABLE effectgate_effects DROP COLUMN lease_secret;
+    ALTER TABLE effectgate_effects DROP COLUMN vendor_attempt;
+    ALTER TABLE effectgate_effects DROP COLUMN vendor_since;
+    ALTER TABLE effectgate_approvals DROP COLUMN arguments;
+    CREATE TABLE effectgate_history (id INTEGER PRIMARY KEY, effect_id INTEGER NOT NULL,
+        from_state VARCHAR(20), to_state VARCHAR(20) NOT NULL, at FLOAT NOT NULL,
+        by VARCHAR(256), note TEXT, token BIGINT NOT NULL);
+    CREATE TRIGGER effectgate_history_insert AFTER INSERT ON effectgate_effects BEGIN
+      INSERT INTO effectgate_history (effect_id, to_state, at, token)
+      VALUES (new.id, new.state, new.updated_at, new.token); END;
+    UPDATE effectgate_meta SET value = '1' WHERE name = 'schema_version';
+"""
+
+
+def test_version_1_store_migrates_and_keeps_its_effects_and_history(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     gate = eg.Gate(f"sqlite:///{path}")
     d = gate.begin(effect_type="x", key="k:1", payload={})
     gate.report(d, "committed", result=7)
     gate.close()
-    # Turn it back into what version 1 made: no history column, a trigger-fed history table.
+    # Turn it back into what version 1 made: no history column, a trigger-fed history table,
+    # holding the audit trail of k:1 (with text no line framing may break).
     conn = sqlite3.connect(path)
-    conn.executescript("""
-        ALTER TABLE effectgate_effects DROP COLUMN history;
-        CREATE TABLE effectgate_history (id INTEGER PRIMARY KEY, effect_id INTEGER);
-        CREATE TRIGGER effectgate_history_insert AFTER INSERT ON effectgate_effects BEGIN
-          INSERT INTO effectgate_history (effect_id) VALUES (new.id); END;
-        UPDATE effectgate_meta SET value = '1' WHERE name = 'schema_version';
-    """)
+    conn.executescript(_V1)
+    conn.executemany(
+        "INSERT INTO effectgate_history (effect_id, from_state, to_state, at, by, note, token) "
+        "VALUES (1, ?, ?, ?, ?, ?, 1)",
+        [(None, "in_flight", 1000.0, "agent\u2028x", None),
+         ("in_flight", "committed", 1001.5, None, "done\ttab\nline")])
+    conn.commit()
     conn.close()
     gate = eg.Gate(f"sqlite:///{path}", memo_size=0)
     assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION)
     assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
+    carried = gate.get("k:1").history
+    assert [(h.from_state, h.to_state, h.by, h.note) for h in carried] == [
+        (None, eg.State.IN_FLIGHT, "agent\u2028x", None),
+        (eg.State.IN_FLIGHT, eg.State.COMMITTED, None, "done\ttab\nline")]
+    assert carried[1].at.timestamp() == 1001.5
     d = gate.begin(effect_type="x", key="k:2", payload={})
     gate.report(d, "committed")
     assert [h.to_state for h in gate.get("k:2").history] == [eg.State.IN_FLIGHT,

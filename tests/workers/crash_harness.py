@@ -74,7 +74,7 @@ def child(gate: eg.Gate, effects_file: str, txn_id: str, point: str, delay: floa
         # Started early: the thread is up and waiting when its moment comes.
         armed = arm_killer(delay) if point in ("mid_body", "during_report") else None
         if point == "before_reserve":  # inside begin: validated, the reserving write not sent
-            gate.store.reserve = lambda values: die()  # type: ignore[method-assign]
+            gate.store.reserve = lambda *args: die()  # type: ignore[method-assign]
         d = gate.begin(effect_type="payment.refund", key=f"refund:{txn_id}",
                        payload={"txn_id": txn_id, "amount_cents": 500})
         if d.decision is not eg.Decision.EXECUTE:

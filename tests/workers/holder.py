@@ -33,7 +33,7 @@ def main() -> None:
             os.write(fd, f"refund:{txn_id} holder {os.getpid()}\n".encode())
             d = eg.current_effect()
             print(json.dumps({"effect_id": d.effect_id, "token": d.lease_token,
-                              "attempt": d.attempt}), flush=True)
+                              "secret": d.lease_secret, "attempt": d.attempt}), flush=True)
             sys.stdin.readline()  # the vendor's reply never arrives
             return {"refund_id": "never"}
 
@@ -43,7 +43,8 @@ def main() -> None:
     d = gate.begin(effect_type="payment.refund", key=f"refund:{txn_id}",
                    payload={"txn_id": txn_id, "amount_cents": 500})
     print(json.dumps({"effect_id": d.effect_id, "token": d.lease_token,
-                      "attempt": d.attempt, "decision": d.decision.value}), flush=True)
+                      "secret": d.lease_secret, "attempt": d.attempt,
+                      "decision": d.decision.value}), flush=True)
     sys.stdin.readline()  # paused here (SIGSTOP) far past the lease
     answers: dict[str, Any] = {}
     for name, call in (

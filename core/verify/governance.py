@@ -12,10 +12,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from .errors import InvalidTransition, PayloadMismatch
-from .gate import Gate
-from .states import Decision, State
-from .verify import CheckFailed, NotApplicable, VerifyContext, expect
+from ..errors import InvalidTransition, PayloadMismatch
+from ..gate import Gate
+from ..states import Decision, State
+from .harness import CheckFailed, NotApplicable, VerifyContext, expect
 
 __all__ = ["check_g8", "check_g9", "check_g10", "check_g11"]
 
@@ -24,7 +24,7 @@ DOLLAR = 1_000_000
 
 def _policy(data: dict[str, Any]) -> Any:
     try:
-        from .policy import Policy
+        from ..policy import Policy
     except ImportError:
         raise NotApplicable("this effectgate has no Policy (governance is not installed)") from None
     return Policy.from_dict(data)

@@ -24,11 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .decorator import EffectSpec
-from .errors import EffectAmbiguous, EffectInFlight, UnknownEffect
-from .gate import Gate
-from .states import Decision, State
-from .verify import CheckFailed, NotApplicable, VerifyContext, expect
+from ..decorator import EffectSpec
+from ..errors import EffectAmbiguous, EffectInFlight, UnknownEffect
+from ..gate import Gate
+from ..states import Decision, State
+from .harness import CheckFailed, NotApplicable, VerifyContext, expect
 
 __all__ = ["G2_KEYS", "G2_PROCESSES", "G12_POINTS", "check_g2", "check_g12"]
 
@@ -62,7 +62,7 @@ class _Channel:
 
 class _Worker:
     """A worker process: forked where that is safe (POSIX, no other threads in this
-    process), else a fresh interpreter (``python -m effectgate.verify_procs``), so the
+    process), else a fresh interpreter (``python -m effectgate.verify.procs``), so the
     caller's ``__main__`` is never re-imported."""
 
     def __init__(self, target: str, *args: Any) -> None:
@@ -78,7 +78,7 @@ class _Worker:
         else:
             self._conn = None
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "effectgate.verify_procs", target, json.dumps(args)],
+                [sys.executable, "-m", "effectgate.verify.procs", target, json.dumps(args)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
             self.pid = self.proc.pid
         self._buffer = b""
@@ -160,7 +160,7 @@ def _reap(workers: list[_Worker]) -> None:
 
 def _g2_worker(url: str, namespace: str, refs: list[str], side: str, chan: _Channel) -> None:
     try:
-        gate = Gate(url, namespace=namespace)
+        gate = Gate(url, namespace=namespace, policy=False)
         spec = EffectSpec(gate, "verify:G2:{ref}", effect_type="verify.g2")
         counts = {"executed": 0, "duplicate": 0, "in_flight": 0}
         chan.send("ready")
@@ -227,7 +227,7 @@ def _g12_worker(url: str, namespace: str, point: str, trial: int, side: str,
             time.sleep(_TIMEOUT)
 
     try:
-        gate = Gate(url, namespace=namespace, lease_seconds=G12_LEASE)
+        gate = Gate(url, namespace=namespace, lease_seconds=G12_LEASE, policy=False)
         pause("before_reserve")
         d = gate.begin(effect_type="verify.g12", key=key,
                        payload={"point": point, "trial": trial})
@@ -331,7 +331,7 @@ def _retry(spec: EffectSpec, side: Path, point: str, trial: int) -> bool:
 
 
 def _main(argv: list[str]) -> None:
-    """A worker in a fresh interpreter: ``python -m effectgate.verify_procs NAME ARGS-JSON``."""
+    """A worker in a fresh interpreter: ``python -m effectgate.verify.procs NAME ARGS-JSON``."""
     logging.getLogger("effectgate").addHandler(logging.NullHandler())
     _WORKERS[argv[0]](*json.loads(argv[1]), _Channel())
 

@@ -1,0 +1,334 @@
+"""The state machine, and nothing else: no I/O, no clock, no logging.
+
+Given the stored row (or none) — which carries the store's clock as ``now`` — the validated
+request and, where needed, the approval, :func:`begin_step` returns the next step of a
+``begin``: an :class:`Answer` (the decision), :data:`LAPSE` (mark a lapsed lease AMBIGUOUS),
+:data:`RECONCILE` (ask the reconcile hook), :class:`ReadApproval`, or a :class:`Move` to
+IN_FLIGHT, PENDING_APPROVAL or DENIED. The gate performs the step against the store and asks
+again with what it read (a bounded loop, written once for sync and once for async callers).
+
+The rules of settling live here too: :func:`resolution` (what an operator or a reconcile hook
+may settle, and how spend moves), :func:`outcome_spend_delta` (how a holder's report moves
+spend), and the approval rules (:func:`approval_status`, :func:`check_approval`).
+
+Transitions::
+
+    (none) ──begin──▶ IN_FLIGHT | PENDING_APPROVAL | DENIED
+    IN_FLIGHT ──report──▶ COMMITTED | FAILED | AMBIGUOUS     (the holder, with its proof)
+    IN_FLIGHT ──lease lapses──▶ AMBIGUOUS                    (never free)
+    AMBIGUOUS ──resolve / reconcile / the lapsed holder's late report──▶ COMMITTED | FAILED
+    FAILED ──begin──▶ IN_FLIGHT (attempt n+1) | PENDING_APPROVAL | DENIED
+    PENDING_APPROVAL ──approve, begin──▶ IN_FLIGHT;  ──deny──▶ DENIED (final)
+    DENIED (policy or budget) ──begin──▶ asked again;  COMMITTED: terminal
+"""
+
+from __future__ import annotations
+
+import datetime
+import unicodedata
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import InvalidTransition, PayloadMismatch, UnknownEffect
+from .states import ApprovalState, Decision, Outcome, State
+
+if TYPE_CHECKING:
+    from .governance import Charge
+    from .request import Request
+    from .store.rows import ApprovalRow, EffectHead
+
+__all__ = [
+    "APPROVER_DENIED",
+    "LAPSE",
+    "RECONCILE",
+    "Answer",
+    "Lapse",
+    "Move",
+    "ReadApproval",
+    "Reconcile",
+    "Resolution",
+    "Step",
+    "approval_status",
+    "begin_step",
+    "check_approval",
+    "outcome_spend_delta",
+    "over_ceiling",
+    "resolution",
+    "same_principal",
+]
+
+APPROVER_DENIED = "approval denied"  # the reason of a DENIED a person decided: final
+_MAX_RETRY_AFTER = 1.0
+_WAITING = "waiting for a human's approval"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer the caller with ``decision``; nothing to write."""
+
+    decision: Decision
+    reason: str | None = None
+    retry_after_seconds: float | None = None
+    approval_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lapse:
+    """The row is IN_FLIGHT past its lease: compare-and-set it to AMBIGUOUS, then ask again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconcile:
+    """The row is AMBIGUOUS and a reconcile hook may be asked: ask it; on a verdict, settle
+    the row (see :func:`resolution`) and ask again; without one, answer ``blocked``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadApproval:
+    """The row waits for approval ``approval_id``: read it, then ask again with it."""
+
+    approval_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Write the effect into state ``to`` (compare-and-set from ``expected``; None: insert a
+    new key), and answer ``decision``.
+
+    ``attempt_increment`` 1 starts attempt n+1 after FAILED; ``consume_approval`` is the
+    approved request the move uses up; ``forget_approval`` an expired one it replaces;
+    ``request_approval`` asks for a new one; ``charges`` count the estimated cost against
+    spend ceilings (all or nothing)."""
+
+    to: State
+    decision: Decision
+    expected: State | None = None
+    attempt_increment: int = 0
+    reason: str | None = None
+    consume_approval: str | None = None
+    forget_approval: str | None = None
+    request_approval: bool = False
+    charges: tuple[Charge, ...] = ()
+    cost: int = 0
+    budget_warning: str | None = None
+
+
+Step = Answer | Lapse | Reconcile | ReadApproval | Move
+LAPSE = Lapse()
+RECONCILE = Reconcile()
+_DUPLICATE = Answer(Decision.DUPLICATE)
+_DUPLICATE_PRUNED = Answer(Decision.DUPLICATE, "its stored result was pruned")
+
+
+def begin_step(row: EffectHead | None, req: Request, approval: ApprovalRow | None = None, *,
+               reconcilable: bool = False) -> Step:
+    """The next step of a ``begin`` of ``req`` that found ``row``.
+
+    ``reconcilable``: a reconcile hook is registered for the effect type. Raises
+    :class:`PayloadMismatch` when the key belongs to another payload or effect type."""
+    if row is None:
+        return _govern(req, None, None)
+    if row.effect_type != req.effect_type:
+        raise PayloadMismatch(
+            f"effect key {req.key!r} belongs to effect type {row.effect_type!r}, not "
+            f"{req.effect_type!r}: one key names one consequence (give this action its own "
+            "key)",
+            key=req.key, state=row.state.value, effect_id=row.id,
+            reason=f"effect type {req.effect_type} proposed for a key of {row.effect_type}",
+        )
+    if row.payload_hash != req.payload_hash:
+        raise PayloadMismatch(
+            f"effect key {req.key!r} was first used with another payload "
+            "(a key collision, or the same key for a different action)",
+            key=req.key, state=row.state.value, effect_id=row.id,
+            reason="another payload hash",
+        )
+    state = row.state
+    if state is State.COMMITTED:
+        return _DUPLICATE_PRUNED if row.pruned_at is not None else _DUPLICATE
+    if state is State.IN_FLIGHT:
+        remaining = (row.lease_expires_at or 0.0) - row.now
+        if remaining >= 0:
+            return Answer(Decision.IN_FLIGHT, "another holder is executing it",
+                          retry_after_seconds=round(min(max(remaining, 0.05),
+                                                        _MAX_RETRY_AFTER), 3))
+        return LAPSE
+    if state is State.AMBIGUOUS:
+        return _ambiguous(row, req, reconcilable)
+    if state is State.FAILED:
+        if row.attempt >= req.max_attempts:
+            return Answer(Decision.DENIED, f"max_attempts ({req.max_attempts}) reached")
+        return _govern(req, row, None, attempt_increment=1)
+    if state is State.PENDING_APPROVAL:
+        if approval is None or approval.id != row.approval_id:
+            return ReadApproval(row.approval_id)
+        status = approval_status(approval)
+        if status is ApprovalState.PENDING:
+            return Answer(Decision.APPROVAL_REQUIRED, _WAITING, approval_id=approval.id)
+        if status is ApprovalState.APPROVED:
+            return _govern(req, row, approval.id)
+        # Expired (or gone): ask afresh, and forget what the old request showed.
+        return _govern(req, row, None, forget=approval.id)
+    # DENIED: an approver's "no" holds; a policy or budget refusal is asked again.
+    if (row.reason or "").startswith(APPROVER_DENIED):
+        return Answer(Decision.DENIED, row.reason)
+    gov = req.governance
+    if gov is not None and gov.deny and row.reason == gov.deny:
+        return Answer(Decision.DENIED, gov.deny)
+    return _govern(req, row, None)
+
+
+def _ambiguous(row: EffectHead, req: Request, reconcilable: bool) -> Step:
+    reason = row.reason or "the outcome is unknown"
+    gov = req.governance
+    if not reconcilable or (gov is not None and gov.on_ambiguous == "block"):
+        return Answer(Decision.BLOCKED, reason)
+    if row.lease_expires_at is not None:
+        # A lapsed lease: its holder may be slow, not dead. The vendor may not know of the
+        # request yet, so the hook is asked only after a grace period.
+        wait = row.lease_expires_at + req.reconcile_grace_seconds - row.now
+        if wait > 0:
+            return Answer(Decision.BLOCKED, f"{reason}; the reconcile hook is asked once the "
+                          f"grace period ends, in {wait:.0f}s")
+    return RECONCILE
+
+
+def _govern(req: Request, row: EffectHead | None, consume: str | None, *,
+            attempt_increment: int = 0, forget: str | None = None) -> Move:
+    """Move a new key, or an existing effect, as far towards execution as the policy lets it."""
+    expected = None if row is None else row.state
+    gov = req.governance
+    if gov is None:
+        return Move(State.IN_FLIGHT, Decision.EXECUTE, expected, attempt_increment,
+                    consume_approval=consume, forget_approval=forget)
+    if gov.deny:
+        return Move(State.DENIED, Decision.DENIED, expected, attempt_increment,
+                    reason=gov.deny, forget_approval=forget)
+    if gov.approval is not None and consume is None:
+        return Move(State.PENDING_APPROVAL, Decision.APPROVAL_REQUIRED, expected,
+                    attempt_increment, reason=_WAITING, forget_approval=forget,
+                    request_approval=True)
+    charges = gov.charges(req.effect_type, req.run_id, req.agent_id) if gov.counts_spend else ()
+    return Move(State.IN_FLIGHT, Decision.EXECUTE, expected, attempt_increment,
+                consume_approval=consume, forget_approval=forget, charges=charges,
+                cost=gov.cost or 0, budget_warning=gov.budget_warning)
+
+
+def over_ceiling(move: Move, label: str) -> Move:
+    """The move to make instead of ``move`` when the ceiling ``label`` refused its charge."""
+    return Move(State.DENIED, Decision.DENIED, move.expected, move.attempt_increment,
+                reason=f"spend ceiling reached: {label}", forget_approval=move.forget_approval)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """A settlement an operator or reconcile hook may make: compare-and-set from
+    ``expected`` to ``to``, moving the spend counters by ``spend_delta``; ``forced`` when only
+    ``force=True`` allowed it."""
+
+    expected: State
+    to: State
+    spend_delta: int
+    forced: bool
+
+
+def resolution(row: EffectHead, outcome: Outcome, *, force: bool = False) -> Resolution:
+    """What settling ``row`` as ``outcome`` (committed or failed) does, or
+    :class:`InvalidTransition` when it may not be settled so.
+
+    AMBIGUOUS and lapsed IN_FLIGHT effects may be settled either way; a FAILED one may be found
+    to have happened after all (committed). A live lease is refused unless ``force``: its
+    holder may still be acting. FAILED releases the spend a held attempt counted; COMMITTED
+    after FAILED counts it again (the money was spent, ceiling or not)."""
+    state = row.state
+    forced = False
+    if state is State.IN_FLIGHT and row.lease_expires_at is not None and (
+        row.lease_expires_at >= row.now
+    ):
+        if not force:
+            until = datetime.datetime.fromtimestamp(row.lease_expires_at, datetime.UTC)
+            raise InvalidTransition(
+                f"cannot resolve {row.key!r}: its holder's lease is live for another "
+                f"{row.lease_expires_at - row.now:.0f}s (until {until:%Y-%m-%d %H:%M:%S} UTC "
+                "on the store's clock); wait for it to lapse, or force it if you know the "
+                "holder is gone",
+                key=row.key, state=state.value, reason="lease is live", effect_id=row.id,
+            )
+        forced = True
+    elif not (state in (State.IN_FLIGHT, State.AMBIGUOUS)
+              or (state is State.FAILED and outcome is Outcome.COMMITTED)):
+        raise InvalidTransition(
+            f"cannot resolve {row.key!r} as {outcome.value}: it is {state.value}"
+            + (" (terminal)" if state is State.COMMITTED else ""),
+            key=row.key, state=state.value, effect_id=row.id,
+        )
+    held = state in (State.IN_FLIGHT, State.AMBIGUOUS)
+    delta = 0
+    if row.budget_keys and row.estimated_cost_micros:
+        if held and outcome is Outcome.FAILED:
+            delta = -row.estimated_cost_micros
+        elif not held and outcome is Outcome.COMMITTED:
+            delta = row.estimated_cost_micros
+    to = State.COMMITTED if outcome is Outcome.COMMITTED else State.FAILED
+    return Resolution(state, to, delta, forced)
+
+
+def outcome_spend_delta(outcome: Outcome, estimated: int | None, actual: int | None) -> int:
+    """How the counters an attempt was charged to move when its holder reports: FAILED
+    releases what it held, COMMITTED corrects the estimate by the actual cost, AMBIGUOUS
+    holds."""
+    held = estimated or 0
+    if outcome is Outcome.FAILED:
+        return -held
+    if outcome is Outcome.COMMITTED and actual is not None:
+        return actual - held
+    return 0
+
+
+def approval_status(approval: ApprovalRow) -> ApprovalState:
+    """The state of an approval request now: a pending or approved one past its expiry reads
+    as EXPIRED."""
+    if approval.state in (ApprovalState.PENDING, ApprovalState.APPROVED) and (
+        approval.expires_at < approval.now
+    ):
+        return ApprovalState.EXPIRED
+    return approval.state
+
+
+def same_principal(a: str | None, b: str | None) -> bool:
+    """True when two names are one identity: compared after NFKC, case folding, and removing
+    format characters (zero-width, bidi controls) and surrounding white space."""
+    if a is None or b is None:
+        return False
+    return _identity(a) == _identity(b)
+
+
+def _identity(name: str) -> str:
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return " ".join(text.casefold().split())
+
+
+def check_approval(approval: ApprovalRow | None, approval_id: str, by: str, *,
+                   approving: bool) -> ApprovalRow:
+    """The pending request ``approval_id``, or the error that says why ``by`` may not decide
+    it: :class:`UnknownEffect` (no such request here), :class:`InvalidTransition` (not pending,
+    or the requester approving its own request where the policy forbids it)."""
+    if approval is None:
+        raise UnknownEffect(f"no approval with id {approval_id!r}")
+    status = approval_status(approval)
+    if status is not ApprovalState.PENDING:
+        raise InvalidTransition(f"approval {approval_id} is {status.value}, not pending",
+                                key=approval.key, state=status.value,
+                                effect_id=approval.effect_id)
+    # An unattributed request (no agent identity) cannot be judged here: its record says so
+    # (``ApprovalRecord.unattributed``), for the approver to weigh.
+    if approving and not approval.allow_self_approval and same_principal(
+        by, approval.requested_by
+    ):
+        raise InvalidTransition(
+            f"{by} requested {approval.key!r} and cannot approve its own request",
+            key=approval.key, state=status.value, reason="self-approval is not allowed",
+            effect_id=approval.effect_id,
+        )
+    return approval

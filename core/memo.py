@@ -1,0 +1,58 @@
+"""The COMMITTED memo: COMMITTED is terminal, so a process may answer a repeat of a committed
+key (same effect type and payload hash) from memory, with no round trip.
+
+Bounded (least recently used go first) and thread-safe. A gate forgets its memo when it prunes;
+another process's memo keeps the result it saw until that process forgets it (``memo_size=0``
+turns the memo off where results must leave memory with the store's copy).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import NamedTuple
+
+__all__ = ["CommittedMemo", "MemoEntry"]
+
+
+class MemoEntry(NamedTuple):
+    """What a duplicate from memory answers with."""
+
+    payload_hash: str
+    effect_type: str
+    effect_id: int
+    attempt: int
+    token: int
+    result: str | None
+
+
+class CommittedMemo:
+    """Key → :class:`MemoEntry` of COMMITTED effects, at most ``size`` of them."""
+
+    __slots__ = ("_entries", "_lock", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = max(0, int(size))
+        self._entries: OrderedDict[str, MemoEntry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> MemoEntry | None:
+        """The entry for ``key``, or None (a lock-free read: a dict lookup is atomic)."""
+        return self._entries.get(key) if self.size else None
+
+    def put(self, key: str, entry: MemoEntry) -> None:
+        """Remember a COMMITTED effect."""
+        if not self.size:
+            return
+        with self._lock:
+            self._entries[key] = entry
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything (after a prune)."""
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

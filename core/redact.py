@@ -1,0 +1,59 @@
+"""What text may be stored: errors, reasons and notes pass a redactor before they reach the
+store, the log or a model.
+
+The default (:func:`redact_text`) removes URL credentials, query strings and fragments — where
+tokens, card numbers and API keys travel in error messages (``httpx.HTTPStatusError`` names the
+whole URL) — and bounds the text. Pass ``Gate(text_redactor=...)`` to add your own rules; the
+bound is applied after it either way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from .keys import is_utf8
+
+__all__ = ["TextRedactor", "bound", "redact_text"]
+
+TextRedactor = Callable[[str], str]
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]{1,15}://[^\s'\"<>`]+")
+_LIMIT = 2000
+
+
+def _clean_url(match: re.Match[str]) -> str:
+    raw = match.group(0)
+    try:
+        parts = urlsplit(raw)
+    except ValueError:
+        return "[url]"
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    if parts.username is not None or parts.password is not None:
+        host = "[credentials]@" + host
+    query = "[redacted]" if parts.query else ""
+    fragment = "[redacted]" if parts.fragment else ""
+    try:
+        return urlunsplit((parts.scheme, host, parts.path, query, fragment))
+    except ValueError:
+        return "[url]"
+
+
+def bound(text: str, limit: int = _LIMIT) -> str:
+    """``text`` made storable: valid Unicode (lone surrogates escaped) and at most ``limit``
+    characters (an ellipsis marks a cut)."""
+    if not text.isascii() and not is_utf8(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = text.replace("\x00", "\\x00")
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def redact_text(text: str) -> str:
+    """The default redactor: URL credentials, query strings and fragments removed, bounded."""
+    if "://" in text:
+        text = _URL.sub(_clean_url, text)
+    return bound(text)

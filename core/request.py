@@ -1,0 +1,85 @@
+"""A validated ``begin`` (:class:`Request`) and the proof of holding a lease (:class:`Lease`).
+
+A :class:`Request` is what :meth:`Gate.request <effectgate.Gate.request>` builds after every
+check: the key, the payload's hash, the effect type's options and what the policy asks of the
+call. Building one touches no store; a request can be begun more than once (each ``begin``
+issues its own lease secret).
+
+A :class:`Lease` is what a holder presents to ``report`` and ``extend_lease``: the key, the
+fencing token and the secret issued with that lease. The store keeps only the secret's
+SHA-256, so neither the store's contents nor an effect id let anyone report for the holder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .governance import Governance
+
+__all__ = ["Lease", "LeaseSecret", "Request", "secret_hash"]
+
+
+class Request(NamedTuple):
+    """A ``begin`` with everything checked, ready for the store."""
+
+    namespace: str
+    key: str
+    effect_type: str
+    payload_hash: str
+    vendor: str | None
+    max_attempts: int
+    lease_seconds: float
+    reconcile_grace_seconds: float
+    run_id: str | None
+    agent_id: str | None
+    group_key: str | None
+    compensation: str | None
+    compensates_effect_id: int | None
+    estimated_cost_micros: int | None
+    governance: Governance | None
+    payload: Mapping[str, Any]
+    """The arguments themselves, for an approver to see; never written to the effects table."""
+    redact_arguments: tuple[str, ...] = ()
+    """Argument names an approver sees as ``"[redacted]"``."""
+
+
+class Lease(NamedTuple):
+    """Proof of holding an effect: its key, the fencing token, and the secret issued with the
+    lease (``BeginDecision.lease`` gives it; over MCP, the three fields of begin's answer)."""
+
+    key: str
+    token: int
+    secret: str
+
+
+def secret_hash(secret: str) -> str:
+    """What the store keeps of a lease secret."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+class LeaseSecret:
+    """The secret one ``begin`` would issue with a lease, made only if it is needed."""
+
+    __slots__ = ("_hash", "_raw")
+
+    def __init__(self) -> None:
+        self._raw: str | None = None
+        self._hash: str | None = None
+
+    @property
+    def raw(self) -> str:
+        """The secret (128 random bits), made on first use."""
+        if self._raw is None:
+            self._raw = secrets.token_urlsafe(16)
+        return self._raw
+
+    @property
+    def hash(self) -> str:
+        """Its SHA-256, as stored."""
+        if self._hash is None:
+            self._hash = secret_hash(self.raw)
+        return self._hash

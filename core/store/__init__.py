@@ -1,0 +1,502 @@
+"""The store: one set of tables on SQLAlchemy Core, SQLite (WAL) or PostgreSQL, behind a few
+domain operations — ``reserve``, ``fetch``, ``lapse``, ``move``, ``record_outcome``,
+``extend``, ``resolve``, the approval decisions, ``prune`` — that take validated requests and
+hand up typed rows (:mod:`effectgate.store.rows`). Statements, bind parameters, the history
+encoding and transactions never leave this package.
+
+* SQLite: WAL, ``busy_timeout`` so concurrent processes wait rather than fail, and
+  ``synchronous=FULL`` for every commit that reserves (a reservation survives a power cut); the
+  outcome commit runs at ``NORMAL`` and rides on the next sync (a lost outcome decays to
+  AMBIGUOUS, never to a second execution). A repeat reads the key first and writes nothing.
+* PostgreSQL: a unique index, and the reservation as one call to a function generated from the
+  dialect-compiled read and insert (``pg_reserve``): one round trip, and a repeat only reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import sqlite
+
+from ..decide import outcome_spend_delta
+from ..errors import ConfigError, StoreError
+from ..request import secret_hash
+from ..states import ApprovalState, Outcome, State
+from . import history
+from .connections import Connections, Durability, Rollback, Transaction, make_engine, safe_url
+from .rows import (
+    ROW_COLUMNS,
+    ApprovalRow,
+    EffectHead,
+    EffectRow,
+    Moved,
+    Recorded,
+    approval_row,
+    effect_head,
+    effect_row,
+)
+from .schema import approvals, db_now, effects, ensure_schema, read_schema
+from .statements import Statements
+
+if TYPE_CHECKING:
+    from ..decide import Move, Resolution
+    from ..request import Lease, LeaseSecret, Request
+
+__all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
+
+DEFAULT_URL = "sqlite:///.effectgate/effects.db"
+_NULL = "null"
+
+
+def resolve_url(url: str | None) -> str:
+    """``url``, else ``$EFFECTGATE_URL``, else the embedded SQLite default."""
+    return url or os.environ.get("EFFECTGATE_URL") or DEFAULT_URL
+
+
+class NewApproval:
+    """An approval request a move creates: its id, lifetime, and what the approver sees."""
+
+    __slots__ = ("allow_self_approval", "approval_id", "arguments", "expires_seconds")
+
+    def __init__(self, approval_id: str, expires_seconds: float, allow_self_approval: bool,
+                 arguments: str | None) -> None:
+        self.approval_id = approval_id
+        self.expires_seconds = expires_seconds
+        self.allow_self_approval = allow_self_approval
+        self.arguments = arguments
+
+
+class Store:
+    """One database URL: its connections, durability and the domain operations."""
+
+    def __init__(self, url: str | None = None, *, durability: Durability = "reserve",
+                 read_only: bool = False) -> None:
+        self.url = resolve_url(url)
+        self.read_only = read_only
+        self.durability = durability
+        engine = make_engine(self.url, read_only=read_only)
+        self.engine = engine
+        self.dialect_name = engine.dialect.name
+        self.is_sqlite = self.dialect_name == "sqlite"
+        self._conns = Connections(engine, self.url, durability)
+        try:
+            self.meta = read_schema(engine, safe_url(self.url)) if read_only else (
+                ensure_schema(engine))
+        except (StoreError, ConfigError):
+            raise
+        except Exception as err:
+            raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
+                             f"{type(err).__name__}: {err}") from err
+        self.secret = bytes.fromhex(self.meta["vendor_secret"])
+        dialect = sqlite.dialect(paramstyle="named") if self.is_sqlite else engine.dialect
+        self.sql = Statements(dialect, self.dialect_name)
+        if self.sql.reserve_function is not None and not read_only:
+            try:
+                self.sql.reserve_function.install(engine)
+            except Exception as err:
+                raise StoreError(f"cannot install the reserve function: {err}") from err
+        self._reserve_sync = self._conns.sync_reserve
+        self._outcome_sync = self._conns.sync_outcome
+
+    def __repr__(self) -> str:
+        return f"Store({safe_url(self.url)!r})"
+
+    # -- for tools and tests ------------------------------------------------------------------
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """This thread's driver connection (``sqlite3`` or ``psycopg``), in autocommit mode."""
+        with self._conns.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        """Close every connection this store opened."""
+        self._conns.close()
+
+    dispose = close
+
+    def now(self) -> float:
+        """The store's clock, epoch seconds."""
+        return float(self._conns.run(self.sql.now, {})[0][0])
+
+    # -- begin ----------------------------------------------------------------------------------
+
+    def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:
+        """Insert a plain (ungoverned) effect as IN_FLIGHT if its key is absent; otherwise
+        return the existing row, unchanged. ``inserted`` tells which. The insert is durable."""
+        run = self._conns.run
+        for _ in range(8):
+            if self.is_sqlite:
+                # Embedded: a read is cheap, and a repeat (the common refusal) must not write.
+                rows = run(self.sql.fetch, {"namespace": req.namespace, "key": req.key})
+                if rows:
+                    return effect_head(rows[0])
+                binds = _begin_binds(req, State.IN_FLIGHT, secret.hash)
+                new = run(self.sql.insert_lean, binds, self._reserve_sync)
+                if new:
+                    effect_id, lease, now = new[0]
+                    return _inserted(req, effect_id, lease, now, secret.hash)
+            else:
+                rows = run(self.sql.reserve, _begin_binds(req, State.IN_FLIGHT, secret.hash),
+                           self._reserve_sync)
+                if rows:
+                    return effect_head(rows[0])
+        raise StoreError("could not reserve or read the key after 8 tries", key=req.key)
+
+    def fetch(self, namespace: str, key: str) -> EffectHead | None:
+        """The head of the effect at ``key``, or None."""
+        rows = self._conns.run(self.sql.fetch, {"namespace": namespace, "key": key})
+        return effect_head(rows[0]) if rows else None
+
+    def lapse(self, row: EffectHead) -> EffectHead | None:
+        """Compare-and-set an IN_FLIGHT effect past its lease to AMBIGUOUS (None: it moved)."""
+        rows = self._conns.run(self.sql.lapse, {
+            "namespace": row.namespace, "id": row.id, "token": row.token, "h_note": _NULL,
+        }, self._outcome_sync)
+        return effect_head(rows[0]) if rows else None
+
+    def move(self, row: EffectHead | None, move: Move, req: Request, secret: LeaseSecret,
+             approval: NewApproval | None = None) -> Moved:
+        """Write ``move``: insert the key (``row`` None) or compare-and-set ``row`` on, with
+        the approval it consumes or creates and the spend it charges, all or nothing."""
+        starts = move.to is State.IN_FLIGHT
+        binds = _begin_binds(req, move.to, secret.hash if starts else None)
+        binds["reason"] = move.reason
+        binds["lease_seconds"] = req.lease_seconds if starts else None
+        binds["approval_id"] = move.consume_approval if approval is None else (
+            approval.approval_id)
+        binds["attempt_increment"] = move.attempt_increment
+        if row is not None:
+            binds.update(id=row.id, token=row.token, expected_state=row.state.value)
+        sql = self.sql.insert if row is None else self.sql.take
+        if not (move.charges or move.consume_approval or move.forget_approval or approval):
+            found = self._conns.run(sql, binds, self._reserve_sync)
+            return Moved(_moved(found, row))
+        over: str | None = None
+        try:
+            with self._conns.transaction() as tx:
+                if move.consume_approval is not None and tx.one(self.sql.approval_consume, {
+                    "namespace": req.namespace, "approval_id": move.consume_approval,
+                    "effect_type": req.effect_type, "key": req.key,
+                    "payload_hash": req.payload_hash,
+                }) is None:
+                    tx.rollback()
+                if move.forget_approval is not None:
+                    tx.all(self.sql.approval_forget, {"namespace": req.namespace,
+                                                      "approval_id": move.forget_approval})
+                charged: list[str] = []
+                for charge in move.charges:
+                    got = None if move.cost > charge.limit else tx.one(
+                        self.sql.charge_day if charge.per_day else self.sql.charge,
+                        {"namespace": req.namespace, "scope_key": charge.scope_key,
+                         "cost": move.cost, "limit": charge.limit},
+                    )
+                    if got is None:
+                        over = charge.label
+                        tx.rollback()
+                    charged.append(got[0])
+                binds["budget_keys"] = json.dumps(charged) if charged else None
+                new = _moved(tx.all(sql, binds), row)
+                if new is None:
+                    tx.rollback()
+                if approval is not None:
+                    tx.all(self.sql.approval_insert, {
+                        "approval_id": approval.approval_id, "namespace": req.namespace,
+                        "effect_id": new.id, "effect_type": req.effect_type, "key": req.key,
+                        "payload_hash": req.payload_hash, "agent_id": req.agent_id,
+                        "run_id": req.run_id, "estimated_cost_micros": req.estimated_cost_micros,
+                        "allow_self_approval": int(approval.allow_self_approval),
+                        "expires_seconds": approval.expires_seconds,
+                        "arguments": approval.arguments,
+                    })
+        except Rollback:
+            return Moved(None, over)
+        return Moved(new)
+
+    # -- a holder's outcome ---------------------------------------------------------------------
+
+    def record_outcome(self, namespace: str, lease: Lease, outcome: Outcome, *,
+                       result: str | None, error: str | None, reason: str | None,
+                       note: str | None, actual_cost_micros: int | None,
+                       spends: bool | None) -> Recorded | None:
+        """Record the holder's outcome; None when its proof no longer holds (a newer holder,
+        an operator's resolution, or a lease lapsed and acted upon since).
+
+        A lease that lapsed while nobody acted still takes the report, late. ``spends``:
+        False when the caller knows the attempt charged nothing (one statement), else the
+        outcome and its spend move in one transaction."""
+        binds = {
+            "namespace": namespace, "key": lease.key, "token": lease.token,
+            "lease_secret": secret_hash(lease.secret), "state": outcome.value, "result": result,
+            "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
+            "h_note": history.encode_text(note),
+        }
+        if spends is False:
+            rows = self._conns.run(self.sql.report, binds, self._outcome_sync)
+            if rows:
+                return Recorded(rows[0][0], rows[0][1], False)
+            late_binds = {**binds, "h_note": history.encode_text(_late(note))}
+            rows = self._conns.run(self.sql.report_late, late_binds, self._reserve_sync)
+            return Recorded(rows[0][0], rows[0][1], True) if rows else None
+        with self._conns.transaction() as tx:
+            late = False
+            found = tx.one(self.sql.report, binds)
+            if found is None:
+                late = True
+                found = tx.one(self.sql.report_late,
+                               {**binds, "h_note": history.encode_text(_late(note))})
+            if found is None:
+                return None
+            keys, estimated = found[0], found[1]
+            self._adjust(tx, namespace, keys,
+                         outcome_spend_delta(outcome, estimated, actual_cost_micros))
+            return Recorded(keys, estimated, late)
+
+    def extend(self, namespace: str, lease: Lease, seconds: float) -> float | None:
+        """Push a live lease out to ``seconds`` from now; the new expiry, or None when the
+        holder's proof no longer holds or the lease has lapsed."""
+        rows = self._conns.run(self.sql.extend, {
+            "namespace": namespace, "key": lease.key, "token": lease.token,
+            "lease_secret": secret_hash(lease.secret), "lease_seconds": seconds,
+        }, self._outcome_sync)
+        return float(rows[0][0]) if rows else None
+
+    # -- an operator's or a reconcile hook's settlement --------------------------------------
+
+    def resolve(self, row: EffectHead, resolution: Resolution, *, result: str | None,
+                reason: str, actor: str, note: str | None) -> EffectRow | None:
+        """Compare-and-set ``row`` as ``resolution`` says (a new token: the old holder can no
+        longer report), moving its spend; None when it moved first."""
+        binds = {
+            "namespace": row.namespace, "id": row.id, "token": row.token,
+            "expected_state": resolution.expected.value, "state": resolution.to.value,
+            "result": result, "error": None, "reason": reason, "actor": actor, "note": note,
+            "h_by": history.encode_text(actor), "h_note": history.encode_text(note),
+        }
+        if not resolution.spend_delta:
+            rows = self._conns.run(self.sql.resolve, binds, self._reserve_sync)
+            return effect_row(rows[0]) if rows else None
+        with self._conns.transaction() as tx:
+            found = tx.one(self.sql.resolve, binds)
+            if found is None:
+                return None
+            self._adjust(tx, row.namespace, row.budget_keys, resolution.spend_delta)
+            return effect_row(found)
+
+    def _adjust(self, tx: Transaction, namespace: str, keys: str | None, delta: int) -> None:
+        if not delta or not keys:
+            return
+        for scope_key in json.loads(keys):
+            tx.all(self.sql.adjust, {"namespace": namespace, "scope_key": scope_key,
+                                     "delta": delta})
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get(self, namespace: str, key: str) -> EffectRow | None:
+        """Every column of the effect at ``key`` (history included), or None."""
+        rows = self._conns.run(self.sql.fetch_row, {"namespace": namespace, "key": key})
+        return effect_row(rows[0]) if rows else None
+
+    def get_by_id(self, namespace: str, effect_id: int) -> EffectRow | None:
+        """Every column of the effect with ``effect_id`` in ``namespace``, or None."""
+        rows = self._conns.run(self.sql.fetch_row_id, {"namespace": namespace, "id": effect_id})
+        return effect_row(rows[0]) if rows else None
+
+    def effects(self, namespace: str, *, state: State | None = None,
+                effect_type: str | None = None, run_id: str | None = None,
+                agent_id: str | None = None, group_key: str | None = None,
+                key_prefix: str | None = None, originals_only: bool = False,
+                newest_first: bool = True, limit: int | None = None,
+                before_id: int | None = None) -> list[EffectRow]:
+        """Effects of a namespace by filter, newest first. ``state`` is the state a read
+        reports: an IN_FLIGHT row past its lease counts as AMBIGUOUS, not IN_FLIGHT.
+        ``effect_type`` may be a glob (``*``, ``?``); every other character is literal."""
+        now = db_now()
+        t = effects.c
+        stmt = select(*[t[name] for name in ROW_COLUMNS], now.label("now")).where(
+            t.namespace == namespace)
+        lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
+        if state is State.AMBIGUOUS:
+            stmt = stmt.where((t.state == State.AMBIGUOUS.value) | lapsed)
+        elif state is State.IN_FLIGHT:
+            stmt = stmt.where((t.state == State.IN_FLIGHT.value) & (t.lease_expires_at >= now))
+        elif state is not None:
+            stmt = stmt.where(t.state == state.value)
+        if effect_type is not None:
+            stmt = stmt.where(t.effect_type.like(_like(effect_type), escape="\\"))
+        if key_prefix is not None:
+            stmt = stmt.where(t.key.like(_like(key_prefix, glob=False) + "%", escape="\\"))
+        for column, value in (("run_id", run_id), ("agent_id", agent_id),
+                              ("group_key", group_key)):
+            if value is not None:
+                stmt = stmt.where(t[column] == value)
+        if originals_only:
+            stmt = stmt.where(t.compensates_effect_id.is_(None))
+        if before_id is not None:
+            stmt = stmt.where(t.id < before_id)
+        order = (t.created_at.desc(), t.id.desc()) if newest_first else (t.created_at, t.id)
+        stmt = stmt.order_by(*order)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        try:
+            with self.engine.connect() as conn:
+                return [effect_row(r) for r in conn.execute(stmt)]
+        except Exception as err:
+            raise StoreError(f"the store failed: {type(err).__name__}") from err
+
+    def count_by_state(self, namespace: str) -> dict[State, int]:
+        """How many effects of a namespace are in each state, as reads report it."""
+        now = db_now()
+        t = effects.c
+        lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
+        stmt = select(t.state, lapsed.label("lapsed"), func.count()).where(
+            t.namespace == namespace).group_by(t.state, lapsed)
+        out = {s: 0 for s in State}
+        with self.engine.connect() as conn:
+            for state, was_lapsed, count in conn.execute(stmt):
+                target = State.AMBIGUOUS if was_lapsed else State(state)
+                out[target] += int(count)
+        return out
+
+    # -- approvals --------------------------------------------------------------------------------
+
+    def approval(self, namespace: str, approval_id: str) -> ApprovalRow | None:
+        """The approval request ``approval_id`` of ``namespace`` (with the clock), or None."""
+        rows = self._conns.run(self.sql.approval_get,
+                               {"namespace": namespace, "approval_id": approval_id})
+        return approval_row(rows[0]) if rows else None
+
+    def decide_approval(self, namespace: str, approval_id: str, state: ApprovalState,
+                        by: str, reason: str | None) -> bool:
+        """Compare-and-set a pending, unexpired request to approved; False when it moved."""
+        rows = self._conns.run(self.sql.approval_decide, {
+            "namespace": namespace, "approval_id": approval_id, "state": state.value,
+            "by": by, "reason": reason,
+        }, self._reserve_sync)
+        return bool(rows)
+
+    def deny(self, approval: ApprovalRow, by: str, reason: str | None,
+             effect_reason: str) -> bool:
+        """Deny a pending request and move its effect to DENIED, atomically; False when the
+        request moved first."""
+        ns = approval.namespace
+        try:
+            with self._conns.transaction() as tx:
+                if tx.one(self.sql.approval_decide, {
+                    "namespace": ns, "approval_id": approval.id,
+                    "state": ApprovalState.DENIED.value, "by": by, "reason": reason,
+                }) is None:
+                    tx.rollback()
+                found = tx.one(self.sql.fetch_row_id, {"namespace": ns, "id": approval.effect_id})
+                if found is not None:
+                    effect = effect_row(found)
+                    if effect.state is State.PENDING_APPROVAL and effect.approval_id == approval.id:
+                        tx.all(self.sql.resolve, {
+                            "namespace": ns, "id": effect.id, "token": effect.token,
+                            "expected_state": State.PENDING_APPROVAL.value,
+                            "state": State.DENIED.value, "result": None, "error": None,
+                            "reason": effect_reason, "actor": by, "note": reason,
+                            "h_by": history.encode_text(by), "h_note": history.encode_text(reason),
+                        })
+        except Rollback:
+            return False
+        return True
+
+    def approvals(self, namespace: str) -> list[ApprovalRow]:
+        """Every approval request of a namespace, newest first."""
+        a = approvals.c
+        stmt = (select(*approvals.c, db_now().label("now")).where(a.namespace == namespace)
+                .order_by(a.created_at.desc(), a.id))
+        with self.engine.connect() as conn:
+            return [approval_row(r) for r in conn.execute(stmt)]
+
+    # -- retention --------------------------------------------------------------------------------
+
+    def prune(self, namespace: str, older_than_seconds: float, *, dry_run: bool = False) -> int:
+        """Drop results, errors, notes and history of settled effects (COMMITTED, FAILED,
+        DENIED) last changed more than ``older_than_seconds`` ago, keeping each key's tombstone
+        (key, type, state, payload hash) and a committed step's compensation (an unwind still
+        needs it). Approval requests go only with their pruned effect, or once expired (their
+        arguments); never those of an effect still waiting, in flight or AMBIGUOUS."""
+        now = db_now()
+        t, a = effects.c, approvals.c
+        settled = (State.COMMITTED.value, State.FAILED.value, State.DENIED.value)
+        old = (t.namespace == namespace) & (t.updated_at <= now - older_than_seconds) & (
+            t.state.in_(settled)) & t.pruned_at.is_(None)
+        if dry_run:
+            with self.engine.connect() as conn:
+                return int(conn.execute(
+                    select(func.count()).select_from(effects).where(old)).scalar_one())
+        pruned_ids = select(t.id).where(
+            (t.namespace == namespace) & t.pruned_at.is_not(None) & t.state.in_(settled))
+        with self._conns.write_lock, self.engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
+            try:
+                pruned = conn.execute(
+                    update(effects).where(old).values(
+                        result=None, error=None, note=None, history=None, pruned_at=now,
+                    )
+                ).rowcount
+                conn.execute(delete(approvals).where(
+                    (a.namespace == namespace) & a.effect_id.in_(pruned_ids)
+                    & a.state.in_((ApprovalState.CONSUMED.value, ApprovalState.DENIED.value,
+                                   ApprovalState.APPROVED.value, ApprovalState.PENDING.value))
+                    & (a.created_at < now - older_than_seconds)
+                ))
+                conn.execute(update(approvals).where(
+                    (a.namespace == namespace) & (a.expires_at < now) & a.arguments.is_not(None)
+                ).values(arguments=None))
+                conn.exec_driver_sql("COMMIT")
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
+        return int(pruned)
+
+
+def _late(note: str | None) -> str:
+    return "late report" + (f": {note}" if note else "")
+
+
+def _begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[str, Any]:
+    """The binds of an insert (or take) of ``req`` into ``state``."""
+    return {
+        "namespace": req.namespace, "key": req.key, "effect_type": req.effect_type,
+        "payload_hash": req.payload_hash, "state": state.value,
+        "lease_seconds": req.lease_seconds, "reason": None, "run_id": req.run_id,
+        "agent_id": req.agent_id, "group_key": req.group_key,
+        "compensation": req.compensation, "compensates_effect_id": req.compensates_effect_id,
+        "vendor": req.vendor, "estimated_cost_micros": req.estimated_cost_micros,
+        "approval_id": None, "budget_keys": None, "actor": req.agent_id, "note": None,
+        "lease_secret": lease_secret, "h_by": history.encode_text(req.agent_id),
+        "h_note": _NULL,
+    }
+
+
+def _moved(rows: list[Any], row: EffectHead | None) -> EffectHead | None:
+    """The row a move wrote, or None (an insert that met an existing key writes nothing)."""
+    if not rows:
+        return None
+    return effect_head(rows[0])
+
+
+def _inserted(req: Request, effect_id: int, lease: float, now: float,
+              lease_secret: str) -> EffectHead:
+    """The row a plain reservation just inserted, from its request and what the store said."""
+    return EffectHead(
+        effect_id, req.namespace, req.key, req.effect_type, req.payload_hash, State.IN_FLIGHT,
+        1, 1, lease, now, now, None, None, req.vendor, 1, now, None, None,
+        req.estimated_cost_micros, None, lease_secret, now, True,
+    )
+
+
+def _like(pattern: str, *, glob: bool = True) -> str:
+    """A LIKE pattern matching ``pattern`` literally, except the globs ``*`` and ``?``."""
+    out = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    if glob:
+        out = out.replace("*", "%").replace("?", "_")
+    return out

@@ -1,0 +1,352 @@
+"""Engines and the per-thread driver connections the per-call path runs on.
+
+The per-call path skips the pool's checkout and reset: each thread keeps one driver connection
+(``sqlite3`` / ``psycopg``) detached from the engine's pool, in autocommit mode; a connection
+that broke is dropped and reopened; a thread's connection is closed once the thread has ended.
+
+Durability is chosen per commit. SQLite: ``synchronous=FULL`` for every commit that reserves,
+``NORMAL`` for outcomes unless ``durability="all"`` (``"relaxed"`` syncs nothing, an explicit
+opt-in). Postgres: every connection commits synchronously (``synchronous_commit`` is raised to
+``on`` when the server's default is ``off``), so a reservation is durable whatever the server
+says.
+
+Forks: a child never uses or closes a connection its parent opened. On SQLite a fork waits
+until no thread of this process is inside a write (``os.register_at_fork``), because a child
+that inherits SQLite's in-process lock state from a thread caught inside a write transaction
+could never write ("database is locked", forever).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
+
+from ..errors import ConfigError, StoreError
+from .statements import Sql
+
+__all__ = ["Connections", "Durability", "make_engine", "safe_url", "store_error"]
+
+Durability = Literal["reserve", "all", "relaxed"]
+_FULL, _NORMAL = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
+
+# Every live SQLite Connections object: a fork waits for each one's write lock.
+_guarded: weakref.WeakSet[Connections] = weakref.WeakSet()
+_guard_lock = threading.Lock()
+
+
+def _before_fork() -> None:
+    _guard_lock.acquire()
+    for conns in sorted(_guarded, key=id):
+        conns.write_lock.acquire()
+
+
+def _after_fork() -> None:
+    for conns in list(_guarded):
+        with contextlib.suppress(RuntimeError):
+            conns.write_lock.release()
+    _guard_lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                    after_in_child=_after_fork)
+
+
+class Connections:
+    """One store's driver connections: one per thread, reopened after a break or a fork."""
+
+    def __init__(self, engine: Engine, url: str, durability: Durability) -> None:
+        if durability not in ("reserve", "all", "relaxed"):
+            raise ConfigError(
+                f"durability must be 'reserve', 'all' or 'relaxed', not {durability!r}"
+            )
+        self.engine = engine
+        self.url = url
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        self.sync_reserve = _NORMAL if durability == "relaxed" else _FULL
+        self.sync_outcome = _FULL if durability == "all" else _NORMAL
+        self.write_lock = threading.RLock()
+        self._local = threading.local()
+        # (owner thread, connection): closed on close(), or once the owner thread has ended
+        self._opened: list[tuple[threading.Thread, Any]] = []
+        self._opened_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._inherited: Any = None
+        if self.is_sqlite:
+            with _guard_lock:
+                _guarded.add(self)
+
+    def driver(self) -> Any:
+        """This thread's driver connection, opened from the engine once and kept."""
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None or local.pid != os.getpid():
+            if self._pid != os.getpid():
+                self._forget_parent()
+                local = self._local
+            try:
+                proxied = self.engine.raw_connection()
+            except Exception as err:
+                raise StoreError(f"cannot reach the store at {safe_url(self.url)}: "
+                                 f"{type(err).__name__}") from err
+            conn = proxied.driver_connection
+            proxied.detach()  # ours now: the pool neither counts nor resets it
+            local.conn, local.pid = conn, os.getpid()
+            local.sync = _FULL  # as the connect hook left it
+            self._adopt(conn)
+        return conn
+
+    def _adopt(self, conn: Any) -> None:
+        """Keep ``conn`` as this thread's, and close the connections of threads that have
+        ended (and this thread's dropped one): a thread per request must not leave a
+        connection behind it each time, until the server runs out of them."""
+        me = threading.current_thread()
+        with self._opened_lock:
+            kept = []
+            for thread, other in self._opened:
+                if thread is not me and thread.is_alive():
+                    kept.append((thread, other))
+                else:
+                    with contextlib.suppress(Exception):
+                        other.close()
+            kept.append((me, conn))
+            self._opened = kept
+
+    def _forget_parent(self) -> None:
+        """In a forked child: leave the parent's connections alone (never use or close a
+        socket another process is using) and open our own from now on. The parent's stay
+        referenced, so that not even garbage collection closes them here."""
+        self._inherited = (self._opened, self.engine.pool)
+        self.engine.dispose(close=False)
+        self._opened = []
+        self._opened_lock = threading.Lock()  # the parent's may have been held at the fork
+        self._local = threading.local()
+        self._pid = os.getpid()
+
+    def drop(self) -> None:
+        """Forget (and close) this thread's connection: the next call opens a new one."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None) -> list[Any]:
+        """One statement in autocommit; ``sync`` (SQLite) is the durability of its commit, and
+        marks it as a write."""
+        conn = self.driver()
+        try:
+            if sync is not None and self.is_sqlite:
+                with self.write_lock:
+                    if self._local.sync != sync:
+                        conn.execute(sync)  # only when it changes: durability is per commit
+                        self._local.sync = sync
+                    return conn.execute(sql.text, binds).fetchall()  # type: ignore[no-any-return]
+            return conn.execute(sql.text, binds).fetchall()  # type: ignore[no-any-return]
+        except Exception as err:
+            if is_disconnect(err):
+                self.drop()
+            raise store_error(err, writing=sync is not None) from err
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Several statements as one atomic, durable write (SQLite ``BEGIN IMMEDIATE``)."""
+        conn = self.driver()
+        with contextlib.ExitStack() as stack:
+            try:
+                if self.is_sqlite:
+                    stack.enter_context(self.write_lock)
+                    if self._local.sync != self.sync_reserve:
+                        conn.execute(self.sync_reserve)
+                        self._local.sync = self.sync_reserve
+                    conn.execute("BEGIN IMMEDIATE")
+                else:
+                    conn.execute("BEGIN")
+            except Exception as err:
+                if is_disconnect(err):
+                    self.drop()
+                raise store_error(err, writing=True) from err
+            try:
+                yield Transaction(conn)
+                conn.execute("COMMIT")
+            except BaseException as err:
+                try:
+                    conn.execute("ROLLBACK")
+                except Exception:
+                    self.drop()
+                if isinstance(err, Exception) and not isinstance(err, (StoreError, Rollback)) and (
+                    type(err).__module__.startswith(("sqlite3", "psycopg"))
+                ):
+                    if is_disconnect(err):
+                        self.drop()
+                    raise store_error(err, writing=True) from err
+                raise
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        """This thread's driver connection, in autocommit mode (for tools and tests)."""
+        conn = self.driver()
+        try:
+            yield conn
+        except BaseException as err:
+            if is_disconnect(err) or is_disconnect(err.__cause__):
+                self.drop()
+            raise
+
+    def close(self) -> None:
+        """Close every connection this store opened (in this process)."""
+        if self._pid != os.getpid():
+            self._forget_parent()
+        with self._opened_lock:
+            for _, conn in self._opened:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._opened = []
+        self._local = threading.local()
+        self.engine.dispose()
+
+
+class Rollback(Exception):
+    """Raised inside :meth:`Connections.transaction` to undo it without an error."""
+
+
+class Transaction:
+    """Statements inside one transaction."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def all(self, sql: Sql, binds: Mapping[str, Any]) -> list[Any]:
+        """Every row the statement returns (none for a statement that returns nothing)."""
+        cursor = self.conn.execute(sql.text, binds)
+        return cursor.fetchall() if cursor.description is not None else []
+
+    def one(self, sql: Sql, binds: Mapping[str, Any]) -> Any:
+        """The first row the statement returns, or None."""
+        rows = self.all(sql, binds)
+        return rows[0] if rows else None
+
+    @staticmethod
+    def rollback() -> NoReturn:
+        """Undo the transaction (raises :class:`Rollback`, which the caller catches)."""
+        raise Rollback
+
+
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """The engine for ``url``: SQLite (a file; WAL) or Postgres (psycopg)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as err:
+        raise ConfigError(f"not a database URL: {safe_url(url)} ({err})") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
+            raise ConfigError(
+                "an in-memory SQLite store cannot be shared between calls and processes; "
+                "use a file (effectgate.testing.temporary_gate() makes a throw-away one)"
+            )
+        if read_only:
+            if not Path(database).expanduser().is_file():
+                raise StoreError(f"no effectgate store at {safe_url(url)} (no such file)")
+        else:
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            parsed, isolation_level="AUTOCOMMIT",
+            connect_args={"timeout": 60.0, "check_same_thread": False},
+        )
+        _fork_safe(engine)
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.execute("PRAGMA busy_timeout=60000")
+            if read_only:
+                dbapi_conn.execute("PRAGMA query_only=ON")
+                return
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute(_FULL)
+
+        return engine
+    if backend == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+        options = "-c default_transaction_read_only=on" if read_only else ""
+        try:
+            engine = create_engine(
+                parsed, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=32,
+                connect_args={"options": options} if options else {},
+            )
+        except (ModuleNotFoundError, NoSuchModuleError) as err:
+            raise ConfigError(
+                'the Postgres store needs psycopg: pip install -e ".[postgres]" in a clone '
+                '(pip install "effectgate[postgres]" where effectgate is published)'
+            ) from err
+        _fork_safe(engine)
+
+        @event.listens_for(engine, "connect")
+        def _synchronous(dbapi_conn: Any, _record: Any) -> None:
+            # A reservation must be durable before the body runs, whatever the server's
+            # default: raise 'off' to 'on' (a stronger setting, e.g. remote_apply, is kept).
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SHOW synchronous_commit")
+                row = cur.fetchone()
+                if row is not None and row[0] == "off":
+                    cur.execute("SET synchronous_commit = on")
+
+        return engine
+    raise ConfigError(f"effectgate supports sqlite and postgresql URLs, not {backend!r}")
+
+
+def _fork_safe(engine: Engine) -> None:
+    """Never hand a pooled connection to a process other than the one that opened it (after
+    ``os.fork()`` the pool's sockets are shared with the parent): SQLAlchemy's recipe."""
+
+    @event.listens_for(engine, "connect")
+    def _remember_pid(_dbapi_conn: Any, record: Any) -> None:
+        record.info["pid"] = os.getpid()
+
+    @event.listens_for(engine, "checkout")
+    def _check_pid(_dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        pid = os.getpid()
+        if record.info.get("pid", pid) != pid:
+            record.dbapi_connection = proxy.dbapi_connection = None
+            raise DisconnectionError(
+                f"connection opened by process {record.info['pid']}, checked out in {pid}"
+            )
+
+
+def is_disconnect(err: BaseException | None) -> bool:
+    """True when ``err`` means the connection itself is gone (Postgres)."""
+    if err is None:
+        return False
+    name = type(err).__module__
+    if name.startswith("psycopg"):
+        conn_closed = "closed" in str(err).lower() or "terminat" in str(err).lower()
+        return conn_closed or type(err).__name__ in ("OperationalError", "InterfaceError")
+    return False
+
+
+def store_error(err: Exception, *, writing: bool) -> StoreError:
+    """``err`` from the driver as a :class:`StoreError`; ``outcome_unknown`` when a write's
+    connection broke (it may or may not have committed)."""
+    if isinstance(err, StoreError):
+        return err
+    unknown = writing and is_disconnect(err)
+    return StoreError(f"the store failed: {type(err).__name__}: {err}", outcome_unknown=unknown)
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password hidden, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<bad url>"

@@ -1,0 +1,152 @@
+"""The typed rows the store hands up. Field order is column order: the statements select
+exactly these fields (``HEAD_COLUMNS``, ``ROW_COLUMNS``), and every row carries the store's
+clock at the read as ``now`` — the decision module never reads a clock of its own."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..states import ApprovalState, State
+
+__all__ = [
+    "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow", "EffectHead", "EffectRow", "Moved", "Recorded",
+    "approval_row", "effect_head", "effect_row",
+]
+
+_STATE = {s.value: s for s in State}
+_APPROVAL_STATE = {s.value: s for s in ApprovalState}
+
+
+class EffectHead(NamedTuple):
+    """What the per-call path decides on: no history and no audit fields."""
+
+    id: int
+    namespace: str
+    key: str
+    effect_type: str
+    payload_hash: str
+    state: State
+    attempt: int
+    token: int
+    lease_expires_at: float | None
+    attempt_started_at: float | None
+    created_at: float
+    result: str | None
+    reason: str | None
+    vendor: str | None
+    vendor_attempt: int | None
+    vendor_since: float | None
+    approval_id: str | None
+    budget_keys: str | None
+    estimated_cost_micros: int | None
+    pruned_at: float | None
+    lease_secret: str | None
+    now: float
+    inserted: bool = False
+
+
+class EffectRow(NamedTuple):
+    """Every column of an effect (history included), and the store's clock."""
+
+    id: int
+    namespace: str
+    key: str
+    effect_type: str
+    payload_hash: str
+    state: State
+    attempt: int
+    token: int
+    lease_expires_at: float | None
+    attempt_started_at: float | None
+    created_at: float
+    updated_at: float
+    result: str | None
+    error: str | None
+    reason: str | None
+    run_id: str | None
+    agent_id: str | None
+    group_key: str | None
+    compensation: str | None
+    compensates_effect_id: int | None
+    vendor: str | None
+    vendor_attempt: int | None
+    vendor_since: float | None
+    estimated_cost_micros: int | None
+    actual_cost_micros: int | None
+    approval_id: str | None
+    actor: str | None
+    note: str | None
+    pruned_at: float | None
+    budget_keys: str | None
+    lease_secret: str | None
+    history: str | None
+    now: float
+
+
+class ApprovalRow(NamedTuple):
+    """A request for a human's approval, and the store's clock."""
+
+    id: str
+    namespace: str
+    effect_id: int
+    effect_type: str
+    key: str
+    payload_hash: str
+    state: ApprovalState
+    requested_by: str | None
+    run_id: str | None
+    estimated_cost_micros: int | None
+    allow_self_approval: int
+    created_at: float
+    expires_at: float
+    decided_by: str | None
+    decided_at: float | None
+    reason: str | None
+    arguments: str | None
+    now: float
+
+
+class Recorded(NamedTuple):
+    """What a holder's report changed: the spend it moved, and whether it came late (after
+    the lease lapsed, settling the AMBIGUOUS effect)."""
+
+    budget_keys: str | None
+    estimated_cost_micros: int | None
+    late: bool
+
+
+class Moved(NamedTuple):
+    """A move's result: the row after it, or None when another writer moved the effect first;
+    ``over_ceiling`` names the spend ceiling that refused its charge (nothing was written)."""
+
+    row: EffectHead | None
+    over_ceiling: str | None = None
+
+
+HEAD_COLUMNS = EffectHead._fields[:-2]
+ROW_COLUMNS = EffectRow._fields[:-1]
+_HEAD_STATE = HEAD_COLUMNS.index("state")
+_HEAD_LEN = len(EffectHead._fields)
+_ROW_STATE = ROW_COLUMNS.index("state")
+
+
+def effect_head(values: Any) -> EffectHead:
+    """A head from a driver row of ``HEAD_COLUMNS`` + ``now`` (+ ``inserted``)."""
+    v = tuple(values)
+    i = _HEAD_STATE
+    fields = (*v[:i], _STATE[v[i]], *v[i + 1:])
+    return EffectHead._make(fields if len(fields) == _HEAD_LEN else (*fields, False))
+
+
+def effect_row(values: Any) -> EffectRow:
+    """A full row from a driver row of ``ROW_COLUMNS`` + ``now``."""
+    v = tuple(values)
+    i = _ROW_STATE
+    return EffectRow._make((*v[:i], _STATE[v[i]], *v[i + 1:]))
+
+
+def approval_row(values: Any) -> ApprovalRow:
+    """An approval from a driver row of its columns + ``now``."""
+    v = tuple(values)
+    i = ApprovalRow._fields.index("state")
+    return ApprovalRow._make((*v[:i], _APPROVAL_STATE[v[i]], *v[i + 1:]))

@@ -1,0 +1,395 @@
+"""Tables, the store's clock and schema migrations, declared once for every dialect.
+
+Times are seconds since the epoch on the *database's* clock (:class:`db_now`), never a
+worker's. Every transition of ``state`` or of the fencing ``token`` appends one line to the
+effect's own ``history`` column in the statement that makes it (see ``statements``), so
+history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema
+version and the store's secret for vendor keys.
+
+:func:`ensure_schema` creates a fresh store at the latest version, or migrates an older one
+under a lock, in one transaction: each migration first checks that the store has exactly the
+shape of the version it starts from, and refuses (changing nothing) a shape it does not
+recognise; a migration that replaces a table carries every row of it over. Afterwards every
+table is checked to have every column this version reads.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    literal_column,
+    text,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
+
+from ..errors import ConfigError, StoreError
+
+__all__ = [
+    "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
+    "literal", "metadata", "read_schema",
+]
+
+metadata = MetaData()
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+
+effects = Table(
+    "effectgate_effects",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("key", String(512), nullable=False),
+    Column("effect_type", String(200), nullable=False),
+    Column("payload_hash", String(64), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("lease_expires_at", Double),
+    Column("attempt_started_at", Double),
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+    Column("result", Text),
+    Column("error", Text),
+    Column("reason", Text),
+    Column("run_id", String(256)),
+    Column("agent_id", String(256)),
+    Column("group_key", String(512)),
+    Column("compensation", Text),
+    Column("compensates_effect_id", BigInteger),
+    Column("vendor", String(32)),
+    Column("estimated_cost_micros", BigInteger),
+    Column("actual_cost_micros", BigInteger),
+    Column("approval_id", String(64)),
+    Column("actor", String(256)),
+    Column("note", Text),
+    Column("pruned_at", Double),
+    Column("budget_keys", Text),
+    Column("history", Text),
+    # v3: proof of holding (SHA-256 of the secret issued with the lease), and the attempt and
+    # time the current vendor idempotency key was first issued for.
+    Column("lease_secret", String(64)),
+    Column("vendor_attempt", Integer),
+    Column("vendor_since", Double),
+    UniqueConstraint("namespace", "key", name="uq_effectgate_effects_key"),
+)
+Index(
+    "ix_effectgate_effects_group",
+    effects.c.namespace,
+    effects.c.group_key,
+    sqlite_where=effects.c.group_key.isnot(None),
+    postgresql_where=effects.c.group_key.isnot(None),
+)
+# v3: queues by state (the AMBIGUOUS queue, ls --state), newest first.
+Index("ix_effectgate_effects_state", effects.c.namespace, effects.c.state, effects.c.created_at)
+
+approvals = Table(
+    "effectgate_approvals",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("effect_id", BigInteger, nullable=False, index=True),
+    Column("effect_type", String(200), nullable=False),
+    Column("key", String(512), nullable=False),
+    Column("payload_hash", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("requested_by", String(256)),
+    Column("run_id", String(256)),
+    Column("estimated_cost_micros", BigInteger),
+    Column("allow_self_approval", Integer, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("decided_by", String(256)),
+    Column("decided_at", Double),
+    Column("reason", Text),
+    # v3: the normalised arguments that will execute, for the approver (redacted per field;
+    # cleared once decided or expired). Never in the effects table.
+    Column("arguments", Text),
+)
+
+budgets = Table(
+    "effectgate_budgets",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("scope_key", String(800), primary_key=True),
+    Column("spent_micros", BigInteger, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+meta = Table(
+    "effectgate_meta",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+
+def literal(text: str) -> ColumnElement[str]:
+    """A constant string written into the SQL itself (no bind to merge on every call)."""
+    return literal_column("'" + text.replace("'", "''") + "'", String)
+
+
+class db_now(FunctionElement[float]):
+    """The database's clock as epoch seconds (a float), fixed for the statement."""
+
+    type = Double()
+    inherit_cache = True
+    name = "db_now"
+
+
+@compiles(db_now, "sqlite")
+def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+@compiles(db_now, "postgresql")
+def _now_postgres(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)"
+
+
+class db_day(FunctionElement[str]):
+    """The database's UTC date as ``YYYY-MM-DD`` (for per-day spend ceilings)."""
+
+    type = String()
+    inherit_cache = True
+    name = "db_day"
+
+
+@compiles(db_day, "sqlite")
+def _day_sqlite(element: db_day, compiler: Any, **kw: Any) -> str:
+    return "strftime('%Y-%m-%d', 'now')"
+
+
+@compiles(db_day, "postgresql")
+def _day_postgres(element: db_day, compiler: Any, **kw: Any) -> str:
+    return "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+
+def _shape(conn: Connection) -> dict[str, set[str]]:
+    """Table name → its columns, for every ``effectgate_*`` table, in one query."""
+    if conn.dialect.name == "sqlite":
+        rows = conn.exec_driver_sql(
+            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p "
+            "WHERE m.type = 'table' AND m.name LIKE 'effectgate%'"
+        )
+    else:
+        rows = conn.exec_driver_sql(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name LIKE 'effectgate%%'"
+        )
+    shape: dict[str, set[str]] = {}
+    for table, column in rows:
+        shape.setdefault(str(table), set()).add(str(column))
+    return shape
+
+
+def _columns(conn: Connection, table: str) -> set[str]:
+    return _shape(conn).get(table, set())
+
+
+def _has_table(conn: Connection, table: str) -> bool:
+    return table in _shape(conn)
+
+
+# The columns each version's tables have (what a migration from that version expects).
+_V1_EFFECTS = {c.name for c in effects.c} - {"history", "lease_secret", "vendor_attempt",
+                                               "vendor_since"}
+_V1_APPROVALS = {c.name for c in approvals.c} - {"arguments"}
+_V2_EFFECTS = _V1_EFFECTS | {"history"}
+_V1_HISTORY = {"id", "effect_id", "from_state", "to_state", "at", "by", "note", "token"}
+
+
+def _expect(conn: Connection, version: int, table: str, wanted: set[str]) -> None:
+    """Refuse to migrate a table that does not have the shape of ``version``."""
+    if not _has_table(conn, table):
+        raise ConfigError(
+            f"the store says schema version {version} but has no {table} table; it was not "
+            "written by a released effectgate, and is left as it is"
+        )
+    found = _columns(conn, table)
+    if found != wanted:
+        missing, extra = sorted(wanted - found), sorted(found - wanted)
+        raise ConfigError(
+            f"the store says schema version {version} but {table} does not have that version's "
+            f"columns (missing: {', '.join(missing) or 'none'}; unexpected: "
+            f"{', '.join(extra) or 'none'}); nothing was changed"
+        )
+
+
+def _v2(conn: Connection, dialect: str) -> None:
+    """History moves from a trigger-fed table into the effect row (one write per transition
+    instead of three). Every history row of version 1 is carried into its effect's column
+    before the old table and its triggers are dropped."""
+    from .history import encode_line
+
+    _expect(conn, 1, "effectgate_effects", _V1_EFFECTS)
+    _expect(conn, 1, "effectgate_approvals", _V1_APPROVALS)
+    conn.exec_driver_sql("ALTER TABLE effectgate_effects ADD COLUMN history TEXT")
+    for trigger in ("effectgate_history_insert", "effectgate_history_update"):
+        conn.exec_driver_sql(
+            f"DROP TRIGGER IF EXISTS {trigger}"
+            + (" ON effectgate_effects" if dialect == "postgresql" else "")
+        )
+    if _has_table(conn, "effectgate_history"):
+        found = _columns(conn, "effectgate_history")
+        if not found >= _V1_HISTORY:
+            raise ConfigError(
+                "the store's version 1 history table lacks columns "
+                f"{', '.join(sorted(_V1_HISTORY - found))}; nothing was changed"
+            )
+        lines: dict[int, list[str]] = {}
+        rows = conn.exec_driver_sql(
+            "SELECT effect_id, from_state, to_state, at, token, by, note "
+            "FROM effectgate_history ORDER BY effect_id, id"
+        )
+        for effect_id, from_state, to_state, at, token, by, note in rows:
+            lines.setdefault(int(effect_id), []).append(
+                encode_line(from_state, to_state, float(at), int(token), by, note))
+        update = text("UPDATE effectgate_effects SET history = :h WHERE id = :id")
+        for effect_id, entries in lines.items():
+            conn.execute(update, {"h": "".join(entries), "id": effect_id})
+        conn.exec_driver_sql("DROP TABLE effectgate_history")
+    if dialect == "postgresql":
+        conn.exec_driver_sql("DROP FUNCTION IF EXISTS effectgate_history_fn()")
+
+
+def _v3(conn: Connection, dialect: str) -> None:
+    """Proof of holding and kept vendor keys on effects; the arguments an approver sees; an
+    index for the queues by state."""
+    _expect(conn, 2, "effectgate_effects", _V2_EFFECTS)
+    _expect(conn, 2, "effectgate_approvals", _V1_APPROVALS)
+    for column, kind in (("lease_secret", "VARCHAR(64)"), ("vendor_attempt", "INTEGER"),
+                         ("vendor_since", "DOUBLE PRECISION")):
+        conn.exec_driver_sql(f"ALTER TABLE effectgate_effects ADD COLUMN {column} {kind}")
+    # Until now a vendor key was derived from the attempt, first used when it started.
+    conn.exec_driver_sql(
+        "UPDATE effectgate_effects SET vendor_attempt = attempt, "
+        "vendor_since = attempt_started_at"
+    )
+    conn.exec_driver_sql("ALTER TABLE effectgate_approvals ADD COLUMN arguments TEXT")
+    for index in effects.indexes:
+        if index.name == "ix_effectgate_effects_state":
+            index.create(conn)
+
+
+# MIGRATIONS[n - 1] takes a store from version n - 1 to n, inside one transaction. A fresh
+# store is created at the latest version directly.
+MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _create(conn: Connection) -> None:
+    metadata.create_all(conn)
+    conn.execute(meta.insert().values(name="vendor_secret", value=secrets.token_hex(32)))
+    conn.execute(meta.insert().values(name="schema_version", value=str(SCHEMA_VERSION)))
+
+
+def _check_latest(conn: Connection) -> None:
+    """Every table has every column this version reads: a store stamped with this version by
+    an earlier development build fails here, at open, not at every call."""
+    shape = _shape(conn)
+    for table in (effects, approvals, budgets, meta):
+        if table.name not in shape:
+            raise ConfigError(
+                f"the store says schema version {SCHEMA_VERSION} but has no {table.name} table")
+        missing = {c.name for c in table.c} - shape[table.name]
+        if missing:
+            raise ConfigError(
+                f"the store says schema version {SCHEMA_VERSION} but {table.name} lacks "
+                f"{', '.join(sorted(missing))}: it was written by a development build of "
+                "effectgate; migrate it by hand or start a new store"
+            )
+
+
+def ensure_schema(engine: Engine) -> dict[str, str]:
+    """Create or migrate the store's tables; return the ``effectgate_meta`` rows.
+
+    Runs under a lock (SQLite ``BEGIN IMMEDIATE``, a Postgres advisory lock) so that many
+    workers starting at once migrate exactly once.
+    """
+    dialect = engine.dialect.name
+    if dialect not in ("sqlite", "postgresql"):
+        raise ConfigError(f"effectgate supports SQLite and PostgreSQL, not {dialect}")
+    with engine.connect() as conn:
+        if dialect == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7406253911)")
+        try:
+            version = _current_version(conn)
+            if version > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"the store's schema is version {version}, newer than this effectgate "
+                    f"understands ({SCHEMA_VERSION}); upgrade effectgate"
+                )
+            if version == 0:
+                if _has_table(conn, effects.name):
+                    raise ConfigError(
+                        "the store has effectgate tables but no schema version; it is left as "
+                        "it is"
+                    )
+                _create(conn)
+            elif version < SCHEMA_VERSION:
+                for number in range(version + 1, SCHEMA_VERSION + 1):
+                    migration = MIGRATIONS[number - 1]
+                    assert migration is not None
+                    migration(conn, dialect)
+                conn.execute(
+                    text("UPDATE effectgate_meta SET value = :v WHERE name = 'schema_version'"),
+                    {"v": str(SCHEMA_VERSION)},
+                )
+            _check_latest(conn)
+            rows = {name: value for name, value in conn.execute(meta.select())}
+            conn.exec_driver_sql("COMMIT")
+        except BaseException:
+            conn.exec_driver_sql("ROLLBACK")
+            raise
+    return rows
+
+
+def read_schema(engine: Engine, where: str) -> dict[str, str]:
+    """The ``effectgate_meta`` rows of an existing store, creating and migrating nothing.
+
+    :class:`~effectgate.StoreError` when there is no effectgate store there, or when its schema
+    is not the version this effectgate writes (it must be opened read-write once to migrate)."""
+    with engine.connect() as conn:
+        version = _current_version(conn)
+        if version == 0:
+            raise StoreError(f"no effectgate store at {where}")
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"the store at {where} has schema version {version}; this effectgate reads "
+                f"version {SCHEMA_VERSION} (open it read-write once to migrate)"
+            )
+        _check_latest(conn)
+        rows = {name: value for name, value in conn.execute(meta.select())}
+        conn.rollback()
+    return rows
+
+
+def _current_version(conn: Connection) -> int:
+    if not _has_table(conn, meta.name):
+        return 0
+    value = conn.execute(
+        text("SELECT value FROM effectgate_meta WHERE name = 'schema_version'")
+    ).scalar()
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        raise ConfigError(f"the store's schema version {value!r} is not a number") from None

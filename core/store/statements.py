@@ -1,0 +1,292 @@
+"""Every statement of the per-call path, written once with SQLAlchemy Core and compiled once
+per dialect. Bind parameter names are this module's and the store's business only.
+
+Compare-and-set is the rule for every transition: an update names the state (and fencing
+token) it expects, and does nothing when another writer moved the effect first. A holder's own
+writes (report, extend) are found by the holder's proof — namespace, key, token and the hash of
+the secret issued with its lease — never by an effect id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam as p
+from sqlalchemy import case, false, func, literal_column, null, select, true
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.expression import ColumnElement
+
+from ..states import ApprovalState, State
+from . import history
+from .pg_reserve import ReserveFunction
+from .rows import HEAD_COLUMNS, ROW_COLUMNS
+from .schema import approvals, budgets, db_day, db_now, effects, literal
+
+__all__ = ["Sql", "Statements"]
+
+
+_ONE: ColumnElement[int] = literal_column("1")
+
+
+def _state(state: State | ApprovalState) -> ColumnElement[str]:
+    return literal(state.value)
+
+
+class Sql:
+    """A statement compiled once for one dialect."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, stmt: ClauseElement | str, dialect: Any = None) -> None:
+        if isinstance(stmt, str):
+            self.text = stmt
+            return
+        compiled = stmt.compile(dialect=dialect)
+        if any(v is not None for v in compiled.params.values()):
+            raise AssertionError(f"a per-call statement has a literal bind: {compiled.params}")
+        self.text = compiled.string
+
+    def __repr__(self) -> str:
+        return f"Sql({self.text[:60]!r}...)"
+
+
+class Statements:
+    """The compiled statements for one dialect."""
+
+    def __init__(self, dialect: Any, dialect_name: str) -> None:
+        now = db_now()
+        t = effects.c
+        head = [t[name] for name in HEAD_COLUMNS] + [now.label("now")]
+        full = [t[name] for name in ROW_COLUMNS] + [now.label("now")]
+        in_ns = t.namespace == p("namespace")
+        by_key = in_ns & (t.key == p("key"))
+        in_flight, ambiguous = _state(State.IN_FLIGHT), _state(State.AMBIGUOUS)
+        line = history.append
+        starts = p("state") == _state(State.IN_FLIGHT)  # does the move start an attempt?
+
+        insert_values = {
+            "namespace": p("namespace"),
+            "key": p("key"),
+            "effect_type": p("effect_type"),
+            "payload_hash": p("payload_hash"),
+            "state": p("state"),
+            "attempt": literal_column("1"),
+            "token": literal_column("1"),
+            "lease_expires_at": now + p("lease_seconds"),
+            "attempt_started_at": now,
+            "created_at": now,
+            "updated_at": now,
+            "reason": p("reason"),
+            "run_id": p("run_id"),
+            "agent_id": p("agent_id"),
+            "group_key": p("group_key"),
+            "compensation": p("compensation"),
+            "compensates_effect_id": p("compensates_effect_id"),
+            "vendor": p("vendor"),
+            "vendor_attempt": literal_column("1"),
+            "vendor_since": case((starts, now), else_=null()),
+            "estimated_cost_micros": p("estimated_cost_micros"),
+            "approval_id": p("approval_id"),
+            "budget_keys": p("budget_keys"),
+            "actor": p("actor"),
+            "note": p("note"),
+            "lease_secret": p("lease_secret"),
+            "history": line(literal(""), p("state"), literal_column("1"), first=True),
+        }
+        dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+        insert = (
+            dialect_insert(effects)
+            .values(insert_values)
+            .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
+        )
+        self.fetch = Sql(select(*head).where(by_key), dialect)
+        self.fetch_row = Sql(select(*full).where(by_key), dialect)
+        self.fetch_row_id = Sql(select(*full).where(in_ns & (t.id == p("id"))), dialect)
+        self.insert = Sql(insert.returning(*head, true().label("inserted")), dialect)
+        # The reservation of a new key only needs what the store decided: id, lease, clock.
+        self.insert_lean = Sql(insert.returning(t.id, t.lease_expires_at, now), dialect)
+        # Postgres: read-if-present, else insert, in one round trip: the two statements above
+        # run inside a function generated from them (see pg_reserve).
+        self.reserve_function = ReserveFunction(
+            select(*head, false().label("inserted")).where(by_key),
+            insert.returning(*head, true().label("inserted")),
+            dialect,
+            [(c.name, str(c.type.compile(dialect=dialect))) for c in head[:-1]]
+            + [("now", "double precision"), ("inserted", "boolean")],
+        ) if dialect_name == "postgresql" else None
+        self.reserve = Sql(self.reserve_function.call if self.reserve_function else "")
+
+        cas = in_ns & (t.id == p("id")) & (t.token == p("token"))
+        live = (t.state == in_flight) & (t.lease_expires_at >= now)
+        holder = by_key & (t.token == p("token")) & (t.lease_secret == p("lease_secret"))
+        # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
+        # one starting, or a governed refusal (PENDING_APPROVAL, DENIED). A new token (and, for
+        # an attempt, a new lease secret) each time; the vendor key is kept as it was.
+        self.take = Sql(
+            effects.update()
+            .where(cas & (t.state == p("expected_state")))
+            .values(
+                history=line(t.state, p("state"), t.token + _ONE),
+                state=p("state"),
+                approval_id=p("approval_id"),
+                budget_keys=p("budget_keys"),
+                attempt=t.attempt + p("attempt_increment"),
+                token=t.token + _ONE,
+                lease_expires_at=now + p("lease_seconds"),
+                attempt_started_at=now,
+                updated_at=now,
+                result=null(),
+                error=null(),
+                reason=p("reason"),
+                run_id=p("run_id"),
+                agent_id=p("agent_id"),
+                estimated_cost_micros=p("estimated_cost_micros"),
+                actual_cost_micros=null(),
+                vendor=p("vendor"),
+                vendor_since=case((starts, func.coalesce(t.vendor_since, now)),
+                                  else_=t.vendor_since),
+                actor=p("actor"),
+                note=p("note"),
+                lease_secret=p("lease_secret"),
+                pruned_at=null(),  # a pruned tombstone that moves on is live again
+            )
+            .returning(*head),
+            dialect,
+        )
+        self.lapse = Sql(
+            effects.update()
+            .where(cas & (t.state == in_flight) & (t.lease_expires_at < now))
+            .values(state=ambiguous, reason=literal("lease lapsed"), updated_at=now,
+                    actor=literal("lease"), note=null(),
+                    history=line(t.state, ambiguous, t.token, literal('"lease"')))
+            .returning(*head),
+            dialect,
+        )
+        # The holder's outcome. A FAILED its holder proves moves the next attempt to a new
+        # vendor key, unless the current key was kept from an earlier attempt (whose holder
+        # may still send it).
+        proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt)
+
+        def outcome(where: Any, note: Any) -> Sql:
+            return Sql(
+                effects.update()
+                .where(where)
+                .values(
+                    history=line(t.state, p("state"), t.token, literal("null")),
+                    state=p("state"),
+                    result=p("result"),
+                    error=p("error"),
+                    reason=p("reason"),
+                    actual_cost_micros=p("actual_cost_micros"),
+                    lease_expires_at=null(),
+                    updated_at=now,
+                    actor=null(),
+                    note=note,
+                    vendor_attempt=case((proved, t.attempt + _ONE), else_=t.vendor_attempt),
+                    vendor_since=case((proved, null()), else_=t.vendor_since),
+                )
+                .returning(t.budget_keys, t.estimated_cost_micros),
+                dialect,
+            )
+
+        self.report = outcome(holder & live, null())
+        # The lapsed holder's own late report settles its AMBIGUOUS effect, as long as nobody
+        # has held or resolved it since (the token would have moved on).
+        lapsed = ((t.state == in_flight) & (t.lease_expires_at < now)) | (
+            (t.state == ambiguous) & t.lease_expires_at.is_not(None))
+        self.report_late = outcome(holder & lapsed, literal("late report"))
+        self.extend = Sql(
+            effects.update()
+            .where(holder & live)
+            .values(lease_expires_at=now + p("lease_seconds"), updated_at=now)
+            .returning(t.lease_expires_at),
+            dialect,
+        )
+        self.resolve = Sql(
+            effects.update()
+            .where(cas & (t.state == p("expected_state")))
+            .values(
+                history=line(t.state, p("state"), t.token + _ONE),
+                state=p("state"),
+                token=t.token + _ONE,
+                result=p("result"),
+                error=p("error"),
+                reason=p("reason"),
+                lease_expires_at=null(),
+                updated_at=now,
+                actor=p("actor"),
+                note=p("note"),
+                pruned_at=null(),
+                vendor_attempt=case(
+                    ((p("state") == _state(State.COMMITTED)) & (t.vendor_attempt > t.attempt),
+                     t.attempt), else_=t.vendor_attempt),
+            )
+            .returning(*full),
+            dialect,
+        )
+        self.now = Sql(select(now), dialect)
+
+        # Spend: a charge against one ceiling is counted only while the sum stays within the
+        # limit; a per-day ceiling's counter is named by the store's UTC date.
+        b = budgets.c
+
+        def charge(scope_key: Any) -> Sql:
+            return Sql(
+                dialect_insert(budgets)
+                .values(namespace=p("namespace"), scope_key=scope_key, spent_micros=p("cost"),
+                        updated_at=now)
+                .on_conflict_do_update(
+                    index_elements=[b.namespace, b.scope_key],
+                    set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
+                    where=b.spent_micros + p("cost") <= p("limit"),
+                )
+                .returning(b.scope_key, b.spent_micros),
+                dialect,
+            )
+
+        self.charge = charge(p("scope_key"))
+        self.charge_day = charge(p("scope_key") + db_day())
+        self.adjust = Sql(
+            budgets.update()
+            .where((b.namespace == p("namespace")) & (b.scope_key == p("scope_key")))
+            .values(spent_micros=b.spent_micros + p("delta"), updated_at=now),
+            dialect,
+        )
+
+        a = approvals.c
+        mine = (a.namespace == p("namespace")) & (a.id == p("approval_id"))
+        pending, approved = _state(ApprovalState.PENDING), _state(ApprovalState.APPROVED)
+        self.approval_insert = Sql(
+            approvals.insert().values(
+                id=p("approval_id"), namespace=p("namespace"), effect_id=p("effect_id"),
+                effect_type=p("effect_type"), key=p("key"), payload_hash=p("payload_hash"),
+                state=pending, requested_by=p("agent_id"), run_id=p("run_id"),
+                estimated_cost_micros=p("estimated_cost_micros"),
+                allow_self_approval=p("allow_self_approval"), created_at=now,
+                expires_at=now + p("expires_seconds"), arguments=p("arguments"),
+            ),
+            dialect,
+        )
+        self.approval_get = Sql(select(*approvals.c, now.label("now")).where(mine), dialect)
+        # A decision clears the arguments: the approver has seen them; they are not kept.
+        self.approval_decide = Sql(
+            approvals.update()
+            .where(mine & (a.state == pending) & (a.expires_at >= now))
+            .values(state=p("state"), decided_by=p("by"), decided_at=now, reason=p("reason"),
+                    arguments=null())
+            .returning(a.id),
+            dialect,
+        )
+        self.approval_consume = Sql(
+            approvals.update()
+            .where(mine & (a.state == approved) & (a.expires_at >= now)
+                   & (a.effect_type == p("effect_type")) & (a.key == p("key"))
+                   & (a.payload_hash == p("payload_hash")))
+            .values(state=_state(ApprovalState.CONSUMED), arguments=null())
+            .returning(a.id),
+            dialect,
+        )
+        self.approval_forget = Sql(
+            approvals.update().where(mine).values(arguments=null()), dialect)
+

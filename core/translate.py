@@ -1,0 +1,117 @@
+"""Rows into answers: a stored row becomes a :class:`BeginDecision`, an
+:class:`EffectRecord` or an :class:`ApprovalRecord`, with the vendor key it implies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import PayloadError
+from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry, epoch_to_datetime
+from .states import Decision, State
+from .store import history
+from .store.rows import ApprovalRow, EffectHead, EffectRow
+from .vendors import VendorKey, vendor_key
+
+__all__ = ["approval_record", "decision", "effect_record", "loads", "vendor_key_of"]
+
+
+def loads(text: str | None) -> Any:
+    """A stored JSON value (None stays None). :class:`PayloadError` for a value too deeply
+    nested to read back, rather than an untyped RecursionError."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise PayloadError("the stored result is nested too deeply to be read back") from None
+
+
+def vendor_key_of(row: EffectHead | EffectRow, secret: bytes) -> VendorKey | None:
+    """The vendor idempotency key the row's current attempt uses (None without a vendor): the
+    attempt it was first issued for, and its age since then."""
+    if row.vendor is None:
+        return None
+    attempt = row.vendor_attempt or row.attempt
+    since = row.vendor_since if row.vendor_since is not None else (
+        row.attempt_started_at or row.created_at)
+    return vendor_key(secret, row.vendor, namespace=row.namespace, effect_type=row.effect_type,
+                      key=row.key, attempt=attempt, attempt_age_seconds=max(0.0, row.now - since))
+
+
+def decision(row: EffectHead, kind: Decision, vendor_secret: bytes, lease_secret: str | None,
+             **extra: Any) -> BeginDecision:
+    """The answer to a ``begin`` that found (or wrote) ``row``."""
+    return BeginDecision(
+        decision=kind,
+        effect_id=row.id,
+        key=row.key,
+        effect_type=row.effect_type,
+        namespace=row.namespace,
+        state=row.state,
+        attempt=row.attempt,
+        lease_token=row.token,
+        lease_expires_epoch=row.lease_expires_at,
+        vendor_key=vendor_key_of(row, vendor_secret),
+        payload_hash=row.payload_hash,
+        lease_secret=lease_secret,
+        spends=bool(row.budget_keys),
+        estimated_cost_micros=row.estimated_cost_micros,
+        **extra,
+    )
+
+
+def _effective(row: EffectRow) -> tuple[State, bool]:
+    lapsed = row.state is State.IN_FLIGHT and row.lease_expires_at is not None and (
+        row.lease_expires_at < row.now)
+    return (State.AMBIGUOUS if lapsed else row.state), lapsed
+
+
+def effect_record(row: EffectRow, vendor_secret: bytes, *,
+                  with_history: bool = True) -> EffectRecord:
+    """An effect as reads report it: a lapsed IN_FLIGHT effect is AMBIGUOUS at once."""
+    state, lapsed = _effective(row)
+    entries = tuple(
+        HistoryEntry(
+            from_state=State(h.from_state) if h.from_state else None,
+            to_state=State(h.to_state), at=epoch_to_datetime(h.at),  # type: ignore[arg-type]
+            token=h.token, by=h.by, note=h.note,
+        )
+        for h in (history.parse(row.history) if with_history else ())
+    )
+    return EffectRecord(
+        effect_id=row.id, namespace=row.namespace, key=row.key,
+        effect_type=row.effect_type, state=state, attempt=row.attempt,
+        lease_token=row.token, payload_hash=row.payload_hash,
+        result=loads(row.result), error=row.error,
+        reason="lease lapsed" if lapsed else row.reason,
+        created_at=epoch_to_datetime(row.created_at),  # type: ignore[arg-type]
+        updated_at=epoch_to_datetime(row.updated_at),  # type: ignore[arg-type]
+        lease_expires_at=epoch_to_datetime(row.lease_expires_at),
+        run_id=row.run_id, agent_id=row.agent_id, group_key=row.group_key,
+        compensation=loads(row.compensation),
+        compensates_effect_id=row.compensates_effect_id, vendor=row.vendor,
+        estimated_cost_micros=row.estimated_cost_micros,
+        actual_cost_micros=row.actual_cost_micros, approval_id=row.approval_id,
+        pruned_at=epoch_to_datetime(row.pruned_at),
+        vendor_key=vendor_key_of(row, vendor_secret),
+        history=entries,
+    )
+
+
+def approval_record(row: ApprovalRow) -> ApprovalRecord:
+    """An approval request as people see it (arguments only while it is pending)."""
+    from .decide import approval_status
+
+    status = approval_status(row)
+    return ApprovalRecord(
+        approval_id=row.id, effect_id=row.effect_id, effect_type=row.effect_type, key=row.key,
+        payload_hash=row.payload_hash, state=status, requested_by=row.requested_by,
+        run_id=row.run_id, estimated_cost_micros=row.estimated_cost_micros,
+        created_at=epoch_to_datetime(row.created_at),  # type: ignore[arg-type]
+        expires_at=epoch_to_datetime(row.expires_at),  # type: ignore[arg-type]
+        decided_by=row.decided_by, decided_at=epoch_to_datetime(row.decided_at),
+        reason=row.reason,
+        arguments=loads(row.arguments) if status.value == "pending" else None,
+        unattributed=row.requested_by is None,
+    )

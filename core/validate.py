@@ -1,0 +1,91 @@
+"""Checks on what callers pass in, made before the store is touched: every error here is a
+typed :class:`~effectgate.ConfigError` (or :class:`~effectgate.InvalidTransition` for an
+outcome), and nothing has been written when one is raised."""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+
+from .errors import ConfigError, InvalidTransition
+from .keys import is_utf8
+from .states import Outcome
+
+__all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "micros", "parse_outcome", "seconds",
+           "text", "whole"]
+
+MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+MAX_TEXT = 2000
+MAX_INT = 2**63 - 1  # what a BIGINT column holds
+
+
+def text(value: object, name: str, limit: int, *, required: bool = False) -> str | None:
+    """A caller's string, NFC-normalised: non-empty, valid Unicode, no NUL, at most ``limit``
+    characters (None passes unless ``required``)."""
+    if value is None:
+        if required:
+            raise ConfigError(f"{name} is required")
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a str, not {type(value).__name__}")
+    if not value.isascii():
+        if not is_utf8(value):
+            raise ConfigError(f"{name} must be valid Unicode (it has a lone surrogate)")
+        value = unicodedata.normalize("NFC", value)
+    if not value.strip():
+        raise ConfigError(f"{name} must not be empty")
+    if len(value) > limit:
+        raise ConfigError(f"{name} is at most {limit} characters; this one has {len(value)}")
+    if "\x00" in value:
+        raise ConfigError(f"{name} must not contain NUL characters")
+    return value
+
+
+def whole(value: object, name: str, *, minimum: int = 0) -> int:
+    """A caller's int (not a bool) from ``minimum`` up to what the store can hold."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int, not {type(value).__name__}")
+    if not minimum <= value <= MAX_INT:
+        raise ConfigError(f"{name} must be from {minimum} to {MAX_INT}, not {value}")
+    return value
+
+
+def micros(value: object, name: str) -> int | None:
+    """A cost in micro-units (1_000_000 = $1), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int of micro-units (1_000_000 = $1)")
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative")
+    if value > MAX_INT:
+        raise ConfigError(f"{name} is at most {MAX_INT} micro-units")
+    return value
+
+
+def seconds(value: object, name: str) -> float:
+    """A lease or grace length in seconds: more than 0, at most a week."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number of seconds")
+    try:
+        span = float(value)
+    except OverflowError:
+        raise ConfigError(f"{name} is too large") from None
+    if not (math.isfinite(span) and 0 < span <= MAX_LEASE_SECONDS):
+        raise ConfigError(f"{name} must be more than 0 and at most {MAX_LEASE_SECONDS:.0f} "
+                          "seconds")
+    return span
+
+
+def parse_outcome(outcome: object, allowed: tuple[Outcome, ...] = tuple(Outcome)) -> Outcome:
+    """``outcome`` as an :class:`Outcome`; :class:`InvalidTransition` if it is not one."""
+    parsed = None
+    if isinstance(outcome, str):
+        try:
+            parsed = Outcome(outcome.lower())
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed not in allowed:
+        names = ", ".join(repr(o.value) for o in allowed)
+        raise InvalidTransition(f"outcome must be one of {names}, not {outcome!r}")
+    return parsed
