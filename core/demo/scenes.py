@@ -39,10 +39,13 @@ def demo_policy() -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One thing that happened: who (``actor``) did or saw what (``text``)."""
+    """One thing that happened: who (``actor``) did or saw what (``text``); with the gate, the
+    effect ``key`` it concerns and the gate's ``decision`` (for :class:`effectgate.viz.Recorder`)."""
 
     actor: Actor
     text: str
+    key: str | None = None
+    decision: str | None = None
 
 
 @dataclass
@@ -87,9 +90,10 @@ class Pass:
         self._seen_refunds: Counter[str] = Counter()
         vendor.on_call = self._vendor_call
 
-    def say(self, actor: Actor, text: str) -> None:
+    def say(self, actor: Actor, text: str, *, key: str | None = None,
+            decision: str | None = None) -> None:
         """Show one line."""
-        self.show(Line(actor, text))
+        self.show(Line(actor, text, key, decision))
 
     def _vendor_call(self, call: VendorCall) -> None:
         t = self.tally
@@ -135,16 +139,17 @@ class Pass:
             self.tally.states.append(state)
             detail = (f"; the stored result {answer.told}, the vendor is not called"
                       if answer.decision == "duplicate" else "")
-            self.say("gate", f"{answer.decision} → state {state}{detail}")
+            self.say("gate", f"{answer.decision} → state {state}{detail}",
+                     key=effect_key(tool, args), decision=answer.decision)
         if answer.raised:
             self.say("agent", f"the run fails with {answer.told}; it is started again")
         elif not answer.ok or self.gate is None:
             self.say("model", f"is told: {answer.told}")
         return answer
 
-    def operator(self, text: str) -> None:
+    def operator(self, text: str, key: str | None = None) -> None:
         """An operator's command (shown as typed)."""
-        self.say("operator", text)
+        self.say("operator", text, key=key)
 
 
 def _call_text(tool: str, args: dict[str, Any]) -> str:
@@ -172,9 +177,9 @@ def _scene_lost_reply(p: Pass) -> None:
     receipt = p.vendor.by_idempotency_key[record.vendor_key.value] if record.vendor_key else {}
     p.say("operator", f"finds the effect's idempotency key in the vendor's dashboard: "
                       f"{receipt['refund_id']} exists")
-    p.operator("effectgate resolve refund:txn_1002 --committed")
     p.gate.resolve("refund:txn_1002", "committed", by="alice", result=receipt,
                    note="found in the vendor dashboard")
+    p.operator("effectgate resolve refund:txn_1002 --committed", key="refund:txn_1002")
     p.ask("refund", "the agent asks again", txn_id="txn_1002", amount_cents=4000)
 
 
@@ -205,7 +210,8 @@ def _scene_saga(p: Pass) -> None:
         p.operator("effectgate unwind trip:trip_77")
         report = p.gate.unwind("trip:trip_77", by="alice")
         for step in report.compensated:
-            p.say("gate", f"compensated {step.key} (cancelled {brief(step.result)})")
+            p.say("gate", f"compensated {step.key} (cancelled {brief(step.result)})",
+                  key=f"compensate:{step.key}")
         for step in report.skipped:
             p.say("gate", f"nothing to undo for {step.key}: it is {step.state.upper()}")
         for step in report.unresolved + report.failed + report.irreversible:
