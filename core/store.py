@@ -778,7 +778,7 @@ def _make_engine(url: str, *, read_only: bool = False) -> Engine:
             return engine
         except (ModuleNotFoundError, NoSuchModuleError) as err:
             raise ConfigError(
-                'the Postgres store needs psycopg: pip install ".[postgres]" in the effectgate clone'
+                'Postgres needs psycopg: pip install ".[postgres]" in the effectgate clone'
             ) from err
     raise ConfigError(f"effectgate supports sqlite and postgresql URLs, not {backend!r}")
 

@@ -45,7 +45,7 @@ def check_drawing(data: dict[str, Any]) -> bytes:
         colours = [to_hex(c) for c in collection.get_facecolors()]
         assert colours == [STATE_COLOURS[state] for _, _, state in row]
         assert len(collection.get_paths()) == len(row)
-    drawn = sorted((round(float(x), 4), int(round(float(y))), to_hex(m.get_facecolors()[0]))
+    drawn = sorted((round(float(x), 4), round(float(y)), to_hex(m.get_facecolors()[0]))
                    for m in marks for x, y in m.get_offsets())
     wanted = sorted((e[1], e[0], EVENT_MARKERS[e[2]][1]) for e in data["events"])
     assert drawn == wanted

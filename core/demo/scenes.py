@@ -40,7 +40,7 @@ def demo_policy() -> Any:
 @dataclass(frozen=True, slots=True)
 class Line:
     """One thing that happened: who (``actor``) did or saw what (``text``); with the gate, the
-    effect ``key`` it concerns and the gate's ``decision`` (for :class:`effectgate.viz.Recorder`)."""
+    effect ``key`` it concerns and the gate's ``decision`` (read by ``effectgate.viz``)."""
 
     actor: Actor
     text: str
