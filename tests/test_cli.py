@@ -472,8 +472,11 @@ def readme_commands() -> list[list[str]]:
             line = line.split(" #", 1)[0].strip()
             if line.startswith("effectgate "):
                 found.append(shlex.split(line))
+    from effectgate.cli import COMMANDS
+
     for inline in re.findall(r"`(effectgate [^`]+)`", body):
-        found.append(shlex.split(inline))
+        if inline.split()[1] in COMMANDS:  # not prose such as `effectgate supports ...`
+            found.append(shlex.split(inline))
     return found
 
 
