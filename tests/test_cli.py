@@ -24,7 +24,7 @@ import effectgate as eg
 from effectgate.cli import main
 from effectgate.testing import lapse_leases
 
-from .conftest import PG_URL, snapshot
+from .conftest import PG_URL, require_postgres, snapshot
 
 POLICY = {"effects": {"payment.big": {"approval": "always"}}}
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/none"
@@ -412,14 +412,15 @@ def test_reading_a_store_that_does_not_exist_is_an_error_and_creates_nothing(
     assert "no effects match" not in result.output
 
 
-def test_a_postgres_url_in_the_spelling_hosts_print_is_accepted(
-        backend: str, store: dict[str, Any]) -> None:
-    if backend != "postgres":
-        pytest.skip("Postgres URL spellings")
+def test_a_postgres_url_in_the_spelling_hosts_print_is_accepted(namespace: str) -> None:
+    """(Postgres only.)"""
+    require_postgres()
+    with eg.Gate(PG_URL, namespace=namespace) as gate:
+        gate.report(gate.begin(effect_type="t", key="refund:a", payload={}), "committed")
     for prefix in ("postgres://", "postgresql://"):
         url = prefix + PG_URL.split("://", 1)[1]
-        rows = as_json(cli("ls", "--url", url, "--namespace", store["ns"], "--json"))
-        assert "refund:a" in {r["key"] for r in rows}
+        rows = as_json(cli("ls", "--url", url, "--namespace", namespace, "--json"))
+        assert [r["key"] for r in rows] == ["refund:a"]
 
 
 def test_a_malformed_url_is_bad_input() -> None:
