@@ -71,7 +71,7 @@ def missing_extra(framework: str, extra: str, err: ImportError) -> ImportError:
     """The ImportError raised when a framework's extra is not installed."""
     return ImportError(
         f"effectgate.integrations.{framework} needs the {extra!r} extra: "
-        f'pip install "effectgate[{extra}]" ({err})'
+        f'pip install ".[{extra}]" in the effectgate clone ({err})'
     )
 
 

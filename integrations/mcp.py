@@ -31,7 +31,7 @@ try:
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
-        'effectgate.integrations.mcp needs the mcp package: pip install "effectgate[mcp]"'
+        'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
     ) from err
 
 if TYPE_CHECKING:

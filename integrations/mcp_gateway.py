@@ -40,7 +40,7 @@ try:
     from mcp.shared.exceptions import MCPError
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
-        'effectgate.integrations.mcp_gateway needs the mcp package: pip install "effectgate[mcp]"'
+        'effectgate.integrations.mcp_gateway needs the mcp package: pip install ".[mcp]"'
     ) from err
 
 __all__ = ["Gateway", "UpstreamToolError", "run_gateway", "tool_specs"]

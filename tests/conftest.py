@@ -3,6 +3,11 @@
 Postgres is the server on 127.0.0.1:5432 (``$EFFECTGATE_TEST_PG_URL`` overrides). Each test gets
 its own namespace, so tests run in parallel (pytest-xdist) on one database. With ``CI=true`` a
 Postgres test that cannot connect fails; elsewhere it skips.
+
+The database is shared (other runs may be using it at the same time), so every namespace this
+run makes starts with one prefix of its own (:data:`TEST_PREFIX`, ``t-<run>-``, the same in
+every xdist worker); when the whole run ends, every row under that prefix is deleted from every
+``effectgate_*`` table that has a namespace column — and only those rows.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ PG_URL = os.environ.get(
     "EFFECTGATE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# One id per test run, set by the first process (the xdist controller) and inherited by its
+# workers through the environment.
+RUN = os.environ.setdefault("EFFECTGATE_TEST_RUN", uuid.uuid4().hex[:8])
+TEST_PREFIX = f"t-{RUN}-"
 _pg_error: list[str] = []
 
 
@@ -64,7 +73,37 @@ def store_url(backend: str, tmp_path: Path) -> str:
 
 @pytest.fixture
 def namespace() -> str:
-    return f"t-{uuid.uuid4().hex[:12]}"
+    return f"{TEST_PREFIX}{uuid.uuid4().hex[:12]}"
+
+
+def delete_namespaces(url: str, prefix: str) -> int:
+    """Delete every row whose namespace starts with ``prefix`` from every ``effectgate_*``
+    table of ``url``'s current schema that has a namespace column; returns the row count."""
+    import psycopg
+
+    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    deleted = 0
+    with psycopg.connect(url.replace("+psycopg", ""), connect_timeout=5,
+                         autocommit=True) as conn:
+        tables = [row[0] for row in conn.execute(
+            "SELECT table_name FROM information_schema.columns WHERE column_name = 'namespace' "
+            "AND table_schema = current_schema() AND table_name LIKE 'effectgate\\_%'")]
+        for table in tables:
+            cur = conn.execute(f'DELETE FROM "{table}" WHERE namespace LIKE %s', (pattern,))
+            deleted += cur.rowcount or 0
+    return deleted
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """At the end of the whole run (the xdist controller, or the only process): delete this
+    run's rows from the shared Postgres database."""
+    if hasattr(session.config, "workerinput"):
+        return
+    try:
+        delete_namespaces(PG_URL, TEST_PREFIX)
+    except Exception as err:  # pragma: no cover - depends on the machine
+        if IN_CI:
+            raise RuntimeError(f"could not delete this run's rows from {PG_URL}: {err}") from err
 
 
 @pytest.fixture

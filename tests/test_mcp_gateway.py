@@ -21,7 +21,7 @@ import pytest
 
 import effectgate as eg
 
-pytest.importorskip("mcp", reason='needs the mcp extra: pip install "effectgate[mcp]"')
+pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client

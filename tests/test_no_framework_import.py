@@ -65,4 +65,4 @@ def test_a_missing_extra_raises_import_error_naming_the_pip_command(
             print("imported")
     """)
     assert done.returncode == 0, done.stderr
-    assert f'pip install "effectgate[{extra}]"' in done.stdout
+    assert f'pip install ".[{extra}]" in the effectgate clone' in done.stdout

@@ -19,7 +19,7 @@ from .trace import PgTrace, SqliteTrace, pg_fingerprint
 
 __all__ = ["EFFECT_TARGETS", "REFUSAL_TARGETS", "bench_core", "gated"]
 
-# (backend, durability variant) -> the largest allowed ratio to the raw driver (DESIGN.md)
+# (backend, durability variant) -> the largest allowed ratio to the raw driver (docs/benchmarks.md)
 EFFECT_TARGETS = {("sqlite", "default"): 1.5, ("sqlite", "normal"): 3.0,
                   ("postgres", "default"): 1.3}
 REFUSAL_TARGETS = {"sqlite": 3.0, "postgres": 1.3}

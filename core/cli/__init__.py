@@ -18,8 +18,8 @@ __all__ = ["main"]
 COMMANDS: dict[str, str] = {
     "demo": "demo:demo",
     "verify": "verify:verify",
-    "ls": "ops:ls",
-    "show": "ops:show",
+    "ls": "read:ls",
+    "show": "read:show",
     "resolve": "ops:resolve",
     "approve": "ops:approve",
     "deny": "ops:deny",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,12 +26,17 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_STORE",
+    "BadInput",
     "Command",
     "console",
+    "exclusive",
     "fail",
     "gate_options",
+    "given",
     "handle_errors",
+    "normalise_url",
     "open_gate",
+    "output_options",
     "print_json",
 ]
 
@@ -48,13 +52,19 @@ def console(*, stderr: bool = False) -> Any:
 
 
 def print_json(value: Any) -> None:
-    """``value`` as indented JSON on stdout, for scripts."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """``value`` as indented JSON on stdout, for scripts (control and format characters inside
+    strings as ``\\u`` escapes, so agent-supplied text never reaches a terminal raw)."""
+    from ._safe import dumps
+
+    click.echo(dumps(value))
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print ``effectgate: error: message`` on stderr and exit with ``code``."""
-    click.echo(f"effectgate: error: {message}", err=True)
+    """Print ``effectgate: error: message`` on stderr (one line, unsafe characters escaped)
+    and exit with ``code``."""
+    from ._safe import plain
+
+    click.echo(f"effectgate: error: {plain(message)}", err=True)
     sys.exit(code)
 
 
@@ -64,7 +74,9 @@ class BadInput(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"effectgate: error: {self.format_message()}", err=True)
+        from ._safe import plain
+
+        click.echo(f"effectgate: error: {plain(self.format_message())}", err=True)
 
 
 EXIT_CODES_HELP = ("Exit codes: 0 done; 1 a check failed or the store refused; "
@@ -144,9 +156,59 @@ def gate_options(fn: F) -> F:
     )(fn)
     fn = click.option(
         "--url", default=None, envvar="EFFECTGATE_URL", metavar="URL",
-        help="Store URL (default: $EFFECTGATE_URL, else sqlite:///.effectgate/effects.db).",
+        callback=lambda ctx, param, value: normalise_url(value),
+        help="Store URL (default: $EFFECTGATE_URL, else sqlite:///.effectgate/effects.db). "
+             "Postgres: postgresql://user@host/db (postgres:// is accepted too).",
     )(fn)
     return fn
+
+
+def normalise_url(url: str | None) -> str | None:
+    """``postgres://`` and ``postgresql://`` (the spellings libpq, Heroku and most hosts
+    print) as the ``postgresql+psycopg://`` URL the store opens; anything else unchanged."""
+    if url is None:
+        return None
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """True when the parameter ``name`` was given on the command line (not a default or an
+    environment variable)."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+
+
+def exclusive(ctx: click.Context, *groups: tuple[str, ...]) -> None:
+    """Refuse (exit 2) when two options of one group were both given on the command line.
+
+    Each group names click parameter names; the message names their flags."""
+    flags = {p.name: (p.opts[0] if p.opts else p.name) for p in ctx.command.params}
+    for group in groups:
+        present = [name for name in group if given(ctx, name)]
+        if len(present) > 1:
+            shown = " and ".join(str(flags.get(n, n)) for n in present)
+            raise BadInput(f"{shown} exclude each other (see: {ctx.command_path} --help)")
+
+
+def output_options(fn: F) -> F:
+    """``--json`` (a JSON document, for scripts) and ``--plain`` (tab-separated lines, no
+    colour, no header), as one ``output`` argument: "table", "json" or "plain"."""
+    fn = click.option("--plain", "as_plain", is_flag=True,
+                      help="Print tab-separated lines without colour or header, for scripts.")(fn)
+    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, as_json: bool = False, as_plain: bool = False, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        exclusive(ctx, ("as_json", "as_plain"))
+        output = "json" if as_json else "plain" if as_plain else "table"
+        return fn(*args, output=output, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _load_gate(ref: str) -> Any:
@@ -169,12 +231,22 @@ def _load_gate(ref: str) -> Any:
 
 
 @contextmanager
-def open_gate(url: str | None, namespace: str, gate_ref: str | None = None) -> Iterator[Any]:
+def open_gate(url: str | None, namespace: str, gate_ref: str | None = None, *,
+              read_only: bool = False) -> Iterator[Any]:
     """The gate a command acts on; closed afterwards. A store that cannot be reached becomes
-    :class:`StoreError` (exit 3), a malformed URL :class:`ConfigError` (exit 2)."""
+    :class:`StoreError` (exit 3), a malformed URL :class:`ConfigError` (exit 2).
+
+    ``read_only=True`` (commands that only read) opens an existing store without creating or
+    migrating anything: a mistyped URL is an error (exit 3), never an empty store. A gate
+    from ``--gate`` is used as your code made it."""
     from ..gate import Gate
 
-    gate = _load_gate(gate_ref) if gate_ref else Gate(url, namespace=namespace)
+    if gate_ref:
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:
+            exclusive(ctx, ("gate_ref", "url"), ("gate_ref", "namespace"))
+    gate = (_load_gate(gate_ref) if gate_ref
+            else Gate(normalise_url(url), namespace=namespace, read_only=read_only))
     try:
         yield gate
     finally:

@@ -47,7 +47,7 @@ def bench(urls: tuple[str, ...], n: int, chunks: int, only: tuple[str, ...], sca
 
     Prints, per backend, the time per executed effect (decorator path) and per duplicate
     refusal with ratios to sqlite3 / psycopg, round trips counted from the driver's trace,
-    and each ratio's target from DESIGN.md. Exit code 0 even when a target is missed (this
+    and each ratio's target (docs/benchmarks.md). Exit code 0 even when a target is missed (this
     is a measurement, not a test); 3 when a store cannot be reached.
     """
     from ..bench import SECTIONS, BenchConfig, run_bench

@@ -25,7 +25,7 @@ def _gate(url: str | None, namespace: str, gate_ref: str | None,
     try:
         import mcp as _mcp  # noqa: F401
     except ImportError:
-        fail('effectgate mcp needs the mcp package: pip install "effectgate[mcp]"')
+        fail('effectgate mcp needs the mcp extra: pip install ".[mcp]" in the effectgate clone')
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="effectgate: %(levelname)s: %(message)s")
     if policy is None and gate_ref is None and Path("effectgate.toml").is_file():

@@ -279,16 +279,20 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
         return engine
     if backend == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
-        options = "-c default_transaction_read_only=on" if read_only else ""
+        connect_args: dict[str, Any] = {}
+        if read_only:  # kept beside the URL's own options (a search_path, say)
+            own = parsed.query.get("options", "")
+            own = " ".join(own) if isinstance(own, tuple) else own
+            connect_args["options"] = f"{own} -c default_transaction_read_only=on".strip()
+            parsed = parsed.difference_update_query(["options"])
         try:
             engine = create_engine(
                 parsed, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=32,
-                connect_args={"options": options} if options else {},
+                connect_args=connect_args,
             )
         except (ModuleNotFoundError, NoSuchModuleError) as err:
             raise ConfigError(
-                'the Postgres store needs psycopg: pip install -e ".[postgres]" in a clone '
-                '(pip install "effectgate[postgres]" where effectgate is published)'
+                'Postgres needs psycopg: pip install ".[postgres]" in the effectgate clone'
             ) from err
         _fork_safe(engine)
 
