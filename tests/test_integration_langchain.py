@@ -328,7 +328,7 @@ def test_invoke_outside_an_agent_loop(gate: eg.Gate, refund: Any, ledger: list[A
 
 def test_gate_none_uses_one_process_wide_default_gate(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refund: Any, ledger: list[Any]) -> None:
-    from effectgate.integrations import _common
+    from effectgate.integrations._kernel import gates as _common
 
     monkeypatch.setenv("EFFECTGATE_URL", f"sqlite:///{tmp_path / 'default.db'}")
     monkeypatch.setattr(_common, "_default", None)
