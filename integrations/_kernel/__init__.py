@@ -19,7 +19,7 @@ A framework module keeps only what its framework forces.
 
 from __future__ import annotations
 
-from .call import GatedCall, OnRefusal, Pause, Refused, is_stopping
+from .call import GatedCall, OnRefusal, Pause, Refused, is_stopping, recorded_failed
 from .context import framework_context, model_arguments
 from .declarations import SPEC_OPTIONS, Declaration, Declarations, read_declarations
 from .driver import Framework, UngatedToolWarning, gate_tools, report_ungated
@@ -48,6 +48,7 @@ __all__ = [
     "model_arguments",
     "model_message",
     "read_declarations",
+    "recorded_failed",
     "report_ungated",
     "requires_extra",
     "resolve_gate",

@@ -17,6 +17,7 @@ one thread hop instead of three).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,7 +38,7 @@ from effectgate import (
 from .twins import Slot, twins
 from .vocabulary import model_message, short_error
 
-__all__ = ["GatedCall", "OnRefusal", "Pause", "Refused", "is_stopping"]
+__all__ = ["GatedCall", "OnRefusal", "Pause", "Refused", "is_stopping", "recorded_failed"]
 
 OnRefusal = Literal["message", "raise"]
 
@@ -78,6 +79,15 @@ def is_stopping(error: BaseException | None) -> bool:
     return isinstance(error, EffectRefused)
 
 
+_OUTCOME = "__effectgate_outcome__"
+
+
+def recorded_failed(error: BaseException) -> bool:
+    """True for a body error the gate recorded FAILED and raised as it was (``reraise_failed``
+    or raise mode): nothing happened, so a framework's own error handling may answer it."""
+    return getattr(error, _OUTCOME, None) == "failed"
+
+
 class _Attempt:
     """Set by the body wrapper: did the body start, and under which decision?"""
 
@@ -98,17 +108,19 @@ class GatedCall:
     ``raise_as`` turns an effectgate error into the framework's own exception type.
     ``reraise_failed``: exception types that, once classified FAILED (nothing happened), are
     raised as they are even in message mode, so the framework's own error setting answers the
-    model (LangChain's ``handle_tool_error``). ``pause``: the framework's pause for a human,
-    used for ``approval_required`` (see :meth:`approval`).
+    model (LangChain's ``handle_tool_error``). ``raise_body_errors``: a body error is raised
+    as in raise mode even when refusals are messages (a framework told to let tool errors
+    raise). ``pause``: the framework's pause for a human, used for ``approval_required`` (see
+    :meth:`approval`).
     """
 
-    __slots__ = ("_identity", "_lease", "on_refusal", "pause", "raise_as", "reraise_failed",
-                 "spec", "tool_name")
+    __slots__ = ("_identity", "_lease", "on_refusal", "pause", "raise_as", "raise_body_errors",
+                 "reraise_failed", "spec", "tool_name")
 
     def __init__(self, spec: EffectSpec, tool_name: str, *, on_refusal: OnRefusal = "message",
                  raise_as: Callable[[BaseException], BaseException] | None = None,
                  reraise_failed: tuple[type[BaseException], ...] = (),
-                 pause: Pause | None = None) -> None:
+                 raise_body_errors: bool = False, pause: Pause | None = None) -> None:
         if on_refusal not in ("message", "raise"):
             raise ConfigError(f"on_refusal must be 'message' or 'raise', not {on_refusal!r}")
         self.spec = spec
@@ -116,6 +128,7 @@ class GatedCall:
         self.on_refusal = on_refusal
         self.raise_as = raise_as
         self.reraise_failed = reraise_failed
+        self.raise_body_errors = raise_body_errors or on_refusal == "raise"
         self.pause = pause
         gate = spec.gate
         self._identity = (gate.url, gate.namespace, spec.effect_type)
@@ -214,11 +227,13 @@ class GatedCall:
             raise exc
         outcome = classify(exc, self.spec.classifiers)
         if outcome is Outcome.FAILED:
-            if self.on_refusal == "raise" or isinstance(exc, self.reraise_failed):
+            if self.raise_body_errors or isinstance(exc, self.reraise_failed):
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(exc, _OUTCOME, "failed")
                 raise exc
             return Refused("failed", model_message("failed", decision.key, exc), exc,
                            decision.key)
-        if self.on_refusal == "raise":
+        if self.raise_body_errors:
             ambiguous = EffectAmbiguous(
                 f"{decision.key!r} may or may not have happened: the body raised "
                 f"{short_error(exc)}", key=decision.key, state="ambiguous", decision="execute",
