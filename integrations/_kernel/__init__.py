@@ -25,11 +25,11 @@ from .declarations import SPEC_OPTIONS, Declaration, Declarations, read_declarat
 from .driver import Framework, UngatedToolWarning, gate_tools, report_ungated
 from .extras import missing_extra, requires_extra
 from .gates import default_gate, resolve_gate
-from .twins import TwinRegistry, twins
+from .twins import TwinRegistry
+from .twins import registry as twin_registry
 from .vocabulary import error_hint, model_message
 
 __all__ = [
-    "SPEC_OPTIONS",
     "Declaration",
     "Declarations",
     "Framework",
@@ -37,6 +37,7 @@ __all__ = [
     "OnRefusal",
     "Pause",
     "Refused",
+    "SPEC_OPTIONS",
     "TwinRegistry",
     "UngatedToolWarning",
     "default_gate",
@@ -52,5 +53,5 @@ __all__ = [
     "report_ungated",
     "requires_extra",
     "resolve_gate",
-    "twins",
+    "twin_registry",
 ]

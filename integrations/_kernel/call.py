@@ -35,7 +35,8 @@ from effectgate import (
     current_effect,
 )
 
-from .twins import Slot, twins
+from .twins import Slot
+from .twins import registry as twins
 from .vocabulary import model_message, short_error
 
 __all__ = ["GatedCall", "OnRefusal", "Pause", "Refused", "is_stopping", "recorded_failed"]

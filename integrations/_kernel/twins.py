@@ -26,7 +26,7 @@ from typing import Any
 
 from effectgate import payload_hash
 
-__all__ = ["Answer", "Slot", "TwinRegistry", "twins"]
+__all__ = ["Answer", "Slot", "TwinRegistry", "registry"]
 
 _held: contextvars.ContextVar[frozenset[Hashable]] = contextvars.ContextVar(
     "effectgate_twin_slots", default=frozenset())
@@ -175,5 +175,5 @@ class TwinRegistry:
         return out
 
 
-twins = TwinRegistry()
+registry = TwinRegistry()
 """The process-wide registry every adapter uses."""
