@@ -27,13 +27,14 @@ handed back to pydantic-ai as a ``ModelRetry`` (a retry is what must not happen)
 and ``ToolFailed`` raised by the body itself are FAILED only when a declared classifier says so
 (``classifiers=``), AMBIGUOUS otherwise.
 
-A sync function tool's reservation, body and outcome run on one worker thread (pydantic-ai would
-run the body on a thread anyway); this reads ``FunctionSchema._call_args`` and falls back to the
-plain path when it is absent.
+A sync function tool's reservation, body and outcome run in one hop off the event loop, through
+pydantic-ai's own executor (so its thread settings hold), where pydantic-ai would run the body
+alone; this reads ``FunctionSchema._call_args`` and falls back to the plain path without it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
@@ -64,6 +65,18 @@ with requires_extra("pydantic_ai", "pydantic-ai"):
 __all__ = ["EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"]
 
 
+try:  # pydantic-ai's own way off the event loop (its executor, no threads under durable engines)
+    from pydantic_ai._utils import run_in_executor as _run_in_executor
+except ImportError:  # pragma: no cover - another pydantic-ai layout
+    _run_in_executor = None
+
+
+async def _hop(function: Callable[[], Any]) -> Any:
+    if _run_in_executor is None:  # pragma: no cover
+        return await asyncio.to_thread(function)
+    return await _run_in_executor(function)
+
+
 def _context(ctx: RunContext[Any]) -> tuple[Any, Any]:
     return ctx.run_id, getattr(ctx.agent, "name", None)
 
@@ -92,7 +105,7 @@ async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
                  direct: Callable[[], Any] | None) -> Any:
     with framework_context(*_context(ctx)):
         if direct is not None:
-            out = await gated.arun_sync(args, direct)
+            out = await gated.arun_sync(args, direct, hop=_hop)
         else:
             out = await gated.arun(args, forward)
     if isinstance(out, Refused):

@@ -39,7 +39,7 @@ from .twins import Slot
 from .twins import registry as twins
 from .vocabulary import model_message, short_error
 
-__all__ = ["GatedCall", "OnRefusal", "Pause", "Refused", "is_stopping", "recorded_failed"]
+__all__ = ["GatedCall", "Hop", "OnRefusal", "Pause", "Refused", "is_stopping", "recorded_failed"]
 
 OnRefusal = Literal["message", "raise"]
 
@@ -68,6 +68,9 @@ class Refused:
             out["reason"] = self.error.reason
         return out
 
+
+Hop = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""Runs a function off the event loop and awaits its result (``asyncio.to_thread``)."""
 
 Pause = Callable[[Refused], Any]
 """A framework's own pause for a human: given the ``approval_required`` refusal, return the
@@ -162,20 +165,24 @@ class GatedCall:
                 return answer.give()
         return await self._acall(arguments, body)
 
-    async def arun_sync(self, arguments: Mapping[str, Any], body: Callable[[], Any]) -> Any:
+    async def arun_sync(self, arguments: Mapping[str, Any], body: Callable[[], Any], *,
+                        hop: Hop | None = None) -> Any:
         """Gate one call with a synchronous body from async code: begin, body and report run
-        on one worker thread (a cancelled caller leaves it to finish and record the outcome)."""
+        on one worker thread (a cancelled caller leaves it to finish and record the outcome).
+
+        ``hop`` runs a function off the event loop (default ``asyncio.to_thread``): a framework
+        passes its own, so its thread settings hold for the body as they would ungated.
+        """
+        run_off_loop = hop or asyncio.to_thread
         slot, leading = self._claim(arguments)
         if slot is not None:
             if leading:
-                return await asyncio.to_thread(self._lead, slot, arguments, body)
+                return await run_off_loop(lambda: twins.lead(slot, lambda: self._call(
+                    arguments, body)))
             answer = await slot.await_answer(self._lease)
             if answer is not None:
                 return answer.give()
-        return await asyncio.to_thread(self._call, arguments, body)
-
-    def _lead(self, slot: Slot, arguments: Mapping[str, Any], body: Callable[[], Any]) -> Any:
-        return twins.lead(slot, lambda: self._call(arguments, body))
+        return await run_off_loop(lambda: self._call(arguments, body))
 
     def _claim(self, arguments: Mapping[str, Any]) -> tuple[Slot | None, bool]:
         try:
