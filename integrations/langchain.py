@@ -209,9 +209,10 @@ class GatedTool(BaseTool):
 
 
 def _addressed(message: ToolMessage, call_id: Any) -> ToolMessage:
-    """``message`` answering the call ``call_id`` (a twin gets its leader's message)."""
+    """``message`` answering the call ``call_id`` (a twin gets its leader's message, as a new
+    message: LangGraph keeps one message per id, so a shared id would erase one answer)."""
     if isinstance(call_id, str) and message.tool_call_id != call_id:
-        return message.model_copy(update={"tool_call_id": call_id})
+        return message.model_copy(update={"tool_call_id": call_id, "id": None})
     return message
 
 
