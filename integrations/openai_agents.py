@@ -133,8 +133,8 @@ class GatedFunctionTool(FunctionTool):
 
     _effectgate_inner: FunctionTool | None = field(default=None, kw_only=True, repr=False)
 
-    @property  # type: ignore[override]
-    def __wrapped__(self) -> Any:
+    @property
+    def __wrapped__(self) -> Any:  # type: ignore[override]
         """The Python function behind the wrapped tool (AttributeError if there is none)."""
         inner = self._effectgate_inner
         if inner is None:

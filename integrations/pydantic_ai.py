@@ -65,16 +65,13 @@ with requires_extra("pydantic_ai", "pydantic-ai"):
 __all__ = ["EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"]
 
 
-try:  # pydantic-ai's own way off the event loop (its executor, no threads under durable engines)
-    from pydantic_ai._utils import run_in_executor as _run_in_executor
-except ImportError:  # pragma: no cover - another pydantic-ai layout
-    _run_in_executor = None
-
-
 async def _hop(function: Callable[[], Any]) -> Any:
-    if _run_in_executor is None:  # pragma: no cover
+    """Off the event loop pydantic-ai's own way (its executor; no thread where it runs none)."""
+    try:
+        from pydantic_ai._utils import run_in_executor
+    except ImportError:  # pragma: no cover - another pydantic-ai layout
         return await asyncio.to_thread(function)
-    return await _run_in_executor(function)
+    return await run_in_executor(function)
 
 
 def _context(ctx: RunContext[Any]) -> tuple[Any, Any]:

@@ -6,8 +6,9 @@ the ``@gate.effect``-decorated function. Both are invoked the framework's way (L
 ``invoke``, OpenAI Agents ``on_invoke_tool``, LlamaIndex ``call``, pydantic-ai
 ``toolset.call_tool`` with the arguments its validator produced), so the ratio is what the
 integration adds over the core (target 1.3x). pydantic-ai gates a toolset
-(``EffectGateToolset``) rather than one tool: that is its form. A second row, without a target, sets the gated
-tool beside a bare call of the decorated function (framework overhead included).
+(``EffectGateToolset``) rather than one tool: that is its form. A second row, without a
+target, sets the gated tool beside a bare call of the decorated function (framework overhead
+included).
 """
 
 from __future__ import annotations

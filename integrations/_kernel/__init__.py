@@ -30,6 +30,7 @@ from .twins import registry as twin_registry
 from .vocabulary import error_hint, model_message
 
 __all__ = [
+    "SPEC_OPTIONS",
     "Declaration",
     "Declarations",
     "Framework",
@@ -37,7 +38,6 @@ __all__ = [
     "OnRefusal",
     "Pause",
     "Refused",
-    "SPEC_OPTIONS",
     "TwinRegistry",
     "UngatedToolWarning",
     "default_gate",

@@ -19,6 +19,7 @@ first one with the same key, so the common path (no twin) costs a render and a d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Hashable, Mapping
@@ -77,10 +78,8 @@ class Slot:
             loops, self._loops = self._loops, []
         self._event.set()
         for loop, future in loops:
-            try:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there now
                 loop.call_soon_threadsafe(_resolve, future)
-            except RuntimeError:  # that loop is closed: nobody is waiting there any more
-                pass
 
     def wait(self, timeout: float) -> Answer | None:
         """Block until the answer (None after ``timeout`` seconds)."""
@@ -95,10 +94,8 @@ class Slot:
             if self._done:
                 return self.answer
             self._loops.append((loop, future))
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            pass
         return self.answer
 
 
