@@ -223,3 +223,70 @@ def test_bad_configuration_is_refused_up_front(sqlite_gate: eg.Gate, refund: Any
     with pytest.raises(eg.EffectKeyError):  # the template names no argument of the tool
         Agent(TestModel(call_tools=[]), toolsets=[EffectGateToolset(
             FunctionToolset([refund]), {"refund": "r:{order}"}, gate=sqlite_gate)]).run_sync("x")
+
+
+_DBOS_RUN = '''
+import asyncio, json, sys
+from dbos import DBOS
+from pydantic_ai import Agent
+from pydantic_ai.durable_exec.dbos import DBOSAgent
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
+import effectgate as eg
+from effectgate.integrations.pydantic_ai import EffectGateToolset
+
+store, namespace, system_db = sys.argv[1:4]
+ledger = []
+
+def refund(txn_id: str, amount_cents: int) -> str:
+    """Refund a card transaction."""
+    ledger.append(txn_id)
+    return f"refunded {amount_cents} on {txn_id}"
+
+def model(messages, info):
+    returns = [p.content for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+    if returns:
+        return ModelResponse(parts=[TextPart(json.dumps(returns))])
+    return ModelResponse(parts=[ToolCallPart("refund", {"txn_id": "T1", "amount_cents": 500},
+                                             tool_call_id=c) for c in ("c1", "c2")])
+
+gate = eg.Gate(store, namespace=namespace)
+agent = Agent(FunctionModel(model), name="billing", toolsets=[EffectGateToolset(
+    FunctionToolset([refund]), {"refund": "refund:{txn_id}"}, gate=gate)])
+DBOS(config={"name": "effectgate-test", "system_database_url": system_db})
+durable = DBOSAgent(agent)
+DBOS.launch()
+
+async def main():
+    first = await durable.run("refund T1")
+    second = await durable.run("refund T1 again")
+    print(json.dumps({"outputs": [first.output, second.output], "ledger": ledger,
+                      "state": gate.get("refund:T1").state.value}))
+
+try:
+    asyncio.run(main())
+finally:
+    DBOS.destroy()
+'''
+
+
+def test_runs_under_dbos_durable_execution(store_url: str, namespace: str,
+                                           tmp_path: Any) -> None:
+    """pydantic-ai's DBOS wrapper runs offline (SQLite system database): the gated toolset
+    inside a DBOS workflow still executes the refund once, twins included."""
+    pytest.importorskip("dbos")
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "dbos_run.py"
+    script.write_text(_DBOS_RUN)
+    done = subprocess.run(
+        [sys.executable, str(script), store_url, namespace,
+         f"sqlite:///{tmp_path / 'dbos.sqlite'}"],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ledger"] == ["T1"] and result["state"] == "committed"
+    assert result["outputs"] == ['["refunded 500 on T1", "refunded 500 on T1"]'] * 2
