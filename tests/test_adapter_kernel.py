@@ -203,3 +203,46 @@ def test_the_protocol_vocabulary_is_the_mcp_servers() -> None:
         pytest.skip("the MCP server no longer keeps its own copy")
     assert dict(instructions) == dict(words.INSTRUCTIONS)
     assert dict(hints) == dict(words.ERROR_HINTS)
+
+
+PINNED = {
+    "effectgate.integrations._kernel": {
+        "SPEC_OPTIONS", "Declaration", "Declarations", "Framework", "GatedCall", "OnRefusal",
+        "Pause", "Refused", "TwinRegistry", "UngatedToolWarning", "default_gate", "error_hint",
+        "framework_context", "gate_tools", "is_stopping", "missing_extra", "model_arguments",
+        "model_message", "read_declarations", "recorded_failed", "report_ungated",
+        "requires_extra", "resolve_gate", "twin_registry"},
+    "effectgate.integrations.langchain": {
+        "EffectGateMiddleware", "EffectRefusedToolError", "GatedTool", "ToolReportedError",
+        "UngatedToolWarning", "classify_tool_exception", "gate_tool", "gate_tools"},
+    "effectgate.integrations.openai_agents": {
+        "EffectGateAgentsError", "EffectGateRunHooks", "GatedFunctionTool", "UngatedToolWarning",
+        "gate_tool", "gate_tools", "is_gated"},
+    "effectgate.integrations.llama_index": {
+        "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
+        "UngatedToolAudit", "UngatedToolWarning", "gate_tool", "gate_tools"},
+    "effectgate.integrations.pydantic_ai": {
+        "EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(PINNED))
+def test_each_adapter_module_pins_a_sorted_documented_all(module: str) -> None:
+    import importlib
+    import inspect
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        pytest.skip(str(err))
+    names = list(mod.__all__)
+    assert set(names) == PINNED[module]
+
+    def rank(name: str) -> tuple[int, str]:
+        return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+    assert names == sorted(names, key=rank)
+    for name in names:
+        obj = getattr(mod, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__doc__, f"{module}.{name} has no docstring"
