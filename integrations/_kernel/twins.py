@@ -60,7 +60,7 @@ class Slot:
         self.answer: Answer | None = None
         self._digest: str | None = None
         self._lock = threading.Lock()
-        self._event = threading.Event()
+        self._event: threading.Event | None = None  # made when a thread first waits
         self._loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._done = False
 
@@ -76,14 +76,22 @@ class Slot:
             self.answer = answer
             self._done = True
             loops, self._loops = self._loops, []
-        self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
         for loop, future in loops:
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there now
                 loop.call_soon_threadsafe(_resolve, future)
 
     def wait(self, timeout: float) -> Answer | None:
         """Block until the answer (None after ``timeout`` seconds)."""
-        self._event.wait(timeout)
+        with self._lock:
+            if self._done:
+                return self.answer
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        event.wait(timeout)
         return self.answer
 
     async def await_answer(self, timeout: float) -> Answer | None:
