@@ -21,6 +21,15 @@ as though the tool had just run; every other answer reaches the model as a
 the run. The LangGraph ``thread_id`` becomes the effect's ``run_id`` and the agent's name its
 ``agent_id``.
 
+Identical calls in one turn (a ``ToolNode`` running parallel tool calls) execute once: the second
+waits for the first and answers with its result (a ``ToolMessage`` re-addressed to its own call).
+
+The tool's ``handle_tool_error``: honoured for a ``ToolException`` recorded FAILED (nothing
+happened — declare that with ``classifiers=(classify_tool_exception,)``): it is re-raised, and the
+tool's own setting answers the model or raises, as it would ungated. **Overridden** for one whose
+outcome is unknown (the default, AMBIGUOUS): the model is told not to retry, whatever the tool's
+handler would have said, since a retry is what must not happen.
+
 Callbacks (``on_tool_start``) are not offered as a form: they can abort a call but never answer
 it with the stored result, nor record its outcome.
 """
