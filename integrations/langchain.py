@@ -21,6 +21,15 @@ as though the tool had just run; every other answer reaches the model as a
 the run. The LangGraph ``thread_id`` becomes the effect's ``run_id`` and the agent's name its
 ``agent_id``.
 
+Identical calls in one turn (a ``ToolNode`` running parallel tool calls) execute once: the second
+waits for the first and answers with its result (a ``ToolMessage`` re-addressed to its own call).
+
+The tool's ``handle_tool_error``: honoured for a ``ToolException`` recorded FAILED (nothing
+happened — declare that with ``classifiers=(classify_tool_exception,)``): it is re-raised, and the
+tool's own setting answers the model or raises, as it would ungated. **Overridden** for one whose
+outcome is unknown (the default, AMBIGUOUS): the model is told not to retry, whatever the tool's
+handler would have said, since a retry is what must not happen.
+
 Callbacks (``on_tool_start``) are not offered as a form: they can abort a call but never answer
 it with the stored result, nor record its outcome.
 """
@@ -32,30 +41,30 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from effectgate import ConfigError, EffectSpec, Gate
+from effectgate import ConfigError, EffectSpec, Gate, Outcome
 
-from ._common import (
+from ._kernel import (
+    Framework,
     GatedCall,
     OnRefusal,
     Refused,
     UngatedToolWarning,
-    effect_specs,
     framework_context,
     model_arguments,
+    read_declarations,
     report_ungated,
+    requires_extra,
     resolve_gate,
 )
+from ._kernel import gate_tools as _gate_tools
+from ._kernel.vocabulary import TOOL_TEXTS
 
-try:
+with requires_extra("langchain", "langchain"):
     from langchain_core.messages import ToolMessage
     from langchain_core.messages.tool import ToolOutputMixin
     from langchain_core.runnables import RunnableConfig
-    from langchain_core.tools import BaseTool, ToolException
+    from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
     from pydantic import PrivateAttr, ValidationError
-except ImportError as _err:  # pragma: no cover - depends on the environment
-    from ._common import missing_extra
-
-    raise missing_extra("langchain", "langchain", _err) from _err
 
 __all__ = [
     "EffectGateMiddleware",
@@ -63,6 +72,7 @@ __all__ = [
     "GatedTool",
     "ToolReportedError",
     "UngatedToolWarning",
+    "classify_tool_exception",
     "gate_tool",
     "gate_tools",
 ]
@@ -123,6 +133,8 @@ class GatedTool(BaseTool):
     _visible: frozenset[str] | None = PrivateAttr(default=None)
     _sync_extra: tuple[bool, str | None] = PrivateAttr(default=(False, None))
     _async_extra: tuple[bool, str | None] = PrivateAttr(default=(False, None))
+    _sync_only: bool = PrivateAttr(default=False)
+    _call_id: str | None = PrivateAttr(default=None)
 
     @property
     def gated_call(self) -> GatedCall:
@@ -170,9 +182,11 @@ class GatedTool(BaseTool):
             call[config_param] = config
         return call
 
-    def _output(self, out: Any) -> Any:
+    def _output(self, out: Any, kwargs: Mapping[str, Any]) -> Any:
         if isinstance(out, Refused):
             raise EffectRefusedToolError(out)
+        if isinstance(out, ToolMessage) and self._call_id is not None:
+            out = _addressed(out, kwargs.get(self._call_id))  # a twin's answer
         if self.response_format == "content_and_artifact" and isinstance(out, list):
             return tuple(out) if len(out) == 2 else (out, None)
         return out
@@ -185,15 +199,48 @@ class GatedTool(BaseTool):
         call = self._with(kwargs, self._sync_extra, config, run_manager)
         with framework_context(*_context(config)):
             out = self._gated.run(self._arguments(kwargs), lambda: inner._run(**call))
-        return self._output(out)
+        return self._output(out, kwargs)
 
     async def _arun(self, *args: Any, config: RunnableConfig, run_manager: Any = None,
                     **kwargs: Any) -> Any:
         inner = self.inner
-        call = self._with(kwargs, self._async_extra, config, run_manager)
         with framework_context(*_context(config)):
-            out = await self._gated.arun(self._arguments(kwargs), lambda: inner._arun(**call))
-        return self._output(out)
+            if self._sync_only:  # LangChain would run _run on a thread: do it all in one hop
+                manager = run_manager.get_sync() if run_manager is not None else None
+                sync_call = self._with(kwargs, self._sync_extra, config, manager)
+                out = await self._gated.arun_sync(self._arguments(kwargs),
+                                                  lambda: inner._run(**sync_call))
+            else:
+                call = self._with(kwargs, self._async_extra, config, run_manager)
+                out = await self._gated.arun(self._arguments(kwargs),
+                                             lambda: inner._arun(**call))
+        return self._output(out, kwargs)
+
+
+def _addressed(message: ToolMessage, call_id: Any) -> ToolMessage:
+    """``message`` answering the call ``call_id`` (a twin gets its leader's message, as a new
+    message: LangGraph keeps one message per id, so a shared id would erase one answer)."""
+    if isinstance(call_id, str) and message.tool_call_id != call_id:
+        return message.model_copy(update={"tool_call_id": call_id, "id": None})
+    return message
+
+
+def _call_id_parameter(tool: BaseTool) -> str | None:
+    """The argument a tool takes its ``InjectedToolCallId`` in, if any."""
+    fields = getattr(tool.args_schema, "model_fields", None) or {}
+    for name, info in fields.items():
+        for mark in getattr(info, "metadata", ()):
+            kind = mark if isinstance(mark, type) else type(mark)
+            if issubclass(kind, InjectedToolCallId):
+                return str(name)
+    return None
+
+
+def _runs_on_a_thread(tool: BaseTool) -> bool:
+    """True when LangChain's async path would run the tool's sync ``_run`` on a thread."""
+    if isinstance(tool, StructuredTool):
+        return tool.coroutine is None and tool.func is not None
+    return type(tool)._arun is BaseTool._arun
 
 
 def _extra_parameters(method: Any) -> tuple[bool, str | None]:
@@ -211,9 +258,19 @@ def _extra_parameters(method: Any) -> tuple[bool, str | None]:
     return "run_manager" in params, config
 
 
+def classify_tool_exception(exc: BaseException) -> Outcome | None:
+    """A classifier for tools whose ``ToolException`` s are raised before anything happened
+    (validation, a refused precondition): ``ToolException`` → FAILED, anything else no opinion.
+
+    Declare it where that holds: ``gate_tool(tool, key, classifiers=(classify_tool_exception,))``.
+    The tool's own ``handle_tool_error`` then answers the model, as it would ungated.
+    """
+    return Outcome.FAILED if isinstance(exc, ToolException) else None
+
+
 def _handler(inner: BaseTool) -> Any:
     """The gated tool's ``handle_tool_error``: a refusal becomes its message; any other
-    ``ToolException`` is handled as the inner tool would have handled it."""
+    ``ToolException`` (one classified FAILED) is handled as the inner tool would have."""
     flag = inner.handle_tool_error
 
     def handle(error: ToolException) -> Any:
@@ -271,11 +328,18 @@ def gate_tool(tool: BaseTool, key: str, *, gate: Gate | None = None,
         verbose=tool.verbose, inner=tool, handle_tool_error=_handler(tool),
         handle_validation_error=tool.handle_validation_error,
     )
-    wrapped._gated = GatedCall(spec, tool.name, on_refusal=on_refusal)
+    wrapped._gated = GatedCall(spec, tool.name, on_refusal=on_refusal,
+                               reraise_failed=(ToolException,))
     wrapped._visible = visible
     wrapped._sync_extra = _extra_parameters(tool._run)
     wrapped._async_extra = _extra_parameters(tool._arun)
+    wrapped._sync_only = _runs_on_a_thread(tool)
+    wrapped._call_id = _call_id_parameter(tool)
     return wrapped
+
+
+_FRAMEWORK = Framework("langchain", tool_name=lambda t: t.name,
+                       is_gated=lambda t: isinstance(t, GatedTool), wrap=gate_tool)
 
 
 def gate_tools(tools: Iterable[BaseTool], effects: Any, *, gate: Gate | None = None,
@@ -288,34 +352,13 @@ def gate_tools(tools: Iterable[BaseTool], effects: Any, *, gate: Gate | None = N
     policy). Every tool left ungated is reported once by name (an :class:`UngatedToolWarning`
     and a log line); ``strict=True`` (or ``policy.strict``) refuses them with ``ConfigError``.
     """
-    tools = list(tools)
-    names = [t.name for t in tools]
-    resolved = resolve_gate(gate)
-    declared, reads, policy_strict = effect_specs(effects, names, gate=resolved,
-                                                  read_only=read_only)
-    out: list[BaseTool] = []
-    ungated: list[str] = []
-    for tool in tools:
-        if isinstance(tool, GatedTool) or tool.name in reads:
-            out.append(tool)
-        elif tool.name in declared:
-            key, options = declared[tool.name]
-            options = {"on_refusal": on_refusal, **options}
-            out.append(gate_tool(tool, key, gate=resolved, **options))
-        else:
-            ungated.append(tool.name)
-            out.append(tool)
-    report_ungated("langchain", ungated, strict=strict or policy_strict)
-    return out
+    return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
+                       read_only=read_only, on_refusal=on_refusal)
 
 
 def _middleware_class() -> type:
-    try:
+    with requires_extra("langchain", "langchain"):
         from langchain.agents.middleware import AgentMiddleware
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        from ._common import missing_extra
-
-        raise missing_extra("langchain", "langchain", err) from err
 
     class EffectGateMiddleware(AgentMiddleware):
         """Gate the tool calls of a ``create_agent`` agent by tool name.
@@ -334,9 +377,8 @@ def _middleware_class() -> type:
             self.read_only = tuple(read_only)
             self.on_refusal = on_refusal
             self._calls: dict[str, GatedCall] | None = None
-            self._declared: dict[str, tuple[str, dict[str, Any]]] = {}
-            if isinstance(effects, Mapping):  # check the shape now, the names at first sight
-                effect_specs(effects, list(effects), gate=self.gate, read_only=read_only)
+            # Check the shape now, the names when the tools are first seen.
+            read_declarations(effects, gate=self.gate, read_only=self.read_only)
 
         # -- seeing the tools --------------------------------------------------------------
 
@@ -344,27 +386,26 @@ def _middleware_class() -> type:
             if self._calls is not None:
                 return self._calls
             by_name = {t.name: t for t in tools if isinstance(t, BaseTool)}
-            declared, reads, policy_strict = effect_specs(
-                self.effects, list(by_name), gate=self.gate, read_only=self.read_only)
+            declared = read_declarations(self.effects, gate=self.gate, tool_names=list(by_name),
+                                         read_only=self.read_only)
             calls: dict[str, GatedCall] = {}
             ungated: list[str] = []
             for name, tool in by_name.items():
-                if isinstance(tool, GatedTool) or name in reads:
+                if isinstance(tool, GatedTool) or name in declared.read_only:
                     continue
-                if name not in declared:
+                entry = declared.effects.get(name)
+                if entry is None:
                     ungated.append(name)
                     continue
-                key, options = declared[name]
-                options = dict(options)
-                on_refusal = options.pop("on_refusal", self.on_refusal)
-                redact = _store_form(options.pop("redact", None))
-                spec = EffectSpec(self.gate, key, effect_type=options.pop("effect_type", name),
-                                  redact=redact, **options)
+                on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
+                redact = _store_form(entry.effect_options().get("redact"))
+                spec = entry.build(self.gate, redact=redact)
                 visible = _visible_fields(tool)
                 if visible is not None:
                     spec.check_names(visible, f"tool {name!r}")
-                calls[name] = GatedCall(spec, name, on_refusal=on_refusal)
-            report_ungated("langchain", ungated, strict=self.strict or policy_strict)
+                calls[name] = GatedCall(spec, name, on_refusal=on_refusal,
+                                        reraise_failed=(ToolException,))
+            report_ungated("langchain", ungated, strict=self.strict or declared.strict)
             self._calls = calls
             return calls
 
@@ -400,9 +441,11 @@ def _middleware_class() -> type:
             if isinstance(out, Refused):
                 return ToolMessage(content=out.message, tool_call_id=call["id"],
                                    name=call["name"], status="error")
+            if isinstance(out, ToolMessage):
+                return _addressed(out, call["id"])  # the tool's own (or a twin's leader's)
             if not isinstance(out, (str, list)) and out is not None:
-                return out  # the tool's own ToolMessage or Command, from this very call
-            content = out if out is not None else "Done earlier (its result was not stored)."
+                return out  # the tool's own Command
+            content = out if out is not None else TOOL_TEXTS["stored_none"]
             return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
         def wrap_tool_call(self, request: Any, handler: Any) -> Any:

@@ -15,7 +15,8 @@
   (the dispatcher swallows a handler's exceptions): it cannot stop a call, answer it, or record
   its outcome. Use it to find tools you forgot, not to gate them.
 
-``FunctionTool.call`` does not validate its arguments; the gated tool does, through
+``FunctionTool.call`` does not validate its arguments; the gated tool does (positional arguments
+bound by name as the function binds them), through
 ``metadata.fn_schema``, before the key and payload hash are computed (``"500"`` and ``500`` are
 one refund) and hands the validated values to the function. Invalid arguments are answered
 with an error output; nothing runs. A duplicate gets the stored result, as though the tool had
@@ -26,34 +27,35 @@ effect's ``run_id``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from effectgate import ConfigError, EffectSpec, Gate
 
-from ._common import (
+from ._kernel import (
+    Framework,
     GatedCall,
     OnRefusal,
     Refused,
     UngatedToolWarning,
-    effect_specs,
     framework_context,
     is_stopping,
     model_arguments,
     report_ungated,
+    requires_extra,
     resolve_gate,
 )
+from ._kernel import gate_tools as _gate_tools
+from ._kernel.vocabulary import model_message
 
-try:
+with requires_extra("llama_index", "llama-index"):
     from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import ContentBlock, TextBlock
     from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
     from llama_index.core.tools import BaseTool, FunctionTool, ToolOutput
     from llama_index_instrumentation import get_dispatcher
-    from pydantic import PrivateAttr, ValidationError
-except ImportError as _err:  # pragma: no cover - depends on the environment
-    from ._common import missing_extra
-
-    raise missing_extra("llama_index", "llama-index", _err) from _err
+    from pydantic import PrivateAttr, TypeAdapter, ValidationError
 
 __all__ = [
     "EffectGateAgentMixin",
@@ -74,13 +76,38 @@ def _run_id() -> Any:
     return active_instrument_tags.get().get("llamaindex.run_id")
 
 
+_BLOCKS = "llama_index_blocks"
+_blocks_adapter: TypeAdapter[list[ContentBlock]] | None = None
+
+
+def _blocks() -> TypeAdapter[list[ContentBlock]]:
+    global _blocks_adapter
+    if _blocks_adapter is None:
+        _blocks_adapter = TypeAdapter(list[ContentBlock])
+    return _blocks_adapter
+
+
 def _storable(out: ToolOutput) -> Any:
     """What the gate stores for a tool output: the function's return value when the model saw
-    exactly its text, else the text the model saw."""
+    exactly its text, the text the model saw, or — for several blocks or any that is not text
+    (an image, a document) — every block, so a repeat shows the model all of them."""
+    blocks = out.blocks
+    if len(blocks) != 1 or not isinstance(blocks[0], TextBlock):
+        return {_BLOCKS: _blocks().dump_python(list(blocks), mode="json")}
     raw = out.raw_output
     if isinstance(raw, (str, int, float, bool, dict, list)) and str(raw) == out.content:
         return raw
     return out.content
+
+
+def _stored_blocks(stored: Any) -> list[ContentBlock] | None:
+    """The blocks of a stored multi-block output, or None."""
+    if isinstance(stored, dict) and set(stored) == {_BLOCKS}:
+        try:
+            return _blocks().validate_python(stored[_BLOCKS])
+        except ValidationError:
+            return None
+    return None
 
 
 class GatedFunctionTool(FunctionTool):
@@ -98,6 +125,21 @@ class GatedFunctionTool(FunctionTool):
         self.inner = inner
         self.gated_call = gated
         self._schema = inner.metadata.fn_schema
+        self._signature = _plain_signature(inner)
+
+    def _named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | str:
+        """The call's arguments by name (positional ones bound as the function would bind
+        them), or an invalid-arguments text."""
+        if not args:
+            return kwargs
+        if self._signature is None:
+            return _invalid_text(f"tool {self.metadata.get_name()!r} takes keyword arguments")
+        try:
+            bound = self._signature.bind_partial(*args, **{**self.partial_params, **kwargs})
+        except TypeError as err:
+            return _invalid_text(str(err))
+        return {k: v for k, v in bound.arguments.items()
+                if k not in self.partial_params or k in kwargs}
 
     def _prepare(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | str:
         """(arguments for the key, kwargs for the function), or an invalid-arguments text."""
@@ -110,8 +152,7 @@ class GatedFunctionTool(FunctionTool):
             try:
                 values = model_arguments(self._schema, visible)
             except ValidationError as err:
-                return f"INVALID ARGUMENTS: {err}. Nothing was carried out; correct the " \
-                       "arguments and call the tool again."
+                return _invalid_text(str(err))
         call_kwargs = {**{k: v for k, v in passed.items() if k in self.partial_params}, **values}
         if ctx_name is not None and ctx_name in kwargs:
             call_kwargs[ctx_name] = kwargs[ctx_name]
@@ -128,38 +169,70 @@ class GatedFunctionTool(FunctionTool):
         if isinstance(out, Refused):
             return ToolOutput(content=out.message, tool_name=name, raw_input=raw_input,
                               raw_output=out.as_dict(), is_error=True)
+        blocks = _stored_blocks(out)
+        if blocks is not None:
+            return ToolOutput(blocks=blocks, tool_name=name, raw_input=raw_input,
+                              raw_output=None)
         return ToolOutput(content=str(out), tool_name=name, raw_input=raw_input, raw_output=out)
 
     def _invalid(self, text: str, kwargs: dict[str, Any]) -> ToolOutput:
         return ToolOutput(content=text, tool_name=self.metadata.get_name(),
                           raw_input={"kwargs": kwargs}, raw_output=None, is_error=True)
 
-    def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
-        """Gated sync call (keyword arguments, as an agent sends them)."""
-        prepared = self._prepare(kwargs)
+    def _ready(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        named = self._named(args, kwargs)
+        if isinstance(named, str):
+            return self._invalid(named, kwargs)
+        prepared = self._prepare(named)
         if isinstance(prepared, str):
-            return self._invalid(prepared, kwargs)
+            return self._invalid(prepared, named)
+        return prepared
+
+    def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
+        """Gated sync call (keyword or positional arguments)."""
+        prepared = self._ready(args, kwargs)
+        if isinstance(prepared, ToolOutput):
+            return prepared
         arguments, call_kwargs = prepared
         inner = self.inner
         with framework_context(_run_id()):
-            out = self.gated_call.run(arguments, lambda: _Output(inner.call(*args,
-                                                                            **call_kwargs)))
-        return self._answer(_unwrap(out), {"args": args, "kwargs": arguments})
+            out = self.gated_call.run(arguments, lambda: _Output(inner.call(**call_kwargs)))
+        return self._answer(_unwrap(out), {"args": (), "kwargs": arguments})
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
-        """Gated async call (keyword arguments, as an agent sends them)."""
-        prepared = self._prepare(kwargs)
-        if isinstance(prepared, str):
-            return self._invalid(prepared, kwargs)
+        """Gated async call (keyword or positional arguments)."""
+        prepared = self._ready(args, kwargs)
+        if isinstance(prepared, ToolOutput):
+            return prepared
         arguments, call_kwargs = prepared
         inner = self.inner
 
         async def body() -> Any:
-            return _Output(await inner.acall(*args, **call_kwargs))
+            return _Output(await inner.acall(**call_kwargs))
 
         with framework_context(_run_id()):
             out = await self.gated_call.arun(arguments, body)
-        return self._answer(_unwrap(out), {"args": args, "kwargs": arguments})
+        return self._answer(_unwrap(out), {"args": (), "kwargs": arguments})
+
+
+def _invalid_text(detail: str) -> str:
+    return model_message("invalid", None, ValueError(detail))
+
+
+def _plain_signature(tool: FunctionTool) -> inspect.Signature | None:
+    """The signature positional arguments bind to, or None (``*args`` / ``**kwargs``)."""
+    try:
+        fn = tool.real_fn
+    except ValueError:
+        fn = tool.fn
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    kinds = {p.kind for p in signature.parameters.values()}
+    if kinds & {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}:
+        return None
+    return signature
 
 
 class _Output:
@@ -210,6 +283,10 @@ def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
     return GatedFunctionTool(tool, GatedCall(spec, name, on_refusal=on_refusal))
 
 
+_FRAMEWORK = Framework("llama_index", tool_name=lambda t: t.metadata.get_name(),
+                       is_gated=lambda t: isinstance(t, GatedFunctionTool), wrap=gate_tool)
+
+
 def gate_tools(tools: Iterable[BaseTool], effects: Any, *, gate: Gate | None = None,
                strict: bool = False, read_only: Iterable[str] = (),
                on_refusal: OnRefusal = "message") -> list[BaseTool]:
@@ -220,25 +297,8 @@ def gate_tools(tools: Iterable[BaseTool], effects: Any, *, gate: Gate | None = N
     policy). Every tool left ungated is reported once by name; ``strict=True`` (or
     ``policy.strict``) refuses them with ``ConfigError``.
     """
-    tools = list(tools)
-    names = [t.metadata.get_name() for t in tools]
-    resolved = resolve_gate(gate)
-    declared, reads, policy_strict = effect_specs(effects, names, gate=resolved,
-                                                  read_only=read_only)
-    out: list[BaseTool] = []
-    ungated: list[str] = []
-    for tool, name in zip(tools, names, strict=True):
-        if isinstance(tool, GatedFunctionTool) or name in reads:
-            out.append(tool)
-        elif name in declared:
-            key, options = declared[name]
-            options = {"on_refusal": on_refusal, **options}
-            out.append(gate_tool(tool, key, gate=resolved, **options))  # type: ignore[arg-type]
-        else:
-            ungated.append(name)
-            out.append(tool)
-    report_ungated("llama_index", ungated, strict=strict or policy_strict)
-    return out
+    return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
+                       read_only=read_only, on_refusal=on_refusal)
 
 
 class EffectGateAgentMixin:

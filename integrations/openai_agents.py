@@ -5,6 +5,7 @@
   is unchanged — whose invocation passes through the gate. This is the form that guarantees at
   most one execution: it reserves the key before the body runs and records the outcome after.
   ``gate_tools(tools, effects)`` wraps a list and reports every tool left ungated.
+  ``tool.__wrapped__`` is still the Python function behind it.
 * ``EffectGateRunHooks(strict=...)``, passed as ``Runner.run(..., hooks=...)``, looks at each
   agent's tools when the agent starts: ungated function tools are reported once by name, or,
   strict, the run stops before any tool is called. Hooks can only abort, so they enforce
@@ -13,15 +14,31 @@
 The model's JSON arguments are validated through the function's own parameter model (the one
 ``@function_tool`` built) before the key and payload hash are computed, so ``"500"`` and ``500``
 are one refund; a hand-built ``FunctionTool`` (no Python function behind it) is keyed on its
-JSON arguments as sent. Arguments that fail validation go to the tool's own error handling and
-nothing runs. A duplicate gets the stored result, as though the tool had just run; every other
-answer becomes the tool's output text, telling the model what to do. With
-``on_refusal="raise"`` refusals are raised as :class:`EffectGateAgentsError` subclasses of the
-matching effectgate error (``except eg.EffectAmbiguous`` works): being ``AgentsException`` s, the
-SDK neither wraps them in ``UserError`` nor turns them into a "please try again" message, so an
-ambiguous effect stops the run. An exception from the tool's body is never swallowed by the SDK's
-default failure handler ("An error occurred... Please try again" is the wrong advice for an
-effect that may have happened): the gate records it and the model is told its real outcome.
+JSON arguments as sent. Arguments that fail validation go to the tool's own invocation, which
+answers them as it would ungated (its failure handler, or its ``ModelBehaviorError``); nothing
+runs, and no exception the gate raises carries the validation error (it holds the arguments,
+which ``OPENAI_AGENTS_DONT_LOG_TOOL_DATA`` keeps out of logs and traces).
+
+A duplicate gets the stored result, as though the tool had just run; two identical calls in one
+turn run once and both get the result. Every other answer becomes the tool's output text,
+telling the model what to do. With ``on_refusal="raise"`` refusals are raised as
+:class:`EffectGateAgentsError` subclasses of the matching effectgate error (``except
+eg.EffectAmbiguous`` works): being ``AgentsException`` s, the SDK neither wraps them in
+``UserError`` nor turns them into a "please try again" message, so the run stops.
+
+The tool's ``failure_error_function`` — what the model is told when the body raises:
+
+* a body error classified FAILED (``NotExecuted``, a declared classifier: nothing happened) is
+  answered by the tool's own failure function, default or custom, as it would be ungated;
+* ``failure_error_function=None`` (errors raise) is honoured: a FAILED error is raised as is, an
+  AMBIGUOUS one as :class:`EffectGateAgentsError` / ``EffectAmbiguous`` (stopping the run);
+* **overridden**: a body error whose outcome is unknown (AMBIGUOUS) is never given to a default
+  or custom failure function. Its text cannot know that the effect may have happened, and the
+  default one says "Please try again" — the wrong advice: the model is told the outcome is
+  unknown and not to retry.
+
+A sync tool's reservation, body and outcome run on one worker thread (the SDK would run the body
+on a thread anyway), so gating adds no thread hop.
 
 The agent's name becomes the effect's ``agent_id``; ``RunConfig.trace_id`` (or the current
 trace's id, or ``RunConfig.group_id``) its ``run_id``.
@@ -36,37 +53,39 @@ the SDK's own human-in-the-loop, separate from the gate's policy approvals (an
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from effectgate import ConfigError, EffectGateError, EffectSpec, Gate
 
-from ._common import (
+from ._kernel import (
+    Framework,
     GatedCall,
     OnRefusal,
     Refused,
     UngatedToolWarning,
-    effect_specs,
     framework_context,
-    model_arguments,
+    recorded_failed,
     report_ungated,
+    requires_extra,
     resolve_gate,
 )
+from ._kernel import gate_tools as _gate_tools
 
-try:
+with requires_extra("openai_agents", "openai-agents"):
     from agents import AgentsException, FunctionTool, RunHooks
-    from agents.function_schema import function_schema
+    from agents.function_schema import FuncSchema, function_schema
+    from agents.tool import resolve_function_tool_failure_error_function
     from agents.tool_context import ToolContext
     from pydantic import ValidationError
-except ImportError as _err:  # pragma: no cover - depends on the environment
-    from ._common import missing_extra
-
-    raise missing_extra("openai_agents", "openai-agents", _err) from _err
 
 __all__ = [
     "EffectGateAgentsError",
     "EffectGateRunHooks",
+    "GatedFunctionTool",
     "UngatedToolWarning",
     "gate_tool",
     "gate_tools",
@@ -104,6 +123,31 @@ def _as_agents_error(error: BaseException) -> BaseException:
     return converted
 
 
+@dataclass
+class GatedFunctionTool(FunctionTool):
+    """A ``FunctionTool`` whose invocation passes through an effect gate (see :func:`gate_tool`).
+
+    ``__wrapped__`` is the wrapped tool's Python function (as ``@function_tool`` gives it);
+    ``gated_call.spec`` the :class:`effectgate.EffectSpec`.
+    """
+
+    _effectgate_inner: FunctionTool | None = field(default=None, kw_only=True, repr=False)
+
+    @property
+    def __wrapped__(self) -> Any:  # type: ignore[override]
+        """The Python function behind the wrapped tool (AttributeError if there is none)."""
+        inner = self._effectgate_inner
+        if inner is None:
+            raise AttributeError("FunctionTool has no wrapped Python callable")
+        return inner.__wrapped__
+
+    @property
+    def gated_call(self) -> GatedCall:
+        """The gated call: its ``spec`` and ``on_refusal``."""
+        call: GatedCall = getattr(self.on_invoke_tool, _MARK)
+        return call
+
+
 def is_gated(tool: Any) -> bool:
     """True for a tool returned by :func:`gate_tool`."""
     return getattr(getattr(tool, "on_invoke_tool", None), _MARK, None) is not None
@@ -124,20 +168,86 @@ def _context(ctx: Any) -> tuple[Any, Any]:
     return run_id, getattr(agent, "name", None)
 
 
-def _parameters_model(tool: FunctionTool) -> Any:
-    """The pydantic model ``@function_tool`` validates with, rebuilt from its function."""
+def _function_schema(tool: FunctionTool) -> tuple[Any, FuncSchema | None]:
+    """(the Python function, the schema ``@function_tool`` validates with), rebuilt from it;
+    (None, None) for a hand-built tool or an unusual callable (keyed on its JSON as sent)."""
     try:
         func = tool.__wrapped__
     except AttributeError:
-        return None
+        return None, None
     try:
-        return function_schema(func, use_docstring_info=False).params_pydantic_model
-    except Exception:  # an unusual callable: key on the JSON as sent
-        return None
+        return func, function_schema(func, use_docstring_info=False)
+    except Exception:
+        return None, None
 
 
-def _output(out: Any) -> Any:
-    return out.message if isinstance(out, Refused) else out
+class _Invocation:
+    """One gated tool's ``on_invoke_tool``: validate, gate, answer."""
+
+    def __init__(self, tool: FunctionTool, gated: GatedCall) -> None:
+        self.tool = tool
+        self.gated = gated
+        self.original = tool.on_invoke_tool
+        func, schema = _function_schema(tool)
+        self.schema = schema
+        self.model = schema.params_pydantic_model if schema is not None else None
+        # A sync function the SDK would run on a thread: begin, body and report in one hop.
+        self.direct: Callable[..., Any] | None = func if (
+            schema is not None and not inspect.iscoroutinefunction(func)
+            and tool._output_type_adapter is None and not tool.needs_approval
+        ) else None
+        # The same tool without the SDK's failure handler, so the gate sees the body's error.
+        self.raw = dataclasses.replace(tool, _failure_error_function=None,
+                                       _use_default_failure_error_function=False).on_invoke_tool
+
+    def validate(self, input_json: str) -> tuple[dict[str, Any], Any] | None:
+        """(arguments by name, the validated model or None); None when invalid."""
+        try:
+            data = json.loads(input_json) if input_json else {}
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        if self.model is None:
+            return data, None
+        try:
+            validated = self.model.model_validate(data)
+        except ValidationError:
+            return None
+        return {name: getattr(validated, name) for name in type(validated).model_fields}, \
+            validated
+
+    async def __call__(self, ctx: ToolContext[Any], input_json: str) -> Any:
+        checked = self.validate(input_json)
+        if checked is None:  # outside any except block: nothing chains the validation error
+            return await self.original(ctx, input_json)
+        arguments, validated = checked
+        direct, schema = self.direct, self.schema
+        try:
+            with framework_context(*_context(ctx)):
+                if direct is not None and schema is not None:
+                    args, kwargs = schema.to_call_args(validated)
+                    if schema.takes_context:
+                        args = [ctx, *args]
+
+                    out = await self.gated.arun_sync(arguments,
+                                                     lambda: direct(*args, **kwargs))
+                else:
+                    out = await self.gated.arun(arguments, lambda: self.raw(ctx, input_json))
+        except Exception as exc:
+            if not recorded_failed(exc) or self.gated.raise_body_errors:
+                raise
+            return await self._failed(ctx, exc)
+        return out.message if isinstance(out, Refused) else out
+
+    async def _failed(self, ctx: ToolContext[Any], exc: Exception) -> Any:
+        """A body error recorded FAILED: the tool's own failure function answers (or, with
+        ``failure_error_function=None``, it is raised)."""
+        handler = resolve_function_tool_failure_error_function(self.tool, ctx)
+        if handler is None:
+            raise exc
+        answer = handler(ctx, exc)
+        return await answer if inspect.isawaitable(answer) else answer
 
 
 def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
@@ -159,30 +269,19 @@ def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
     props = tool.params_json_schema.get("properties")
     if isinstance(props, dict):
         spec.check_names(props, f"tool {tool.name!r}")
-    gated = GatedCall(spec, tool.name, on_refusal=on_refusal, raise_as=_as_agents_error)
-    model = _parameters_model(tool)
-    original = tool.on_invoke_tool
-    # The same tool without the SDK's failure handler, so the gate sees the body's exception.
-    raw = dataclasses.replace(tool, _failure_error_function=None,
-                              _use_default_failure_error_function=False).on_invoke_tool
+    loud = resolve_function_tool_failure_error_function(tool) is None
+    gated = GatedCall(spec, tool.name, on_refusal=on_refusal, raise_as=_as_agents_error,
+                      reraise_failed=(Exception,), raise_body_errors=loud)
+    invocation = _Invocation(tool, gated)
+    setattr(invocation, _MARK, gated)
+    fields = {f.name: getattr(tool, f.name) for f in dataclasses.fields(FunctionTool)}
+    fields.update(on_invoke_tool=invocation, _effectgate_inner=tool)
+    return GatedFunctionTool(**fields)
 
-    def arguments(input_json: str) -> dict[str, Any]:
-        data = json.loads(input_json) if input_json else {}
-        if not isinstance(data, dict):
-            raise ValueError("tool arguments must be a JSON object")
-        return model_arguments(model, data) if model is not None else data
 
-    async def on_invoke_tool(ctx: ToolContext[Any], input_json: str) -> Any:
-        try:
-            args = arguments(input_json)
-        except (ValueError, ValidationError):  # JSONDecodeError is a ValueError
-            return await original(ctx, input_json)  # its own error message; nothing runs
-        with framework_context(*_context(ctx)):
-            out = await gated.arun(args, lambda: raw(ctx, input_json))
-        return _output(out)
-
-    setattr(on_invoke_tool, _MARK, gated)
-    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+_FRAMEWORK = Framework(
+    "openai_agents", tool_name=lambda t: t.name if isinstance(t, FunctionTool) else None,
+    is_gated=is_gated, wrap=gate_tool)
 
 
 def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
@@ -196,25 +295,8 @@ def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
     ``policy.strict``) refuses them with ``ConfigError``. Hosted tools (web search...) and
     handoffs pass through unreported: they do not run here.
     """
-    tools = list(tools)
-    names = [t.name for t in tools if isinstance(t, FunctionTool)]
-    resolved = resolve_gate(gate)
-    declared, reads, policy_strict = effect_specs(effects, names, gate=resolved,
-                                                  read_only=read_only)
-    out: list[Any] = []
-    ungated: list[str] = []
-    for tool in tools:
-        if not isinstance(tool, FunctionTool) or is_gated(tool) or tool.name in reads:
-            out.append(tool)
-        elif tool.name in declared:
-            key, options = declared[tool.name]
-            options = {"on_refusal": on_refusal, **options}
-            out.append(gate_tool(tool, key, gate=resolved, **options))
-        else:
-            ungated.append(tool.name)
-            out.append(tool)
-    report_ungated("openai_agents", ungated, strict=strict or policy_strict)
-    return out
+    return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
+                       read_only=read_only, on_refusal=on_refusal)
 
 
 class EffectGateRunHooks(RunHooks[Any]):

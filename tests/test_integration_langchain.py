@@ -328,7 +328,7 @@ def test_invoke_outside_an_agent_loop(gate: eg.Gate, refund: Any, ledger: list[A
 
 def test_gate_none_uses_one_process_wide_default_gate(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refund: Any, ledger: list[Any]) -> None:
-    from effectgate.integrations import _common
+    from effectgate.integrations._kernel import gates as _common
 
     monkeypatch.setenv("EFFECTGATE_URL", f"sqlite:///{tmp_path / 'default.db'}")
     monkeypatch.setattr(_common, "_default", None)
@@ -450,3 +450,46 @@ def test_two_agents_in_two_processes_execute_the_refund_once(
         assert len(outputs) == 2
         assert all(o == winner or "NOT DONE YET" in o for o in outputs)
     assert any(winner in outputs for outputs in results)
+
+
+def test_a_tool_exception_classified_failed_is_answered_by_handle_tool_error(
+        gate: eg.Gate, ledger: list[Any]) -> None:
+    from langchain_core.tools import ToolException
+
+    from effectgate.integrations.langchain import classify_tool_exception
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        ledger.append(txn_id)
+        raise ToolException("card expired")
+
+    refund.handle_tool_error = lambda e: f"the tool says: {e}"
+
+    declared = gate_tool(refund, "refund:{txn_id}", gate=gate,
+                         classifiers=(classify_tool_exception,))
+    assert declared.invoke(ARGS) == "the tool says: card expired"
+    assert gate.get("refund:T1").state is eg.State.FAILED
+    unknown = gate_tool(refund, "other:{txn_id}", gate=gate)  # no classifier: may have acted
+    assert "OUTCOME UNKNOWN" in unknown.invoke(ARGS)
+    assert gate.get("other:T1").state is eg.State.AMBIGUOUS
+
+
+def test_identical_calls_in_one_turn_through_the_middleware_run_once(
+        gate: eg.Gate, ledger: list[Any]) -> None:
+    import time
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        ledger.append(txn_id)
+        time.sleep(0.3)
+        return f"refunded {amount_cents} on {txn_id}"
+
+    two = AIMessage("", tool_calls=[
+        {"name": "refund", "args": ARGS, "id": cid, "type": "tool_call"} for cid in ("c1", "c2")])
+    agent = gated_agent("middleware", refund, gate, script(two))
+    messages = run(agent)
+    assert ledger == ["T1"]
+    assert {(m.tool_call_id, m.content, m.status) for m in messages} == {
+        ("c1", "refunded 500 on T1", "success"), ("c2", "refunded 500 on T1", "success")}

@@ -256,3 +256,29 @@ def test_two_agents_in_two_processes_execute_the_refund_once(
         assert len(outs) == 2
         assert all(o == winner or "NOT DONE YET" in o for o in outs)
     assert any(winner in outs for outs in results)
+
+
+def test_positional_calls_bind_by_name(gate: eg.Gate, refund: FunctionTool,
+                                       ledger: list[Any]) -> None:
+    gated = gate_tool(refund, "refund:{txn_id}", gate=gate)
+    first = gated.call("T1", 500)
+    again = gated.call(txn_id="T1", amount_cents="500")
+    assert ledger == [("T1", 500)] and first.content == again.content
+    assert gated.call("T1", 500, 7).is_error  # too many: refused like the function would
+    assert ledger == [("T1", 500)]
+
+
+def test_a_repeat_keeps_every_content_block(gate: eg.Gate, ledger: list[Any]) -> None:
+    from llama_index.core.base.llms.types import ImageBlock, TextBlock
+
+    def chart(txn_id: str) -> list[Any]:
+        """A receipt and its chart."""
+        ledger.append(txn_id)
+        return [TextBlock(text=f"receipt {txn_id}"),
+                ImageBlock(image=b"\x89PNG fake", image_mimetype="image/png")]
+
+    gated = gate_tool(FunctionTool.from_defaults(fn=chart), "chart:{txn_id}", gate=gate)
+    first, again = gated.call(txn_id="T1"), gated.call(txn_id="T1")
+    assert ledger == ["T1"]
+    assert again.blocks == first.blocks and len(again.blocks) == 2
+    assert isinstance(again.blocks[1], ImageBlock)

@@ -259,3 +259,92 @@ def test_two_agents_in_two_processes_execute_the_refund_once(
         assert len(outs) == 2
         assert all(o == winner or "NOT DONE YET" in o for o in outs)
     assert any(winner in outs for outs in results)
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return seen
+
+
+def test_invalid_arguments_raised_carry_no_validation_error(
+        sqlite_gate: eg.Gate, monkeypatch: pytest.MonkeyPatch, ledger: list[Any]) -> None:
+    """With failure_error_function=None the SDK raises for invalid arguments; what the gated
+    tool raises must not chain the pydantic error (it holds the arguments, which
+    DONT_LOG_TOOL_DATA keeps out of logs)."""
+    from agents import _debug
+    from pydantic import ValidationError
+
+    @function_tool(failure_error_function=None)
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund."""
+        ledger.append(txn_id)
+        return "refunded"
+
+    monkeypatch.setattr(_debug, "DONT_LOG_TOOL_DATA", True)
+    gated = gate_tool(refund, "refund:{txn_id}", gate=sqlite_gate)
+    text = json.dumps({"txn_id": "T1", "amount_cents": "secret-4111"})
+    ctx = ToolContext(context=None, tool_name="refund", tool_call_id="c", tool_arguments=text)
+    with pytest.raises(AgentsException) as err:
+        asyncio.run(gated.on_invoke_tool(ctx, text))
+    chain = _chain(err.value)
+    assert not any(isinstance(e, ValidationError) for e in chain)
+    assert not any("secret-4111" in str(e) for e in chain)
+    assert ledger == []
+
+
+def test_the_wrapped_function_stays_reachable(sqlite_gate: eg.Gate,
+                                              refund: FunctionTool) -> None:
+    gated = gate_tool(refund, "refund:{txn_id}", gate=sqlite_gate)
+    assert gated.__wrapped__ is refund.__wrapped__
+    assert gated.__wrapped__("T9", 1).startswith("refunded 1 on T9")
+
+
+def test_failure_error_function_answers_what_did_not_happen(
+        sqlite_gate: eg.Gate, ledger: list[Any]) -> None:
+    def custom(ctx: Any, error: Exception) -> str:
+        return f"custom: {type(error).__name__}"
+
+    @function_tool(failure_error_function=custom)
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund."""
+        ledger.append(txn_id)
+        if txn_id == "T1":
+            raise eg.NotExecuted("the card network refused the connection")
+        raise TimeoutError("the reply was lost")
+
+    agent = Agent(name="billing", model=script(call("call_1"), call("call_2", {
+        "txn_id": "T2", "amount_cents": 5})),
+        tools=[gate_tool(refund, "refund:{txn_id}", gate=sqlite_gate)])
+    (_, failed), (_, lost) = run(agent)
+    assert failed == "custom: NotExecuted"  # nothing happened: the tool's own words
+    assert "OUTCOME UNKNOWN" in lost and "custom" not in lost  # overridden: it may have
+    assert sqlite_gate.get("refund:T1").state is eg.State.FAILED
+
+
+def test_failure_error_function_none_raises_what_it_would_raise(
+        sqlite_gate: eg.Gate, ledger: list[Any]) -> None:
+    @function_tool(failure_error_function=None)
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund."""
+        ledger.append(txn_id)
+        if txn_id == "T1":
+            raise eg.NotExecuted("refused before sending")
+        raise TimeoutError("the reply was lost")
+
+    gated = gate_tool(refund, "refund:{txn_id}", gate=sqlite_gate)
+
+    async def invoke(txn_id: str) -> Any:
+        text = json.dumps({"txn_id": txn_id, "amount_cents": 5})
+        ctx = ToolContext(context=None, tool_name="refund", tool_call_id="c",
+                          tool_arguments=text)
+        return await gated.on_invoke_tool(ctx, text)
+
+    with pytest.raises(eg.NotExecuted):
+        asyncio.run(invoke("T1"))
+    with pytest.raises(eg.EffectAmbiguous) as err:
+        asyncio.run(invoke("T2"))
+    assert isinstance(err.value, EffectGateAgentsError)
+    assert ledger == ["T1", "T2"]

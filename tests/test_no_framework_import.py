@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "agents", "openai", "llama_index",
-              "llama_index_instrumentation", "workflows", "mcp")
+              "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos")
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
@@ -46,6 +46,7 @@ def test_langchain_integration_does_not_import_langchain_agents_until_the_middle
     ("langchain", "langchain_core", "langchain"),
     ("openai_agents", "agents", "openai-agents"),
     ("llama_index", "llama_index", "llama-index"),
+    ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
 ])
 def test_a_missing_extra_raises_import_error_naming_the_pip_command(
         module: str, blocked: str, extra: str) -> None:

@@ -3,9 +3,12 @@
 For each framework whose integration is installed, two tools wrap one no-op function: the
 integration's ``gate_tool(tool, "bench:{txn_id}")`` and the framework's plain tool made from
 the ``@gate.effect``-decorated function. Both are invoked the framework's way (LangChain
-``invoke``, OpenAI Agents ``on_invoke_tool``, LlamaIndex ``call``), so the ratio is what the
-integration adds over the core (target 1.3x). A second row, without a target, sets the gated
-tool beside a bare call of the decorated function (framework overhead included).
+``invoke``, OpenAI Agents ``on_invoke_tool``, LlamaIndex ``call``, pydantic-ai
+``toolset.call_tool`` with the arguments its validator produced), so the ratio is what the
+integration adds over the core (target 1.3x). pydantic-ai gates a toolset
+(``EffectGateToolset``) rather than one tool: that is its form. A second row, without a
+target, sets the gated tool beside a bare call of the decorated function (framework overhead
+included).
 """
 
 from __future__ import annotations
@@ -86,10 +89,36 @@ def _calls_llama_index(gate: Gate, core: Callable[..., Any], module: Any) -> tup
     return call(gated), call(plain)
 
 
+def _calls_pydantic_ai(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+    from pydantic_ai import RunContext, Tool
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.toolsets import FunctionToolset
+    from pydantic_ai.usage import RunUsage
+
+    gated = module.EffectGateToolset(
+        FunctionToolset([Tool(refund)]),
+        {"refund": {"key": _TEMPLATE, "effect_type": "bench.effect"}}, gate=gate)
+    plain = FunctionToolset([Tool(core, name="refund")])
+    loop = asyncio.new_event_loop()
+    ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage())
+
+    def call(toolset: Any) -> Callable[[str], Any]:
+        tool = loop.run_until_complete(toolset.get_tools(ctx))["refund"]
+
+        def invoke(key: str) -> Any:
+            args = tool.args_validator.validate_python({"txn_id": key, "amount_cents": 500})
+            return loop.run_until_complete(toolset.call_tool("refund", args, ctx, tool))
+
+        return invoke
+
+    return call(gated), call(plain)
+
+
 _FRAMEWORKS = {
     "langchain": ("langchain", _calls_langchain),
     "openai-agents": ("openai_agents", _calls_openai_agents),
     "llama-index": ("llama_index", _calls_llama_index),
+    "pydantic-ai": ("pydantic_ai", _calls_pydantic_ai),
 }
 
 

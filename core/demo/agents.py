@@ -101,7 +101,7 @@ def brief(result: Any) -> str:
 
 def told_for(kind: str, key: str, error: BaseException) -> str:
     """The words an effectgate adapter gives the model instead of a result."""
-    from ..integrations._common import model_message
+    from ..integrations._kernel.vocabulary import model_message
 
     return model_message(kind, key, error)
 

@@ -1,0 +1,265 @@
+"""pydantic-ai: a gating toolset, and gated tools.
+
+Two forms, one guarantee — the same consequence executes at most once:
+
+* ``EffectGateToolset(toolset, effects, gate=gate)`` is a ``WrapperToolset`` around any toolset
+  (a ``FunctionToolset``, an MCP server, a combination): its ``call_tool`` gates every call of a
+  declared tool; its ``get_tools`` passes the tool definitions through untouched, so the model
+  sees exactly what it would see without the gate. Tools it does not declare are reported once
+  by name when the agent first lists them; ``strict=True`` (or ``policy.strict``) refuses to
+  start the run instead.
+* ``gate_tool(tool, "refund:{txn_id}", gate=gate)`` returns a pydantic-ai ``Tool`` with the same
+  name, description and parameter schema whose every call passes through the gate; put it in
+  ``Agent(tools=[...])`` or a ``FunctionToolset`` like the original.
+
+Arguments reach the gate as pydantic-ai validated them against the tool's schema (``"500"`` is
+``500``, defaults filled in), so the key and payload hash see what the function sees. A
+duplicate gets the stored result, as though the tool had just run; two identical calls in one
+turn run once and both get the result. Every other answer is a failed tool result the model
+reads (``ToolFailed``: it does not spend the tool's retries): wait, do not retry, ask a human —
+the same words as every other adapter; arguments that cannot name an effect are a
+``ModelRetry`` (correct them). With ``on_refusal="raise"`` refusals and ambiguous outcomes are
+raised instead, ending the run. The run's ``run_id`` becomes the effect's ``run_id`` and the
+agent's name its ``agent_id``.
+
+Errors the body raises are the gate's to record: one the outcome of which is unknown is never
+handed back to pydantic-ai as a ``ModelRetry`` (a retry is what must not happen); ``ModelRetry``
+and ``ToolFailed`` raised by the body itself are FAILED only when a declared classifier says so
+(``classifiers=``), AMBIGUOUS otherwise.
+
+A sync function tool's reservation, body and outcome run in one hop off the event loop, through
+pydantic-ai's own executor (so its thread settings hold), where pydantic-ai would run the body
+alone; this reads ``FunctionSchema._call_args`` and falls back to the plain path without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from effectgate import ConfigError, EffectSpec, Gate
+
+from ._kernel import (
+    GatedCall,
+    OnRefusal,
+    Refused,
+    UngatedToolWarning,
+    framework_context,
+    read_declarations,
+    report_ungated,
+    requires_extra,
+    resolve_gate,
+)
+
+with requires_extra("pydantic_ai", "pydantic-ai"):
+    from pydantic_ai import ModelRetry, RunContext, Tool, ToolFailed
+    from pydantic_ai._function_schema import FunctionSchema
+    from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
+    from pydantic_ai.toolsets.abstract import ToolsetTool
+    from pydantic_ai.toolsets.function import FunctionToolsetTool
+
+__all__ = ["EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"]
+
+
+async def _hop(function: Callable[[], Any]) -> Any:
+    """Off the event loop pydantic-ai's own way (its executor; no thread where it runs none)."""
+    try:
+        from pydantic_ai._utils import run_in_executor
+    except ImportError:  # pragma: no cover - another pydantic-ai layout
+        return await asyncio.to_thread(function)
+    return await run_in_executor(function)
+
+
+def _context(ctx: RunContext[Any]) -> tuple[Any, Any]:
+    return ctx.run_id, getattr(ctx.agent, "name", None)
+
+
+def _answer(refused: Refused) -> Exception:
+    """A refusal as the tool result the model reads."""
+    if refused.kind == "invalid":
+        return ModelRetry(refused.message)
+    return ToolFailed(refused.message)
+
+
+def _direct(schema: FunctionSchema, args: dict[str, Any],
+            ctx: RunContext[Any]) -> Callable[[], Any] | None:
+    """The sync function called with its arguments, to run on one thread with the gate; None
+    when the function is async or the schema does not offer its argument binding."""
+    bind = getattr(schema, "_call_args", None)
+    if schema.is_async or bind is None:
+        return None
+    positional, named = bind(args, ctx)
+    function = schema.function
+    return lambda: function(*positional, **named)
+
+
+async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
+                 forward: Callable[[], Awaitable[Any]],
+                 direct: Callable[[], Any] | None) -> Any:
+    with framework_context(*_context(ctx)):
+        if direct is not None:
+            out = await gated.arun_sync(args, direct, hop=_hop)
+        else:
+            out = await gated.arun(args, forward)
+    if isinstance(out, Refused):
+        raise _answer(out)
+    return out
+
+
+def _spec(gate: Gate, key: str, name: str, parameters: Mapping[str, Any],
+          options: Mapping[str, Any]) -> EffectSpec:
+    options = dict(options)
+    spec = EffectSpec(gate, key, effect_type=options.pop("effect_type", None) or name, **options)
+    props = parameters.get("properties")
+    if isinstance(props, dict):
+        spec.check_names(props, f"tool {name!r}")
+    return spec
+
+
+# -- gate_tool -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _GatedSchema(FunctionSchema):
+    """The tool's function schema (same JSON schema, validator and description) whose ``call``
+    passes through the gate."""
+
+    gated: GatedCall | None = None
+
+    async def call(self, args_dict: dict[str, Any], ctx: RunContext[Any]) -> Any:
+        gated = self.gated
+        assert gated is not None
+        return await _gated(gated, args_dict, ctx, lambda: super(_GatedSchema, self).call(
+            args_dict, ctx), _direct(self, args_dict, ctx))
+
+
+def is_gated(tool: Any) -> bool:
+    """True for a tool returned by :func:`gate_tool`."""
+    return isinstance(getattr(tool, "function_schema", None), _GatedSchema)
+
+
+def gate_tool(tool: Tool[Any], key: str, *, gate: Gate | None = None,
+              effect_type: str | None = None, on_refusal: OnRefusal = "message",
+              **effect_options: Any) -> Tool[Any]:
+    """Gate a pydantic-ai ``Tool`` under the key template ``key`` (``"refund:{txn_id}"``).
+
+    Returns a ``Tool`` with the same definition. ``effect_type`` defaults to the tool's name;
+    ``effect_options`` are :class:`effectgate.EffectSpec` options. ``gate=None`` uses the
+    process-wide default gate.
+    """
+    if not isinstance(tool, Tool):
+        raise ConfigError(f"gate_tool takes a pydantic_ai Tool, not {type(tool).__name__}")
+    if is_gated(tool):
+        raise ConfigError(f"tool {tool.name!r} is already gated")
+    schema = tool.function_schema
+    spec = _spec(resolve_gate(gate), key, tool.name, schema.json_schema,
+                 {"effect_type": effect_type, **effect_options})
+    values = {f.name: getattr(schema, f.name) for f in dataclasses.fields(FunctionSchema)}
+    gated = copy.copy(tool)
+    gated.function_schema = _GatedSchema(
+        **values, gated=GatedCall(spec, tool.name, on_refusal=on_refusal))
+    return gated
+
+
+# -- EffectGateToolset ---------------------------------------------------------------------------
+
+
+class _Seen:
+    """What a toolset learnt about its tools (shared by the copies pydantic-ai makes per run)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, GatedCall | None] = {}
+
+
+@dataclass
+class EffectGateToolset(WrapperToolset[Any]):
+    """Gate the calls of a toolset's declared tools (see the module docstring).
+
+    ``effects``: tool name → key template, → ``{"key": ..., **options}``, → None (read-only); or
+    an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate must carry that
+    policy). ``gate=None`` uses the process-wide default gate.
+    """
+
+    effects: Any = None
+    gate: Gate | None = None
+    strict: bool = False
+    read_only: tuple[str, ...] = ()
+    on_refusal: OnRefusal = "message"
+    _seen: _Seen = field(default_factory=_Seen, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.wrapped, AbstractToolset):
+            raise ConfigError(
+                f"EffectGateToolset wraps a pydantic_ai toolset, not {type(self.wrapped).__name__}"
+            )
+        if self.on_refusal not in ("message", "raise"):
+            raise ConfigError(f"on_refusal must be 'message' or 'raise', not {self.on_refusal!r}")
+        self.gate = resolve_gate(self.gate)
+        self.read_only = tuple(self.read_only)
+        read_declarations(self.effects, gate=self.gate, read_only=self.read_only)
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        """The wrapped toolset's tools, unchanged; new ones are matched to their effects."""
+        tools = await self.wrapped.get_tools(ctx)
+        if any(name not in self._seen.calls for name in tools):
+            self._learn(tools)
+        return tools
+
+    def _learn(self, tools: Mapping[str, ToolsetTool[Any]]) -> None:
+        gate = self.gate
+        assert gate is not None
+        declared = read_declarations(self.effects, gate=gate, read_only=self.read_only)
+        ungated: list[str] = []
+        calls = dict(self._seen.calls)
+        for name, tool in tools.items():
+            if name in calls:
+                continue
+            entry = declared.effects.get(name)
+            if entry is None or _gated_function(tool):
+                calls[name] = None
+                if entry is None and name not in declared.read_only and not _gated_function(tool):
+                    ungated.append(name)
+                continue
+            on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
+            spec = _spec(gate, entry.key, name, tool.tool_def.parameters_json_schema,
+                         entry.effect_options()) if entry.spec is None else entry.spec
+            calls[name] = GatedCall(spec, name, on_refusal=on_refusal)
+        report_ungated("pydantic_ai", ungated, strict=self.strict or declared.strict)
+        self._seen.calls = calls
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any],
+                        tool: ToolsetTool[Any]) -> Any:
+        """Call the tool through the gate when it is declared; else forward the call."""
+        gated = self._seen.calls.get(name)
+        if gated is None:
+            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+        return await _gated(gated, tool_args, ctx,
+                            lambda: self.wrapped.call_tool(name, tool_args, ctx, tool),
+                            self._direct(tool, tool_args, ctx))
+
+    def _direct(self, tool: ToolsetTool[Any], args: dict[str, Any],
+                ctx: RunContext[Any]) -> Callable[[], Any] | None:
+        """One thread hop for a plain sync function straight from a ``FunctionToolset`` (no
+        timeout, nothing in between that would see the call)."""
+        wrapped = self.wrapped
+        if type(wrapped) is not FunctionToolset or not isinstance(tool, FunctionToolsetTool):
+            return None
+        if tool.toolset is not wrapped or tool.is_async or wrapped.timeout is not None \
+                or tool.tool_def.timeout is not None:
+            return None
+        call = tool.call_func
+        schema = getattr(call, "__self__", None)
+        if type(schema) is not FunctionSchema or getattr(call, "__func__", None) is not \
+                FunctionSchema.call:
+            return None
+        return _direct(schema, args, ctx)
+
+
+def _gated_function(tool: ToolsetTool[Any]) -> bool:
+    """A tool of a FunctionToolset that :func:`gate_tool` already gated."""
+    schema = getattr(getattr(tool, "call_func", None), "__self__", None)
+    return isinstance(schema, _GatedSchema)

@@ -1,0 +1,111 @@
+"""The adapter contract, once for every framework (LangChain, OpenAI Agents, LlamaIndex,
+pydantic-ai), each in its real agent loop driven offline by a scripted model, on SQLite and
+Postgres. A framework joins by adding a driver to ``tests/adapter_drivers.py``."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from typing import Any
+
+import pytest
+
+import effectgate as eg
+from effectgate.integrations._kernel import twin_registry as twins
+
+from .adapter_drivers import DRIVERS, Driver, refund_body, send_mail
+
+ARGS = {"txn_id": "T1", "amount_cents": 500}
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(params=DRIVERS, ids=[d.name for d in DRIVERS])
+def driver(request: pytest.FixtureRequest) -> Driver:
+    d: Driver = request.param
+    if not d.available():
+        pytest.skip(f"{d.name} is not installed")
+    return d
+
+
+def gated(driver: Driver, gate: eg.Gate, ledger: list[Any], behaviour: str = "ok") -> list[Any]:
+    """The refund tool in the driver's gated form (gate_tools / EffectGateToolset)."""
+    tool = driver.tool(refund_body(ledger, behaviour))
+    return driver.gate_tools([tool], {"refund": "refund:{txn_id}"}, gate)
+
+
+def test_a_duplicate_gets_the_stored_result(driver: Driver, gate: eg.Gate) -> None:
+    ledger: list[Any] = []
+    tools = gated(driver, gate, ledger)
+    first = driver.run(tools, [[("call_1", ARGS)]], run_id="run-1")
+    again = driver.run(tools, [[("call_2", {"txn_id": "T1", "amount_cents": "500"})]],
+                       run_id="run-2")
+    assert ledger == [("T1", 500)]
+    assert first == {"call_1": "refunded 500 on T1 (#1)"}
+    assert again == {"call_2": "refunded 500 on T1 (#1)"}
+    assert gate.get("refund:T1").state is eg.State.COMMITTED
+
+
+def test_a_body_error_is_outcome_unknown_and_not_retried(driver: Driver, gate: eg.Gate) -> None:
+    ledger: list[Any] = []
+    tools = gated(driver, gate, ledger, "lost")
+    out = driver.run(tools, [[("call_1", ARGS)], [("call_2", ARGS)]], run_id="run-1")
+    assert ledger == [("T1", 500)]
+    assert "OUTCOME UNKNOWN" in out["call_1"] and "TimeoutError" in out["call_1"]
+    assert "Do not call this tool again" in out["call_2"]
+    assert "try again" not in out["call_1"].lower()
+    assert gate.get("refund:T1").state is eg.State.AMBIGUOUS
+
+
+def test_strict_mode_refuses_ungated_tools(driver: Driver, gate: eg.Gate) -> None:
+    ledger: list[Any] = []
+    tools = [driver.tool(refund_body(ledger, "ok")), driver.tool(send_mail)]
+    with pytest.raises(eg.ConfigError, match="send_mail"):
+        wrapped = driver.gate_tools(tools, {"refund": "refund:{txn_id}"}, gate, strict=True)
+        driver.run(wrapped, [[("call_1", ARGS)]], run_id="run-1")
+    assert ledger == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        relaxed = driver.gate_tools(tools, {"refund": "refund:{txn_id}", "send_mail": None},
+                                    gate, strict=True)  # declared read-only: allowed
+    assert driver.run(relaxed, [[("call_1", ARGS)]], run_id="run-1") == {
+        "call_1": "refunded 500 on T1 (#1)"}
+
+
+def test_run_and_agent_ids_arrive(driver: Driver, gate: eg.Gate) -> None:
+    ledger: list[Any] = []
+    run_id = f"conversation-{uuid.uuid4().hex[:8]}"
+    driver.run(gated(driver, gate, ledger), [[("call_1", ARGS)]], run_id=run_id)
+    record = gate.get("refund:T1")
+    assert (record.run_id, record.agent_id) == (run_id, "billing")
+
+
+def test_two_identical_calls_in_one_turn_execute_once_and_both_get_the_result(
+        driver: Driver, gate: eg.Gate) -> None:
+    ledger: list[Any] = []
+    tools = gated(driver, gate, ledger, "slow")
+    out = driver.run(tools, [[("call_1", ARGS), ("call_2", ARGS)]], run_id="run-1")
+    assert ledger == [("T1", 500)]
+    assert out == {"call_1": "refunded 500 on T1 (#1)", "call_2": "refunded 500 on T1 (#1)"}
+    assert len(twins) == 0  # nothing left behind
+
+
+def test_a_twin_with_other_arguments_gets_the_stores_conflict(
+        driver: Driver, gate: eg.Gate) -> None:
+    ledger: list[Any] = []
+    tools = gated(driver, gate, ledger, "slow")
+    out = driver.run(tools, [[("call_1", ARGS), ("call_2", {"txn_id": "T1", "amount_cents": 9})]],
+                     run_id="run-1")
+    [(_, amount)] = ledger  # whichever reserved first ran; the other was refused
+    winner, loser = ("call_1", "call_2") if amount == 500 else ("call_2", "call_1")
+    assert out[winner] == f"refunded {amount} on T1 (#1)"
+    assert "CONFLICT" in out[loser]
+
+
+def test_the_model_sees_byte_identical_tool_definitions(driver: Driver, gate: eg.Gate) -> None:
+    ledger: list[Any] = []
+    plain = [driver.tool(refund_body(ledger, "ok"))]
+    assert driver.definitions(plain) == driver.definitions(
+        driver.gate_tools(plain, {"refund": "refund:{txn_id}"}, gate))
+    assert driver.definitions(plain) == driver.definitions(
+        [driver.gate_tool(plain[0], "refund:{txn_id}", gate)])
+    assert ledger == []
