@@ -94,7 +94,7 @@ def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None
     """Serve (over stdio) every tool of an upstream MCP server; gate the ones the policy
     declares. Prints each ungated tool on stderr at start."""
     with _gate(url, namespace, gate_ref, policy) as gate:
-        from ..integrations.mcp_gateway import run_gateway
+        from ..integrations.mcp.gateway import run_gateway
 
         rules = gate.policy if gate.policy is not None else {}
         code = run_gateway(gate, upstream, rules, tool_errors=tool_errors,

@@ -28,7 +28,7 @@ try:
     from mcp.types import Implementation, Tool
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
-        'effectgate.integrations.mcp_upstream needs the mcp package: pip install "effectgate[mcp]"'
+        'effectgate.integrations.mcp.upstream needs the mcp package: pip install "effectgate[mcp]"'
     ) from err
 
 __all__ = ["Upstream"]

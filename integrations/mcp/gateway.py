@@ -29,8 +29,8 @@ import anyio
 
 import effectgate as eg
 
-from .mcp import error_answer
-from .mcp_upstream import Upstream
+from .server import error_answer
+from .upstream import Upstream
 
 try:
     import jsonschema  # type: ignore[import-untyped]
@@ -40,7 +40,7 @@ try:
     from mcp.shared.exceptions import MCPError
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
-        'effectgate.integrations.mcp_gateway needs the mcp package: pip install "effectgate[mcp]"'
+        'effectgate.integrations.mcp.gateway needs the mcp package: pip install "effectgate[mcp]"'
     ) from err
 
 __all__ = ["Gateway", "UpstreamToolError", "run_gateway", "tool_specs"]
