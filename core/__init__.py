@@ -47,7 +47,7 @@ from .errors import (
 from .gate import Gate, Reconciled, effect_context
 from .keys import KeyTemplate
 from .payload import canonical_json, payload_hash
-from .policy import ApprovalRule, Budget, EffectRule, Policy
+from .policy import ApprovalRule, Budget, EffectRule, Policy, UpstreamRule
 from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry
 from .sagas import UnwindReport, UnwindStep
 from .states import Decision, Outcome, State
@@ -99,6 +99,7 @@ __all__ = [
     "UnknownEffect",
     "UnwindReport",
     "UnwindStep",
+    "UpstreamRule",
     "VendorKey",
     "__version__",
     "canonical_json",

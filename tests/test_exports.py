@@ -13,9 +13,9 @@ EXPECTED = {
     "EffectRefused", "EffectRule", "EffectSpec", "Gate", "HistoryEntry", "InvalidTransition",
     "KeyTemplate", "NotExecuted", "Outcome", "PayloadError", "PayloadMismatch", "Policy",
     "PolicyError", "Reconciled", "ResultNotStoredWarning", "StaleLease", "State", "StoreError",
-    "UnknownEffect", "UnwindReport", "UnwindStep", "VendorKey", "__version__", "canonical_json",
-    "classify", "classify_httpx", "classify_requests", "current_effect", "current_effect_scope",
-    "effect_context", "payload_hash", "refusal",
+    "UnknownEffect", "UnwindReport", "UnwindStep", "UpstreamRule", "VendorKey", "__version__",
+    "canonical_json", "classify", "classify_httpx", "classify_requests", "current_effect",
+    "current_effect_scope", "effect_context", "payload_hash", "refusal",
 }
 
 
