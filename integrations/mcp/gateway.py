@@ -1,51 +1,74 @@
 """A gated proxy in front of an existing MCP server.
 
-Every upstream tool is offered unchanged (name, description, schemas). A tool the policy
-declares (``tools = [...]`` with a ``key`` template) is gated like a decorated function: the
-key is rendered from the call's arguments before anything is sent, a repeat is answered with the
-stored result, and a refusal comes back as a tool error the model can act on. The other tools
-pass through, are listed on stderr at start, and are refused with ``strict``.
+Every capability of the upstream passes through: its tools (name, description, schemas,
+annotations, unchanged), resources (list, read, templates, subscriptions), prompts,
+completions, logging, progress, cancellation and list-changed notifications. Each client gets
+its own upstream session that declares the client's own capabilities (roots, sampling,
+elicitation), so the upstream's requests for roots, a sampled message or an elicitation reach
+that client, and the upstream offers it the tools it would offer it directly.
 
-Outcomes: the upstream's result → COMMITTED; an upstream that cannot be reached before the call
-is sent → FAILED; one that dies, disconnects or times out after it → AMBIGUOUS; a tool error
-reported by the upstream → AMBIGUOUS (it may have acted), or FAILED with
-``tool_errors="failed"``.
+Tools (see :mod:`.writes`): a tool the policy declares (``tools = [...]`` with a ``key``) is
+gated like a decorated function: the key is rendered from the call's arguments before anything
+is sent, a repeat is answered with the stored result, and a refusal comes back as a tool error
+the model can act on. A read (the policy's ``read_only``, or a trusted ``readOnlyHint``) passes.
+Every other tool is a write with no effect declared: listed on stderr at start and refused with
+``strict``.
+
+Outcomes of a gated call: the upstream's result → COMMITTED; an upstream that cannot be reached
+before the call is sent → FAILED; one that dies, disconnects or times out after it, or a client
+that cancels it → AMBIGUOUS; a tool error reported by the upstream → AMBIGUOUS (it may have
+acted), or FAILED with ``tool_errors="failed"``.
 
 ::
 
-    effectgate mcp gateway --upstream "python my_server.py" --policy effectgate.toml
+    effectgate mcp gateway --upstream "npx @modelcontextprotocol/server-filesystem ./data" \\
+        --policy effectgate.toml --strict [--transport http --port 8765]
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Mapping
-from typing import Any, Literal, TextIO
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal, TextIO, TypeVar
 
 import anyio
+import anyio.abc
+from pydantic import BaseModel
 
 import effectgate as eg
 
 from .server import error_answer
-from .upstream import Upstream
+from .upstream import ALL_CAPABILITIES, Upstream, _describe
+from .writes import Kind, Verdict, classify
 
 try:
     import jsonschema  # type: ignore[import-untyped]
     from mcp import types
-    from mcp.server.lowlevel import Server
+    from mcp.server.connection import Connection
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.lowlevel import NotificationOptions, Server
+    from mcp.server.session import ServerSession
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
         'effectgate.integrations.mcp.gateway needs the mcp package: pip install "effectgate[mcp]"'
     ) from err
 
-__all__ = ["Gateway", "UpstreamToolError", "run_gateway", "tool_specs"]
+__all__ = ["Gateway", "UpstreamFactory", "UpstreamToolError", "run_gateway", "tool_specs"]
 
 log = logging.getLogger("effectgate")
+R = TypeVar("R", bound=BaseModel)
+Ctx = ServerRequestContext[Any, Any]
+UpstreamFactory = Callable[[types.ClientCapabilities, Any], Upstream]
+"""``factory(capabilities, peer)``: a new, unstarted :class:`Upstream` for one client."""
+
 _REJECTED_BEFORE_RUN = {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND,
                         types.INVALID_PARAMS}
 _AMBIGUOUS_HINT = (
@@ -53,6 +76,7 @@ _AMBIGUOUS_HINT = (
     "call it again with these arguments: a retry is refused until a person resolves it. Tell "
     "the user this action's outcome is unknown (quote the key).")
 _FAILED_HINT = "The action did not happen; calling the tool again may run it."
+_LINK = "effectgate.gateway.link"
 
 
 class UpstreamToolError(Exception):
@@ -85,90 +109,389 @@ def tool_specs(gate: eg.Gate, effects: Any) -> dict[str, eg.EffectSpec]:
     return specs
 
 
-class Gateway:
-    """The proxy: the upstream's tools, gated by ``specs`` (tool name → EffectSpec)."""
+class _Link:
+    """One client's path through the gateway: its own upstream session, and the way back to
+    the client for what the upstream asks (roots, sampling, elicitation) or announces."""
 
-    def __init__(self, gate: eg.Gate, upstream: Upstream, specs: Mapping[str, eg.EffectSpec],
-                 *, strict: bool = False,
-                 tool_errors: Literal["ambiguous", "failed"] = "ambiguous") -> None:
+    def __init__(self, factory: UpstreamFactory, capabilities: types.ClientCapabilities,
+                 standalone: ServerSession | None) -> None:
+        self._standalone = standalone
+        self._active: list[Ctx] = []
+        self.tools: dict[str, types.Tool] = {}
+        self.stale = True
+        self.upstream = factory(capabilities, self if standalone is not None else None)
+
+    @contextlib.contextmanager
+    def serving(self, ctx: Ctx) -> Iterator[None]:
+        """While the client's request ``ctx`` is being answered, the upstream's requests and
+        notifications ride its stream (on HTTP: that request's SSE response)."""
+        self._active.append(ctx)
+        try:
+            yield
+        finally:
+            self._active.remove(ctx)
+
+    def _current(self) -> Ctx | None:
+        return next((c for c in reversed(self._active) if c.request_id is not None), None)
+
+    async def request(self, request: types.ServerRequest, result_type: type[R]) -> R:
+        ctx = self._current()
+        if ctx is not None:
+            meta = ServerMessageMetadata(related_request_id=ctx.request_id)
+            return await ctx.session.send_request(request, result_type, metadata=meta)
+        assert self._standalone is not None
+        return await self._standalone.send_request(request, result_type)
+
+    async def notify(self, notification: types.ServerNotification) -> None:
+        if isinstance(notification, types.ToolListChangedNotification):
+            self.stale = True
+        ctx = self._current()
+        try:
+            if ctx is not None:
+                await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+            elif self._standalone is not None:
+                await self._standalone.send_notification(notification)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            log.debug("dropped %s: the client is gone", notification.method)
+
+    def absorb(self, tools: list[types.Tool], *, first_page: bool) -> None:
+        """Remember a page of the upstream's tool list."""
+        if first_page:
+            self.tools = {}
+            self.stale = False
+        self.tools.update((tool.name, tool) for tool in tools)
+
+    async def tool(self, name: str) -> types.Tool | None:
+        """The upstream's tool ``name`` (listing again if the list changed or lacks it)."""
+        if self.stale or name not in self.tools:
+            self.absorb(await self.upstream.list_tools(), first_page=True)
+        return self.tools.get(name)
+
+
+class Gateway:
+    """The proxy: the upstream's capabilities, its tools gated by ``specs`` (tool name →
+    EffectSpec) and classified by ``rule`` (the policy's :class:`~effectgate.UpstreamRule`).
+
+    ``upstream`` is a command line or URL, or an :data:`UpstreamFactory`. ``await
+    start(tg)`` probes the upstream (its tools, what it serves); ``server()`` is the MCP server
+    to run; each client connection then gets its own upstream session.
+    """
+
+    def __init__(self, gate: eg.Gate, upstream: str | UpstreamFactory,
+                 specs: Mapping[str, eg.EffectSpec], *, strict: bool = False,
+                 tool_errors: Literal["ambiguous", "failed"] = "ambiguous",
+                 rule: eg.UpstreamRule | None = None, policy: eg.Policy | None = None,
+                 upstream_name: str | None = None, out: TextIO | None = None) -> None:
         self.gate = gate
-        self.upstream = upstream
+        if isinstance(upstream, str):
+            target = upstream
+            Upstream(target)  # a bad command line fails now, not at the first client
+
+            def factory(caps: types.ClientCapabilities, peer: Any) -> Upstream:
+                return Upstream(target, capabilities=caps, peer=peer)
+
+            self.factory: UpstreamFactory = factory
+        else:
+            self.factory = upstream
         self.specs = dict(specs)
         self.strict = strict
         self.tool_errors = tool_errors
+        self.rule = rule
+        self.policy = policy
+        self.upstream_name = upstream_name
+        self.out = out if out is not None else sys.stderr
         self.tools: dict[str, types.Tool] = {}
+        self.verdicts: dict[str, Verdict] = {}
+        self.described = ""
+        self.init: types.InitializeResult | None = None
+        self._announced: set[str] = set()
         self._validators: dict[str, Any] = {}
+        self._checked: set[str] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._shared: _Link | None = None
+        self._lock = anyio.Lock()
         for spec in self.specs.values():
             spec.classifiers = (self._classify, *spec.classifiers)
 
-    async def load_tools(self) -> None:
-        """Read the upstream's tools; check every key template against its tool's arguments."""
-        self.tools = {tool.name: tool for tool in await self.upstream.list_tools()}
-        for name, spec in self.specs.items():
-            tool = self.tools.get(name)
-            if tool is None:
-                continue
-            schema = tool.input_schema
-            if schema.get("additionalProperties", True) is False or "properties" in schema:
-                spec.check_names(list(schema.get("properties", {})), f"upstream tool {name!r}")
-            self._validators[name] = jsonschema.validators.validator_for(schema)(schema)
+    # -- start ---------------------------------------------------------------------------------
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Probe the upstream (declaring every client capability, so it shows every tool it
+        can), pick the policy's rule for it, classify its tools and check every key template
+        against its tool's arguments. Raises ``ConnectionError`` or an effectgate error."""
+        self._tg = tg
+        probe = self.factory(ALL_CAPABILITIES, _Probe())
+        self.described = probe.describe()
+        try:
+            await probe.start(tg)
+            tools = await probe.list_tools()
+        finally:
+            await probe.aclose()
+        self.init = probe.init
+        if self.rule is None and self.policy is not None:
+            name = self.upstream_name or (probe.server_info.name if probe.server_info else "")
+            self.rule = self.policy.upstream(name)
+        self.tools = {tool.name: tool for tool in tools}
+        for tool in tools:
+            self._verdict(tool)
+            self._check(tool)
+
+    def _verdict(self, tool: types.Tool) -> Verdict:
+        verdict = classify(tool, self.specs, self.rule)
+        if verdict.kind is Kind.GATED and self.rule is not None and (
+                self.rule.is_read_only(tool.name)):
+            raise eg.PolicyError(
+                f"tool {tool.name!r} is gated and also read_only in the policy for "
+                f"{self.rule.name!r}; it is one or the other")
+        self.verdicts[tool.name] = verdict
+        return verdict
+
+    def _check(self, tool: types.Tool) -> None:
+        """Check a gated tool's key template against its arguments (once per schema)."""
+        spec = self.specs.get(tool.name)
+        if spec is None:
+            return
+        schema = tool.input_schema
+        mark = f"{tool.name}\x00{json.dumps(schema, sort_keys=True, default=str)}"
+        if mark in self._checked:
+            return
+        if schema.get("additionalProperties", True) is False or "properties" in schema:
+            spec.check_names(list(schema.get("properties", {})), f"upstream tool {tool.name!r}")
+        self._checked.add(mark)
 
     @property
     def ungated(self) -> list[str]:
-        """Upstream tools with no effect declared, in the upstream's order."""
-        return [name for name in self.tools if name not in self.specs]
+        """Upstream tools that write with no effect declared, in the upstream's order."""
+        return [n for n in self.tools if self.verdicts[n].kind is Kind.WRITE]
+
+    @property
+    def reads(self) -> list[str]:
+        """Upstream tools that pass as reads, in the upstream's order."""
+        return [n for n in self.tools if self.verdicts[n].kind is Kind.READ]
 
     @property
     def missing(self) -> list[str]:
         """Declared tools the upstream does not offer (a typo in the policy?)."""
         return sorted(set(self.specs) - set(self.tools))
 
+    def print_start(self) -> None:
+        """The start lines: what is gated, what reads, every write with no effect (each once),
+        and what the policy says about this upstream."""
+        info = self.init.server_info if self.init else None
+        who = f"{info.name} {info.version}".strip() if info else "the upstream"
+        if self.rule is None:
+            rule = "no policy rule for this upstream: readOnlyHint not trusted"
+        else:
+            trust = "trusted" if self.rule.trust_read_only_hint else "not trusted"
+            rule = (f"policy rule for upstream {self.rule.name!r}: "
+                    f"{len(self.rule.read_only)} read_only, readOnlyHint {trust}")
+        self._say(f"effectgate: gateway for {_shown(who)} ({_shown(self.described)}); {rule}")
+        what = "refused (strict)" if self.strict else "ungated"
+        for name in self.tools:
+            verdict = self.verdicts[name]
+            if verdict.kind is Kind.GATED:
+                spec = self.specs[name]
+                self._say(f"effectgate: gated tool {_shown(name)}: {spec.effect_type} key "
+                          f"{spec.template.template!r}")
+            elif verdict.kind is Kind.WRITE:
+                self._announced.add(name)
+                self._say(f"effectgate: {what} tool, no effect declared: {_shown(name)}")
+        for name in self.missing:
+            self._say(f"effectgate: warning: the policy gates {name!r}, which the upstream does "
+                      "not offer")
+        gated = len(self.tools) - len(self.reads) - len(self.ungated)
+        self._say(f"effectgate: {len(self.tools)} tools: {gated} gated, {len(self.reads)} read, "
+                  f"{len(self.ungated)} {what}")
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def _announce(self, tool: types.Tool) -> Verdict:
+        """A tool's verdict; a write first seen after start is printed then, once."""
+        known = self.verdicts.get(tool.name)
+        verdict = self._verdict(tool) if known is None or tool.name not in self.tools else known
+        if verdict.kind is Kind.WRITE and tool.name not in self._announced:
+            self._announced.add(tool.name)
+            what = "refused (strict)" if self.strict else "ungated"
+            self._say(f"effectgate: {what} tool, no effect declared: {_shown(tool.name)} "
+                      "(offered after start)")
+        return verdict
+
+    # -- the server ----------------------------------------------------------------------------
+
     def server(self) -> Server[Any]:
-        """The MCP server (low level: the upstream's schemas are served verbatim)."""
-
-        async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=list(self.tools.values()))
-
-        async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-            return await self.call(params.name, dict(params.arguments or {}))
-
-        info = self.upstream.server_info
+        """The MCP server (low level: the upstream's results are served as they come), offering
+        exactly what the upstream serves."""
+        caps = self.init.capabilities if self.init else types.ServerCapabilities()
+        info = self.init.server_info if self.init else None
+        handlers: dict[str, Any] = {}
+        if caps.tools is not None:
+            handlers.update(on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        if caps.resources is not None:
+            handlers.update(
+                on_list_resources=self._relay(types.ListResourcesRequest,
+                                              types.ListResourcesResult),
+                on_list_resource_templates=self._relay(types.ListResourceTemplatesRequest,
+                                                       types.ListResourceTemplatesResult),
+                on_read_resource=self._relay(types.ReadResourceRequest, types.ReadResourceResult))
+            if caps.resources.subscribe:
+                handlers.update(
+                    on_subscribe_resource=self._relay(types.SubscribeRequest, types.EmptyResult),
+                    on_unsubscribe_resource=self._relay(types.UnsubscribeRequest,
+                                                        types.EmptyResult))
+        if caps.prompts is not None:
+            handlers.update(
+                on_list_prompts=self._relay(types.ListPromptsRequest, types.ListPromptsResult),
+                on_get_prompt=self._relay(types.GetPromptRequest, types.GetPromptResult))
+        if caps.completions is not None:
+            handlers.update(on_completion=self._relay(types.CompleteRequest, types.CompleteResult))
         name = f"{info.name} (gated by effectgate)" if info else "effectgate-gateway"
-        return Server(name, version=info.version if info else "",
-                      instructions=self.upstream.instructions, on_list_tools=list_tools,
-                      on_call_tool=call_tool)
+        server = _Server(
+            name, version=info.version if info else "", title=info.title if info else None,
+            instructions=self.init.instructions if self.init else None, **handlers)
+        server.notification_options = NotificationOptions(
+            prompts_changed=bool(caps.prompts and caps.prompts.list_changed),
+            resources_changed=bool(caps.resources and caps.resources.list_changed),
+            tools_changed=bool(caps.tools and caps.tools.list_changed))
+        if caps.logging is not None:
+            server.add_request_handler("logging/setLevel", types.SetLevelRequestParams,
+                                       self._relay(types.SetLevelRequest, types.EmptyResult))
+        server.add_notification_handler("notifications/roots/list_changed",
+                                        types.NotificationParams, self._roots_changed)
+        return server
+
+    async def _link(self, ctx: Ctx) -> _Link:
+        """This client's link, opened on its first request with its own capabilities."""
+        assert self._tg is not None, "Gateway.start() first"
+        connection = _connection(ctx)
+        if connection is None:  # 2026-07-28 clients: one stateless link, no back-channel
+            async with self._lock:
+                if self._shared is None:
+                    self._shared = _Link(self.factory, types.ClientCapabilities(), None)
+                    self._shared.upstream.attach(self._tg)
+                return self._shared
+        link = connection.state.get(_LINK)
+        if isinstance(link, _Link):
+            return link
+        lock = connection.state.setdefault(_LINK + ".lock", anyio.Lock())
+        async with lock:
+            link = connection.state.get(_LINK)
+            if not isinstance(link, _Link):
+                caps = ctx.session.client_capabilities or types.ClientCapabilities()
+                link = _Link(self.factory, _forwarded(caps), ctx.session)
+                link.upstream.attach(self._tg)
+                connection.state[_LINK] = link
+                connection.exit_stack.push_async_callback(link.upstream.aclose)
+        return link
+
+    async def _send(self, link: _Link, ctx: Ctx, request: Any, result_type: type[R]) -> R:
+        session = await link.upstream.session()
+        try:
+            return await session.send_request(request, result_type,
+                                              progress_callback=_progress(ctx))
+        except MCPError:
+            raise
+        except Exception as err:
+            link.upstream.close()
+            raise MCPError(types.INTERNAL_ERROR, f"the upstream failed: {_describe(err)}") from err
+
+    def _relay(self, request_type: type[Any], result_type: type[R]) -> Any:
+        """A handler that forwards a request of ``request_type`` and returns the answer."""
+
+        async def handle(ctx: Ctx, params: Any) -> R:
+            link = await self._link(ctx)
+            with link.serving(ctx):
+                try:
+                    return await self._send(link, ctx, request_type(params=_clean(params)),
+                                            result_type)
+                except ConnectionError as err:
+                    raise MCPError(types.INTERNAL_ERROR, str(err)) from err
+
+        return handle
+
+    async def _list_tools(self, ctx: Ctx,
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        link = await self._link(ctx)
+        with link.serving(ctx):
+            try:
+                page = await self._send(link, ctx, types.ListToolsRequest(params=_clean(params)),
+                                        types.ListToolsResult)
+            except ConnectionError as err:
+                raise MCPError(types.INTERNAL_ERROR, str(err)) from err
+        link.absorb(page.tools, first_page=not (params and params.cursor))
+        for tool in page.tools:
+            try:
+                self._announce(tool)
+            except eg.EffectGateError as err:  # its calls are refused with this error
+                log.warning("tool %r: %s", tool.name, err.message)
+        return page
+
+    async def _call_tool(self, ctx: Ctx,
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        link = await self._link(ctx)
+        with link.serving(ctx):
+            return await self.call(link, params.name, dict(params.arguments or {}),
+                                   ctx=ctx, meta=_clean_meta(params.meta))
+
+    async def _roots_changed(self, ctx: Ctx, params: Any) -> None:
+        connection = _connection(ctx)
+        link = connection.state.get(_LINK) if connection is not None else None
+        session = link.upstream.current if isinstance(link, _Link) else None
+        if session is not None:
+            await session.send_roots_list_changed()
 
     # -- one call ------------------------------------------------------------------------------
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, link: _Link, name: str, arguments: dict[str, Any], *,
+                   ctx: Ctx | None = None,
+                   meta: dict[str, Any] | None = None) -> types.CallToolResult:
         """Answer one tool call: forwarded, gated, or refused."""
-        spec = self.specs.get(name)
-        if name not in self.tools:
-            return _error({"error": "UnknownTool", "message": f"no tool named {name!r}",
-                           "what_to_do": "Call one of the listed tools."})
-        if spec is None:
-            if self.strict:
-                return _error({"error": "UngatedTool", "message": (
-                    f"tool {name!r} has no effect declared and this gateway is strict"),
-                    "what_to_do": "Do not call this tool; tell the user it is not enabled."})
-            return await self._forward(name, arguments)
         try:
-            arguments = self._normalise(name, arguments)
+            tool = await link.tool(name)
+        except Exception as err:
+            return _error({"error": "UpstreamLost", "message": (
+                f"cannot list the upstream's tools: {_describe(err)}"),
+                "what_to_do": "The upstream server is unavailable; try again later."})
+        if tool is None:
+            return _error({"error": "UnknownTool", "message": f"no tool named {_short(name)}",
+                           "what_to_do": "Call one of the listed tools."})
+        try:
+            verdict = self._announce(tool)
+            self._check(tool)
+        except eg.EffectGateError as err:
+            return _error(error_answer(err))
+        if verdict.kind is Kind.WRITE and self.strict:
+            return _error({"error": "UngatedTool", "message": (
+                f"tool {name!r} writes and has no effect declared, and this gateway is strict"),
+                "what_to_do": "Do not call this tool; tell the user it is not enabled."})
+        request = _call_request(name, arguments, meta)
+        if verdict.kind is not Kind.GATED:
+            return await self._forward(link, ctx, request)
+        return await self._gated(link, ctx, tool, self.specs[name], arguments, meta)
+
+    async def _gated(self, link: _Link, ctx: Ctx | None, tool: types.Tool, spec: eg.EffectSpec,
+                     arguments: dict[str, Any],
+                     meta: dict[str, Any] | None) -> types.CallToolResult:
+        try:
+            arguments = self._normalise(tool, arguments)
+            keyed = dict(spec.template.normalise(arguments))
         except jsonschema.ValidationError as err:
             where = "/".join(str(p) for p in err.absolute_path)
             return _error({"error": "InvalidArguments",
                            "message": f"{where}: {err.message}" if where else err.message,
                            "what_to_do": "Fix the arguments and call again; nothing ran."})
+        except eg.EffectGateError as err:
+            return _error(error_answer(err))
         ran: list[eg.BeginDecision] = []
-
         lease = spec.lease_seconds or self.gate.lease_seconds
+        request = _call_request(tool.name, arguments, meta)
 
         async def body() -> dict[str, Any]:
             ran.append(eg.current_effect())
-            return await self._execute(name, arguments, lease)
+            return await self._execute(link, ctx, request, lease)
 
         try:
-            stored = await spec.arun(arguments, body)
+            stored = await spec.arun(keyed, body)
         except UpstreamToolError as err:
             return _with_note(err.result, _FAILED_HINT if self.tool_errors == "failed"
                               else _AMBIGUOUS_HINT, ran)
@@ -178,34 +501,41 @@ class Gateway:
             key = ran[0].key if ran else None
             if self._classify(err) is eg.Outcome.FAILED:
                 return _error({"error": "UpstreamRefused", "key": key, "message": (
-                    f"the upstream refused the call before running it: {err}"),
+                    f"the upstream refused the call before running it: {_describe(err)}"),
                     "what_to_do": "Fix the call; nothing happened."})
             return _error({"error": "UpstreamLost", "key": key, "message": (
-                f"the upstream failed during the call: {type(err).__name__}: {err}"),
+                f"the upstream failed during the call: {_describe(err)}"),
                 "what_to_do": _AMBIGUOUS_HINT})
         result = types.CallToolResult.model_validate(stored)
-        meta = dict(result.meta or {})
-        meta["effectgate"] = (
+        out_meta = dict(result.meta or {})
+        out_meta["effectgate"] = (
             {"decision": "execute", "key": ran[0].key, "effect_id": ran[0].effect_id,
              "attempt": ran[0].attempt} if ran
-            else {"decision": "duplicate", "key": spec.template.render(arguments)})
-        return result.model_copy(update={"meta": meta})
+            else {"decision": "duplicate", "key": spec.template.render(keyed)})
+        return result.model_copy(update={"meta": out_meta})
 
-    def _normalise(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _normalise(self, tool: types.Tool, arguments: dict[str, Any]) -> dict[str, Any]:
         """Schema defaults filled in (so the key and hash see what the tool sees), then the
         arguments validated against the tool's input schema."""
-        for prop, schema in self.tools[name].input_schema.get("properties", {}).items():
-            if prop not in arguments and isinstance(schema, Mapping) and "default" in schema:
-                arguments[prop] = schema["default"]
-        self._validators[name].validate(arguments)
+        schema = tool.input_schema
+        for prop, sub in schema.get("properties", {}).items():
+            if prop not in arguments and isinstance(sub, Mapping) and "default" in sub:
+                arguments[prop] = sub["default"]
+        mark = json.dumps(schema, sort_keys=True, default=str)
+        validator = self._validators.get(mark)
+        if validator is None:
+            validator = self._validators[mark] = jsonschema.validators.validator_for(schema)(
+                schema)
+        validator.validate(arguments)
         return arguments
 
-    async def _execute(self, name: str, arguments: dict[str, Any],
+    async def _execute(self, link: _Link, ctx: Ctx | None, request: types.CallToolRequest,
                        lease: float) -> dict[str, Any]:
-        session = await self.upstream.ready()  # NotExecuted: the call was never sent
+        session = await link.upstream.ready()  # NotExecuted: the call was never sent
         beat = asyncio.create_task(self._heartbeat(eg.current_effect(), lease))
         try:
-            result = await session.call_tool(name, arguments)
+            result = await session.send_request(request, types.CallToolResult,
+                                                progress_callback=_progress(ctx))
         finally:
             beat.cancel()
         if result.is_error:
@@ -229,14 +559,113 @@ class Gateway:
             return eg.Outcome.FAILED  # the upstream answered that it did not run the call
         return None
 
-    async def _forward(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _forward(self, link: _Link, ctx: Ctx | None,
+                       request: types.CallToolRequest) -> types.CallToolResult:
         try:
-            session = await self.upstream.ready()
-            return await session.call_tool(name, arguments)
+            session = await link.upstream.ready()
+            return await session.send_request(request, types.CallToolResult,
+                                              progress_callback=_progress(ctx))
+        except MCPError:
+            raise
         except Exception as err:
             return _error({"error": "UpstreamLost", "message": (
-                f"the upstream failed: {type(err).__name__}: {err}"),
+                f"the upstream failed: {_describe(err)}"),
                 "what_to_do": "The upstream server is unavailable; try again later."})
+
+    async def aclose(self) -> None:
+        """Close the shared (stateless) link, if one was opened."""
+        if self._shared is not None:
+            await self._shared.upstream.aclose()
+
+
+class _Server(Server[Any]):
+    """A low-level server that announces the upstream's list-changed notifications (relayed)
+    on every transport, including the HTTP session manager's default initialization."""
+
+    notification_options: NotificationOptions | None = None
+
+    def create_initialization_options(
+            self, notification_options: NotificationOptions | None = None,
+            experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+            extensions: dict[str, dict[str, Any]] | None = None) -> Any:
+        return super().create_initialization_options(
+            notification_options or self.notification_options, experimental_capabilities,
+            extensions)
+
+
+class _Probe:
+    """The start-up probe's client: no roots, and no sampling or elicitation answered."""
+
+    async def request(self, request: types.ServerRequest, result_type: type[R]) -> R:
+        if isinstance(request, types.ListRootsRequest):
+            return result_type.model_validate({"roots": []})
+        raise MCPError(types.INVALID_REQUEST, "the gateway is starting; no client yet")
+
+    async def notify(self, notification: types.ServerNotification) -> None:
+        return None
+
+
+def _connection(ctx: Ctx) -> Connection | None:
+    """The client connection ``ctx`` arrived on, on the handshake protocol (None for a
+    2026-07-28 request, which is its own connection). The SDK hands handlers the connection
+    only through the session; ``Connection.state`` and ``exit_stack`` are its documented
+    per-connection storage and teardown."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return None
+    connection = getattr(ctx.session, "_connection", None)
+    return connection if isinstance(connection, Connection) else None
+
+
+def _forwarded(caps: types.ClientCapabilities) -> types.ClientCapabilities:
+    """The client capabilities the upstream is told about: roots, sampling, elicitation."""
+    return types.ClientCapabilities(roots=caps.roots, sampling=caps.sampling,
+                                    elicitation=caps.elicitation)
+
+
+def _clean_meta(meta: Any) -> dict[str, Any] | None:
+    """A request's ``_meta`` for the upstream: without the progress token (the gateway relays
+    progress under its own) and the reserved ``io.modelcontextprotocol/`` keys."""
+    if not meta:
+        return None
+    kept = {k: v for k, v in dict(meta).items()
+            if k != "progress_token" and not k.startswith("io.modelcontextprotocol/")}
+    return kept or None
+
+
+def _clean(params: Any) -> Any:
+    if params is None or not getattr(params, "meta", None):
+        return params
+    return params.model_copy(update={"meta": _clean_meta(params.meta)})
+
+
+def _progress(ctx: Ctx | None) -> Any:
+    """A progress callback relaying the upstream's progress to the client, when it asked."""
+    if ctx is None or not ctx.meta or "progress_token" not in ctx.meta:
+        return None
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await ctx.session.report_progress(progress, total, message)
+
+    return relay
+
+
+def _call_request(name: str, arguments: dict[str, Any],
+                  meta: dict[str, Any] | None) -> types.CallToolRequest:
+    params = types.CallToolRequestParams.model_validate(
+        {"name": name, "arguments": arguments, **({"_meta": meta} if meta else {})})
+    return types.CallToolRequest(params=params)
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """Text from the upstream made safe for a terminal line: no control characters, bounded."""
+    clean = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return clean if len(clean) <= limit else clean[:limit] + "…"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit] + "…"
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -258,39 +687,61 @@ def _with_note(result: types.CallToolResult, hint: str,
     return result.model_copy(update={"content": content, "is_error": True})
 
 
-def run_gateway(gate: eg.Gate, upstream: str | Upstream, effects: Any, *, strict: bool = False,
+def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
+                strict: bool = False,
                 tool_errors: Literal["ambiguous", "failed"] | str = "ambiguous",
-                out: TextIO | None = None) -> int:
-    """Run the gateway over stdio until the client leaves; the exit status (0, or 2 when it
-    could not start). Prints every ungated upstream tool on ``out`` (stderr), one per line."""
+                out: TextIO | None = None, transport: Literal["stdio", "http"] = "stdio",
+                host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
+                upstream_name: str | None = None, guard: Any = None) -> int:
+    """Run the gateway until the client leaves (stdio) or it is stopped (HTTP); the exit status
+    (0, or 2 when it could not start). Prints the start lines on ``out`` (stderr): where it
+    listens, and every upstream tool that writes with no effect declared, one per line."""
+    from .transport import check_bind, listen
+
     out = out if out is not None else sys.stderr
-    return anyio.run(_serve, gate, upstream, effects, strict, tool_errors, out)
+    sock = None
+    try:
+        if transport == "http":
+            check_bind(host, port, allow_remote=allow_remote, guard=guard)
+            sock = listen(host, port)
+        errors: Literal["ambiguous", "failed"] = (
+            "failed" if tool_errors == "failed" else "ambiguous")
+        policy = effects if isinstance(effects, eg.Policy) else None
+        gw = Gateway(gate, upstream, tool_specs(gate, effects), strict=strict,
+                     tool_errors=errors, policy=policy, upstream_name=upstream_name, out=out)
+    except eg.EffectGateError as err:
+        print(f"effectgate: error: {err.message}", file=out, flush=True)
+        if sock is not None:
+            sock.close()
+        return 2
+    return anyio.run(_serve, gw, transport, sock, host, guard, out)
 
 
-async def _serve(gate: eg.Gate, upstream: str | Upstream, effects: Any, strict: bool,
-                 tool_errors: str, out: TextIO) -> int:
-    errors: Literal["ambiguous", "failed"] = "failed" if tool_errors == "failed" else "ambiguous"
+async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
+                 out: TextIO) -> int:
+    from .transport import serve_http
+
     async with anyio.create_task_group() as tg:
         try:
-            link = upstream if isinstance(upstream, Upstream) else Upstream(upstream)
-            await link.start(tg)
-            gw = Gateway(gate, link, tool_specs(gate, effects), strict=strict,
-                         tool_errors=errors)
-            await gw.load_tools()
+            await gw.start(tg)
         except (eg.EffectGateError, ConnectionError) as err:
             print(f"effectgate: error: {getattr(err, 'message', err)}", file=out, flush=True)
             tg.cancel_scope.cancel()
+            if sock is not None:
+                sock.close()
             return 2
-        what = "refused (strict)" if strict else "ungated"
-        for name in gw.ungated:
-            print(f"effectgate: {what} tool, no effect declared: {name}", file=out)
-        for name in gw.missing:
-            print(f"effectgate: warning: the policy gates {name!r}, which the upstream does "
-                  "not offer", file=out)
-        out.flush()
+        gw.print_start()
         server = gw.server()
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-        link.close()
+        if transport == "http":
+            app = server.streamable_http_app(host=host)
+            try:
+                await serve_http(app, sock, what="gateway", out=out, guard=guard)
+            finally:
+                sock.close()
+        else:
+            print("effectgate: gateway listening on stdio", file=out, flush=True)
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+        await gw.aclose()
         tg.cancel_scope.cancel()
     return 0

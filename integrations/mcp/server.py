@@ -18,13 +18,18 @@ or ``effectgate mcp serve --url ... [--transport http]``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 
+import anyio
 from pydantic import Field
 
 import effectgate as eg
 from effectgate.sagas import compensation_request
+
+from .transport import HttpGuard, check_bind, listen, serve_http
 
 try:
     from mcp.server import MCPServer
@@ -188,6 +193,10 @@ _Key = Annotated[str, Field(description=(
     "The effect key: one logical action's idempotency key, built from the work's own "
     "identifiers, e.g. \"refund:txn_8812\" or \"invoice:2026-08:acct_88123\". The same action "
     "retried must give the same key; never use the time or a random value."))]
+# A JSON value with a real schema type (object, array, string, number, boolean or null), so a
+# client's tool-call generator knows what it may send.
+Json = dict[str, Any] | list[Any] | str | int | float | bool | None
+
 _EffectId = Annotated[int, Field(description="effect_id from begin_effect's answer.")]
 _Token = Annotated[int, Field(description="lease_token from begin_effect's answer.")]
 
@@ -220,7 +229,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         group_key: Annotated[str | None, Field(description=(
             "Set when this is one step of a multi-step task that must be undone as a whole if "
             "it fails, e.g. \"booking:trip_8812\"; unwind_group undoes the group."))] = None,
-        compensation: Annotated[Any, Field(description=(
+        compensation: Annotated[Json, Field(description=(
             "How to undo THIS step if its group is unwound, e.g. {\"tool\": "
             "\"cancel_booking\", \"booking_ref\": \"BK-1\"}. Declare it now, while you know; "
             "a step without one is irreversible."))] = None,
@@ -250,7 +259,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         effect_id: _EffectId,
         lease_token: _Token,
         outcome: Literal["committed", "failed", "ambiguous"],
-        result: Annotated[Any, Field(description=(
+        result: Annotated[Json, Field(description=(
             "With committed: the action's result (JSON), returned to every repeat."))] = None,
         error: Annotated[str | None, Field(description=(
             "With failed or ambiguous: what went wrong."))] = None,
@@ -286,7 +295,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             key: _Key,
             outcome: Literal["committed", "failed"],
             by: Annotated[str, Field(description="Who verified the outcome.")],
-            result: Annotated[Any, Field(description=(
+            result: Annotated[Json, Field(description=(
                 "With committed: the action's result, if known."))] = None,
             note: Annotated[str | None, Field(description="How it was verified.")] = None,
         ) -> dict[str, Any]:
@@ -355,10 +364,23 @@ def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
-          host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False) -> None:
-    """Run :func:`build_server` over stdio or streamable HTTP (``http://host:port/mcp``)."""
+          host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False,
+          allow_remote: bool = False, guard: HttpGuard | None = None,
+          out: TextIO | None = None) -> None:
+    """Run :func:`build_server` over stdio or streamable HTTP (``http://host:port/mcp``; port
+    0 picks a free one). Prints where it listens on ``out`` (stderr). HTTP listens on a
+    loopback address unless ``allow_remote`` or a ``guard`` (the authentication seam, see
+    :mod:`.transport`); :class:`~effectgate.ConfigError` otherwise."""
+    out = out if out is not None else sys.stderr
     server = build_server(gate, allow_resolve=allow_resolve)
     if transport == "stdio":
+        print("effectgate: mcp serve listening on stdio", file=out, flush=True)
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    check_bind(host, port, allow_remote=allow_remote, guard=guard)
+    sock = listen(host, port)
+    try:
+        anyio.run(functools.partial(serve_http, server.streamable_http_app(host=host), sock,
+                                    what="mcp serve", out=out, guard=guard))
+    finally:
+        sock.close()
