@@ -155,3 +155,29 @@ def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None
                            transport="http" if transport == "http" else "stdio", host=host,
                            port=port, allow_remote=allow_remote, upstream_name=upstream_name)
     sys.exit(code)
+
+
+@mcp.command(cls=Command)
+@_upstream
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("effectgate.toml"), show_default=True,
+              help="Where to write the policy.")
+@click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
+@_upstream_name
+@handle_errors
+def init(upstream: str, output: Path, force: bool, upstream_name: str | None) -> None:
+    """Write a starter policy for an MCP server, to review: its read-only tools listed, and a
+    proposed key for every other tool. Never overwrites a file without --force."""
+    try:
+        import mcp as _mcp  # noqa: F401
+    except ImportError:
+        fail('effectgate mcp needs the mcp package: pip install "effectgate[mcp]"')
+    from ..integrations.mcp.init import write_policy
+    from ..policy import Policy
+
+    path, _ = write_policy(upstream, output, force=force, upstream_name=upstream_name)
+    policy = Policy.load(path)
+    rule = next(iter(policy.upstreams.values()))
+    click.echo(f"effectgate: wrote {path}: {len(rule.read_only)} read-only tools, "
+               f"{len(policy.tool_effects())} gated tools, strict = true. Review every key "
+               "before you use it.", err=True)

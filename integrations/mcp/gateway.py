@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TextIO, TypeVar
@@ -42,7 +43,7 @@ from pydantic import BaseModel
 import effectgate as eg
 
 from .server import error_answer
-from .upstream import ALL_CAPABILITIES, Upstream, _describe
+from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 from .writes import Kind, Verdict, classify
 
 try:
@@ -220,13 +221,13 @@ class Gateway:
         can), pick the policy's rule for it, classify its tools and check every key template
         against its tool's arguments. Raises ``ConnectionError`` or an effectgate error."""
         self._tg = tg
-        probe = self.factory(ALL_CAPABILITIES, _Probe())
+        probe = self.factory(ALL_CAPABILITIES, StartupPeer())
         self.described = probe.describe()
         try:
             await probe.start(tg)
             tools = await probe.list_tools()
         finally:
-            await probe.aclose()
+            probe.close()  # it ends in the background (a server may linger after stdin closes)
         self.init = probe.init
         if self.rule is None and self.policy is not None:
             name = self.upstream_name or (probe.server_info.name if probe.server_info else "")
@@ -358,6 +359,8 @@ class Gateway:
                                        self._relay(types.SetLevelRequest, types.EmptyResult))
         server.add_notification_handler("notifications/roots/list_changed",
                                         types.NotificationParams, self._roots_changed)
+        server.add_notification_handler("notifications/initialized",
+                                        types.NotificationParams, self._initialized)
         return server
 
     async def _link(self, ctx: Ctx) -> _Link:
@@ -432,6 +435,21 @@ class Gateway:
         with link.serving(ctx):
             return await self.call(link, params.name, dict(params.arguments or {}),
                                    ctx=ctx, meta=_clean_meta(params.meta))
+
+    async def _initialized(self, ctx: Ctx, params: Any) -> None:
+        """The client is ready: open its upstream session now (in the background: the upstream
+        may ask this client for roots while it starts), so that what the upstream announces
+        from its start (list changes, logs) reaches the client as it would directly."""
+        assert self._tg is not None
+
+        async def open_link() -> None:
+            try:
+                link = await self._link(ctx)
+                await link.upstream.session()
+            except Exception as err:  # the first request will try again and report it
+                log.warning("could not open the upstream session: %s", _describe(err))
+
+        self._tg.start_soon(open_link)
 
     async def _roots_changed(self, ctx: Ctx, params: Any) -> None:
         connection = _connection(ctx)
@@ -593,18 +611,6 @@ class _Server(Server[Any]):
             extensions)
 
 
-class _Probe:
-    """The start-up probe's client: no roots, and no sampling or elicitation answered."""
-
-    async def request(self, request: types.ServerRequest, result_type: type[R]) -> R:
-        if isinstance(request, types.ListRootsRequest):
-            return result_type.model_validate({"roots": []})
-        raise MCPError(types.INVALID_REQUEST, "the gateway is starting; no client yet")
-
-    async def notify(self, notification: types.ServerNotification) -> None:
-        return None
-
-
 def _connection(ctx: Ctx) -> Connection | None:
     """The client connection ``ctx`` arrived on, on the handshake protocol (None for a
     2026-07-28 request, which is its own connection). The SDK hands handlers the connection
@@ -740,8 +746,20 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
                 sock.close()
         else:
             print("effectgate: gateway listening on stdio", file=out, flush=True)
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+            with anyio.CancelScope() as scope:
+                tg.start_soon(_stop_on_signal, scope)
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
         await gw.aclose()
         tg.cancel_scope.cancel()
     return 0
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGTERM or SIGHUP (a client closing its stdio server sends SIGTERM after a grace
+    period) ends the gateway the orderly way, so its upstream processes are stopped too
+    instead of being left behind."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return

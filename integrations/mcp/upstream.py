@@ -40,7 +40,7 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
         'effectgate.integrations.mcp.upstream needs the mcp package: pip install "effectgate[mcp]"'
     ) from err
 
-__all__ = ["Peer", "Upstream"]
+__all__ = ["ALL_CAPABILITIES", "Peer", "StartupPeer", "Upstream"]
 
 log = logging.getLogger("effectgate")
 R = TypeVar("R", bound=BaseModel)
@@ -64,6 +64,20 @@ class Peer(Protocol):
     async def notify(self, notification: types.ServerNotification) -> None:
         """Pass ``notification`` on to the client (best effort)."""
         ...
+
+
+class StartupPeer:
+    """The client of a start-up probe (no person behind it): no roots, and sampling or
+    elicitation refused."""
+
+    async def request(self, request: types.ServerRequest, result_type: type[R]) -> R:
+        """An empty roots list; any other request refused."""
+        if isinstance(request, types.ListRootsRequest):
+            return result_type.model_validate({"roots": []})
+        raise MCPError(types.INVALID_REQUEST, "effectgate is probing the server; no client yet")
+
+    async def notify(self, notification: types.ServerNotification) -> None:
+        """Dropped."""
 
 
 class _Session(ClientSession):
