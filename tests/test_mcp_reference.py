@@ -314,3 +314,32 @@ def test_inspector_cli_write_file_is_gated_once_across_processes(
     read = inspect(target, "--method", "tools/call", "--tool-name", "read_text_file",
                    "--tool-arg", f"path={fs_root / 'notes.txt'}")
     assert not read.get("isError") and "hello" in json.dumps(read)
+
+
+async def test_the_clients_roots_reach_the_filesystem_server(fs_root: Path,
+                                                            tmp_path: Path) -> None:
+    """The filesystem server adopts a client's roots as its allowed directories; through the
+    gateway it adopts the gateway's client's roots (and their change), as it would directly."""
+    other = (tmp_path / "other").resolve()
+    other.mkdir()
+    recorder = Recorder(roots=[str(other)])
+    args = gateway_args(npm_command(FS, str(fs_root)), "--url",
+                        f"sqlite:///{tmp_path / 'effects.db'}")
+    with anyio.fail_after(60):
+        async with stdio_session(sys.executable, args, env=npm_env(), recorder=recorder) as s:
+
+            async def allowed() -> str:
+                return text(await s.call_tool("list_allowed_directories", {}))
+
+            for _ in range(100):
+                if str(other) in await allowed():
+                    break
+                await anyio.sleep(0.05)
+            assert str(other) in await allowed() and str(fs_root) not in await allowed()
+            recorder.roots = [str(fs_root)]
+            await s.send_roots_list_changed()
+            for _ in range(100):
+                if str(fs_root) in await allowed():
+                    break
+                await anyio.sleep(0.05)
+            assert str(fs_root) in await allowed() and str(other) not in await allowed()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import textwrap
 import tomllib
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -32,7 +33,7 @@ import anyio
 
 import effectgate as eg
 
-from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream
+from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 
 try:
     from mcp import types
@@ -106,9 +107,9 @@ def propose_key(tool: types.Tool) -> KeyProposal:
     if left_out:
         notes.append(f"left out (flags): {', '.join(left_out)}")
     if optional:
-        notes.append(f"optional parameters left out: {', '.join(optional)} (a repeat that "
-                     "differs only in them is refused as a mismatch, never run again: add "
-                     "those that change the effect)")
+        notes.append(f"optional parameters left out of the key: {', '.join(optional)}. A "
+                     "repeat that differs only in them is refused as a mismatch, not run again; "
+                     "add those that make it another action.")
     if len(parts) == 1:
         notes.append("REVIEW: no required parameter to key on; as written, this tool runs at "
                      "most once ever (add the arguments that name one call)")
@@ -173,9 +174,11 @@ def render_policy(tools: Iterable[types.Tool], *, server: str, version: str = ""
               "trust_read_only_hint = false"]
     seen: set[str] = set()
     for tool in writes:
-        effect = f"{_slug(server)}.{_slug(tool.name)}"
+        effect = f"{_slug(server)[:60]}.{_slug(tool.name)[:120]}"  # types are <= 200 chars
+        base, n = effect, 1
         while effect in seen:
-            effect += "_"
+            n += 1
+            effect = f"{base}_{n}"
         seen.add(effect)
         proposal = propose_key(tool)
         notes = tool.annotations
@@ -185,7 +188,8 @@ def render_policy(tools: Iterable[types.Tool], *, server: str, version: str = ""
             if v is not None) or "no behaviour hints (counts as destructive)"
         lines += ["", f"# {_comment(tool.name, 60)}: {_comment(tool.description or '', 80)}",
                   f"# {hinted}; idempotentHint never skips the gate"]
-        lines += [f"# {_comment(note)}" for note in proposal.notes]
+        lines += [f"# {line}" for note in proposal.notes
+                  for line in textwrap.wrap(_comment(note, 400), 94)]
         lines += [f"[effects.{_toml_string(effect)}]",
                   f"key = {_toml_string(proposal.template)}",
                   f"tools = [{_toml_string(tool.name)}]"]
@@ -205,16 +209,31 @@ def _redacted(target: str) -> str:
 
 
 async def _list(target: str) -> tuple[list[types.Tool], types.Implementation | None]:
+    upstream = Upstream(target, capabilities=ALL_CAPABILITIES, peer=StartupPeer())
     found: list[tuple[list[types.Tool], types.Implementation | None]] = []
-    async with anyio.create_task_group() as tg:
-        upstream = Upstream(target, capabilities=ALL_CAPABILITIES, peer=StartupPeer())
-        try:
-            await upstream.start(tg)
-            found.append((await upstream.list_tools(), upstream.server_info))
-        finally:
-            await upstream.aclose()
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            try:
+                await upstream.start(tg)
+                found.append((await upstream.list_tools(), upstream.server_info))
+            finally:
+                await upstream.aclose()
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise _first(group) from None
+    except Exception as err:
+        raise ConnectionError(f"cannot list the upstream's tools: {_describe(err)}") from err
     return found[0]
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The error inside an exception group that says what went wrong."""
+    err: BaseException = group
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    if isinstance(err, (ConnectionError, eg.EffectGateError)):
+        return err
+    return ConnectionError(f"cannot list the upstream's tools: {_describe(err)}")
 
 
 def write_policy(target: str, path: str | Path, *, force: bool = False,
