@@ -31,7 +31,7 @@ from .conftest import IN_CI
 NPM_BIN = Path(os.environ.get("EFFECTGATE_NPM_BIN")
                or Path.home() / ".cache" / "effectgate-ci" / "npm" / "node_modules" / ".bin")
 CLI = [sys.executable, "-m", "effectgate.cli"]
-_LISTENING = re.compile(r"listening on (http://\S+)")
+_LISTENING = re.compile(r"listening on (?:(http://\S+)|port (\d+))")
 
 
 def require_npm(*tools: str) -> None:
@@ -136,7 +136,7 @@ class Served:
 def serving(argv: list[str], *, env: dict[str, str] | None = None,
             timeout: float = 60) -> Iterator[Served]:
     """Run ``argv`` (a server given ``--transport http --port 0``); wait for its "listening
-    on http://..." line on stderr; terminate it afterwards."""
+    on http://..." (or "listening on port N") line on stderr; terminate it afterwards."""
     proc = subprocess.Popen(argv, env=env or dict(os.environ), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -149,7 +149,7 @@ def serving(argv: list[str], *, env: dict[str, str] | None = None,
             lines.append(line.rstrip("\n"))
             match = _LISTENING.search(line)
             if match and not url:
-                url.append(match.group(1))
+                url.append(match.group(1) or f"http://127.0.0.1:{match.group(2)}/mcp")
                 found.set()
         found.set()
 

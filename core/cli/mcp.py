@@ -130,6 +130,9 @@ _upstream_name = click.option(
 @click.option("--strict", is_flag=True,
               help="Refuse calls to tools that write with no effect declared (also: strict = "
                    "true in the policy).")
+@click.option("--max-sessions", type=click.IntRange(1, 10_000), default=64, show_default=True,
+              help="With --transport http: client sessions open at once (each has its own "
+                   "upstream session; for a command upstream, its own process).")
 @click.option("--tool-errors", type=click.Choice(["ambiguous", "failed"]), default="ambiguous",
               show_default=True,
               help="What an upstream tool error means for a gated call: ambiguous (it may have "
@@ -137,7 +140,8 @@ _upstream_name = click.option(
 @handle_errors
 def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None,
             policy: Path | None, upstream_name: str | None, transport: str, host: str,
-            port: int, allow_remote: bool, strict: bool, tool_errors: str) -> None:
+            port: int, allow_remote: bool, strict: bool, max_sessions: int,
+            tool_errors: str) -> None:
     """Serve everything an upstream MCP server offers (tools, resources, prompts, ...); gate
     the tools the policy declares, pass its reads, and print on stderr at start every tool that
     writes with no effect declared (refused with --strict)."""
@@ -153,7 +157,8 @@ def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None
         code = run_gateway(gate, upstream, rules, tool_errors=tool_errors,
                            strict=strict or bool(getattr(gate.policy, "strict", False)),
                            transport="http" if transport == "http" else "stdio", host=host,
-                           port=port, allow_remote=allow_remote, upstream_name=upstream_name)
+                           port=port, allow_remote=allow_remote, upstream_name=upstream_name,
+                           max_sessions=max_sessions)
     sys.exit(code)
 
 

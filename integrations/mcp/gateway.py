@@ -698,10 +698,15 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
                 tool_errors: Literal["ambiguous", "failed"] | str = "ambiguous",
                 out: TextIO | None = None, transport: Literal["stdio", "http"] = "stdio",
                 host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
-                upstream_name: str | None = None, guard: Any = None) -> int:
+                upstream_name: str | None = None, guard: Any = None, max_sessions: int = 64,
+                session_idle_timeout: float = 300.0) -> int:
     """Run the gateway until the client leaves (stdio) or it is stopped (HTTP); the exit status
     (0, or 2 when it could not start). Prints the start lines on ``out`` (stderr): where it
-    listens, and every upstream tool that writes with no effect declared, one per line."""
+    listens, and every upstream tool that writes with no effect declared, one per line.
+
+    Over HTTP every client session has its own upstream session (for a stdio upstream: its own
+    process), so at most ``max_sessions`` are open at once and one idle for
+    ``session_idle_timeout`` seconds is closed."""
     from .transport import check_bind, listen
 
     out = out if out is not None else sys.stderr
@@ -720,11 +725,15 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
         if sock is not None:
             sock.close()
         return 2
-    return anyio.run(_serve, gw, transport, sock, host, guard, out)
+    if not isinstance(max_sessions, int) or max_sessions < 1:
+        print("effectgate: error: --max-sessions must be at least 1", file=out, flush=True)
+        return 2
+    limits = {"max_sessions": max_sessions, "session_idle_timeout": session_idle_timeout}
+    return anyio.run(_serve, gw, transport, sock, host, guard, out, limits)
 
 
 async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
-                 out: TextIO) -> int:
+                 out: TextIO, limits: dict[str, Any]) -> int:
     from .transport import serve_http
 
     async with anyio.create_task_group() as tg:
@@ -739,7 +748,7 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
         gw.print_start()
         server = gw.server()
         if transport == "http":
-            app = server.streamable_http_app(host=host)
+            app = server.streamable_http_app(host=host, **limits)
             try:
                 await serve_http(app, sock, what="gateway", out=out, guard=guard)
             finally:
