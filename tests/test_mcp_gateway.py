@@ -321,3 +321,29 @@ async def test_gateway_over_http_says_where_it_listens_and_gates_the_same(
             served.lines)
     assert [decision(a) for a in seen] == ["execute", "duplicate"]
     assert upstream.lines() == ["sms:+6:hi"]
+
+
+async def test_a_cancelled_call_is_cancelled_upstream_and_left_ambiguous(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """The client gives up on a gated call while the upstream works: the cancellation reaches
+    the upstream (its tool never finishes: no ledger line, even after its sleep would have
+    ended) and the effect is AMBIGUOUS, so a retry is refused rather than run twice."""
+    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
+    with anyio.fail_after(60):
+        async with gateway(upstream, *store) as s:
+            with anyio.move_on_after(30) as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(s.call_tool, "slow_send", {"to": "+11", "seconds": 1.5})
+                    while not upstream.started.exists():
+                        await anyio.sleep(0.05)
+                    tg.cancel_scope.cancel()
+            assert not scope.cancelled_caught
+            await anyio.sleep(2.5)  # past the upstream's sleep
+            retry = refusal(await s.call_tool("slow_send", {"to": "+11", "seconds": 1.5}))
+            assert retry["error"] == "EffectAmbiguous"
+    assert upstream.lines() == []
+    gate = open_gate(store_url, namespace)
+    try:
+        assert gate.get("slow:+11").state is eg.State.AMBIGUOUS
+    finally:
+        gate.close()
