@@ -144,3 +144,11 @@ def test_only_loopback_addresses_count_as_local(host: str, loopback: bool) -> No
 def test_bad_addresses_are_config_errors(host: str, port: Any) -> None:
     with pytest.raises(eg.ConfigError):
         check_bind(host, port, allow_remote=True)
+
+
+def test_start_lines_and_policies_never_show_url_credentials() -> None:
+    from effectgate.integrations.mcp.upstream import Upstream, redacted
+
+    assert redacted("https://u:tok@h.example:8443/mcp?key=s#f") == "https://h.example:8443/mcp"
+    assert redacted("python server.py --token x") == "python server.py --token x"
+    assert "tok" not in Upstream("https://u:tok@h.example/mcp?key=s").describe()

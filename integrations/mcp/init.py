@@ -23,7 +23,6 @@ import datetime
 import re
 import textwrap
 import tomllib
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ import anyio
 
 import effectgate as eg
 
-from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
+from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe, redacted
 
 try:
     from mcp import types
@@ -198,16 +197,6 @@ def render_policy(tools: Iterable[types.Tool], *, server: str, version: str = ""
     return text
 
 
-def _redacted(target: str) -> str:
-    """An upstream URL without credentials, query or fragment (a command line as it is)."""
-    if not target.strip().startswith(("http://", "https://")):
-        return target
-    parts = urllib.parse.urlsplit(target.strip())
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
 async def _list(target: str) -> tuple[list[types.Tool], types.Implementation | None]:
     upstream = Upstream(target, capabilities=ALL_CAPABILITIES, peer=StartupPeer())
     found: list[tuple[list[types.Tool], types.Implementation | None]] = []
@@ -252,7 +241,7 @@ def write_policy(target: str, path: str | Path, *, force: bool = False,
         raise eg.ConfigError(str(err)) from None
     name = upstream_name or (info.name if info else "") or "mcp"
     text = render_policy(tools, server=name, version=info.version if info else "",
-                         source=_redacted(target))
+                         source=redacted(target))
     mode = "w" if force else "x"
     try:
         with path.open(mode, encoding="utf-8") as out:

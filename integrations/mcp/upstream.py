@@ -19,6 +19,7 @@ import logging
 import os
 import shlex
 import sys
+import urllib.parse
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TextIO, TypeVar
 
@@ -40,7 +41,7 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
         'effectgate.integrations.mcp.upstream needs the mcp package: pip install "effectgate[mcp]"'
     ) from err
 
-__all__ = ["ALL_CAPABILITIES", "Peer", "StartupPeer", "Upstream"]
+__all__ = ["ALL_CAPABILITIES", "Peer", "StartupPeer", "Upstream", "redacted"]
 
 log = logging.getLogger("effectgate")
 R = TypeVar("R", bound=BaseModel)
@@ -147,8 +148,9 @@ class Upstream:
         return self.init.capabilities if self.init else None
 
     def describe(self) -> str:
-        """``stdio: COMMAND`` or ``http: URL``, for start lines."""
-        return f"{'http' if self.is_http else 'stdio'}: {self.target}"
+        """``stdio: COMMAND`` or ``http: URL`` (without credentials or query), for start
+        lines."""
+        return f"{'http' if self.is_http else 'stdio'}: {redacted(self.target)}"
 
     # -- the connection --------------------------------------------------------------------
 
@@ -304,6 +306,20 @@ class _RawResult(types.Result):
     """Any result, every field kept (validated afterwards against the exact type)."""
 
     model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+
+def redacted(target: str) -> str:
+    """An upstream URL without credentials, query or fragment (a command line as it is)."""
+    if not target.strip().startswith(("http://", "https://")):
+        return target
+    parts = urllib.parse.urlsplit(target.strip())
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    try:
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        netloc = host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _describe(err: BaseException) -> str:
