@@ -28,12 +28,11 @@ acted), or FAILED with ``tool_errors="failed"``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import signal
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal, TextIO, TypeVar
 
 import anyio
@@ -42,6 +41,17 @@ from pydantic import BaseModel
 
 import effectgate as eg
 
+from .relay import (
+    Ctx,
+    Link,
+    RelayServer,
+    UpstreamFactory,
+    clean_meta,
+    clean_params,
+    connection_of,
+    forwarded_capabilities,
+    progress_relay,
+)
 from .server import error_answer
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 from .writes import Kind, Verdict, classify
@@ -49,14 +59,9 @@ from .writes import Kind, Verdict, classify
 try:
     import jsonschema  # type: ignore[import-untyped]
     from mcp import types
-    from mcp.server.connection import Connection
-    from mcp.server.context import ServerRequestContext
     from mcp.server.lowlevel import NotificationOptions, Server
-    from mcp.server.session import ServerSession
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
-    from mcp.shared.message import ServerMessageMetadata
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
         'effectgate.integrations.mcp.gateway needs the mcp package: pip install "effectgate[mcp]"'
@@ -66,9 +71,6 @@ __all__ = ["Gateway", "UpstreamFactory", "UpstreamToolError", "run_gateway", "to
 
 log = logging.getLogger("effectgate")
 R = TypeVar("R", bound=BaseModel)
-Ctx = ServerRequestContext[Any, Any]
-UpstreamFactory = Callable[[types.ClientCapabilities, Any], Upstream]
-"""``factory(capabilities, peer)``: a new, unstarted :class:`Upstream` for one client."""
 
 _REJECTED_BEFORE_RUN = {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND,
                         types.INVALID_PARAMS}
@@ -108,65 +110,6 @@ def tool_specs(gate: eg.Gate, effects: Any) -> dict[str, eg.EffectSpec]:
         else:
             raise eg.ConfigError(f"tool {tool!r}: an effect needs a key template")
     return specs
-
-
-class _Link:
-    """One client's path through the gateway: its own upstream session, and the way back to
-    the client for what the upstream asks (roots, sampling, elicitation) or announces."""
-
-    def __init__(self, factory: UpstreamFactory, capabilities: types.ClientCapabilities,
-                 standalone: ServerSession | None) -> None:
-        self._standalone = standalone
-        self._active: list[Ctx] = []
-        self.tools: dict[str, types.Tool] = {}
-        self.stale = True
-        self.upstream = factory(capabilities, self if standalone is not None else None)
-
-    @contextlib.contextmanager
-    def serving(self, ctx: Ctx) -> Iterator[None]:
-        """While the client's request ``ctx`` is being answered, the upstream's requests and
-        notifications ride its stream (on HTTP: that request's SSE response)."""
-        self._active.append(ctx)
-        try:
-            yield
-        finally:
-            self._active.remove(ctx)
-
-    def _current(self) -> Ctx | None:
-        return next((c for c in reversed(self._active) if c.request_id is not None), None)
-
-    async def request(self, request: types.ServerRequest, result_type: type[R]) -> R:
-        ctx = self._current()
-        if ctx is not None:
-            meta = ServerMessageMetadata(related_request_id=ctx.request_id)
-            return await ctx.session.send_request(request, result_type, metadata=meta)
-        assert self._standalone is not None
-        return await self._standalone.send_request(request, result_type)
-
-    async def notify(self, notification: types.ServerNotification) -> None:
-        if isinstance(notification, types.ToolListChangedNotification):
-            self.stale = True
-        ctx = self._current()
-        try:
-            if ctx is not None:
-                await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
-            elif self._standalone is not None:
-                await self._standalone.send_notification(notification)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            log.debug("dropped %s: the client is gone", notification.method)
-
-    def absorb(self, tools: list[types.Tool], *, first_page: bool) -> None:
-        """Remember a page of the upstream's tool list."""
-        if first_page:
-            self.tools = {}
-            self.stale = False
-        self.tools.update((tool.name, tool) for tool in tools)
-
-    async def tool(self, name: str) -> types.Tool | None:
-        """The upstream's tool ``name`` (listing again if the list changed or lacks it)."""
-        if self.stale or name not in self.tools:
-            self.absorb(await self.upstream.list_tools(), first_page=True)
-        return self.tools.get(name)
 
 
 class Gateway:
@@ -209,7 +152,7 @@ class Gateway:
         self._validators: dict[str, Any] = {}
         self._checked: set[str] = set()
         self._tg: anyio.abc.TaskGroup | None = None
-        self._shared: _Link | None = None
+        self._shared: Link | None = None
         self._lock = anyio.Lock()
         for spec in self.specs.values():
             spec.classifiers = (self._classify, *spec.classifiers)
@@ -347,7 +290,7 @@ class Gateway:
         if caps.completions is not None:
             handlers.update(on_completion=self._relay(types.CompleteRequest, types.CompleteResult))
         name = f"{info.name} (gated by effectgate)" if info else "effectgate-gateway"
-        server = _Server(
+        server = RelayServer(
             name, version=info.version if info else "", title=info.title if info else None,
             instructions=self.init.instructions if self.init else None, **handlers)
         server.notification_options = NotificationOptions(
@@ -363,35 +306,35 @@ class Gateway:
                                         types.NotificationParams, self._initialized)
         return server
 
-    async def _link(self, ctx: Ctx) -> _Link:
+    async def _link(self, ctx: Ctx) -> Link:
         """This client's link, opened on its first request with its own capabilities."""
         assert self._tg is not None, "Gateway.start() first"
-        connection = _connection(ctx)
+        connection = connection_of(ctx)
         if connection is None:  # 2026-07-28 clients: one stateless link, no back-channel
             async with self._lock:
                 if self._shared is None:
-                    self._shared = _Link(self.factory, types.ClientCapabilities(), None)
+                    self._shared = Link(self.factory, types.ClientCapabilities(), None)
                     self._shared.upstream.attach(self._tg)
                 return self._shared
         link = connection.state.get(_LINK)
-        if isinstance(link, _Link):
+        if isinstance(link, Link):
             return link
         lock = connection.state.setdefault(_LINK + ".lock", anyio.Lock())
         async with lock:
             link = connection.state.get(_LINK)
-            if not isinstance(link, _Link):
+            if not isinstance(link, Link):
                 caps = ctx.session.client_capabilities or types.ClientCapabilities()
-                link = _Link(self.factory, _forwarded(caps), ctx.session)
+                link = Link(self.factory, forwarded_capabilities(caps), ctx.session)
                 link.upstream.attach(self._tg)
                 connection.state[_LINK] = link
                 connection.exit_stack.push_async_callback(link.upstream.aclose)
         return link
 
-    async def _send(self, link: _Link, ctx: Ctx, request: Any, result_type: type[R]) -> R:
+    async def _send(self, link: Link, ctx: Ctx, request: Any, result_type: type[R]) -> R:
         session = await link.upstream.session()
         try:
             return await session.send_request(request, result_type,
-                                              progress_callback=_progress(ctx))
+                                              progress_callback=progress_relay(ctx))
         except MCPError:
             raise
         except Exception as err:
@@ -405,7 +348,7 @@ class Gateway:
             link = await self._link(ctx)
             with link.serving(ctx):
                 try:
-                    return await self._send(link, ctx, request_type(params=_clean(params)),
+                    return await self._send(link, ctx, request_type(params=clean_params(params)),
                                             result_type)
                 except ConnectionError as err:
                     raise MCPError(types.INTERNAL_ERROR, str(err)) from err
@@ -417,8 +360,8 @@ class Gateway:
         link = await self._link(ctx)
         with link.serving(ctx):
             try:
-                page = await self._send(link, ctx, types.ListToolsRequest(params=_clean(params)),
-                                        types.ListToolsResult)
+                request = types.ListToolsRequest(params=clean_params(params))
+                page = await self._send(link, ctx, request, types.ListToolsResult)
             except ConnectionError as err:
                 raise MCPError(types.INTERNAL_ERROR, str(err)) from err
         link.absorb(page.tools, first_page=not (params and params.cursor))
@@ -434,7 +377,7 @@ class Gateway:
         link = await self._link(ctx)
         with link.serving(ctx):
             return await self.call(link, params.name, dict(params.arguments or {}),
-                                   ctx=ctx, meta=_clean_meta(params.meta))
+                                   ctx=ctx, meta=clean_meta(params.meta))
 
     async def _initialized(self, ctx: Ctx, params: Any) -> None:
         """The client is ready: open its upstream session now (in the background: the upstream
@@ -452,15 +395,15 @@ class Gateway:
         self._tg.start_soon(open_link)
 
     async def _roots_changed(self, ctx: Ctx, params: Any) -> None:
-        connection = _connection(ctx)
+        connection = connection_of(ctx)
         link = connection.state.get(_LINK) if connection is not None else None
-        session = link.upstream.current if isinstance(link, _Link) else None
+        session = link.upstream.current if isinstance(link, Link) else None
         if session is not None:
             await session.send_roots_list_changed()
 
     # -- one call ------------------------------------------------------------------------------
 
-    async def call(self, link: _Link, name: str, arguments: dict[str, Any], *,
+    async def call(self, link: Link, name: str, arguments: dict[str, Any], *,
                    ctx: Ctx | None = None,
                    meta: dict[str, Any] | None = None) -> types.CallToolResult:
         """Answer one tool call: forwarded, gated, or refused."""
@@ -487,7 +430,7 @@ class Gateway:
             return await self._forward(link, ctx, request)
         return await self._gated(link, ctx, tool, self.specs[name], arguments, meta)
 
-    async def _gated(self, link: _Link, ctx: Ctx | None, tool: types.Tool, spec: eg.EffectSpec,
+    async def _gated(self, link: Link, ctx: Ctx | None, tool: types.Tool, spec: eg.EffectSpec,
                      arguments: dict[str, Any],
                      meta: dict[str, Any] | None) -> types.CallToolResult:
         try:
@@ -547,13 +490,13 @@ class Gateway:
         validator.validate(arguments)
         return arguments
 
-    async def _execute(self, link: _Link, ctx: Ctx | None, request: types.CallToolRequest,
+    async def _execute(self, link: Link, ctx: Ctx | None, request: types.CallToolRequest,
                        lease: float) -> dict[str, Any]:
         session = await link.upstream.ready()  # NotExecuted: the call was never sent
         beat = asyncio.create_task(self._heartbeat(eg.current_effect(), lease))
         try:
             result = await session.send_request(request, types.CallToolResult,
-                                                progress_callback=_progress(ctx))
+                                                progress_callback=progress_relay(ctx))
         finally:
             beat.cancel()
         if result.is_error:
@@ -577,12 +520,12 @@ class Gateway:
             return eg.Outcome.FAILED  # the upstream answered that it did not run the call
         return None
 
-    async def _forward(self, link: _Link, ctx: Ctx | None,
+    async def _forward(self, link: Link, ctx: Ctx | None,
                        request: types.CallToolRequest) -> types.CallToolResult:
         try:
             session = await link.upstream.ready()
             return await session.send_request(request, types.CallToolResult,
-                                              progress_callback=_progress(ctx))
+                                              progress_callback=progress_relay(ctx))
         except MCPError:
             raise
         except Exception as err:
@@ -594,66 +537,6 @@ class Gateway:
         """Close the shared (stateless) link, if one was opened."""
         if self._shared is not None:
             await self._shared.upstream.aclose()
-
-
-class _Server(Server[Any]):
-    """A low-level server that announces the upstream's list-changed notifications (relayed)
-    on every transport, including the HTTP session manager's default initialization."""
-
-    notification_options: NotificationOptions | None = None
-
-    def create_initialization_options(
-            self, notification_options: NotificationOptions | None = None,
-            experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-            extensions: dict[str, dict[str, Any]] | None = None) -> Any:
-        return super().create_initialization_options(
-            notification_options or self.notification_options, experimental_capabilities,
-            extensions)
-
-
-def _connection(ctx: Ctx) -> Connection | None:
-    """The client connection ``ctx`` arrived on, on the handshake protocol (None for a
-    2026-07-28 request, which is its own connection). The SDK hands handlers the connection
-    only through the session; ``Connection.state`` and ``exit_stack`` are its documented
-    per-connection storage and teardown."""
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        return None
-    connection = getattr(ctx.session, "_connection", None)
-    return connection if isinstance(connection, Connection) else None
-
-
-def _forwarded(caps: types.ClientCapabilities) -> types.ClientCapabilities:
-    """The client capabilities the upstream is told about: roots, sampling, elicitation."""
-    return types.ClientCapabilities(roots=caps.roots, sampling=caps.sampling,
-                                    elicitation=caps.elicitation)
-
-
-def _clean_meta(meta: Any) -> dict[str, Any] | None:
-    """A request's ``_meta`` for the upstream: without the progress token (the gateway relays
-    progress under its own) and the reserved ``io.modelcontextprotocol/`` keys."""
-    if not meta:
-        return None
-    kept = {k: v for k, v in dict(meta).items()
-            if k != "progress_token" and not k.startswith("io.modelcontextprotocol/")}
-    return kept or None
-
-
-def _clean(params: Any) -> Any:
-    if params is None or not getattr(params, "meta", None):
-        return params
-    return params.model_copy(update={"meta": _clean_meta(params.meta)})
-
-
-def _progress(ctx: Ctx | None) -> Any:
-    """A progress callback relaying the upstream's progress to the client, when it asked."""
-    if ctx is None or not ctx.meta or "progress_token" not in ctx.meta:
-        return None
-
-    async def relay(progress: float, total: float | None, message: str | None) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await ctx.session.report_progress(progress, total, message)
-
-    return relay
 
 
 def _call_request(name: str, arguments: dict[str, Any],
