@@ -41,7 +41,7 @@ from .errors import (
 from .gate import Gate
 from .keys import KeyTemplate
 from .payload import canonical_json, payload_hash
-from .policy import ApprovalRule, Budget, EffectRule, Policy
+from .policy import ApprovalRule, Budget, EffectRule, Policy, UpstreamRule
 from .reconcile import Reconciled
 from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry
 from .request import Lease, Request
@@ -98,6 +98,7 @@ __all__ = [
     "UnknownEffect",
     "UnwindReport",
     "UnwindStep",
+    "UpstreamRule",
     "VendorKey",
     "__version__",
     "canonical_json",

@@ -7,22 +7,46 @@ A field must resolve to a non-empty ``str``, an ``int`` (not ``bool``), a ``uuid
 one of those. ``None``, empty strings, floats, containers and anything else raise
 :class:`~effectgate.EffectKeyError` before anything runs. Keys are NFC-normalised, at most
 :data:`MAX_KEY_LENGTH` characters, and may not contain control characters.
+
+**Filters** turn a large or messy argument into a key part: ``{field|filter}``, chained left to
+right (``{path|path|sha256}``), before the format spec (``{content|sha256:.16}``):
+
+- ``sha256``: the SHA-256 hex digest (64 characters) of the value: a ``str`` as its exact UTF-8
+  bytes (not normalised: other bytes are other content), ``bytes`` as they are, anything else
+  (a container, a number) as its canonical JSON. ``"write:{path}:{content|sha256}"`` keys a
+  write of any size. An empty string has a digest; ``None`` and a bare ``bool`` do not.
+- ``path``: a POSIX path normalised lexically: ``fs/./a.txt``, ``fs//a.txt`` and
+  ``fs/b/../a.txt`` are all ``fs/a.txt``; a trailing ``/`` is dropped. It never touches the
+  filesystem (no symlinks resolved, relative stays relative), so the key is the same on every
+  host. Register your own (e.g. one that resolves against a root) for more.
+- ``lower``: case-folded (``Alice@Example.com`` and ``alice@example.com`` are one key).
+- ``strip``: surrounding whitespace removed.
+
+:func:`register_filter` adds your own; a filter is a function of the field's value that returns
+a ``str`` or ``int`` (then checked like any field). :meth:`KeyTemplate.normalise` applies the
+normalising filters (``path``, ``lower``, ``strip``, and yours registered with
+``normalises=True``) to the arguments themselves, for the payload hash. An unknown filter is an
+:class:`~effectgate.EffectKeyError` when the template is parsed (at decoration, at policy
+load), never at the first call, so register filters before declaring the effects that use them.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import posixpath
 import re
 import string
 import unicodedata
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
-from .errors import EffectKeyError
+from .errors import ConfigError, EffectKeyError
 
-__all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "is_utf8"]
+__all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "filter_names", "is_utf8",
+           "register_filter"]
 
 MAX_KEY_LENGTH = 512
 _FORMATTER = string.Formatter()
@@ -86,21 +110,140 @@ def _field_value(value: Any, field: str) -> str | int | datetime.date | uuid.UUI
     raise EffectKeyError(f"key field {{{field}}} is a {kind}, which cannot name an effect{hint}")
 
 
-class KeyTemplate:
-    """A parsed key template. ``render(arguments)`` gives the key for one call."""
+KeyFilter = Callable[[Any], Any]
+_FILTER_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
-    __slots__ = ("_literal", "_parts", "fields", "roots", "template")
+
+def _sha256(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"a {type(value).__name__} has no content to digest")
+    if isinstance(value, str):
+        if not is_utf8(value):
+            raise ValueError("the str has a lone surrogate (not valid Unicode)")
+        data = value.encode("utf-8")
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    else:
+        from .payload import canonical_json  # payload builds on this module
+
+        data = canonical_json(value, "value").encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _path(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"a path is a str, not {type(value).__name__}")
+    if not value.strip():
+        raise ValueError("the path is empty")
+    normal = posixpath.normpath(value)
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
+
+
+def _text(method: str) -> KeyFilter:
+    def apply(value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"{method} applies to a str, not {type(value).__name__}")
+        return str(getattr(value, method)())
+
+    return apply
+
+
+_FILTERS: dict[str, KeyFilter] = {
+    "lower": _text("casefold"), "path": _path, "sha256": _sha256, "strip": _text("strip"),
+}
+_NORMALISERS = {"lower", "path", "strip"}
+
+
+def register_filter(name: str, func: KeyFilter, *, normalises: bool = False,
+                    replace: bool = False) -> None:
+    """Make ``{field|name}`` available in key templates: ``func(value)`` returns the key part
+    (a ``str`` or ``int``; raise ``ValueError`` or ``TypeError`` to refuse a value, which
+    becomes an :class:`~effectgate.EffectKeyError` before anything runs).
+
+    ``normalises=True`` says the filter maps spellings of one value to one spelling (as
+    ``path``, ``lower`` and ``strip`` do), so :meth:`KeyTemplate.normalise` applies it to the
+    argument itself and two spellings are one payload, not only one key. Replacing an existing
+    filter changes the keys of effects already recorded, so it needs ``replace=True``;
+    templates parsed before keep the filter they were parsed with."""
+    if not isinstance(name, str) or not _FILTER_NAME.match(name):
+        raise ConfigError(f"a key filter name is lower-case letters, digits and _, not {name!r}")
+    if not callable(func):
+        raise ConfigError(f"key filter {name!r} must be callable, not {type(func).__name__}")
+    if name in _FILTERS and not replace:
+        raise ConfigError(f"key filter {name!r} exists; pass replace=True to replace it "
+                          "(the keys of recorded effects change with it)")
+    _FILTERS[name] = func
+    if normalises:
+        _NORMALISERS.add(name)
+    else:
+        _NORMALISERS.discard(name)
+
+
+def filter_names() -> list[str]:
+    """The key filters available to templates, sorted."""
+    return sorted(_FILTERS)
+
+
+def _split_filters(template: str, field: str) -> tuple[str, tuple[tuple[str, KeyFilter], ...]]:
+    name, *names = field.split("|")
+    if not name:
+        raise EffectKeyError(
+            f"bad key template {template!r}: positional '{{}}' fields are not allowed; name the "
+            "argument"
+        )
+    found = []
+    for raw in names:
+        filter_name = raw.strip()
+        func = _FILTERS.get(filter_name)
+        if func is None:
+            raise EffectKeyError(
+                f"bad key template {template!r}: unknown filter {raw!r} in {{{field}}}; known: "
+                + ", ".join(filter_names()), reason="unknown filter")
+        found.append((filter_name, func))
+    return name, tuple(found)
+
+
+def _normalising_prefix(
+        filters: tuple[tuple[str, KeyFilter], ...]) -> tuple[tuple[str, KeyFilter], ...]:
+    for i, (name, _) in enumerate(filters):
+        if name not in _NORMALISERS:
+            return filters[:i]
+    return filters
+
+
+def _filtered(template: str, field: str, value: Any,
+              filters: tuple[tuple[str, KeyFilter], ...]) -> Any:
+    for name, func in filters:
+        try:
+            value = func(value)
+        except EffectKeyError:
+            raise
+        except Exception as err:
+            raise EffectKeyError(
+                f"key template {template!r}: filter {name!r} refused {{{field}}}: {err}"
+            ) from None
+    return value
+
+
+class KeyTemplate:
+    """A parsed key template. ``render(arguments)`` gives the key for one call.
+
+    ``fields`` are the field expressions without their filters (``{content|sha256}`` gives
+    ``content``); ``roots`` the argument names they start from."""
+
+    __slots__ = ("_literal", "_normalisers", "_parts", "fields", "roots", "template")
 
     def __init__(self, template: str) -> None:
         if not isinstance(template, str):
             raise EffectKeyError(f"a key template must be a str, not {type(template).__name__}")
         self.template = template
-        parts: list[tuple[str, str | None, str, str | None]] = []
+        parts: list[tuple[str, str | None, str, tuple[tuple[str, KeyFilter], ...]]] = []
         try:
             parsed = list(_FORMATTER.parse(template))
         except ValueError as err:
             raise EffectKeyError(f"bad key template {template!r}: {err}") from None
         for literal, field, spec, conversion in parsed:
+            filters: tuple[tuple[str, KeyFilter], ...] = ()
             if field is not None:
                 if not field:
                     raise EffectKeyError(
@@ -111,9 +254,17 @@ class KeyTemplate:
                     raise EffectKeyError(
                         f"bad key template {template!r}: conversions (!r, !s) are not allowed"
                     )
-            parts.append((literal, field, spec or "", conversion))
+                if "|" in field:
+                    field, filters = _split_filters(template, field)
+            parts.append((literal, field, spec or "", filters))
         self._parts = tuple(parts)
         self.fields = tuple(f for _, f, _, _ in parts if f is not None)
+        normal: dict[str, tuple[tuple[str, KeyFilter], ...]] = {}
+        for _, field, _, filters in parts:
+            prefix = _normalising_prefix(filters)
+            if field is not None and prefix and field == _root(field):
+                normal.setdefault(field, prefix)
+        self._normalisers = normal
         self.roots = frozenset(_root(f) for f in self.fields)
         # A template without fields is one key: its text with "{{" and "}}" unescaped.
         self._literal = check_key("".join(p[0] for p in parts)) if not self.fields else ""
@@ -127,16 +278,30 @@ class KeyTemplate:
                 f"which {where} does not have"
             )
 
+    def normalise(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``arguments`` with each field that the template normalises (``{path|path}``, and
+        the normalising start of a chain such as ``{path|path|sha256}``) replaced by its
+        normalised value: what the payload hash should see, so that ``fs/./a.txt`` and
+        ``fs/a.txt`` are one effect, not one key with two payloads. The same mapping when
+        there is nothing to normalise; :class:`EffectKeyError` when a value is refused."""
+        if not self._normalisers:
+            return arguments
+        out = dict(arguments)
+        for field, filters in self._normalisers.items():
+            if field in out:
+                out[field] = _filtered(self.template, field, out[field], filters)
+        return out
+
     def render(self, arguments: Mapping[str, Any]) -> str:
         """Render the key from ``arguments``; raise :class:`EffectKeyError` if it cannot."""
         if not self.fields:
             return self._literal
         out: list[str] = []
-        for literal, field, spec, _ in self._parts:
+        for literal, field, spec, filters in self._parts:
             out.append(literal)
             if field is None:
                 continue
-            if not spec and field in arguments:  # the common case: {name} of a plain value
+            if not spec and not filters and field in arguments:  # the common case: {name}
                 raw = arguments[field]
                 kind = type(raw)
                 if (kind is str and raw.strip()) or (kind is int and -_BIG < raw < _BIG):
@@ -149,6 +314,8 @@ class KeyTemplate:
                     f"key template {self.template!r}: cannot resolve {{{field}}} "
                     f"({type(err).__name__}: {err})"
                 ) from None
+            if filters:
+                raw = _filtered(self.template, field, raw, filters)
             value = _field_value(raw, field)
             try:
                 out.append(format(value, spec))

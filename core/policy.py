@@ -22,6 +22,14 @@
     redact_arguments = ["card_number"]   # an approver sees these as "[redacted]"
     deny = false                         # or a reason: every call is denied
 
+    [upstreams."secure-filesystem-server"]   # an MCP upstream, by its server name (the name it
+                                         # reports, or `mcp gateway --upstream-name`); globs allowed
+    read_only = ["read_*", "list_*"]     # its tools that only read (names or globs): never gated
+    trust_read_only_hint = true          # also pass its tools annotated readOnlyHint: true
+
+Every other tool of an upstream without an effect declared is a write: wrappers print it once
+at start and ``strict`` refuses it. ``idempotentHint`` and ``destructiveHint`` never decide.
+
 Where a gate finds its policy (``Gate()`` with no ``policy=``, and the CLI): ``$EFFECTGATE_POLICY``
 if set, else the first ``effectgate.toml`` — or ``pyproject.toml`` with a ``[tool.effectgate]``
 table — found walking up from the working directory (:func:`find_policy`), as ruff and pytest
@@ -45,7 +53,7 @@ from .errors import EffectKeyError, PolicyError
 from .keys import KeyTemplate
 from .vendors import VENDOR_RULES
 
-__all__ = ["ApprovalRule", "Budget", "EffectRule", "Policy", "find_policy"]
+__all__ = ["ApprovalRule", "Budget", "EffectRule", "Policy", "UpstreamRule", "find_policy"]
 
 _Micros = Field(default=None, ge=0)
 
@@ -152,12 +160,38 @@ class EffectRule(_Strict):
         return options
 
 
+_GLOB = frozenset("*?[")
+
+
+class UpstreamRule(_Strict):
+    """What the policy knows about one MCP upstream (or a glob of upstream names): which of its
+    tools only read, and whether its own ``readOnlyHint`` annotations are believed."""
+
+    name: str
+    read_only: tuple[str, ...] = ()
+    trust_read_only_hint: bool = False
+
+    @field_validator("read_only")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            if not pattern.strip() or any(ord(ch) < 32 for ch in pattern):
+                raise ValueError(f"read_only holds tool names or globs, not {pattern!r}")
+        return value
+
+    def is_read_only(self, tool: str) -> bool:
+        """True when ``tool`` matches one of ``read_only`` (a name or a glob)."""
+        return any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.read_only)
+
+
 class Policy(_Strict):
-    """Per effect type rules, ceilings over everything, and ``strict`` for wrappers."""
+    """Per effect type rules, ceilings over everything, ``strict`` for wrappers, and what is
+    known about MCP upstreams (``upstreams``)."""
 
     effects: dict[str, EffectRule] = Field(default_factory=dict)
     budget: Budget | None = None
     strict: bool = False
+    upstreams: dict[str, UpstreamRule] = Field(default_factory=dict)
 
     @field_validator("effects", mode="before")
     @classmethod
@@ -167,6 +201,14 @@ class Policy(_Strict):
                 name: {"effect_type": name, **rule} if isinstance(rule, Mapping) else rule
                 for name, rule in value.items()
             }
+        return value
+
+    @field_validator("upstreams", mode="before")
+    @classmethod
+    def _name_upstreams(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {name: {"name": name, **rule} if isinstance(rule, Mapping) else rule
+                    for name, rule in value.items()}
         return value
 
     def model_post_init(self, _context: Any) -> None:
@@ -192,6 +234,12 @@ class Policy(_Strict):
                     f"effects.{rule.effect_type}: a rule with tools names one effect type, "
                     "not a pattern"
                 )
+        for upstream in self.upstreams.values():
+            for pattern in upstream.read_only:
+                if not _GLOB & set(pattern) and pattern in tools:
+                    raise ValueError(
+                        f"upstreams.{upstream.name}: tool {pattern!r} is read_only and gated by "
+                        f"{tools[pattern]!r}; it is one or the other")
         # Most specific pattern first: exact names, then longer literal prefixes.
         ordered = sorted(self.effects.values(), key=lambda r: -len(r.effect_type.split("*")[0]))
         object.__setattr__(self, "_ordered", tuple(ordered))
@@ -241,6 +289,15 @@ class Policy(_Strict):
                     rule = candidate
                     break
         cache[effect_type] = rule
+        return rule
+
+    def upstream(self, name: str) -> UpstreamRule | None:
+        """The rule for the MCP upstream named ``name``: an exact entry, else the most specific
+        glob (``"*"`` for every upstream), else None."""
+        rule = self.upstreams.get(name)
+        if rule is None:
+            ordered = sorted(self.upstreams.values(), key=lambda r: -len(r.name.split("*")[0]))
+            rule = next((r for r in ordered if fnmatch.fnmatchcase(name, r.name)), None)
         return rule
 
     def tool_effects(self) -> dict[str, EffectRule]:

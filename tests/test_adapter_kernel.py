@@ -196,14 +196,15 @@ def test_the_model_is_told_what_to_do_for_each_answer() -> None:
 
 
 def test_the_protocol_vocabulary_is_the_mcp_servers() -> None:
-    """The MCP server may import these texts instead of keeping its own copy."""
-    mcp = pytest.importorskip("effectgate.integrations.mcp")
-    instructions = getattr(mcp, "_INSTRUCTIONS", None)
-    hints = getattr(mcp, "_ERROR_HINTS", None)
-    if instructions is None or hints is None:
-        pytest.skip("the MCP server no longer keeps its own copy")
-    assert dict(instructions) == dict(words.INSTRUCTIONS)
-    assert dict(hints) == dict(words.ERROR_HINTS)
+    """The MCP server and gateway speak the adapters' words: one copy of every text."""
+    import effectgate.integrations.mcp.gateway as gateway
+    import effectgate.integrations.mcp.server as server
+
+    assert server.INSTRUCTIONS is words.INSTRUCTIONS and server.ERROR_HINTS is words.ERROR_HINTS
+    assert gateway._AMBIGUOUS_HINT is words.UPSTREAM_AMBIGUOUS
+    assert gateway._FAILED_HINT is words.UPSTREAM_FAILED
+    refused = server.error_answer(eg.StaleLease("stale", key="k"))
+    assert refused["what_to_do"] == words.ERROR_HINTS["StaleLease"]
 
 
 PINNED = {

@@ -14,10 +14,9 @@ EXPECTED = {
     "EffectRefused", "EffectRule", "EffectSpec", "Gate", "HistoryEntry", "InvalidTransition",
     "KeyTemplate", "Lease", "NotExecuted", "Outcome", "PayloadError", "PayloadMismatch", "Policy",
     "PolicyError", "Reconciled", "Request", "ResultNotStoredWarning", "StaleLease", "State",
-    "StoreError",
-    "UnknownEffect", "UnwindReport", "UnwindStep", "VendorKey", "__version__", "canonical_json",
-    "classify", "classify_httpx", "classify_requests", "current_effect", "current_effect_scope",
-    "effect_context", "payload_hash", "refusal",
+    "StoreError", "UnknownEffect", "UnwindReport", "UnwindStep", "UpstreamRule", "VendorKey",
+    "__version__", "canonical_json", "classify", "classify_httpx", "classify_requests",
+    "current_effect", "current_effect_scope", "effect_context", "payload_hash", "refusal",
 }
 
 

@@ -277,3 +277,73 @@ def test_gateway_will_not_start_when_a_template_names_a_missing_argument(
         timeout=60)
     assert done.returncode == 2
     assert "phone" in done.stderr and "send_message" in done.stderr
+
+
+async def test_a_2026_client_goes_through_the_gateway(upstream: Upstream, store_url: str,
+                                                      namespace: str) -> None:
+    """A client on the 2026-07-28 protocol (the mcp package's ``Client``, which negotiates it:
+    each request carries its own envelope) lists the same tools and is gated the same way."""
+    from mcp import Client
+
+    params = StdioServerParameters(
+        command=sys.executable, env=upstream.env(),
+        args=[*CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", store_url,
+              "--namespace", namespace, "--policy", str(upstream.policy)])
+    with anyio.fail_after(60):
+        async with Client(params) as client:
+            assert client.protocol_version not in (None, "2025-11-25")
+            listed = [t.name for t in (await client.list_tools()).tools]
+            assert listed == [t.name for t in await mcp_upstream.server.list_tools()]
+            answers = [await client.call_tool("send_message", {"to": "+5", "text": "new"})
+                       for _ in range(2)]
+    assert [decision(a) for a in answers] == ["execute", "duplicate"]
+    assert upstream.lines() == ["sms:+5:new"]
+
+
+async def test_gateway_over_http_says_where_it_listens_and_gates_the_same(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """``--transport http --port 0``: the start line names the URL it listens on (loopback);
+    two clients in turn, each with its own upstream session, share one store: the second
+    client's repeat is answered from it."""
+    from .mcp_helpers import http_session, serving
+
+    argv = [sys.executable, *CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", store_url,
+            "--namespace", namespace, "--policy", str(upstream.policy), "--transport", "http",
+            "--port", "0"]
+    with serving(argv, env=upstream.env()) as served:
+        assert served.url.startswith("http://127.0.0.1:") and served.url.endswith("/mcp")
+        with anyio.fail_after(60):
+            seen = []
+            for _ in range(2):
+                async with http_session(served.url) as s:
+                    seen.append(await s.call_tool("send_message", {"to": "+6", "text": "hi"}))
+        assert "effectgate: gated tool send_message: sms.send key 'sms:{to}:{text}'" in (
+            served.lines)
+    assert [decision(a) for a in seen] == ["execute", "duplicate"]
+    assert upstream.lines() == ["sms:+6:hi"]
+
+
+async def test_a_cancelled_call_is_cancelled_upstream_and_left_ambiguous(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """The client gives up on a gated call while the upstream works: the cancellation reaches
+    the upstream (its tool never finishes: no ledger line, even after its sleep would have
+    ended) and the effect is AMBIGUOUS, so a retry is refused rather than run twice."""
+    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
+    with anyio.fail_after(60):
+        async with gateway(upstream, *store) as s:
+            with anyio.move_on_after(30) as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(s.call_tool, "slow_send", {"to": "+11", "seconds": 1.5})
+                    while not upstream.started.exists():
+                        await anyio.sleep(0.05)
+                    tg.cancel_scope.cancel()
+            assert not scope.cancelled_caught
+            await anyio.sleep(2.5)  # past the upstream's sleep
+            retry = refusal(await s.call_tool("slow_send", {"to": "+11", "seconds": 1.5}))
+            assert retry["error"] == "EffectAmbiguous"
+    assert upstream.lines() == []
+    gate = open_gate(store_url, namespace)
+    try:
+        assert gate.get("slow:+11").state is eg.State.AMBIGUOUS
+    finally:
+        gate.close()

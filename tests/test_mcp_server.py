@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -189,31 +187,19 @@ async def test_unwind_group_hands_undos_to_the_agent_once(store_url: str,
         gate.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_http_server_offers_resolve_only_when_allowed(store_url: str,
                                                             namespace: str) -> None:
     """Over streamable HTTP with --allow-resolve: an effect reported ambiguous is blocked for
     the next begin, resolve_effect settles it, and the repeat is then a duplicate."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, *CLI, "mcp", "serve", "--url", store_url, "--namespace", namespace,
-         "--transport", "http", "--port", str(port), "--allow-resolve"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
+    from .mcp_helpers import serving
+
+    argv = [sys.executable, *CLI, "mcp", "serve", "--url", store_url, "--namespace", namespace,
+            "--transport", "http", "--port", "0", "--allow-resolve"]
+    with serving(argv) as served:
+        assert served.url.startswith("http://127.0.0.1:")
+        assert any(f"namespace {namespace!r}" in line for line in served.lines)
         with anyio.fail_after(60):
-            while True:  # wait for the port
-                try:
-                    await anyio.connect_tcp("127.0.0.1", port)
-                    break
-                except OSError:
-                    assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-                    await anyio.sleep(0.1)
-            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams, \
+            async with streamable_http_client(served.url) as streams, \
                     ClientSession(streams[0], streams[1]) as s:
                 await s.initialize()
                 names = {t.name for t in (await s.list_tools()).tools}
@@ -233,8 +219,29 @@ async def test_http_server_offers_resolve_only_when_allowed(store_url: str,
                 assert resolved["state"] == "committed"
                 again = await ok(s, "begin_effect", **begin)
                 assert again["decision"] == "duplicate" and again["result"] == {"id": "re_1"}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        assert proc.stderr is not None
-        proc.stderr.close()
+
+
+async def test_every_tool_parameter_has_a_json_schema_type(tmp_path: Path) -> None:
+    """Every parameter of every mcp serve tool declares its type (JSON values as object,
+    array, string, number, boolean or null), so a client can generate valid calls; a result
+    of each JSON kind round-trips."""
+    with anyio.fail_after(60):
+        async with serve("--url", f"sqlite:///{tmp_path / 'e.db'}", "--allow-resolve") as s:
+            tools = (await s.list_tools()).tools
+            assert {t.name for t in tools} >= {"begin_effect", "report_effect", "resolve_effect"}
+            for tool in tools:
+                for name, prop in tool.input_schema["properties"].items():
+                    kinds = [prop] if "type" in prop else prop.get("anyOf", [])
+                    assert kinds and all("type" in k for k in kinds), (tool.name, name, prop)
+            report = next(t for t in tools if t.name == "report_effect")
+            json_kinds = {k["type"] for k in report.input_schema["properties"]["result"]["anyOf"]}
+            assert json_kinds == {"object", "array", "string", "integer", "number", "boolean",
+                                  "null"}
+            for n, result in enumerate([{"a": [1]}, [1, "x"], "text", 3, 2.5, True, None]):
+                d = await ok(s, "begin_effect", effect_type="t.x", key=f"k:{n}",
+                             compensation=result)
+                await ok(s, "report_effect", key=d["key"], lease_token=d["lease_token"],
+                         lease_secret=d["lease_secret"], outcome="committed", result=result)
+                again = await ok(s, "begin_effect", effect_type="t.x", key=f"k:{n}",
+                                 compensation=result)
+                assert again["decision"] == "duplicate" and again.get("result") == result

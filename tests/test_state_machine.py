@@ -464,6 +464,14 @@ class GateMachine(RuleBasedStateMachine):
         """The lease lapsed a second ago: inside the reconcile grace period."""
         self._lapse(key, recent=True)
 
+    @rule(call=st.tuples(KEYS, st.booleans()))
+    def lapse_then_retry(self, call: tuple[str, bool]) -> None:
+        """A holder stalls past its lease (a second ago, or long ago), and the call is
+        retried: the path where a reconcile hook must wait out the grace period."""
+        key, recent = call
+        self._lapse(key, recent=recent)
+        self._begin(key, 0, None, False, None)
+
     def _lapse(self, key: str, *, recent: bool) -> None:
         e = self.effects.get(key)
         moves = e is not None and (e.state == IN_FLIGHT or (e.state == AMBIGUOUS

@@ -1,7 +1,9 @@
-"""``effectgate mcp serve`` (the gate as MCP tools for agents in any language) and
-``effectgate mcp gateway`` (a gated proxy in front of another MCP server). Both need the
-``mcp`` extra. Both read the policy from ``--policy``, else ``./effectgate.toml`` if present;
-``--gate MODULE:ATTR`` uses your own Gate (its policy and compensators) instead."""
+"""``effectgate mcp serve`` (the gate as MCP tools for agents in any language),
+``effectgate mcp gateway`` (a gated proxy in front of another MCP server) and ``effectgate mcp
+init`` (a starter policy for an MCP server, to review). They need the ``mcp`` extra. serve and
+gateway read the policy from ``--policy``, else ``./effectgate.toml`` if present; ``--gate
+MODULE:ATTR`` uses your own Gate (its policy and compensators) instead. Both serve stdio or
+streamable HTTP (``--transport http``: on 127.0.0.1 unless ``--allow-remote``)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,36 @@ _policy = click.option(
     help="Policy file (default: ./effectgate.toml if present).")
 
 
+def _http_options(fn: Any) -> Any:
+    for option in reversed([
+        click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio",
+                     show_default=True, help="stdio, or streamable HTTP at http://HOST:PORT/mcp."),
+        click.option("--host", default="127.0.0.1", show_default=True,
+                     help="Address to listen on with --transport http (loopback only, unless "
+                          "--allow-remote)."),
+        click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+                     help="Port for --transport http (0: a free one, printed at start)."),
+        click.option("--allow-remote", is_flag=True,
+                     help="Listen off localhost. There is no authentication yet: anyone who can "
+                          "reach the port can act. Only behind a network boundary you trust."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _describe(gate: Any, policy: Path | None) -> str:
+    """Which store (password hidden), namespace and policy are in force."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        store = make_url(gate.url).render_as_string(hide_password=True)
+    except Exception:
+        store = "<unprintable url>"
+    source = str(policy) if policy is not None else (
+        "your gate's" if gate.policy is not None else "none")
+    return f"store {store}, namespace {gate.namespace!r}, policy {source}"
+
+
 @click.group()
 def mcp() -> None:
     """The gate over MCP: a server for agents, and a gateway in front of MCP servers."""
@@ -58,45 +90,99 @@ def mcp() -> None:
 @mcp.command(cls=Command)
 @gate_options
 @_policy
-@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio",
-              show_default=True, help="stdio, or streamable HTTP at http://HOST:PORT/mcp.")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8000, show_default=True)
+@_http_options
 @click.option("--allow-resolve", is_flag=True,
               help="Offer resolve_effect to the agent (off: resolving is an operator's act).")
 @handle_errors
 def serve(url: str | None, namespace: str, gate_ref: str | None, policy: Path | None,
-          transport: str, host: str, port: int, allow_resolve: bool) -> None:
-    """Serve begin_effect, report_effect, extend_lease and unwind_group as MCP tools."""
+          transport: str, host: str, port: int, allow_remote: bool,
+          allow_resolve: bool) -> None:
+    """Serve begin_effect, report_effect, extend_lease and unwind_group as MCP tools. Says on
+    stderr which store, namespace and policy are in force, and where it listens."""
+    from ..integrations.mcp.transport import check_bind
+
+    if transport == "http":
+        check_bind(host, port, allow_remote=allow_remote)
     with _gate(url, namespace, gate_ref, policy) as gate:
         from ..integrations.mcp import serve as run
 
+        click.echo(f"effectgate: mcp serve: {_describe(gate, policy)}", err=True)
         run(gate, transport="http" if transport == "http" else "stdio", host=host, port=port,
-            allow_resolve=allow_resolve)
+            allow_resolve=allow_resolve, allow_remote=allow_remote)
+
+
+_upstream = click.option(
+    "--upstream", required=True, metavar="COMMAND|URL",
+    help='The upstream MCP server: a command ("python server.py", run over stdio) or an '
+         "http(s) URL (streamable HTTP).")
+_upstream_name = click.option(
+    "--upstream-name", default=None, metavar="NAME",
+    help="Which [upstreams.NAME] of the policy applies (default: the name the upstream "
+         "reports).")
 
 
 @mcp.command(cls=Command)
-@click.option("--upstream", required=True, metavar="COMMAND|URL",
-              help='The upstream MCP server: a command ("python server.py", run over stdio) '
-                   "or an http(s) URL (streamable HTTP).")
+@_upstream
 @gate_options
 @_policy
+@_upstream_name
+@_http_options
 @click.option("--strict", is_flag=True,
-              help="Refuse calls to tools with no effect declared (also: strict = true in the "
-                   "policy).")
+              help="Refuse calls to tools that write with no effect declared (also: strict = "
+                   "true in the policy).")
+@click.option("--max-sessions", type=click.IntRange(1, 10_000), default=64, show_default=True,
+              help="With --transport http: client sessions open at once (each has its own "
+                   "upstream session; for a command upstream, its own process).")
 @click.option("--tool-errors", type=click.Choice(["ambiguous", "failed"]), default="ambiguous",
               show_default=True,
               help="What an upstream tool error means for a gated call: ambiguous (it may have "
                    "acted) or failed (this upstream's errors mean nothing happened).")
 @handle_errors
 def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None,
-            policy: Path | None, strict: bool, tool_errors: str) -> None:
-    """Serve (over stdio) every tool of an upstream MCP server; gate the ones the policy
-    declares. Prints each ungated tool on stderr at start."""
-    with _gate(url, namespace, gate_ref, policy) as gate:
-        from ..integrations.mcp_gateway import run_gateway
+            policy: Path | None, upstream_name: str | None, transport: str, host: str,
+            port: int, allow_remote: bool, strict: bool, max_sessions: int,
+            tool_errors: str) -> None:
+    """Serve everything an upstream MCP server offers (tools, resources, prompts, ...); gate
+    the tools the policy declares, pass its reads, and print on stderr at start every tool that
+    writes with no effect declared (refused with --strict)."""
+    from ..integrations.mcp.transport import check_bind
 
+    if transport == "http":
+        check_bind(host, port, allow_remote=allow_remote)
+    with _gate(url, namespace, gate_ref, policy) as gate:
+        from ..integrations.mcp.gateway import run_gateway
+
+        click.echo(f"effectgate: mcp gateway: {_describe(gate, policy)}", err=True)
         rules = gate.policy if gate.policy is not None else {}
         code = run_gateway(gate, upstream, rules, tool_errors=tool_errors,
-                           strict=strict or bool(getattr(gate.policy, "strict", False)))
+                           strict=strict or bool(getattr(gate.policy, "strict", False)),
+                           transport="http" if transport == "http" else "stdio", host=host,
+                           port=port, allow_remote=allow_remote, upstream_name=upstream_name,
+                           max_sessions=max_sessions)
     sys.exit(code)
+
+
+@mcp.command(cls=Command)
+@_upstream
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("effectgate.toml"), show_default=True,
+              help="Where to write the policy.")
+@click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
+@_upstream_name
+@handle_errors
+def init(upstream: str, output: Path, force: bool, upstream_name: str | None) -> None:
+    """Write a starter policy for an MCP server, to review: its read-only tools listed, and a
+    proposed key for every other tool. Never overwrites a file without --force."""
+    try:
+        import mcp as _mcp  # noqa: F401
+    except ImportError:
+        fail('effectgate mcp needs the mcp package: pip install "effectgate[mcp]"')
+    from ..integrations.mcp.init import write_policy
+    from ..policy import Policy
+
+    path, _ = write_policy(upstream, output, force=force, upstream_name=upstream_name)
+    policy = Policy.load(path)
+    rule = next(iter(policy.upstreams.values()))
+    click.echo(f"effectgate: wrote {path}: {len(rule.read_only)} read-only tools, "
+               f"{len(policy.tool_effects())} gated tools, strict = true. Review every key "
+               "before you use it.", err=True)

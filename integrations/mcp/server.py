@@ -18,13 +18,19 @@ or ``effectgate mcp serve --url ... [--transport http]``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 
+import anyio
 from pydantic import Field
 
 import effectgate as eg
 from effectgate.sagas import compensation_request
+
+from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
+from .transport import HttpGuard, check_bind, listen, serve_http
 
 try:
     from mcp.server import MCPServer
@@ -41,66 +47,11 @@ __all__ = [
     "build_server", "decision_answer", "error_answer", "serve", "tool_error", "unwind_answer",
 ]
 
-_INSTRUCTIONS: dict[str, str] = {
-    "execute": (
-        "You hold this effect. Perform the action now, exactly once, then call report_effect "
-        "with key, lease_token and lease_secret: committed (with the result), failed (it "
-        "certainly did not happen) or ambiguous (you cannot tell)."
-    ),
-    "duplicate": (
-        "This action already happened. Do NOT perform it again. Use `result` as the result of "
-        "the action, as though you had just done it."
-    ),
-    "in_flight": (
-        "Someone else is performing this action right now. Do NOT perform it. Wait "
-        "retry_after_seconds, then call begin_effect again with the same arguments."
-    ),
-    "blocked": (
-        "An earlier attempt may or may not have happened. Do NOT perform it and do not retry "
-        "it. Tell the user that this action's outcome is unresolved (quote the key); a person "
-        "must check and resolve it."
-    ),
-    "approval_required": (
-        "A person must approve this action first. Do NOT perform it. Tell the user, quoting "
-        "approval_id; once approved, call begin_effect again with the same arguments."
-    ),
-    "denied": (
-        "Policy or a spending limit refused this action (see reason). Do NOT perform it. Tell "
-        "the user why."
-    ),
-}
-
-_ERROR_HINTS: dict[str, str] = {
-    "EffectKeyError": "The key is unusable. Fix it and call again; nothing was recorded.",
-    "PayloadMismatch": (
-        "This key was already used for an action with different parameters. If it is the same "
-        "action, send the same payload; if it is another action, give it its own key. Do NOT "
-        "perform the action under this key."
-    ),
-    "StaleLease": (
-        "You no longer hold this effect (the lease ran out, a person resolved it, or a newer "
-        "attempt holds it); nothing was recorded. Do NOT perform the action again; call "
-        "begin_effect with the same arguments to see where it stands."
-    ),
-    "UnknownEffect": "No such effect: check the key, lease_token and lease_secret you sent.",
-    "InvalidTransition": "The effect cannot move that way; read the message and state.",
-    "StoreError": (
-        "The effect store could not be reached. Do NOT perform the action; try again later."
-    ),
-    "NotExecuted": "The action did not happen; a later attempt may run it.",
-    "EffectInFlight": _INSTRUCTIONS["in_flight"],
-    "EffectAmbiguous": _INSTRUCTIONS["blocked"],
-    "ApprovalRequired": _INSTRUCTIONS["approval_required"],
-    "EffectDenied": _INSTRUCTIONS["denied"],
-}
-_DEFAULT_HINT = "Fix the arguments and call again; nothing was recorded."
-
-
 def decision_answer(d: eg.BeginDecision) -> dict[str, Any]:
     """A decision as JSON for a model: ``as_dict()`` plus ``instruction`` (what to do now)."""
     out = {k: v for k, v in d.as_dict().items()
            if v is not None or (k == "result" and d.decision is eg.Decision.DUPLICATE)}
-    text = _INSTRUCTIONS[d.decision.value]
+    text = INSTRUCTIONS[d.decision.value]
     if d.vendor_key is not None and d.decision is eg.Decision.EXECUTE:
         where = "header" if d.vendor_key.location == "header" else "request body field"
         text += (
@@ -116,8 +67,8 @@ def decision_answer(d: eg.BeginDecision) -> dict[str, Any]:
 def error_answer(err: eg.EffectGateError) -> dict[str, Any]:
     """An effectgate error as JSON for a model: its fields plus ``what_to_do``."""
     out = {k: v for k, v in err.fields().items() if v is not None}
-    hint = next((_ERROR_HINTS[c.__name__] for c in type(err).__mro__
-                 if c.__name__ in _ERROR_HINTS), _DEFAULT_HINT)
+    hint = next((ERROR_HINTS[c.__name__] for c in type(err).__mro__
+                 if c.__name__ in ERROR_HINTS), DEFAULT_HINT)
     out["what_to_do"] = hint
     return out
 
@@ -188,6 +139,10 @@ _Key = Annotated[str, Field(description=(
     "The effect key: one logical action's idempotency key, built from the work's own "
     "identifiers, e.g. \"refund:txn_8812\" or \"invoice:2026-08:acct_88123\". The same action "
     "retried must give the same key; never use the time or a random value."))]
+# A JSON value with a real schema type (object, array, string, number, boolean or null), so a
+# client's tool-call generator knows what it may send.
+Json = dict[str, Any] | list[Any] | str | int | float | bool | None
+
 _Token = Annotated[int, Field(description="lease_token from begin_effect's answer.")]
 _Secret = Annotated[str, Field(description=(
     "lease_secret from begin_effect's answer: the proof that you hold this effect. Keep it to "
@@ -222,7 +177,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         group_key: Annotated[str | None, Field(description=(
             "Set when this is one step of a multi-step task that must be undone as a whole if "
             "it fails, e.g. \"booking:trip_8812\"; unwind_group undoes the group."))] = None,
-        compensation: Annotated[Any, Field(description=(
+        compensation: Annotated[Json, Field(description=(
             "How to undo THIS step if its group is unwound, e.g. {\"tool\": "
             "\"cancel_booking\", \"booking_ref\": \"BK-1\"}. Declare it now, while you know; "
             "a step without one is irreversible."))] = None,
@@ -253,7 +208,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         lease_token: _Token,
         lease_secret: _Secret,
         outcome: Literal["committed", "failed", "ambiguous"],
-        result: Annotated[Any, Field(description=(
+        result: Annotated[Json, Field(description=(
             "With committed: the action's result (JSON), returned to every repeat."))] = None,
         error: Annotated[str | None, Field(description=(
             "With failed or ambiguous: what went wrong."))] = None,
@@ -291,7 +246,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             key: _Key,
             outcome: Literal["committed", "failed"],
             by: Annotated[str, Field(description="Who verified the outcome.")],
-            result: Annotated[Any, Field(description=(
+            result: Annotated[Json, Field(description=(
                 "With committed: the action's result, if known."))] = None,
             note: Annotated[str | None, Field(description="How it was verified.")] = None,
         ) -> dict[str, Any]:
@@ -360,10 +315,23 @@ def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
-          host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False) -> None:
-    """Run :func:`build_server` over stdio or streamable HTTP (``http://host:port/mcp``)."""
+          host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False,
+          allow_remote: bool = False, guard: HttpGuard | None = None,
+          out: TextIO | None = None) -> None:
+    """Run :func:`build_server` over stdio or streamable HTTP (``http://host:port/mcp``; port
+    0 picks a free one). Prints where it listens on ``out`` (stderr). HTTP listens on a
+    loopback address unless ``allow_remote`` or a ``guard`` (the authentication seam, see
+    :mod:`.transport`); :class:`~effectgate.ConfigError` otherwise."""
+    out = out if out is not None else sys.stderr
     server = build_server(gate, allow_resolve=allow_resolve)
     if transport == "stdio":
+        print("effectgate: mcp serve listening on stdio", file=out, flush=True)
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    check_bind(host, port, allow_remote=allow_remote, guard=guard)
+    sock = listen(host, port)
+    try:
+        anyio.run(functools.partial(serve_http, server.streamable_http_app(host=host), sock,
+                                    what="mcp serve", out=out, guard=guard))
+    finally:
+        sock.close()

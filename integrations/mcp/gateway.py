@@ -1,0 +1,655 @@
+"""A gated proxy in front of an existing MCP server.
+
+Every capability of the upstream passes through: its tools (name, description, schemas,
+annotations, unchanged), resources (list, read, templates, subscriptions), prompts,
+completions, logging, progress, cancellation and list-changed notifications. Each client gets
+its own upstream session that declares the client's own capabilities (roots, sampling,
+elicitation), so the upstream's requests for roots, a sampled message or an elicitation reach
+that client, and the upstream offers it the tools it would offer it directly.
+
+Tools (see :mod:`.writes`): a tool the policy declares (``tools = [...]`` with a ``key``) is
+gated like a decorated function: the key is rendered from the call's arguments before anything
+is sent, a repeat is answered with the stored result, and a refusal comes back as a tool error
+the model can act on. A read (the policy's ``read_only``, or a trusted ``readOnlyHint``) passes.
+Every other tool is a write with no effect declared: listed on stderr at start and refused with
+``strict``.
+
+Outcomes of a gated call: the upstream's result → COMMITTED; an upstream that cannot be reached
+before the call is sent → FAILED; one that dies, disconnects or times out after it, or a client
+that cancels it → AMBIGUOUS; a tool error reported by the upstream → AMBIGUOUS (it may have
+acted), or FAILED with ``tool_errors="failed"``.
+
+::
+
+    effectgate mcp gateway --upstream "npx @modelcontextprotocol/server-filesystem ./data" \\
+        --policy effectgate.toml --strict [--transport http --port 8765]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal, TextIO, TypeVar
+
+import anyio
+import anyio.abc
+from pydantic import BaseModel
+
+import effectgate as eg
+
+from .._kernel.vocabulary import UPSTREAM_AMBIGUOUS, UPSTREAM_FAILED
+from .relay import (
+    Ctx,
+    Link,
+    RelayServer,
+    UpstreamFactory,
+    clean_meta,
+    clean_params,
+    connection_of,
+    forwarded_capabilities,
+    progress_relay,
+)
+from .server import error_answer
+from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
+from .writes import Kind, Verdict, classify
+
+try:
+    import jsonschema  # type: ignore[import-untyped]
+    from mcp import types
+    from mcp.server.lowlevel import NotificationOptions, Server
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
+except ImportError as err:  # pragma: no cover - depends on the extras installed
+    raise ImportError(
+        'effectgate.integrations.mcp.gateway needs the mcp package: pip install "effectgate[mcp]"'
+    ) from err
+
+__all__ = ["Gateway", "UpstreamFactory", "UpstreamToolError", "run_gateway", "tool_specs"]
+
+log = logging.getLogger("effectgate")
+R = TypeVar("R", bound=BaseModel)
+
+_REJECTED_BEFORE_RUN = {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND,
+                        types.INVALID_PARAMS}
+_AMBIGUOUS_HINT = UPSTREAM_AMBIGUOUS
+_FAILED_HINT = UPSTREAM_FAILED
+_LINK = "effectgate.gateway.link"
+
+
+class UpstreamToolError(Exception):
+    """The upstream answered a gated call with ``is_error``; ``result`` is its answer."""
+
+    def __init__(self, result: types.CallToolResult) -> None:
+        super().__init__(_text(result) or "the upstream tool reported an error")
+        self.result = result
+
+
+def tool_specs(gate: eg.Gate, effects: Any) -> dict[str, eg.EffectSpec]:
+    """Tool name → :class:`~effectgate.EffectSpec`, from a policy (``tool_effects()``) or a
+    mapping of tool name → an ``EffectSpec``, a policy ``EffectRule`` or a dict with ``key``,
+    ``effect_type`` and other ``EffectSpec`` options."""
+    if hasattr(effects, "tool_effects"):
+        effects = effects.tool_effects()
+    if not isinstance(effects, Mapping):
+        raise eg.ConfigError("effects must be a Policy or a mapping of tool name to effect")
+    specs: dict[str, eg.EffectSpec] = {}
+    for tool, effect in effects.items():
+        if isinstance(effect, eg.EffectSpec):
+            specs[tool] = effect
+        elif hasattr(effect, "effect_options"):
+            specs[tool] = eg.EffectSpec(gate, effect.key, **effect.effect_options())
+        elif isinstance(effect, Mapping) and "key" in effect:
+            options = dict(effect)
+            specs[tool] = eg.EffectSpec(gate, options.pop("key"), **options)
+        else:
+            raise eg.ConfigError(f"tool {tool!r}: an effect needs a key template")
+    return specs
+
+
+class Gateway:
+    """The proxy: the upstream's capabilities, its tools gated by ``specs`` (tool name →
+    EffectSpec) and classified by ``rule`` (the policy's :class:`~effectgate.UpstreamRule`).
+
+    ``upstream`` is a command line or URL, or an :data:`UpstreamFactory`. ``await
+    start(tg)`` probes the upstream (its tools, what it serves); ``server()`` is the MCP server
+    to run; each client connection then gets its own upstream session.
+    """
+
+    def __init__(self, gate: eg.Gate, upstream: str | UpstreamFactory,
+                 specs: Mapping[str, eg.EffectSpec], *, strict: bool = False,
+                 tool_errors: Literal["ambiguous", "failed"] = "ambiguous",
+                 rule: eg.UpstreamRule | None = None, policy: eg.Policy | None = None,
+                 upstream_name: str | None = None, out: TextIO | None = None) -> None:
+        self.gate = gate
+        if isinstance(upstream, str):
+            target = upstream
+            Upstream(target)  # a bad command line fails now, not at the first client
+
+            def factory(caps: types.ClientCapabilities, peer: Any) -> Upstream:
+                return Upstream(target, capabilities=caps, peer=peer)
+
+            self.factory: UpstreamFactory = factory
+        else:
+            self.factory = upstream
+        self.specs = dict(specs)
+        self.strict = strict
+        self.tool_errors = tool_errors
+        self.rule = rule
+        self.policy = policy
+        self.upstream_name = upstream_name
+        self.out = out if out is not None else sys.stderr
+        self.tools: dict[str, types.Tool] = {}
+        self.verdicts: dict[str, Verdict] = {}
+        self.described = ""
+        self.init: types.InitializeResult | None = None
+        self._announced: set[str] = set()
+        self._validators: dict[str, Any] = {}
+        self._checked: set[str] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._shared: Link | None = None
+        self._lock = anyio.Lock()
+        for spec in self.specs.values():
+            spec.classifiers = (self._classify, *spec.classifiers)
+
+    # -- start ---------------------------------------------------------------------------------
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Probe the upstream (declaring every client capability, so it shows every tool it
+        can), pick the policy's rule for it, classify its tools and check every key template
+        against its tool's arguments. Raises ``ConnectionError`` or an effectgate error."""
+        self._tg = tg
+        probe = self.factory(ALL_CAPABILITIES, StartupPeer())
+        self.described = probe.describe()
+        try:
+            await probe.start(tg)
+            tools = await probe.list_tools()
+        finally:
+            probe.close()  # it ends in the background (a server may linger after stdin closes)
+        self.init = probe.init
+        if self.rule is None and self.policy is not None:
+            name = self.upstream_name or (probe.server_info.name if probe.server_info else "")
+            self.rule = self.policy.upstream(name)
+        self.tools = {tool.name: tool for tool in tools}
+        for tool in tools:
+            self._verdict(tool)
+            self._check(tool)
+
+    def _verdict(self, tool: types.Tool) -> Verdict:
+        verdict = classify(tool, self.specs, self.rule)
+        if verdict.kind is Kind.GATED and self.rule is not None and (
+                self.rule.is_read_only(tool.name)):
+            raise eg.PolicyError(
+                f"tool {tool.name!r} is gated and also read_only in the policy for "
+                f"{self.rule.name!r}; it is one or the other")
+        self.verdicts[tool.name] = verdict
+        return verdict
+
+    def _check(self, tool: types.Tool) -> None:
+        """Check a gated tool's key template against its arguments (once per schema)."""
+        spec = self.specs.get(tool.name)
+        if spec is None:
+            return
+        schema = tool.input_schema
+        mark = f"{tool.name}\x00{json.dumps(schema, sort_keys=True, default=str)}"
+        if mark in self._checked:
+            return
+        if schema.get("additionalProperties", True) is False or "properties" in schema:
+            spec.check_names(list(schema.get("properties", {})), f"upstream tool {tool.name!r}")
+        self._checked.add(mark)
+
+    @property
+    def ungated(self) -> list[str]:
+        """Upstream tools that write with no effect declared, in the upstream's order."""
+        return [n for n in self.tools if self.verdicts[n].kind is Kind.WRITE]
+
+    @property
+    def reads(self) -> list[str]:
+        """Upstream tools that pass as reads, in the upstream's order."""
+        return [n for n in self.tools if self.verdicts[n].kind is Kind.READ]
+
+    @property
+    def missing(self) -> list[str]:
+        """Declared tools the upstream does not offer (a typo in the policy?)."""
+        return sorted(set(self.specs) - set(self.tools))
+
+    def print_start(self) -> None:
+        """The start lines: what is gated, what reads, every write with no effect (each once),
+        and what the policy says about this upstream."""
+        info = self.init.server_info if self.init else None
+        who = f"{info.name} {info.version}".strip() if info else "the upstream"
+        if self.rule is None:
+            rule = "no policy rule for this upstream: readOnlyHint not trusted"
+        else:
+            trust = "trusted" if self.rule.trust_read_only_hint else "not trusted"
+            rule = (f"policy rule for upstream {self.rule.name!r}: "
+                    f"{len(self.rule.read_only)} read_only, readOnlyHint {trust}")
+        self._say(f"effectgate: gateway for {_shown(who)} ({_shown(self.described)}); {rule}")
+        what = "refused (strict)" if self.strict else "ungated"
+        for name in self.tools:
+            verdict = self.verdicts[name]
+            if verdict.kind is Kind.GATED:
+                spec = self.specs[name]
+                self._say(f"effectgate: gated tool {_shown(name)}: {spec.effect_type} key "
+                          f"{spec.template.template!r}")
+            elif verdict.kind is Kind.WRITE:
+                self._announced.add(name)
+                self._say(f"effectgate: {what} tool, no effect declared: {_shown(name)}")
+        for name in self.missing:
+            self._say(f"effectgate: warning: the policy gates {name!r}, which the upstream does "
+                      "not offer")
+        gated = len(self.tools) - len(self.reads) - len(self.ungated)
+        self._say(f"effectgate: {len(self.tools)} tools: {gated} gated, {len(self.reads)} read, "
+                  f"{len(self.ungated)} {what}")
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def _announce(self, tool: types.Tool) -> Verdict:
+        """A tool's verdict; a write first seen after start is printed then, once."""
+        known = self.verdicts.get(tool.name)
+        verdict = self._verdict(tool) if known is None or tool.name not in self.tools else known
+        if verdict.kind is Kind.WRITE and tool.name not in self._announced:
+            self._announced.add(tool.name)
+            what = "refused (strict)" if self.strict else "ungated"
+            self._say(f"effectgate: {what} tool, no effect declared: {_shown(tool.name)} "
+                      "(offered after start)")
+        return verdict
+
+    # -- the server ----------------------------------------------------------------------------
+
+    def server(self) -> Server[Any]:
+        """The MCP server (low level: the upstream's results are served as they come), offering
+        exactly what the upstream serves."""
+        caps = self.init.capabilities if self.init else types.ServerCapabilities()
+        info = self.init.server_info if self.init else None
+        handlers: dict[str, Any] = {}
+        if caps.tools is not None:
+            handlers.update(on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        if caps.resources is not None:
+            handlers.update(
+                on_list_resources=self._relay(types.ListResourcesRequest,
+                                              types.ListResourcesResult),
+                on_list_resource_templates=self._relay(types.ListResourceTemplatesRequest,
+                                                       types.ListResourceTemplatesResult),
+                on_read_resource=self._relay(types.ReadResourceRequest, types.ReadResourceResult))
+            if caps.resources.subscribe:
+                handlers.update(
+                    on_subscribe_resource=self._relay(types.SubscribeRequest, types.EmptyResult),
+                    on_unsubscribe_resource=self._relay(types.UnsubscribeRequest,
+                                                        types.EmptyResult))
+        if caps.prompts is not None:
+            handlers.update(
+                on_list_prompts=self._relay(types.ListPromptsRequest, types.ListPromptsResult),
+                on_get_prompt=self._relay(types.GetPromptRequest, types.GetPromptResult))
+        if caps.completions is not None:
+            handlers.update(on_completion=self._relay(types.CompleteRequest, types.CompleteResult))
+        name = f"{info.name} (gated by effectgate)" if info else "effectgate-gateway"
+        server = RelayServer(
+            name, version=info.version if info else "", title=info.title if info else None,
+            instructions=self.init.instructions if self.init else None, **handlers)
+        server.notification_options = NotificationOptions(
+            prompts_changed=bool(caps.prompts and caps.prompts.list_changed),
+            resources_changed=bool(caps.resources and caps.resources.list_changed),
+            tools_changed=bool(caps.tools and caps.tools.list_changed))
+        if caps.logging is not None:
+            server.add_request_handler("logging/setLevel", types.SetLevelRequestParams,
+                                       self._relay(types.SetLevelRequest, types.EmptyResult))
+        server.add_notification_handler("notifications/roots/list_changed",
+                                        types.NotificationParams, self._roots_changed)
+        server.add_notification_handler("notifications/initialized",
+                                        types.NotificationParams, self._initialized)
+        return server
+
+    async def _link(self, ctx: Ctx) -> Link:
+        """This client's link, opened on its first request with its own capabilities."""
+        assert self._tg is not None, "Gateway.start() first"
+        connection = connection_of(ctx)
+        if connection is None:  # 2026-07-28 clients: one stateless link, no back-channel
+            async with self._lock:
+                if self._shared is None:
+                    self._shared = Link(self.factory, types.ClientCapabilities(), None)
+                    self._shared.upstream.attach(self._tg)
+                return self._shared
+        link = connection.state.get(_LINK)
+        if isinstance(link, Link):
+            return link
+        lock = connection.state.setdefault(_LINK + ".lock", anyio.Lock())
+        async with lock:
+            link = connection.state.get(_LINK)
+            if not isinstance(link, Link):
+                caps = ctx.session.client_capabilities or types.ClientCapabilities()
+                link = Link(self.factory, forwarded_capabilities(caps), ctx.session)
+                link.upstream.attach(self._tg)
+                connection.state[_LINK] = link
+                connection.exit_stack.push_async_callback(link.upstream.aclose)
+        return link
+
+    async def _send(self, link: Link, ctx: Ctx, request: Any, result_type: type[R]) -> R:
+        session = await link.upstream.session()
+        try:
+            return await session.send_request(request, result_type,
+                                              progress_callback=progress_relay(ctx))
+        except MCPError:
+            raise
+        except Exception as err:
+            link.upstream.close()
+            raise MCPError(types.INTERNAL_ERROR, f"the upstream failed: {_describe(err)}") from err
+
+    def _relay(self, request_type: type[Any], result_type: type[R]) -> Any:
+        """A handler that forwards a request of ``request_type`` and returns the answer."""
+
+        async def handle(ctx: Ctx, params: Any) -> R:
+            link = await self._link(ctx)
+            with link.serving(ctx):
+                try:
+                    return await self._send(link, ctx, request_type(params=clean_params(params)),
+                                            result_type)
+                except ConnectionError as err:
+                    raise MCPError(types.INTERNAL_ERROR, str(err)) from err
+
+        return handle
+
+    async def _list_tools(self, ctx: Ctx,
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        link = await self._link(ctx)
+        with link.serving(ctx):
+            try:
+                request = types.ListToolsRequest(params=clean_params(params))
+                page = await self._send(link, ctx, request, types.ListToolsResult)
+            except ConnectionError as err:
+                raise MCPError(types.INTERNAL_ERROR, str(err)) from err
+        link.absorb(page.tools, first_page=not (params and params.cursor))
+        for tool in page.tools:
+            try:
+                self._announce(tool)
+            except eg.EffectGateError as err:  # its calls are refused with this error
+                log.warning("tool %r: %s", tool.name, err.message)
+        return page
+
+    async def _call_tool(self, ctx: Ctx,
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        link = await self._link(ctx)
+        with link.serving(ctx):
+            return await self.call(link, params.name, dict(params.arguments or {}),
+                                   ctx=ctx, meta=clean_meta(params.meta))
+
+    async def _initialized(self, ctx: Ctx, params: Any) -> None:
+        """The client is ready: open its upstream session now (in the background: the upstream
+        may ask this client for roots while it starts), so that what the upstream announces
+        from its start (list changes, logs) reaches the client as it would directly."""
+        assert self._tg is not None
+
+        async def open_link() -> None:
+            try:
+                link = await self._link(ctx)
+                await link.upstream.session()
+            except Exception as err:  # the first request will try again and report it
+                log.warning("could not open the upstream session: %s", _describe(err))
+
+        self._tg.start_soon(open_link)
+
+    async def _roots_changed(self, ctx: Ctx, params: Any) -> None:
+        connection = connection_of(ctx)
+        link = connection.state.get(_LINK) if connection is not None else None
+        session = link.upstream.current if isinstance(link, Link) else None
+        if session is not None:
+            await session.send_roots_list_changed()
+
+    # -- one call ------------------------------------------------------------------------------
+
+    async def call(self, link: Link, name: str, arguments: dict[str, Any], *,
+                   ctx: Ctx | None = None,
+                   meta: dict[str, Any] | None = None) -> types.CallToolResult:
+        """Answer one tool call: forwarded, gated, or refused."""
+        try:
+            tool = await link.tool(name)
+        except Exception as err:
+            return _error({"error": "UpstreamLost", "message": (
+                f"cannot list the upstream's tools: {_describe(err)}"),
+                "what_to_do": "The upstream server is unavailable; try again later."})
+        if tool is None:
+            return _error({"error": "UnknownTool", "message": f"no tool named {_short(name)}",
+                           "what_to_do": "Call one of the listed tools."})
+        try:
+            verdict = self._announce(tool)
+            self._check(tool)
+        except eg.EffectGateError as err:
+            return _error(error_answer(err))
+        if verdict.kind is Kind.WRITE and self.strict:
+            return _error({"error": "UngatedTool", "message": (
+                f"tool {name!r} writes and has no effect declared, and this gateway is strict"),
+                "what_to_do": "Do not call this tool; tell the user it is not enabled."})
+        request = _call_request(name, arguments, meta)
+        if verdict.kind is not Kind.GATED:
+            return await self._forward(link, ctx, request)
+        return await self._gated(link, ctx, tool, self.specs[name], arguments, meta)
+
+    async def _gated(self, link: Link, ctx: Ctx | None, tool: types.Tool, spec: eg.EffectSpec,
+                     arguments: dict[str, Any],
+                     meta: dict[str, Any] | None) -> types.CallToolResult:
+        try:
+            arguments = self._normalise(tool, arguments)
+            keyed = dict(spec.template.normalise(arguments))
+        except jsonschema.ValidationError as err:
+            where = "/".join(str(p) for p in err.absolute_path)
+            return _error({"error": "InvalidArguments",
+                           "message": f"{where}: {err.message}" if where else err.message,
+                           "what_to_do": "Fix the arguments and call again; nothing ran."})
+        except eg.EffectGateError as err:
+            return _error(error_answer(err))
+        ran: list[eg.BeginDecision] = []
+        lease = spec.lease_seconds or self.gate.lease_seconds
+        request = _call_request(tool.name, arguments, meta)
+
+        async def body() -> dict[str, Any]:
+            ran.append(eg.current_effect())
+            return await self._execute(link, ctx, request, lease)
+
+        try:
+            stored = await spec.arun(keyed, body)
+        except UpstreamToolError as err:
+            return _with_note(err.result, _FAILED_HINT if self.tool_errors == "failed"
+                              else _AMBIGUOUS_HINT, ran)
+        except eg.EffectGateError as err:
+            return _error(error_answer(err))
+        except Exception as err:
+            key = ran[0].key if ran else None
+            if self._classify(err) is eg.Outcome.FAILED:
+                return _error({"error": "UpstreamRefused", "key": key, "message": (
+                    f"the upstream refused the call before running it: {_describe(err)}"),
+                    "what_to_do": "Fix the call; nothing happened."})
+            return _error({"error": "UpstreamLost", "key": key, "message": (
+                f"the upstream failed during the call: {_describe(err)}"),
+                "what_to_do": _AMBIGUOUS_HINT})
+        result = types.CallToolResult.model_validate(stored)
+        out_meta = dict(result.meta or {})
+        out_meta["effectgate"] = (
+            {"decision": "execute", "key": ran[0].key, "effect_id": ran[0].effect_id,
+             "attempt": ran[0].attempt} if ran
+            else {"decision": "duplicate", "key": spec.template.render(keyed)})
+        return result.model_copy(update={"meta": out_meta})
+
+    def _normalise(self, tool: types.Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Schema defaults filled in (so the key and hash see what the tool sees), then the
+        arguments validated against the tool's input schema."""
+        schema = tool.input_schema
+        for prop, sub in schema.get("properties", {}).items():
+            if prop not in arguments and isinstance(sub, Mapping) and "default" in sub:
+                arguments[prop] = sub["default"]
+        mark = json.dumps(schema, sort_keys=True, default=str)
+        validator = self._validators.get(mark)
+        if validator is None:
+            validator = self._validators[mark] = jsonschema.validators.validator_for(schema)(
+                schema)
+        validator.validate(arguments)
+        return arguments
+
+    async def _execute(self, link: Link, ctx: Ctx | None, request: types.CallToolRequest,
+                       lease: float) -> dict[str, Any]:
+        session = await link.upstream.ready()  # NotExecuted: the call was never sent
+        beat = asyncio.create_task(self._heartbeat(eg.current_effect(), lease))
+        try:
+            result = await session.send_request(request, types.CallToolResult,
+                                                progress_callback=progress_relay(ctx))
+        finally:
+            beat.cancel()
+        if result.is_error:
+            raise UpstreamToolError(result)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    async def _heartbeat(self, d: eg.BeginDecision, lease: float) -> None:
+        """Extend the lease while a long upstream call runs (a live call is not ambiguous)."""
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                await self.gate.aextend_lease(d, lease)
+            except eg.EffectGateError as err:
+                log.warning("could not extend the lease of %s: %s", d.key, err.message)
+                return
+
+    def _classify(self, exc: BaseException) -> eg.Outcome | None:
+        if isinstance(exc, UpstreamToolError):
+            return eg.Outcome.FAILED if self.tool_errors == "failed" else eg.Outcome.AMBIGUOUS
+        if isinstance(exc, MCPError) and exc.code in _REJECTED_BEFORE_RUN:
+            return eg.Outcome.FAILED  # the upstream answered that it did not run the call
+        return None
+
+    async def _forward(self, link: Link, ctx: Ctx | None,
+                       request: types.CallToolRequest) -> types.CallToolResult:
+        try:
+            session = await link.upstream.ready()
+            return await session.send_request(request, types.CallToolResult,
+                                              progress_callback=progress_relay(ctx))
+        except MCPError:
+            raise
+        except Exception as err:
+            return _error({"error": "UpstreamLost", "message": (
+                f"the upstream failed: {_describe(err)}"),
+                "what_to_do": "The upstream server is unavailable; try again later."})
+
+    async def aclose(self) -> None:
+        """Close the shared (stateless) link, if one was opened."""
+        if self._shared is not None:
+            await self._shared.upstream.aclose()
+
+
+def _call_request(name: str, arguments: dict[str, Any],
+                  meta: dict[str, Any] | None) -> types.CallToolRequest:
+    params = types.CallToolRequestParams.model_validate(
+        {"name": name, "arguments": arguments, **({"_meta": meta} if meta else {})})
+    return types.CallToolRequest(params=params)
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """Text from the upstream made safe for a terminal line: no control characters, bounded."""
+    clean = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return clean if len(clean) <= limit else clean[:limit] + "…"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit] + "…"
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def _error(answer: Mapping[str, Any]) -> types.CallToolResult:
+    text = json.dumps({k: v for k, v in answer.items() if v is not None}, ensure_ascii=False,
+                      default=str)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                is_error=True)
+
+
+def _with_note(result: types.CallToolResult, hint: str,
+               ran: list[eg.BeginDecision]) -> types.CallToolResult:
+    note = {"effectgate": "the upstream tool reported an error", "what_to_do": hint,
+            "key": ran[0].key if ran else None}
+    content = [*result.content, types.TextContent(type="text", text=json.dumps(note))]
+    return result.model_copy(update={"content": content, "is_error": True})
+
+
+def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
+                strict: bool = False,
+                tool_errors: Literal["ambiguous", "failed"] | str = "ambiguous",
+                out: TextIO | None = None, transport: Literal["stdio", "http"] = "stdio",
+                host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
+                upstream_name: str | None = None, guard: Any = None, max_sessions: int = 64,
+                session_idle_timeout: float = 300.0) -> int:
+    """Run the gateway until the client leaves (stdio) or it is stopped (HTTP); the exit status
+    (0, or 2 when it could not start). Prints the start lines on ``out`` (stderr): where it
+    listens, and every upstream tool that writes with no effect declared, one per line.
+
+    Over HTTP every client session has its own upstream session (for a stdio upstream: its own
+    process), so at most ``max_sessions`` are open at once and one idle for
+    ``session_idle_timeout`` seconds is closed."""
+    from .transport import check_bind, listen
+
+    out = out if out is not None else sys.stderr
+    sock = None
+    try:
+        if transport == "http":
+            check_bind(host, port, allow_remote=allow_remote, guard=guard)
+            sock = listen(host, port)
+        errors: Literal["ambiguous", "failed"] = (
+            "failed" if tool_errors == "failed" else "ambiguous")
+        policy = effects if isinstance(effects, eg.Policy) else None
+        gw = Gateway(gate, upstream, tool_specs(gate, effects), strict=strict,
+                     tool_errors=errors, policy=policy, upstream_name=upstream_name, out=out)
+    except eg.EffectGateError as err:
+        print(f"effectgate: error: {err.message}", file=out, flush=True)
+        if sock is not None:
+            sock.close()
+        return 2
+    if not isinstance(max_sessions, int) or max_sessions < 1:
+        print("effectgate: error: --max-sessions must be at least 1", file=out, flush=True)
+        return 2
+    limits = {"max_sessions": max_sessions, "session_idle_timeout": session_idle_timeout}
+    return anyio.run(_serve, gw, transport, sock, host, guard, out, limits)
+
+
+async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
+                 out: TextIO, limits: dict[str, Any]) -> int:
+    from .transport import serve_http
+
+    async with anyio.create_task_group() as tg:
+        try:
+            await gw.start(tg)
+        except (eg.EffectGateError, ConnectionError) as err:
+            print(f"effectgate: error: {getattr(err, 'message', err)}", file=out, flush=True)
+            tg.cancel_scope.cancel()
+            if sock is not None:
+                sock.close()
+            return 2
+        gw.print_start()
+        server = gw.server()
+        if transport == "http":
+            app = server.streamable_http_app(host=host, **limits)
+            try:
+                await serve_http(app, sock, what="gateway", out=out, guard=guard)
+            finally:
+                sock.close()
+        else:
+            print("effectgate: gateway listening on stdio", file=out, flush=True)
+            with anyio.CancelScope() as scope:
+                tg.start_soon(_stop_on_signal, scope)
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+        await gw.aclose()
+        tg.cancel_scope.cancel()
+    return 0
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGTERM or SIGHUP (a client closing its stdio server sends SIGTERM after a grace
+    period) ends the gateway the orderly way, so its upstream processes are stopped too
+    instead of being left behind."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
