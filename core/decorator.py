@@ -155,7 +155,7 @@ class EffectSpec:
         if callable(compensation):
             compensation = compensation(**arguments)
         return self.gate.request(
-            effect_type=self.kind, key=key, payload=arguments,
+            effect_type=self.kind, key=key, payload=self.template.normalise(arguments),
             group_key=self.group_template.render(arguments) if self.group_template else None,
             compensation=compensation, estimated_cost_micros=cost,
         )

@@ -468,3 +468,18 @@ def test_read_only_gate_on_postgres_refuses_writes(namespace: str) -> None:
         assert reader.get("k:1").state is eg.State.IN_FLIGHT
         with pytest.raises(eg.StoreError):
             reader.begin(effect_type="t", key="k:2", payload={})
+
+
+def test_a_normalising_key_filter_normalises_the_payload_too(gate: eg.Gate) -> None:
+    """``{path|path}``: two spellings of one path are one effect (a duplicate), not one key
+    with two payloads."""
+    writes: list[str] = []
+
+    @gate.effect("write:{path|path}", effect_type="fs.write")
+    def write(path: str, content: str) -> int:
+        writes.append(path)
+        return len(content)
+
+    assert write("fs/./a.txt", "hello") == 5
+    assert write("fs/a.txt", "hello") == 5
+    assert writes == ["fs/./a.txt"]

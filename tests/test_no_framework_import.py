@@ -67,3 +67,43 @@ def test_a_missing_extra_raises_import_error_naming_the_pip_command(
     """)
     assert done.returncode == 0, done.stderr
     assert f'pip install ".[{extra}]" in the effectgate clone' in done.stdout
+
+
+WINGS = ("effectgate.cli", "effectgate.bench", "effectgate.verify", "effectgate.demo",
+         "effectgate.console", "effectgate.viz", "effectgate.integrations.")
+
+
+def test_the_kernel_imports_no_wing_and_no_integration() -> None:
+    """Every kernel module, imported on its own, pulls in no tooling wing (cli, bench,
+    verify, demo, console, viz), no integration and no framework."""
+    done = python(f"""
+        import json, pkgutil, sys, importlib
+        import effectgate, effectgate.store
+        kernel = [m.name for m in pkgutil.iter_modules(effectgate.__path__, "effectgate.")
+                  if not (m.name + ".").startswith({WINGS!r})
+                  and m.name != "effectgate.integrations"]
+        kernel += [m.name for m in pkgutil.iter_modules(effectgate.store.__path__,
+                                                        "effectgate.store.")]
+        for name in kernel:
+            importlib.import_module(name)
+        loaded = sorted(n for n in sys.modules if n.startswith({WINGS!r})
+                        or n.split(".")[0] in {list(FRAMEWORKS)!r})
+        print(json.dumps([kernel, loaded]))
+    """)
+    assert done.returncode == 0, done.stderr
+    kernel, loaded = json.loads(done.stdout)
+    assert {"effectgate.decide", "effectgate.gate", "effectgate.flow", "effectgate.store",
+            "effectgate.store.statements"} <= set(kernel)
+    assert loaded == [], loaded
+
+
+def test_import_effectgate_is_light() -> None:
+    """``import effectgate`` does not load SQL dialects it does not use, pydantic's policy
+    machinery or the vendor SDKs before a gate is made (start-up; see the performance issue)."""
+    done = python("""
+        import json, sys
+        import effectgate
+        print(json.dumps(sorted(n for n in sys.modules if n.startswith(("httpx", "requests")))))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []

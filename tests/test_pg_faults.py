@@ -112,8 +112,14 @@ class ReplyHoldingProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
-    def close(self) -> None:
+    def refuse_new(self) -> None:
+        """Stop accepting connections (new ones are refused); those open go on."""
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+
+    def close(self) -> None:
+        self.refuse_new()
         for sock in self._sockets:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -398,3 +404,84 @@ def test_server_restart_mid_run_loses_nothing_and_the_gate_recovers(namespace: s
                                      eg.State.AMBIGUOUS), key
         finally:
             gate.close()
+
+
+def _lose_the_reservation_reply(proxy: ReplyHoldingProxy, gate: eg.Gate,
+                                admin: psycopg.Connection[Any], key: str,
+                                after: Callable[[], None]) -> threading.Thread:
+    """Hold back the server's replies, and once the reservation of ``key`` is committed, kill
+    the gate's backend (its reply never arrives); then ``after()``."""
+    pid = _backend_pid(gate)
+    proxy.hold.set()
+
+    def kill_once_reserved() -> None:
+        _until(lambda: admin.execute(
+            "SELECT 1 FROM effectgate_effects WHERE namespace = %s AND key = %s",
+            (gate.namespace, key)).fetchone() is not None)
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        after()
+
+    killer = threading.Thread(target=kill_once_reserved, daemon=True)
+    killer.start()
+    return killer
+
+
+def test_a_lost_reservation_reply_is_recovered_by_its_lease_secret(
+    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The reserving INSERT committed but its reply was lost: the gate reads the key again on
+    a fresh connection, finds its own lease secret there, and holds the effect — the body runs
+    once, and a retry is a duplicate."""
+    url = make_url(PG_URL).set(host="127.0.0.1", port=proxy.port)
+    gate = eg.Gate(url.render_as_string(hide_password=False), namespace=namespace)
+    try:
+        killer = _lose_the_reservation_reply(proxy, gate, admin, "refund:lost",
+                                             proxy.hold.clear)
+        d = gate.begin(effect_type="payment.refund", key="refund:lost", payload={"n": 1})
+        killer.join(WAIT)
+        assert d.decision is eg.Decision.EXECUTE and d.lease_secret
+        gate.report(d, "committed", result={"refund_id": "re_1"})
+        again = gate.begin(effect_type="payment.refund", key="refund:lost", payload={"n": 1})
+        assert again.decision is eg.Decision.DUPLICATE and again.result == {"refund_id": "re_1"}
+    finally:
+        gate.close()
+
+
+def test_a_lost_reservation_reply_that_cannot_be_checked_is_outcome_unknown(
+    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The reply is lost and the store cannot be reached to check: StoreError with
+    outcome_unknown=True (it may have been written), and the body never ran."""
+    url = make_url(PG_URL).set(host="127.0.0.1", port=proxy.port)
+    gate = eg.Gate(url.render_as_string(hide_password=False), namespace=namespace)
+    ran: list[int] = []
+
+    @gate.effect("refund:{n}", effect_type="payment.refund")
+    def refund(n: int) -> int:
+        ran.append(n)
+        return n
+
+    try:
+        killer = _lose_the_reservation_reply(proxy, gate, admin, "refund:7", proxy.refuse_new)
+        with pytest.raises(eg.StoreError) as err:
+            refund(7)
+        killer.join(WAIT)
+        assert err.value.outcome_unknown and not ran
+    finally:
+        gate.close()
+    with eg.Gate(PG_URL, namespace=namespace) as direct:
+        assert direct.get("refund:7").state is eg.State.IN_FLIGHT  # lapses to AMBIGUOUS
+
+
+def test_the_reserving_commit_is_synchronous_whatever_the_server_says(namespace: str) -> None:
+    """A session whose default is synchronous_commit=off (as a server may be configured)
+    still reserves with a synchronous commit."""
+    require_postgres()
+    url = make_url(PG_URL).update_query_dict({"options": "-c synchronous_commit=off"})
+    with eg.Gate(url.render_as_string(hide_password=False), namespace=namespace) as gate:
+        gate.begin(effect_type="t", key="k:1", payload={})
+        with gate.store.connection() as conn:
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+    with psycopg.connect(LIBPQ_URL, options="-c synchronous_commit=remote_apply") as conn:
+        # a stronger setting is not lowered (the hook only raises 'off')
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "remote_apply"
