@@ -51,6 +51,11 @@ class BeginFlow:
         self._reconcilers = reconcilers
         self._redact = redact
 
+    def _reconcilable(self, row: EffectHead | None, req: Request) -> bool:
+        """Whether a reconcile hook may be asked (looked up only for an AMBIGUOUS row)."""
+        return row is not None and row.state is State.AMBIGUOUS and bool(self._reconcilers) and (
+            req.effect_type in self._reconcilers)
+
     def remember(self, key: str, payload: str, effect_type: str, effect_id: int, attempt: int,
                  token: int, result: str | None) -> None:
         """Keep a COMMITTED effect in the memo."""
@@ -58,6 +63,8 @@ class BeginFlow:
 
     def from_memo(self, req: Request) -> BeginDecision | None:
         """A duplicate answered from memory, or None (ask the store)."""
+        if not self.memo.size:
+            return None
         hit = self.memo.get(req.key)
         if hit is None or hit.payload_hash != req.payload_hash or (
             hit.effect_type != req.effect_type
@@ -66,7 +73,7 @@ class BeginFlow:
         return BeginDecision(
             decision=Decision.DUPLICATE, effect_id=hit.effect_id, key=req.key,
             effect_type=hit.effect_type, namespace=req.namespace, state=State.COMMITTED,
-            attempt=hit.attempt, lease_token=hit.token, result=_loads(hit.result),
+            attempt=hit.attempt, lease_token=hit.token, result=loads(hit.result),
             payload_hash=req.payload_hash,
         )
 
@@ -83,7 +90,7 @@ class BeginFlow:
         approval: ApprovalRow | None = None
         for _ in range(_MAX_STEPS):
             step = decide.begin_step(row, req, approval,
-                                     reconcilable=req.effect_type in self._reconcilers)
+                                     reconcilable=self._reconcilable(row, req))
             if isinstance(step, Answer):
                 assert row is not None
                 return self._answer(row, step)
@@ -122,7 +129,7 @@ class BeginFlow:
         approval: ApprovalRow | None = None
         for _ in range(_MAX_STEPS):
             step = decide.begin_step(row, req, approval,
-                                     reconcilable=req.effect_type in self._reconcilers)
+                                     reconcilable=self._reconcilable(row, req))
             if isinstance(step, Answer):
                 assert row is not None
                 return self._answer(row, step)
@@ -202,10 +209,11 @@ class BeginFlow:
 
     def _answer(self, row: EffectHead, answer: Answer) -> BeginDecision:
         if answer.decision is Decision.DUPLICATE:
-            self.remember(row.key, row.payload_hash, row.effect_type, row.id, row.attempt,
-                          row.token, row.result)
+            if self.memo.size:
+                self.remember(row.key, row.payload_hash, row.effect_type, row.id, row.attempt,
+                              row.token, row.result)
             return self._decision(row, Decision.DUPLICATE, reason=answer.reason,
-                                  result=_loads(row.result))
+                                  result=loads(row.result))
         return self._decision(row, answer.decision, reason=answer.reason,
                               retry_after_seconds=answer.retry_after_seconds,
                               approval_id=answer.approval_id)
@@ -223,7 +231,7 @@ class BeginFlow:
         approval = None
         for _ in range(3):
             step = decide.begin_step(row, req, approval,
-                                     reconcilable=req.effect_type in self._reconcilers)
+                                     reconcilable=self._reconcilable(row, req))
             if isinstance(step, ReadApproval):
                 approval = (None if step.approval_id is None
                             else self._store.approval(req.namespace, step.approval_id))
@@ -234,7 +242,7 @@ class BeginFlow:
         base = row if row is not None else _unsaved(req, self._store.now())
         if isinstance(step, Answer):
             return self._answer(base, step) if step.decision is not Decision.DUPLICATE else (
-                self._decision(base, Decision.DUPLICATE, result=_loads(base.result),
+                self._decision(base, Decision.DUPLICATE, result=loads(base.result),
                                reason=step.reason))
         if isinstance(step, Move):
             return self._decision(base, step.decision, reason=step.reason,
@@ -363,7 +371,3 @@ def _name(fn: Any) -> str:
     return str(getattr(fn, "__qualname__", None) or repr(fn))
 
 
-
-
-def _loads(text: str | None) -> Any:
-    return loads(text)

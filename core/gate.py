@@ -222,13 +222,16 @@ class Gate:
             agent_id = agent_id if agent_id is not None else ctx_agent
         if compensates_effect_id is not None:
             validate.whole(compensates_effect_id, "compensates_effect_id", minimum=1)
-        cost = validate.micros(estimated_cost_micros, "estimated_cost_micros")
+        cost = None if estimated_cost_micros is None else validate.micros(
+            estimated_cost_micros, "estimated_cost_micros")
         gov = None if self.policy is None else evaluate(self.policy, kind.effect_type, cost)
+        text = validate.text
         return Request(
             self.namespace, key, kind.effect_type, digest, kind.vendor, kind.max_attempts,
             kind.lease_seconds, kind.reconcile_grace_seconds,
-            validate.text(run_id, "run_id", 256), validate.text(agent_id, "agent_id", 256),
-            validate.text(group_key, "group_key", 512),
+            None if run_id is None else text(run_id, "run_id", 256),
+            None if agent_id is None else text(agent_id, "agent_id", 256),
+            None if group_key is None else text(group_key, "group_key", 512),
             None if compensation is None else canonical_json(compensation, "compensation"),
             compensates_effect_id, cost, gov, payload, kind.redact_arguments,
         )
@@ -280,7 +283,7 @@ class Gate:
         elif log.isEnabledFor(logging.DEBUG):
             log.debug("begin %s: execute", d.key, extra=_extra(d))
         if self._telemetry is not None:
-            self._telemetry.decision(d.decision.value, d.effect_type)
+            self._telemetry.decision(d.decision, d.effect_type)
 
     def preview(self, request: Request | None = None, /, **fields: Any) -> BeginDecision:
         """What :meth:`begin` would answer now, writing nothing (no reservation, no approval
@@ -344,7 +347,7 @@ class Gate:
                         extra={"key": lease.key, "state": parsed.value,
                                "reason": "late report"})
         if self._telemetry is not None:
-            self._telemetry.outcome(parsed.value)
+            self._telemetry.outcome(parsed)
         if parsed is Outcome.COMMITTED and isinstance(held, BeginDecision):
             self._flow.remember(held.key, held.payload_hash, held.effect_type, held.effect_id,
                            held.attempt, held.lease_token, text)

@@ -7,7 +7,7 @@ import datetime
 import html
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from .request import Lease
 from .states import ApprovalState, Decision, State
@@ -41,9 +41,10 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-@dataclass(frozen=True, slots=True)
-class BeginDecision:
+class BeginDecision(NamedTuple):
     """The answer to ``begin``: obey ``decision``; only ``execute`` runs the action.
+
+    An immutable value (a named tuple: built on every call, it must cost next to nothing).
 
     ``lease_token`` is the fencing token and ``lease_secret`` the secret issued with this
     lease (``execute`` only): with the key they are the proof of holding that ``report`` and
@@ -68,10 +69,15 @@ class BeginDecision:
     vendor_key: VendorKey | None = None
     budget_warning: str | None = None
     payload_hash: str = ""
-    lease_secret: str | None = field(default=None, repr=False)
+    lease_secret: str | None = None
     spends: bool = False
     """True when this attempt was charged to a spend ceiling (its report moves spend)."""
     estimated_cost_micros: int | None = None
+
+    def __repr__(self) -> str:  # the lease secret stays out of logs and tracebacks
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields
+                          if name != "lease_secret")
+        return f"BeginDecision({shown})"
 
     @property
     def lease_expires_at(self) -> datetime.datetime | None:

@@ -127,6 +127,7 @@ HEAD_COLUMNS = EffectHead._fields[:-2]
 ROW_COLUMNS = EffectRow._fields[:-1]
 _HEAD_STATE = HEAD_COLUMNS.index("state")
 _HEAD_LEN = len(EffectHead._fields)
+_new_head = tuple.__new__
 _ROW_STATE = ROW_COLUMNS.index("state")
 
 
@@ -135,7 +136,7 @@ def effect_head(values: Any) -> EffectHead:
     v = tuple(values)
     i = _HEAD_STATE
     fields = (*v[:i], _STATE[v[i]], *v[i + 1:])
-    return EffectHead._make(fields if len(fields) == _HEAD_LEN else (*fields, False))
+    return _new_head(EffectHead, fields if len(fields) == _HEAD_LEN else (*fields, False))
 
 
 def effect_row(values: Any) -> EffectRow:

@@ -95,8 +95,11 @@ Index(
     sqlite_where=effects.c.group_key.isnot(None),
     postgresql_where=effects.c.group_key.isnot(None),
 )
-# v3: queues by state (the AMBIGUOUS queue, ls --state), newest first.
-Index("ix_effectgate_effects_state", effects.c.namespace, effects.c.state, effects.c.created_at)
+# v3: newest first within a namespace (ls, the console's queues). Deliberately no index on
+# ``state`` or any column a transition writes: Postgres could then no longer update a row in
+# place (a HOT update), and every report would write every index again (measured: +35% per
+# executed effect).
+Index("ix_effectgate_effects_created", effects.c.namespace, effects.c.created_at, effects.c.id)
 
 approvals = Table(
     "effectgate_approvals",
@@ -283,7 +286,7 @@ def _v3(conn: Connection, dialect: str) -> None:
     )
     conn.exec_driver_sql("ALTER TABLE effectgate_approvals ADD COLUMN arguments TEXT")
     for index in effects.indexes:
-        if index.name == "ix_effectgate_effects_state":
+        if index.name == "ix_effectgate_effects_created":
             index.create(conn)
 
 
