@@ -19,7 +19,6 @@ def test_fresh_store_is_at_the_latest_version(tmp_path: Path) -> None:
 
 
 _V1 = """
-    DROP INDEX ix_effectgate_effects_created;
     ALTER TABLE effectgate_effects DROP COLUMN history;
     ALTER TABLE effectgate_effects DROP COLUMN lease_secret;
     ALTER TABLE effectgate_effects DROP COLUMN vendor_attempt;

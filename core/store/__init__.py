@@ -339,8 +339,7 @@ class Store:
             stmt = stmt.where(t.compensates_effect_id.is_(None))
         if before_id is not None:
             stmt = stmt.where(t.id < before_id)
-        order = (t.created_at.desc(), t.id.desc()) if newest_first else (t.created_at, t.id)
-        stmt = stmt.order_by(*order)
+        stmt = stmt.order_by(t.id.desc() if newest_first else t.id)  # the primary key
         if limit is not None:
             stmt = stmt.limit(limit)
         try:
