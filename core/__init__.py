@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from .classify import Classifier, classify, classify_httpx, classify_requests
 from .context import current_effect, current_effect_scope, effect_context
@@ -38,10 +39,8 @@ from .errors import (
     StoreError,
     UnknownEffect,
 )
-from .gate import Gate
 from .keys import KeyTemplate
 from .payload import canonical_json, payload_hash
-from .policy import ApprovalRule, Budget, EffectRule, Policy, UpstreamRule
 from .reconcile import Reconciled
 from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry
 from .request import Lease, Request
@@ -49,13 +48,39 @@ from .sagas import UnwindReport, UnwindStep
 from .states import ApprovalState, Decision, Outcome, State
 from .vendors import VENDOR_RULES, VendorKey
 
+if TYPE_CHECKING:
+    __version__: str
+
+    from .gate import Gate
+    from .policy import ApprovalRule, Budget, EffectRule, Policy, UpstreamRule
+
+# Imported on first use: the store (SQLAlchemy) and the policy (pydantic) cost a third of a
+# second that ``import effectgate`` need not pay (PEP 562).
+_LAZY = {"Gate": ".gate", "ApprovalRule": ".policy", "Budget": ".policy",
+         "EffectRule": ".policy", "Policy": ".policy", "UpstreamRule": ".policy"}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":  # reading the installed metadata costs 20 ms: on first use
+        globals()[name] = value = _version()
+        return value
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'effectgate' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 # The library prints nothing: without the application's own logging set up, records stop here.
 logging.getLogger("effectgate").addHandler(logging.NullHandler())
 
-try:
-    __version__ = version("effectgate")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+def _version() -> str:
+    try:
+        return version("effectgate")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
 
 __all__ = [
     "VENDOR_RULES",

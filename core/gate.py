@@ -16,10 +16,11 @@ import datetime
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from . import decide, sagas, validate
 from .context import run_context
+from .discovery import find_policy
 from .errors import (
     ConfigError,
     EffectGateError,
@@ -33,7 +34,6 @@ from .governance import evaluate
 from .keys import check_key
 from .memo import CommittedMemo
 from .payload import canonical_json, payload_hash, result_json
-from .policy import Policy, find_policy
 from .reconcile import Reconciled, Reconciler
 from .records import ApprovalRecord, BeginDecision, EffectRecord
 from .redact import TextRedactor, bound, redact_text
@@ -46,6 +46,9 @@ from .store.rows import EffectHead, EffectRow
 from .telemetry import telemetry
 from .translate import approval_record, effect_record, vendor_key_of
 from .vendors import rule_for
+
+if TYPE_CHECKING:
+    from .policy import Policy
 
 __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
 
@@ -666,11 +669,15 @@ class Gate:
 
 
 def _load_policy(policy: object) -> tuple[Policy | None, str | None]:
-    if policy is None or policy is True:
-        found = find_policy()
-        return (None, None) if found is None else (Policy.load(found), str(found))
     if policy is False:
         return None, None
+    if policy is None or policy is True:
+        found = find_policy()
+        if found is None:
+            return None, None
+        policy = found
+    from .policy import Policy  # pydantic: only once there is a policy
+
     if isinstance(policy, Policy):
         return policy, "<Policy>"
     if isinstance(policy, (str, os.PathLike)):

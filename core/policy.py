@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .discovery import find_policy
 from .errors import EffectKeyError, PolicyError
 from .keys import KeyTemplate
 from .vendors import VENDOR_RULES
@@ -320,34 +321,6 @@ class Policy(_Strict):
         if self.budget is not None:
             out += [("*", s, limit) for s, limit in self.budget.ceilings()]
         return out
-
-
-def find_policy(start: str | Path | None = None) -> Path | None:
-    """The policy file in force: ``$EFFECTGATE_POLICY``, else the nearest ``effectgate.toml``
-    or ``pyproject.toml`` with a ``[tool.effectgate]`` table, walking up from ``start`` (the
-    working directory). None when there is none."""
-    import os
-
-    named = os.environ.get("EFFECTGATE_POLICY")
-    if named:
-        path = Path(named)
-        if not path.is_file():
-            raise PolicyError(f"$EFFECTGATE_POLICY names {named!r}, which is not a file")
-        return path
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / "effectgate.toml"
-        if candidate.is_file():
-            return candidate
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            try:
-                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue
-            if isinstance(data.get("tool"), dict) and "effectgate" in data["tool"]:
-                return pyproject
-    return None
 
 
 def _policy_error(err: ValidationError, source: str, text: str | None) -> PolicyError:

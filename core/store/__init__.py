@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.dialects import sqlite
 
 from ..decide import outcome_spend_delta
 from ..errors import ConfigError, StoreError
@@ -93,7 +92,12 @@ class Store:
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
                              f"{type(err).__name__}: {err}") from err
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
-        dialect = sqlite.dialect(paramstyle="named") if self.is_sqlite else engine.dialect
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
+
+            dialect: Any = sqlite_dialect(paramstyle="named")
+        else:
+            dialect = engine.dialect
         self.sql = Statements(dialect, self.dialect_name)
         if self.sql.reserve_function is not None and not read_only:
             try:

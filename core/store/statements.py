@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import bindparam as p
 from sqlalchemy import case, false, func, literal_column, null, select, true
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import ColumnElement
 
@@ -94,7 +93,11 @@ class Statements:
             "lease_secret": p("lease_secret"),
             "history": line(literal(""), p("state"), literal_column("1"), first=True),
         }
-        dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+        dialect_insert: Any
+        if dialect_name == "postgresql":  # each dialect's module only where it is used
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
         insert = (
             dialect_insert(effects)
             .values(insert_values)
