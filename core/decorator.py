@@ -198,6 +198,21 @@ class EffectSpec:
             )
             self.gate.report(d, Outcome.COMMITTED, result=None)
 
+    async def _acommit(self, d: BeginDecision, result: Any) -> None:
+        """:meth:`_commit` for async bodies (natively async on Postgres)."""
+        value = None
+        if self.store_result:
+            value = self.redact(result) if self.redact is not None else result
+        try:
+            await self.gate.areport(d, Outcome.COMMITTED, result=value)
+        except PayloadError as err:  # raised before anything was written
+            warnings.warn(
+                f"{d.key!r} committed, but its result is not stored ({err.message}); a "
+                "duplicate will return None. Pass redact= to store a JSON form.",
+                ResultNotStoredWarning, stacklevel=4,
+            )
+            await self.gate.areport(d, Outcome.COMMITTED, result=None)
+
     def _failure(self, exc: BaseException) -> tuple[Outcome, str]:
         outcome = classify(exc, self.classifiers)
         if outcome is Outcome.COMMITTED:  # an exception cannot prove the effect happened
@@ -273,7 +288,7 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
-        await asyncio.shield(asyncio.to_thread(self._commit, d, result))
+        await asyncio.shield(self._acommit(d, result))
         return result
 
 

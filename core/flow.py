@@ -30,7 +30,6 @@ from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
 from .store import NewApproval, Store
 from .store.rows import ApprovalRow, EffectHead, EffectRow
-from .store.threaded import ThreadedStore
 from .translate import decision, effect_record, loads
 
 __all__ = ["BeginFlow"]
@@ -46,7 +45,7 @@ class BeginFlow:
     def __init__(self, store: Store, memo: CommittedMemo, reconcilers: Registry[Reconciler],
                  redact: Callable[[str | None], str | None]) -> None:
         self._store = store
-        self._astore = ThreadedStore(store)
+        self.astore = store.async_face()
         self.memo = memo
         self._reconcilers = reconcilers
         self._redact = redact
@@ -118,7 +117,7 @@ class BeginFlow:
 
     async def abegin(self, req: Request) -> BeginDecision:
         """The decide ↔ store loop, for async callers (the same steps, awaited)."""
-        store, secret = self._astore, LeaseSecret()
+        store, secret = self.astore, LeaseSecret()
         try:
             row = await (store.reserve(req, secret) if req.governance is None
                          else store.fetch(req.namespace, req.key))
@@ -279,7 +278,7 @@ class BeginFlow:
         """Ask the hook (async callers): an ``async def`` hook on this loop, a sync one on a
         worker thread."""
         fn = self._reconcilers.find(row.effect_type)
-        full = await self._astore.get(row.namespace, row.key)
+        full = await self.astore.get(row.namespace, row.key)
         if fn is None or full is None:
             return None
         record = effect_record(full, self._store.secret, with_history=False)

@@ -42,7 +42,7 @@ from .request import Lease, Request
 from .sagas import Compensator, UnwindReport
 from .states import ApprovalState, Decision, Outcome, State
 from .store import Durability, Store
-from .store.rows import EffectHead, EffectRow
+from .store.rows import EffectHead, EffectRow, Recorded
 from .telemetry import telemetry
 from .translate import approval_record, effect_record, vendor_key_of
 from .vendors import rule_for
@@ -329,22 +329,51 @@ class Gate:
         lease lapsed while nobody acted still records its outcome, late. :class:`PayloadError`
         when ``result`` has no JSON form (nothing written).
         """
+        lease, parsed, fields = self._report_fields(held, outcome, result, error,
+                                                    actual_cost_micros)
+        done = self._store.record_outcome(self.namespace, lease, parsed, **fields)
+        if done is None:
+            if self._already(lease, parsed, fields["result"]):
+                return  # a repeat of a report that landed (its reply was lost): nothing to do
+            raise self._stale(lease, f"report {parsed.value}")
+        self._reported(held, lease, parsed, fields["result"], done)
+
+    async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str, *,
+                      result: Any = None, error: str | None = None,
+                      actual_cost_micros: int | None = None) -> None:
+        """:meth:`report` for async callers: natively async on Postgres, on a worker thread
+        on SQLite; the event loop never waits on the database."""
+        lease, parsed, fields = self._report_fields(held, outcome, result, error,
+                                                    actual_cost_micros)
+        done = await self._flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
+        if done is None:
+            if await asyncio.to_thread(self._already, lease, parsed, fields["result"]):
+                return
+            raise await asyncio.to_thread(self._stale, lease, f"report {parsed.value}")
+        self._reported(held, lease, parsed, fields["result"], done)
+
+    def _report_fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+                       error: str | None, actual_cost_micros: int | None,
+                       ) -> tuple[Lease, Outcome, dict[str, Any]]:
+        """Everything a report writes, validated (nothing is written when this raises)."""
         lease, spends = self._holder(held)
         parsed = validate.parse_outcome(outcome)
         text = result_json(result) if parsed is Outcome.COMMITTED else None
         if error is not None and not isinstance(error, str):
             raise ConfigError("error must be a str")
         error = self._redact(error)
-        cost = validate.micros(actual_cost_micros, "actual_cost_micros")
-        reason = (error or "reported ambiguous") if parsed is Outcome.AMBIGUOUS else None
-        note = bound(error, 200) if parsed is Outcome.AMBIGUOUS and error else None
-        done = self._store.record_outcome(
-            self.namespace, lease, parsed, result=text, error=error, reason=reason, note=note,
-            actual_cost_micros=cost, spends=spends)
-        if done is None:
-            if self._already(lease, parsed, text):
-                return  # a repeat of a report that landed (its reply was lost): nothing to do
-            raise self._stale(lease, f"report {parsed.value}")
+        cost = None if actual_cost_micros is None else validate.micros(
+            actual_cost_micros, "actual_cost_micros")
+        ambiguous = parsed is Outcome.AMBIGUOUS
+        return lease, parsed, {
+            "result": text, "error": error,
+            "reason": (error or "reported ambiguous") if ambiguous else None,
+            "note": bound(error, 200) if ambiguous and error else None,
+            "actual_cost_micros": cost, "spends": spends,
+        }
+
+    def _reported(self, held: BeginDecision | Lease, lease: Lease, parsed: Outcome,
+                  text: str | None, done: Recorded) -> None:
         if done.late:
             log.warning("late report settled %s: %s", lease.key, parsed.value,
                         extra={"key": lease.key, "state": parsed.value,
@@ -353,12 +382,7 @@ class Gate:
             self._telemetry.outcome(parsed)
         if parsed is Outcome.COMMITTED and isinstance(held, BeginDecision):
             self._flow.remember(held.key, held.payload_hash, held.effect_type, held.effect_id,
-                           held.attempt, held.lease_token, text)
-
-    async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str,
-                      **kwargs: Any) -> None:
-        """:meth:`report` without blocking the event loop."""
-        await asyncio.to_thread(self.report, held, outcome, **kwargs)
+                                held.attempt, held.lease_token, text)
 
     def _already(self, lease: Lease, outcome: Outcome, text: str | None) -> bool:
         """True when this holder already recorded exactly this outcome."""
@@ -408,7 +432,12 @@ class Gate:
     async def aextend_lease(self, held: BeginDecision | Lease,
                             seconds: float | None = None) -> datetime.datetime:
         """:meth:`extend_lease` without blocking the event loop."""
-        return await asyncio.to_thread(self.extend_lease, held, seconds)
+        lease, _ = self._holder(held)
+        span = self.lease_seconds if seconds is None else validate.seconds(seconds, "seconds")
+        expiry = await self._flow.astore.extend(self.namespace, lease, span)
+        if expiry is None:
+            raise await asyncio.to_thread(self._stale, lease, "extend the lease")
+        return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
 
     # -- resolve, reconcile ------------------------------------------------------------------
 

@@ -485,3 +485,24 @@ def test_the_reserving_commit_is_synchronous_whatever_the_server_says(namespace:
     with psycopg.connect(LIBPQ_URL, options="-c synchronous_commit=remote_apply") as conn:
         # a stronger setting is not lowered (the hook only raises 'off')
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "remote_apply"
+
+
+def test_outcomes_ride_on_the_next_sync_and_reservations_never_do(namespace: str) -> None:
+    """By default a holder's report (and a lapse, a heartbeat) commits asynchronously for its
+    own transaction only — a lost outcome decays to AMBIGUOUS, never to a second execution —
+    while every reservation commits synchronously; durability="all" makes outcomes wait for
+    the disk too."""
+    require_postgres()
+    with eg.Gate(PG_URL, namespace=namespace) as gate:
+        sql = gate.store.sql
+        assert all("set_config" in s.text for s in (sql.report, sql.report_late, sql.lapse,
+                                                     sql.extend))
+        assert not any("set_config" in s.text for s in (sql.reserve, sql.take, sql.insert,
+                                                        sql.resolve))
+        d = gate.begin(effect_type="t", key="k:1", payload={})
+        gate.report(d, "committed", result=1)
+        with gate.store.connection() as conn:  # the setting did not outlive its transaction
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        assert gate.get("k:1").state is eg.State.COMMITTED
+    with eg.Gate(PG_URL, namespace=namespace, durability="all") as gate:
+        assert "set_config" not in gate.store.sql.report.text

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .measure import Figure, Ratio, Report
-from .stores import DEFAULT_PG_URL, Scratch, new_run_id, postgres_reachable
+from .stores import Scratch, new_run_id
 
 __all__ = ["SECTIONS", "BenchConfig", "Figure", "Ratio", "Report", "run_bench"]
 
 log = logging.getLogger("effectgate")
-SECTIONS = ("core", "governance", "adapters", "scale")
+SECTIONS = ("core", "async", "governance", "adapters", "scale")
 
 
 @dataclass
@@ -35,13 +35,12 @@ class BenchConfig:
     """What to measure, where, and how much.
 
     ``urls``: stores to benchmark (SQLite: fresh files beside the named one; Postgres: fresh
-    schemas in the named database). Empty: a fresh SQLite file in the temp folder, and
-    Postgres at :data:`~effectgate.bench.stores.DEFAULT_PG_URL` if it answers."""
+    schemas in the named database). Empty: a fresh SQLite file in the temp folder only."""
 
     urls: tuple[str, ...] = ()
     n: int = 2000
     chunks: int = 40
-    sections: tuple[str, ...] = ("core", "governance", "adapters")
+    sections: tuple[str, ...] = ("core", "async", "governance", "adapters")
     scale_rows: int = 1_000_000
     scale_small: int = 1_000
     scale_effects: int = 3_000
@@ -51,17 +50,15 @@ class BenchConfig:
 
 
 def _targets(config: BenchConfig, report: Report) -> list[str]:
+    """The stores to measure: the ones named, else a throw-away SQLite file only — a
+    database the user did not name is never written (Postgres needs ``--url``)."""
     if config.urls:
         return list(config.urls)
     import tempfile
 
-    urls = [f"sqlite:///{Path(tempfile.gettempdir()) / 'effectgate-bench' / 'effects.db'}"]
-    problem = postgres_reachable(DEFAULT_PG_URL)
-    if problem is None:
-        urls.append(DEFAULT_PG_URL)
-    else:
-        report.notes.append(f"postgres skipped: {DEFAULT_PG_URL} is not reachable ({problem})")
-    return urls
+    report.notes.append("postgres not measured: name a database with --url "
+                        "postgresql+psycopg://... (fresh schemas, dropped afterwards)")
+    return [f"sqlite:///{Path(tempfile.gettempdir()) / 'effectgate-bench' / 'effects.db'}"]
 
 
 def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> Report:
@@ -91,6 +88,12 @@ def _core(s: Scratch, report: Report, config: BenchConfig) -> None:
     bench_core(s, report, n=config.n, chunks=config.chunks)
 
 
+def _async(s: Scratch, report: Report, config: BenchConfig) -> None:
+    from .async_paths import bench_async
+
+    bench_async(s, report, n=config.n, chunks=config.chunks)
+
+
 def _governance(s: Scratch, report: Report, config: BenchConfig) -> None:
     from .governance import bench_governance
 
@@ -110,7 +113,8 @@ def _scale(s: Scratch, report: Report, config: BenchConfig) -> None:
 
 
 _SECTION_RUNNERS: dict[str, Callable[[Scratch, Report, BenchConfig], None]] = {
-    "core": _core, "governance": _governance, "adapters": _adapters, "scale": _scale,
+    "core": _core, "async": _async, "governance": _governance, "adapters": _adapters,
+    "scale": _scale,
 }
 
 

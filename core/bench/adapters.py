@@ -131,7 +131,7 @@ def bench_adapters(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
                                 "is not available; skipped")
             continue
         name = f"adapter_{module_name}"
-        gate = Gate(s.url(name), namespace=s.namespace(name))
+        gate = Gate(s.url(name), namespace=s.namespace(name), policy=False)
         try:
             core = gate.effect(_TEMPLATE, effect_type="bench.effect")(refund)
             gated_call, plain_call = build(gate, core, module)
@@ -142,9 +142,11 @@ def bench_adapters(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
             times = interleave(runners, total=n, chunks=chunks)
             report.ratios.append(Ratio("adapters", s.backend, f"{label} gate_tool",
                                        times["gated"], times["plain"],
-                                       "tool+@gate.effect", TARGET))
+                                       "tool+@gate.effect", TARGET,
+                                       times.spread("gated", "plain")))
             report.ratios.append(Ratio("adapters", s.backend, "  beside a bare call",
-                                       times["gated"], times["core"], "bare @gate.effect"))
+                                       times["gated"], times["core"], "bare @gate.effect",
+                                       spread=times.spread("gated", "core")))
         except Exception as err:  # an integration in progress must not sink the whole run
             report.notes.append(f"adapters: {label} failed: {type(err).__name__}: {err}")
         finally:

@@ -5,7 +5,9 @@ Per executed effect: one ``INSERT … ON CONFLICT DO NOTHING RETURNING id`` (the
 own transaction) and one ``UPDATE … WHERE id = ?`` (the outcome, its own transaction). Per
 refusal: one ``SELECT`` by key. On SQLite the reserving commit runs at the given
 ``synchronous`` level and the outcome commit at another, switched with a ``PRAGMA`` exactly as
-the gate switches it. No history, no lease, no fencing token: this is the floor.
+the gate switches it; on Postgres the reservation commits synchronously and the outcome
+asynchronously (``set_config('synchronous_commit', 'off', true)`` in the UPDATE itself), as the
+gate's default durability does. No history, no lease, no fencing token: this is the floor.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class _Raw:
 
     conn: Any
     ph = "?"
+    ride = ""  # what makes the outcome commit asynchronous (Postgres)
 
     def __init__(self, table: str, namespace: str) -> None:
         self.table = table
@@ -94,7 +97,7 @@ class _Raw:
             "ON CONFLICT (namespace, key) DO NOTHING RETURNING id"
         )
         self.update = f"UPDATE {table} SET state = {ph}, result = {ph}, updated_at = {ph} " \
-            f"WHERE id = {ph}"
+            f"WHERE id = {ph}" + self.ride
         self.select = f"SELECT id, state, payload_hash, result FROM {table} " \
             f"WHERE namespace = {ph} AND key = {ph}"
         self.insert_ignore = (
@@ -183,6 +186,7 @@ class RawPostgres(_Raw):
     """``psycopg`` in autocommit mode: every statement its own transaction and round trip."""
 
     ph = "%s"
+    ride = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
     def __init__(self, dsn: str, *, namespace: str, table: str = "raw_effects") -> None:
         import psycopg

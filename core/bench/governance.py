@@ -13,7 +13,7 @@ from .stores import Scratch
 
 __all__ = ["POLICY", "TARGET", "bench_governance"]
 
-TARGET = 1.5
+TARGET = 1.3  # docs/benchmarks.md: a governed begin <= 1.3x a plain one, both backends
 # Matches every benchmark effect; the approval threshold and the ceiling are never reached.
 POLICY: dict[str, Any] = {
     "effects": {
@@ -53,7 +53,7 @@ def bench_governance(s: Scratch, report: Report, *, n: int, chunks: int) -> None
         report.notes.append("governance: effectgate.policy is not available; skipped")
         return
     url = s.url("governance")
-    plain = Gate(url, namespace=s.namespace("gov-plain"))
+    plain = Gate(url, namespace=s.namespace("gov-plain"), policy=False)
     governed = Gate(url, namespace=s.namespace("gov-policy"), policy=policy)
     try:
         for with_report, title in ((False, "begin with policy"),
@@ -66,7 +66,7 @@ def bench_governance(s: Scratch, report: Report, *, n: int, chunks: int) -> None
             report.ratios.append(Ratio(
                 "governance", s.backend, title, times["policy"], times["plain"],
                 "plain begin+report" if with_report else "plain begin",
-                TARGET if not with_report else None,
+                TARGET if not with_report else None, times.spread("policy", "plain"),
             ))
         _count(s, report, plain, governed)
     finally:

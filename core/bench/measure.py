@@ -13,13 +13,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Figure", "Ratio", "Report", "Runner", "interleave"]
+__all__ = ["Figure", "Ratio", "Report", "Runner", "Timings", "interleave"]
 
 Runner = Callable[[int], float]
 
 
+class Timings(dict[str, float]):
+    """Median microseconds per operation, by runner; ``samples`` keeps every chunk's."""
+
+    samples: dict[str, list[float]]
+
+    def spread(self, gate: str, base: str) -> tuple[float, float]:
+        """The 25th and 75th percentiles of the chunk-by-chunk ratio ``gate / base`` (each
+        chunk of one ran right beside a chunk of the other)."""
+        pairs = [g / b for g, b in zip(self.samples[gate], self.samples[base], strict=True)
+                 if b > 0]
+        if len(pairs) < 2:
+            return (pairs[0], pairs[0]) if pairs else (0.0, 0.0)
+        quartiles = statistics.quantiles(pairs, n=4)
+        return quartiles[0], quartiles[2]
+
+
 def interleave(runners: Mapping[str, Runner], *, total: int, chunks: int,
-               warmup: int = 20) -> dict[str, float]:
+               warmup: int = 20) -> Timings:
     """Median microseconds per operation for each runner, run in alternating chunks.
 
     Each runner first runs ``warmup`` untimed operations (prepared statements, caches), then
@@ -35,7 +51,9 @@ def interleave(runners: Mapping[str, Runner], *, total: int, chunks: int,
         shift = turn % len(names)
         for name in names[shift:] + names[:shift]:
             samples[name].append(runners[name](per) / per * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    out = Timings({name: statistics.median(values) for name, values in samples.items()})
+    out.samples = samples
+    return out
 
 
 @dataclass
@@ -49,6 +67,8 @@ class Ratio:
     base_us: float
     base: str
     target: float | None = None
+    spread: tuple[float, float] | None = None
+    """The interquartile range of the chunk-by-chunk ratios (the run's noise, shown)."""
 
     @property
     def ratio(self) -> float:

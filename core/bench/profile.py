@@ -13,7 +13,7 @@ import pstats
 from ..gate import Gate
 from .baseline import Cycle, KeySource, timed_calls
 from .core_paths import gated
-from .stores import DEFAULT_PG_URL, Scratch, new_run_id, postgres_reachable
+from .stores import Scratch, new_run_id
 
 __all__ = ["profile_hot_paths"]
 
@@ -41,13 +41,11 @@ def profile_hot_paths(urls: tuple[str, ...] | list[str] | None = None, *, ops: i
     import tempfile
 
     targets = list(urls or [f"sqlite:///{tempfile.gettempdir()}/effectgate-bench/x.db"])
-    if not urls and postgres_reachable(DEFAULT_PG_URL) is None:
-        targets.append(DEFAULT_PG_URL)
     lines: list[str] = []
     for url in targets:
         with Scratch(url, new_run_id()) as s:
-            gate = Gate(s.url("profile"), namespace=s.namespace("profile"))
-            cold = Gate(gate.url, namespace=gate.namespace, memo_size=0)
+            gate = Gate(s.url("profile"), namespace=s.namespace("profile"), policy=False)
+            cold = Gate(gate.url, namespace=gate.namespace, memo_size=0, policy=False)
             try:
                 fn, cold_fn = gated(gate), gated(cold)
                 keys = KeySource("")

@@ -8,8 +8,8 @@ from .measure import Figure, Ratio, Report
 
 __all__ = ["render"]
 
-_SECTIONS = {"core": "Core paths", "governance": "Governance", "adapters": "Adapters",
-             "scale": "Scale"}
+_SECTIONS = {"core": "Core paths", "async": "Async paths", "governance": "Governance",
+             "adapters": "Adapters", "scale": "Scale"}
 
 
 def _ok(passed: bool | None) -> str:
@@ -36,16 +36,18 @@ def _ratio_table(title: str, rows: list[Ratio]) -> Any:
 
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False,
                   collapse_padding=True, show_edge=False)
-    table.add_column("measure", width=21, overflow="fold")
+    table.add_column("measure", width=16, overflow="fold")
     table.add_column("gate µs", justify="right")
-    table.add_column("baseline", width=17, overflow="fold")
+    table.add_column("baseline", width=13, overflow="fold")
     table.add_column("base µs", justify="right")
     table.add_column("ratio", justify="right")
-    table.add_column("target", justify="right", min_width=11)
+    table.add_column("IQR", justify="right")
+    table.add_column("target", justify="right", min_width=9)
     for r in rows:
-        target = "" if r.target is None else f"<={r.target:g}x {_ok(r.passed)}"
+        target = "" if r.target is None else f"{r.target:g}x {_ok(r.passed)}"
+        spread = "" if r.spread is None else f"{r.spread[0]:.2f}-{r.spread[1]:.2f}"
         table.add_row(r.name, _number(r.gate_us), r.base, _number(r.base_us), f"{r.ratio:.2f}x",
-                      target)
+                      spread, target)
     return table
 
 

@@ -15,13 +15,14 @@ __all__ = ["bench"]
 @click.option("--url", "urls", multiple=True, metavar="URL",
               help="A store to measure (repeatable). SQLite: fresh files beside this one. "
                    "Postgres: fresh schemas in this database, dropped afterwards. Default: a "
-                   "temporary SQLite file, and Postgres on 127.0.0.1:5432/test if it answers.")
+                   "temporary SQLite file only (a database you did not name is never "
+                   "written).")
 @click.option("--n", "n", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Operations per contender and measure.")
 @click.option("--chunks", type=click.IntRange(min=1), default=40, show_default=True,
               help="Alternating chunks per measure (the median is reported).")
 @click.option("--only", "only", multiple=True,
-              type=click.Choice(["core", "governance", "adapters", "scale"]),
+              type=click.Choice(["core", "async", "governance", "adapters", "scale"]),
               help="Run only these sections (repeatable).")
 @click.option("--scale", is_flag=True,
               help="Also run the scale section: growth, memory, racing processes.")
@@ -54,7 +55,7 @@ def bench(urls: tuple[str, ...], n: int, chunks: int, only: tuple[str, ...], sca
     from ..errors import StoreError
 
     sections = tuple(s for s in SECTIONS if s in only) if only else (
-        ("core", "governance", "adapters") + (("scale",) if scale else ())
+        ("core", "async", "governance", "adapters") + (("scale",) if scale else ())
     )
     config = BenchConfig(urls=urls, n=n, chunks=chunks, sections=sections,
                          scale_rows=scale_rows, scale_small=scale_small,

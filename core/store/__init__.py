@@ -41,10 +41,12 @@ from .rows import (
 )
 from .schema import approvals, db_now, effects, ensure_schema, read_schema
 from .statements import Statements
+from .threaded import ThreadedStore
 
 if TYPE_CHECKING:
     from ..decide import Move, Resolution
     from ..request import Lease, LeaseSecret, Request
+    from .async_pg import AsyncPostgres
 
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
@@ -78,7 +80,8 @@ class Store:
         self.url = resolve_url(url)
         self.read_only = read_only
         self.durability = durability
-        engine = make_engine(self.url, read_only=read_only)
+        engine = make_engine(self.url, read_only=read_only, durability=durability)
+        self._connect_args: dict[str, Any] = dict(getattr(engine, "effectgate_connect_args", {}))
         self.engine = engine
         self.dialect_name = engine.dialect.name
         self.is_sqlite = self.dialect_name == "sqlite"
@@ -98,7 +101,7 @@ class Store:
             dialect: Any = sqlite_dialect(paramstyle="named")
         else:
             dialect = engine.dialect
-        self.sql = Statements(dialect, self.dialect_name)
+        self.sql = Statements(dialect, self.dialect_name, durability)
         if self.sql.reserve_function is not None and not read_only:
             try:
                 self.sql.reserve_function.install(engine)
@@ -109,6 +112,21 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
+
+    def async_face(self) -> ThreadedStore | AsyncPostgres:
+        """The operations for async callers: natively async on Postgres (psycopg's
+        ``AsyncConnection``, one small pool per event loop); on SQLite, reads on the loop
+        itself (microseconds, never waiting on a writer in WAL mode) and writes on a worker
+        thread."""
+        if self.is_sqlite:
+            return ThreadedStore(self)
+        from .async_pg import AsyncPostgres
+
+        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
+        conninfo = cargs[0] if cargs else ""
+        options = {**cparams, **self._connect_args}
+        synchronous = "SET synchronous_commit = off" if self.durability == "relaxed" else None
+        return AsyncPostgres(self, conninfo, options, synchronous)
 
     # -- for tools and tests ------------------------------------------------------------------
 
@@ -234,17 +252,13 @@ class Store:
         A lease that lapsed while nobody acted still takes the report, late. ``spends``:
         False when the caller knows the attempt charged nothing (one statement), else the
         outcome and its spend move in one transaction."""
-        binds = {
-            "namespace": namespace, "key": lease.key, "token": lease.token,
-            "lease_secret": secret_hash(lease.secret), "state": outcome.value, "result": result,
-            "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
-            "h_note": history.encode_text(note),
-        }
+        binds, late_binds = self.outcome_binds(
+            namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
+            actual_cost_micros=actual_cost_micros)
         if spends is False:
             rows = self._conns.run(self.sql.report, binds, self._outcome_sync)
             if rows:
                 return Recorded(rows[0][0], rows[0][1], False)
-            late_binds = {**binds, "h_note": history.encode_text(_late(note))}
             rows = self._conns.run(self.sql.report_late, late_binds, self._reserve_sync)
             return Recorded(rows[0][0], rows[0][1], True) if rows else None
         with self._conns.transaction() as tx:
@@ -252,8 +266,7 @@ class Store:
             found = tx.one(self.sql.report, binds)
             if found is None:
                 late = True
-                found = tx.one(self.sql.report_late,
-                               {**binds, "h_note": history.encode_text(_late(note))})
+                found = tx.one(self.sql.report_late, late_binds)
             if found is None:
                 return None
             keys, estimated = found[0], found[1]
@@ -261,13 +274,30 @@ class Store:
                          outcome_spend_delta(outcome, estimated, actual_cost_micros))
             return Recorded(keys, estimated, late)
 
+    @staticmethod
+    def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str | None,
+                      error: str | None, reason: str | None, note: str | None,
+                      actual_cost_micros: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The binds of a holder's report, on time and late."""
+        binds = {
+            "namespace": namespace, "key": lease.key, "token": lease.token,
+            "lease_secret": secret_hash(lease.secret), "state": outcome.value, "result": result,
+            "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
+            "h_note": history.encode_text(note),
+        }
+        return binds, {**binds, "h_note": history.encode_text(_late(note))}
+
+    @staticmethod
+    def extend_binds(namespace: str, lease: Lease, seconds: float) -> dict[str, Any]:
+        """The binds of a heartbeat."""
+        return {"namespace": namespace, "key": lease.key, "token": lease.token,
+                "lease_secret": secret_hash(lease.secret), "lease_seconds": seconds}
+
     def extend(self, namespace: str, lease: Lease, seconds: float) -> float | None:
         """Push a live lease out to ``seconds`` from now; the new expiry, or None when the
         holder's proof no longer holds or the lease has lapsed."""
-        rows = self._conns.run(self.sql.extend, {
-            "namespace": namespace, "key": lease.key, "token": lease.token,
-            "lease_secret": secret_hash(lease.secret), "lease_seconds": seconds,
-        }, self._outcome_sync)
+        rows = self._conns.run(self.sql.extend, self.extend_binds(namespace, lease, seconds),
+                               self._outcome_sync)
         return float(rows[0][0]) if rows else None
 
     # -- an operator's or a reconcile hook's settlement --------------------------------------

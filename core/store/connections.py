@@ -242,7 +242,8 @@ class Transaction:
         raise Rollback
 
 
-def make_engine(url: str, *, read_only: bool = False) -> Engine:
+def make_engine(url: str, *, read_only: bool = False,
+                durability: Durability = "reserve") -> Engine:
     """The engine for ``url``: SQLite (a file; WAL) or Postgres (psycopg)."""
     try:
         parsed = make_url(url)
@@ -290,6 +291,7 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
                 parsed, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=32,
                 connect_args=connect_args,
             )
+            engine.effectgate_connect_args = connect_args  # type: ignore[attr-defined]
         except (ModuleNotFoundError, NoSuchModuleError) as err:
             raise ConfigError(
                 'Postgres needs psycopg: pip install ".[postgres]" in the effectgate clone'
@@ -300,7 +302,11 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
         def _synchronous(dbapi_conn: Any, _record: Any) -> None:
             # A reservation must be durable before the body runs, whatever the server's
             # default: raise 'off' to 'on' (a stronger setting, e.g. remote_apply, is kept).
+            # durability="relaxed" is the explicit opt-in to commit nothing synchronously.
             with dbapi_conn.cursor() as cur:
+                if durability == "relaxed":
+                    cur.execute("SET synchronous_commit = off")
+                    return
                 cur.execute("SHOW synchronous_commit")
                 row = cur.fetchone()
                 if row is not None and row[0] == "off":

@@ -53,8 +53,15 @@ class Sql:
 class Statements:
     """The compiled statements for one dialect."""
 
-    def __init__(self, dialect: Any, dialect_name: str) -> None:
+    def __init__(self, dialect: Any, dialect_name: str, durability: str = "reserve") -> None:
         now = db_now()
+        # Postgres: a write that may ride on the next sync commits asynchronously, for its own
+        # transaction only (``set_config(..., is_local)`` in the statement itself: no extra
+        # round trip). Reservations always commit synchronously unless durability="relaxed".
+        pg = dialect_name == "postgresql"
+        rides = pg and durability == "reserve"  # "relaxed": the whole session rides
+        ride: Any = (func.set_config(literal("synchronous_commit"), literal("off"), true())
+                     .is_not(None)) if rides else true()
         t = effects.c
         head = [t[name] for name in HEAD_COLUMNS] + [now.label("now")]
         full = [t[name] for name in ROW_COLUMNS] + [now.label("now")]
@@ -159,7 +166,7 @@ class Statements:
         )
         self.lapse = Sql(
             effects.update()
-            .where(cas & (t.state == in_flight) & (t.lease_expires_at < now))
+            .where(cas & (t.state == in_flight) & (t.lease_expires_at < now) & ride)
             .values(state=ambiguous, reason=literal("lease lapsed"), updated_at=now,
                     actor=literal("lease"), note=null(),
                     history=line(t.state, ambiguous, t.token, literal('"lease"')))
@@ -193,15 +200,15 @@ class Statements:
                 dialect,
             )
 
-        self.report = outcome(holder & live, null())
+        self.report = outcome(holder & live & ride, null())
         # The lapsed holder's own late report settles its AMBIGUOUS effect, as long as nobody
         # has held or resolved it since (the token would have moved on).
         lapsed = ((t.state == in_flight) & (t.lease_expires_at < now)) | (
             (t.state == ambiguous) & t.lease_expires_at.is_not(None))
-        self.report_late = outcome(holder & lapsed, literal("late report"))
+        self.report_late = outcome(holder & lapsed & ride, literal("late report"))
         self.extend = Sql(
             effects.update()
-            .where(holder & live)
+            .where(holder & live & ride)
             .values(lease_expires_at=now + p("lease_seconds"), updated_at=now)
             .returning(t.lease_expires_at),
             dialect,

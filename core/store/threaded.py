@@ -1,21 +1,22 @@
-"""The store's reads and writes for async callers, each awaited on a worker thread so the
-event loop never waits on the database."""
+"""The store's operations for async callers on SQLite: reads on the event loop itself (an
+embedded read takes microseconds, and in WAL mode never waits on a writer), writes on a worker
+thread (a write may wait for the file's lock, and a synchronous commit for the disk)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..request import LeaseSecret, Request
+    from ..request import Lease, LeaseSecret, Request
     from . import Store
-    from .rows import ApprovalRow, EffectHead, EffectRow
+    from .rows import ApprovalRow, EffectHead, EffectRow, Recorded
 
 __all__ = ["ThreadedStore"]
 
 
 class ThreadedStore:
-    """The async face of a :class:`~effectgate.store.Store`, one thread hop per call."""
+    """The async face of an embedded :class:`~effectgate.store.Store`."""
 
     __slots__ = ("_store",)
 
@@ -23,17 +24,31 @@ class ThreadedStore:
         self._store = store
 
     async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:
-        """:meth:`Store.reserve`, off the event loop."""
+        """:meth:`Store.reserve`: a repeat is answered by a read on the loop; only a new key
+        goes to a worker thread to be written."""
+        row = self._store.fetch(req.namespace, req.key)
+        if row is not None:
+            return row
         return await asyncio.to_thread(self._store.reserve, req, secret)
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
-        """:meth:`Store.fetch`, off the event loop."""
-        return await asyncio.to_thread(self._store.fetch, namespace, key)
+        """:meth:`Store.fetch`, on the loop."""
+        return self._store.fetch(namespace, key)
 
     async def get(self, namespace: str, key: str) -> EffectRow | None:
-        """:meth:`Store.get`, off the event loop."""
-        return await asyncio.to_thread(self._store.get, namespace, key)
+        """:meth:`Store.get`, on the loop."""
+        return self._store.get(namespace, key)
 
     async def approval(self, namespace: str, approval_id: str) -> ApprovalRow | None:
-        """:meth:`Store.approval`, off the event loop."""
-        return await asyncio.to_thread(self._store.approval, namespace, approval_id)
+        """:meth:`Store.approval`, on the loop."""
+        return self._store.approval(namespace, approval_id)
+
+    async def record_outcome(self, namespace: str, lease: Lease, outcome: Any,
+                             **kwargs: Any) -> Recorded | None:
+        """:meth:`Store.record_outcome`, on a worker thread."""
+        return await asyncio.to_thread(self._store.record_outcome, namespace, lease, outcome,
+                                       **kwargs)
+
+    async def extend(self, namespace: str, lease: Lease, seconds: float) -> float | None:
+        """:meth:`Store.extend`, on a worker thread."""
+        return await asyncio.to_thread(self._store.extend, namespace, lease, seconds)

@@ -1,0 +1,66 @@
+"""The async paths: an ``async def`` tool on Postgres reaches the store on psycopg's own async
+connection (no worker thread at all); on SQLite a repeat is answered on the loop and only
+writes go to a worker thread. Both backends give the same answers as the sync paths."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import effectgate as eg
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every ``asyncio.to_thread`` call made, by the function it ran."""
+    seen: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        seen.append(getattr(fn, "__qualname__", repr(fn)))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    return seen
+
+
+def test_an_async_tool_makes_the_fewest_thread_hops(gate: eg.Gate, backend: str,
+                                                     hops: list[str]) -> None:
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    async def refund(txn_id: str) -> dict[str, str]:
+        return {"refund_id": f"re_{txn_id}"}
+
+    async def calls() -> list[Any]:
+        first = await refund("t1")  # executes: reserve, body, report
+        executed = list(hops)
+        again = await refund("t1")  # a duplicate from the memo
+        cold = gate.in_namespace(gate.namespace)  # no memo: a duplicate from the store
+        cold.effect("refund:{txn_id}", effect_type="payment.refund")
+        d = await cold.abegin(effect_type="payment.refund", key="refund:t1",
+                              payload={"txn_id": "t1"})
+        return [first, again, d, executed]
+
+    first, again, d, executed = asyncio.run(calls())
+    assert first == again == {"refund_id": "re_t1"}
+    assert d.decision is eg.Decision.DUPLICATE and d.result == first
+    if backend == "postgres":
+        assert hops == [], hops  # psycopg's AsyncConnection: not one worker thread
+    else:
+        assert executed == ["Store.reserve", "Store.record_outcome"], executed
+        assert hops == executed  # the duplicates were answered on the loop
+
+
+def test_async_heartbeat_and_stale_report_on_the_native_path(gate: eg.Gate) -> None:
+    async def run() -> None:
+        d = await gate.abegin(effect_type="t", key="k:1", payload={})
+        until = await gate.aextend_lease(d, 120)
+        assert until.timestamp() > 0
+        with pytest.raises(eg.StaleLease):
+            await gate.areport(eg.Lease(d.key, d.lease_token, "X" * 22), "committed")
+        await gate.areport(d, "committed", result={"ok": 1})
+        again = await gate.abegin(effect_type="t", key="k:1", payload={})
+        assert again.decision is eg.Decision.DUPLICATE and again.result == {"ok": 1}
+
+    asyncio.run(run())
