@@ -29,7 +29,7 @@ from .registry import Registry
 from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
 from .store import NewApproval, Store
-from .store.rows import ApprovalRow, EffectHead, EffectRow
+from .store.rows import ApprovalRow, EffectHead, EffectRow, Moved
 from .translate import decision, effect_record, loads
 
 __all__ = ["BeginFlow"]
@@ -79,9 +79,16 @@ class BeginFlow:
     def begin(self, req: Request) -> BeginDecision:
         """The decide ↔ store loop, for sync callers."""
         store, secret = self._store, LeaseSecret()
+        first = self._first_move(req)
         try:
-            row = store.reserve(req, secret) if req.governance is None else store.fetch(
-                req.namespace, req.key)
+            if first is not None:  # governed, one round trip: read, else charge and insert
+                done = self._move(None, first, req, secret)
+                if isinstance(done, BeginDecision):
+                    return done
+                row = done if done is not None else store.fetch(req.namespace, req.key)
+            else:
+                row = store.reserve(req, secret) if req.governance is None else store.fetch(
+                    req.namespace, req.key)
         except StoreError as err:
             row = self._recover(req, secret, err)
         if row is not None and row.inserted:
@@ -118,9 +125,16 @@ class BeginFlow:
     async def abegin(self, req: Request) -> BeginDecision:
         """The decide ↔ store loop, for async callers (the same steps, awaited)."""
         store, secret = self.astore, LeaseSecret()
+        first = self._first_move(req)
         try:
-            row = await (store.reserve(req, secret) if req.governance is None
-                         else store.fetch(req.namespace, req.key))
+            if first is not None:
+                done = await self._afirst_move(first, req, secret)
+                if isinstance(done, BeginDecision):
+                    return done
+                row = done if done is not None else await store.fetch(req.namespace, req.key)
+            else:
+                row = await (store.reserve(req, secret) if req.governance is None
+                             else store.fetch(req.namespace, req.key))
         except StoreError as err:
             row = await asyncio.to_thread(self._recover, req, secret, err)
         if row is not None and row.inserted:
@@ -171,6 +185,16 @@ class BeginFlow:
             return row._replace(inserted=True)
         return row
 
+    def _first_move(self, req: Request) -> Move | None:
+        """A governed begin's move for a new key, when the store makes it in one round trip
+        that reads first (Postgres): no separate read of the key before it."""
+        if req.governance is None:
+            return None
+        step = decide.begin_step(None, req)
+        if isinstance(step, Move) and self._store.one_call(step):
+            return step
+        return None
+
     def _move(self, row: EffectHead | None, step: Move, req: Request,
               secret: LeaseSecret) -> BeginDecision | EffectHead | None:
         """Perform a move; its answer, or the row to decide on again (None: read it again)."""
@@ -185,9 +209,23 @@ class BeginFlow:
         if moved.over_ceiling is not None:
             step = decide.over_ceiling(step, moved.over_ceiling)
             moved = self._store.move(row, step, req, secret)
+        return self._after_move(row, step, req, secret, approval, moved)
+
+    async def _afirst_move(self, step: Move, req: Request,
+                           secret: LeaseSecret) -> BeginDecision | EffectHead | None:
+        """:meth:`_move` of a :meth:`_first_move`, awaited (natively on Postgres)."""
+        moved = await self.astore.move_new(step, req, secret)
+        if moved.over_ceiling is not None:
+            step = decide.over_ceiling(step, moved.over_ceiling)
+            moved = await self.astore.move_new(step, req, secret)
+        return self._after_move(None, step, req, secret, None, moved)
+
+    def _after_move(self, row: EffectHead | None, step: Move, req: Request,
+                    secret: LeaseSecret, approval: NewApproval | None,
+                    moved: Moved) -> BeginDecision | EffectHead | None:
         new = moved.row
-        if new is None:
-            return None
+        if new is None or (row is None and not new.inserted):
+            return new  # another writer's row (or None: read it again), to decide on
         if step.budget_warning:
             log.warning("%s: %s", req.key, step.budget_warning,
                         extra={"key": req.key, "reason": step.budget_warning})

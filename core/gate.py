@@ -364,6 +364,9 @@ class Gate:
         error = self._redact(error)
         cost = None if actual_cost_micros is None else validate.micros(
             actual_cost_micros, "actual_cost_micros")
+        if spends is None and isinstance(held, BeginDecision) and not decide.outcome_spend_delta(
+                parsed, held.estimated_cost_micros, cost):
+            spends = False  # the counters stay as charged: one statement, no transaction
         ambiguous = parsed is Outcome.AMBIGUOUS
         return lease, parsed, {
             "result": text, "error": error,

@@ -64,3 +64,26 @@ def test_async_heartbeat_and_stale_report_on_the_native_path(gate: eg.Gate) -> N
         assert again.decision is eg.Decision.DUPLICATE and again.result == {"ok": 1}
 
     asyncio.run(run())
+
+
+def test_a_governed_async_begin_on_postgres_is_native_too(make_gate: Any, backend: str,
+                                                         hops: list[str]) -> None:
+    """A ceiling and an approval rule: on Postgres the reservation and its charges are one
+    awaited call (no thread); over the ceiling the refusal is written, nothing is charged."""
+    policy = eg.Policy.from_dict({"effects": {"pay.*": {
+        "approval": {"at_or_above_micros": 10**12}, "budget": {"per_run_micros": 1_000}}}})
+    gate = make_gate(policy=policy)
+
+    async def run() -> list[Any]:
+        ok = await gate.abegin(effect_type="pay.out", key="p:1", payload={}, run_id="r",
+                               estimated_cost_micros=700)
+        await gate.areport(ok, "committed", result={"ok": 1})
+        over = await gate.abegin(effect_type="pay.out", key="p:2", payload={}, run_id="r",
+                                 estimated_cost_micros=700)
+        return [ok, over]
+
+    ok, over = asyncio.run(run())
+    assert ok.decision is eg.Decision.EXECUTE and over.decision is eg.Decision.DENIED
+    assert gate.get("p:2").state is eg.State.DENIED
+    if backend == "postgres":
+        assert hops == [], hops

@@ -506,3 +506,46 @@ def test_outcomes_ride_on_the_next_sync_and_reservations_never_do(namespace: str
         assert gate.get("k:1").state is eg.State.COMMITTED
     with eg.Gate(PG_URL, namespace=namespace, durability="all") as gate:
         assert "set_config" not in gate.store.sql.report.text
+
+
+def _governed_gate(namespace: str, limit: int) -> eg.Gate:
+    policy = eg.Policy.from_dict({"effects": {"pay.*": {
+        "approval": {"at_or_above_micros": 10**12},
+        "budget": {"per_run_micros": limit, "per_day_micros": limit},
+    }}})
+    return eg.Gate(PG_URL, namespace=namespace, policy=policy)
+
+
+def test_governed_begin_is_one_round_trip_and_its_charges_all_or_nothing(namespace: str) -> None:
+    """A begin under a ceiling and an approval rule: the read, both charges and the insert are
+    one call; a ceiling that refuses rolls back the other's charge; a repeat reads only."""
+    require_postgres()
+    from effectgate.bench.trace import PgTrace
+
+    gate = _governed_gate(namespace, 1_000)
+    try:
+        with gate.store.connection() as conn, PgTrace(conn) as trace:
+            d = gate.begin(effect_type="pay.out", key="gov:1", payload={"n": 1}, run_id="r",
+                           estimated_cost_micros=600)
+        assert d.decision is eg.Decision.EXECUTE
+        assert trace.round_trips == 1
+        gate.report(d, "committed", result={"ok": 1})
+        with gate.store.connection() as conn, PgTrace(conn) as trace:
+            again = gate.begin(effect_type="pay.out", key="gov:1", payload={"n": 1},
+                               run_id="r", estimated_cost_micros=600)
+        assert again.decision is eg.Decision.DUPLICATE and trace.round_trips <= 1
+        over = gate.begin(effect_type="pay.out", key="gov:2", payload={"n": 2}, run_id="r",
+                          estimated_cost_micros=600)
+        assert over.decision is eg.Decision.DENIED
+        assert "spend ceiling reached" in (over.reason or "")
+        with gate.store.connection() as conn:
+            spent = sorted(r[0] for r in conn.execute(
+                "SELECT spent_micros FROM effectgate_budgets WHERE namespace = %s",
+                (namespace,)).fetchall())
+        assert spent == [600, 600]  # the refused begin charged neither ceiling
+        fits = gate.begin(effect_type="pay.out", key="gov:3", payload={"n": 3}, run_id="r",
+                          estimated_cost_micros=400)
+        assert fits.decision is eg.Decision.EXECUTE
+        assert gate.get("gov:3").state is eg.State.IN_FLIGHT
+    finally:
+        gate.close()

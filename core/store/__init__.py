@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..decide import Move, Resolution
     from ..request import Lease, LeaseSecret, Request
     from .async_pg import AsyncPostgres
+    from .statements import Sql
 
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
@@ -105,6 +106,8 @@ class Store:
         if self.sql.reserve_function is not None and not read_only:
             try:
                 self.sql.reserve_function.install(engine)
+                assert self.sql.governed_function is not None
+                self.sql.governed_function.install(engine)
             except Exception as err:
                 raise StoreError(f"cannot install the reserve function: {err}") from err
         self._reserve_sync = self._conns.sync_reserve
@@ -186,15 +189,17 @@ class Store:
              approval: NewApproval | None = None) -> Moved:
         """Write ``move``: insert the key (``row`` None) or compare-and-set ``row`` on, with
         the approval it consumes or creates and the spend it charges, all or nothing."""
-        starts = move.to is State.IN_FLIGHT
-        binds = _begin_binds(req, move.to, secret.hash if starts else None)
-        binds["reason"] = move.reason
-        binds["lease_seconds"] = req.lease_seconds if starts else None
-        binds["approval_id"] = move.consume_approval if approval is None else (
-            approval.approval_id)
-        binds["attempt_increment"] = move.attempt_increment
-        if row is not None:
-            binds.update(id=row.id, token=row.token, expected_state=row.state.value)
+        binds = move_binds(row, move, req, secret, approval)
+        if row is None and self.one_call(move):
+            try:
+                found = self._conns.run(self.one_call_sql(move), binds, self._reserve_sync)
+            except StoreError as err:
+                return Moved(None, over_ceiling(err, move))
+            return Moved(effect_head(found[0]) if found else None)
+        return self._move(row, move, req, binds, approval)
+
+    def _move(self, row: EffectHead | None, move: Move, req: Request, binds: dict[str, Any],
+              approval: NewApproval | None) -> Moved:
         sql = self.sql.insert if row is None else self.sql.take
         if not (move.charges or move.consume_approval or move.forget_approval or approval):
             found = self._conns.run(sql, binds, self._reserve_sync)
@@ -239,6 +244,17 @@ class Store:
         except Rollback:
             return Moved(None, over)
         return Moved(new)
+
+    def one_call(self, move: Move) -> bool:
+        """Whether the insert of a new key by ``move`` is one round trip that reads first
+        (Postgres: the generated functions; an existing key comes back unchanged, with
+        ``inserted`` false). Moves that consume, forget or request an approval are not."""
+        return not self.is_sqlite and not (
+            move.consume_approval or move.forget_approval or move.request_approval)
+
+    def one_call_sql(self, move: Move) -> Sql:
+        """The statement :meth:`one_call` runs for ``move``."""
+        return self.sql.reserve_governed if move.charges else self.sql.reserve
 
     # -- a holder's outcome ---------------------------------------------------------------------
 
@@ -508,6 +524,38 @@ def _begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[s
         "lease_secret": lease_secret, "h_by": history.encode_text(req.agent_id),
         "h_note": _NULL,
     }
+
+
+def move_binds(row: EffectHead | None, move: Move, req: Request, secret: LeaseSecret,
+               approval: NewApproval | None) -> dict[str, Any]:
+    """The binds of ``move`` (an insert when ``row`` is None, else a compare-and-set)."""
+    starts = move.to is State.IN_FLIGHT
+    binds = _begin_binds(req, move.to, secret.hash if starts else None)
+    binds["reason"] = move.reason
+    binds["lease_seconds"] = req.lease_seconds if starts else None
+    binds["approval_id"] = move.consume_approval if approval is None else approval.approval_id
+    binds["attempt_increment"] = move.attempt_increment
+    if row is not None:
+        binds.update(id=row.id, token=row.token, expected_state=row.state.value)
+    if move.charges:  # the governed reservation's arrays (Postgres)
+        binds.update(cost=move.cost, scope_keys=[c.scope_key for c in move.charges],
+                     limits=[c.limit for c in move.charges],
+                     per_day=[c.per_day for c in move.charges])
+    return binds
+
+
+def over_ceiling(err: StoreError, move: Move) -> str:
+    """The label of the ceiling whose refusal ``err`` (from the governed reservation) reports;
+    any other error is raised again."""
+    cause = err.__cause__
+    if getattr(cause, "sqlstate", None) != "EGOVR":
+        raise err
+    diag = getattr(cause, "diag", None)
+    message = str(getattr(diag, "message_primary", "") or "")
+    position = message.rsplit(" ", 1)[-1]
+    if not position.isdigit() or not 1 <= int(position) <= len(move.charges):
+        raise err
+    return move.charges[int(position) - 1].label
 
 
 def _moved(rows: list[Any], row: EffectHead | None) -> EffectHead | None:

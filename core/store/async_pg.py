@@ -23,6 +23,7 @@ from .rows import (
     ApprovalRow,
     EffectHead,
     EffectRow,
+    Moved,
     Recorded,
     approval_row,
     effect_head,
@@ -30,6 +31,7 @@ from .rows import (
 )
 
 if TYPE_CHECKING:
+    from ..decide import Move
     from ..request import Lease, LeaseSecret, Request
     from ..states import Outcome
     from . import Store
@@ -128,6 +130,21 @@ class AsyncPostgres:
             if rows:
                 return effect_head(rows[0])
         raise StoreError("could not reserve or read the key after 8 tries", key=req.key)
+
+    async def move_new(self, move: Move, req: Request, secret: LeaseSecret) -> Moved:
+        """:meth:`Store.move` of a new key in one call (:meth:`Store.one_call`), awaited; the
+        moves that need a transaction run on a worker thread."""
+        from . import move_binds, over_ceiling
+
+        store = self._store
+        if not store.one_call(move):
+            return await asyncio.to_thread(store.move, None, move, req, secret)
+        try:
+            rows = await self.run(store.one_call_sql(move),
+                                  move_binds(None, move, req, secret, None), writing=True)
+        except StoreError as err:
+            return Moved(None, over_ceiling(err, move))
+        return Moved(effect_head(rows[0]) if rows else None)
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """:meth:`Store.fetch`."""

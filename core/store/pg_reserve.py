@@ -37,16 +37,30 @@ def _literal(value: Any) -> str:
 
 
 class ReserveFunction:
-    """The generated function for one pair of (read, insert) statements."""
+    """The generated function for one pair of (read, insert) statements.
+
+    With ``charges`` (the statements that count a cost against one ceiling, and against a
+    per-day one), the function is the governed reservation: read; else charge every ceiling
+    the request falls under; else insert, with the charged counters recorded in the row. All
+    of it is one statement, so one round trip and all or nothing: a ceiling that refuses its
+    charge raises ``SQLSTATE EGOVR`` with the ceiling's position, which rolls back the charges
+    already made (the caller then writes the refusal)."""
 
     def __init__(self, fetch: ClauseElement, insert: ClauseElement, dialect: Any,
-                 columns: list[tuple[str, str]]) -> None:
-        read: Any = fetch.compile(dialect=dialect)
-        write: Any = insert.compile(dialect=dialect)
+                 columns: list[tuple[str, str]], *, prefix: str = "effectgate_reserve_",
+                 charges: tuple[ClauseElement, ClauseElement] | None = None) -> None:
+        compiled: list[Any] = [fetch.compile(dialect=dialect), insert.compile(dialect=dialect)]
+        if charges is not None:
+            compiled += [charges[0].compile(dialect=dialect), charges[1].compile(dialect=dialect)]
+        # In the governed function these are the loop's, or its own: not parameters.
+        own = {"scope_key": "p_scope_keys[i]", "limit": "p_limits[i]",
+               "budget_keys": "v_budget_keys"} if charges is not None else {}
         params: dict[str, str] = {}
         defaults: dict[str, Any] = {}
-        for compiled in (read, write):
-            for name, bind in compiled.binds.items():
+        for one in compiled:
+            for name, bind in one.binds.items():
+                if name in own:
+                    continue
                 if bind.value is not None and not bind.required:
                     defaults[name] = bind.value
                 elif name not in params:
@@ -57,23 +71,52 @@ class ReserveFunction:
         def body(sql: str) -> str:
             def swap(match: re.Match[str]) -> str:
                 name = match.group(1)
+                if name in own:
+                    return own[name]
                 return _literal(defaults[name]) if name in defaults else f"p_{name}"
             return _BIND.sub(swap, sql)
 
+        signature = [f"p_{name} {kind}" for name, kind in params.items()]
+        declare = charge = ""
+        if charges is not None:
+            signature += ["p_scope_keys text[]", "p_limits bigint[]", "p_per_day boolean[]"]
+            declare = ("DECLARE\n  v_key text;\n  v_spent bigint;\n"
+                       "  v_keys text[] := '{}';\n  v_budget_keys text;\n")
+            charge = (
+                "  FOR i IN 1 .. coalesce(array_length(p_scope_keys, 1), 0) LOOP\n"
+                "    v_key := NULL;\n"
+                "    IF p_cost > p_limits[i] THEN\n"
+                "      v_key := NULL;\n"
+                "    ELSIF p_per_day[i] THEN\n"
+                f"      {body(compiled[3].string)} INTO v_key, v_spent;\n"
+                "    ELSE\n"
+                f"      {body(compiled[2].string)} INTO v_key, v_spent;\n"
+                "    END IF;\n"
+                "    IF v_key IS NULL THEN\n"
+                "      RAISE EXCEPTION USING ERRCODE = 'EGOVR',\n"
+                "        MESSAGE = 'effectgate: over ceiling ' || i;\n"
+                "    END IF;\n"
+                "    v_keys := v_keys || v_key;\n"
+                "  END LOOP;\n"
+                "  IF cardinality(v_keys) > 0 THEN v_budget_keys := to_json(v_keys)::text; "
+                "END IF;\n"
+            )
         self.params = params
         returns = ", ".join(f"{name} {kind}" for name, kind in columns)
-        signature = ", ".join(f"p_{name} {kind}" for name, kind in params.items())
         source = (
-            f"({signature}) RETURNS TABLE ({returns}) LANGUAGE plpgsql AS $effectgate$\n"
-            "#variable_conflict use_column\nBEGIN\n"
-            f"  RETURN QUERY {body(read.string)};\n"
+            f"({', '.join(signature)}) RETURNS TABLE ({returns}) LANGUAGE plpgsql AS "
+            f"$effectgate$\n#variable_conflict use_column\n{declare}BEGIN\n"
+            f"  RETURN QUERY {body(compiled[0].string)};\n"
             "  IF FOUND THEN RETURN; END IF;\n"
-            f"  RETURN QUERY {body(write.string)};\nEND\n$effectgate$"
+            f"{charge}"
+            f"  RETURN QUERY {body(compiled[1].string)};\nEND\n$effectgate$"
         )
-        self.name = "effectgate_reserve_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+        self.name = prefix + hashlib.sha256(source.encode()).hexdigest()[:12]
         self.ddl = f"CREATE OR REPLACE FUNCTION {self.name}{source}"
-        args = ", ".join(f"CAST(%({name})s AS {kind})" for name, kind in params.items())
-        self.call = f"SELECT * FROM {self.name}({args})"
+        args = [f"CAST(%({name})s AS {kind})" for name, kind in params.items()]
+        if charges is not None:
+            args += ["%(scope_keys)s", "%(limits)s", "%(per_day)s"]
+        self.call = f"SELECT * FROM {self.name}({', '.join(args)})"
 
     def install(self, engine: Engine) -> None:
         """Create the function unless this version's already exists (under a lock, so that

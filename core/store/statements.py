@@ -118,13 +118,13 @@ class Statements:
         self.insert_lean = Sql(insert.returning(t.id, t.lease_expires_at, now), dialect)
         # Postgres: read-if-present, else insert, in one round trip: the two statements above
         # run inside a function generated from them (see pg_reserve).
+        reserve_columns = [(c.name, str(c.type.compile(dialect=dialect))) for c in head[:-1]] + [
+            ("now", "double precision"), ("inserted", "boolean")]
         self.reserve_function = ReserveFunction(
             select(*head, false().label("inserted")).where(by_key),
             insert.returning(*head, true().label("inserted")),
-            dialect,
-            [(c.name, str(c.type.compile(dialect=dialect))) for c in head[:-1]]
-            + [("now", "double precision"), ("inserted", "boolean")],
-        ) if dialect_name == "postgresql" else None
+            dialect, reserve_columns,
+        ) if pg else None
         self.reserve = Sql(self.reserve_function.call if self.reserve_function else "")
 
         cas = in_ns & (t.id == p("id")) & (t.token == p("token"))
@@ -241,8 +241,8 @@ class Statements:
         # limit; a per-day ceiling's counter is named by the store's UTC date.
         b = budgets.c
 
-        def charge(scope_key: Any) -> Sql:
-            return Sql(
+        def charge(scope_key: Any) -> Any:
+            return (
                 dialect_insert(budgets)
                 .values(namespace=p("namespace"), scope_key=scope_key, spent_micros=p("cost"),
                         updated_at=now)
@@ -251,12 +251,20 @@ class Statements:
                     set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
                     where=b.spent_micros + p("cost") <= p("limit"),
                 )
-                .returning(b.scope_key, b.spent_micros),
-                dialect,
+                .returning(b.scope_key, b.spent_micros)
             )
 
-        self.charge = charge(p("scope_key"))
-        self.charge_day = charge(p("scope_key") + db_day())
+        charges = (charge(p("scope_key")), charge(p("scope_key") + db_day()))
+        self.charge, self.charge_day = Sql(charges[0], dialect), Sql(charges[1], dialect)
+        # Postgres: a governed reservation of a new key — read, else charge every ceiling,
+        # else insert — in one round trip (see pg_reserve).
+        self.governed_function = ReserveFunction(
+            select(*head, false().label("inserted")).where(by_key),
+            insert.returning(*head, true().label("inserted")),
+            dialect, reserve_columns, prefix="effectgate_governed_", charges=charges,
+        ) if pg else None
+        self.reserve_governed = Sql(self.governed_function.call if self.governed_function
+                                    else "")
         self.adjust = Sql(
             budgets.update()
             .where((b.namespace == p("namespace")) & (b.scope_key == p("scope_key")))

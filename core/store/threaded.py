@@ -8,9 +8,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..decide import Move
     from ..request import Lease, LeaseSecret, Request
     from . import Store
-    from .rows import ApprovalRow, EffectHead, EffectRow, Recorded
+    from .rows import ApprovalRow, EffectHead, EffectRow, Moved, Recorded
 
 __all__ = ["ThreadedStore"]
 
@@ -30,6 +31,10 @@ class ThreadedStore:
         if row is not None:
             return row
         return await asyncio.to_thread(self._store.reserve, req, secret)
+
+    async def move_new(self, move: Move, req: Request, secret: LeaseSecret) -> Moved:
+        """:meth:`Store.move` of a new key, on a worker thread."""
+        return await asyncio.to_thread(self._store.move, None, move, req, secret)
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """:meth:`Store.fetch`, on the loop."""
