@@ -100,10 +100,6 @@ class _Raw:
             f"WHERE id = {ph}" + self.ride
         self.select = f"SELECT id, state, payload_hash, result FROM {table} " \
             f"WHERE namespace = {ph} AND key = {ph}"
-        self.insert_ignore = (
-            f"INSERT INTO {table} ({_COLUMNS}) VALUES ({', '.join([ph] * 7)}) "
-            "ON CONFLICT (namespace, key) DO NOTHING"
-        )
 
     def _reserve(self, key: str) -> Any:
         now = time.time()
@@ -133,17 +129,15 @@ class _Raw:
         return time.perf_counter() - start
 
     def race(self, keys: list[str]) -> tuple[float, list[str]]:
-        """``INSERT … ON CONFLICT DO NOTHING`` per key: (seconds, the keys this one won)."""
+        """The gate's writes, raw: ``INSERT … ON CONFLICT DO NOTHING`` per key and, for each
+        key this one won, the ``UPDATE`` of its outcome: (seconds, the keys it won)."""
         won = []
         start = time.perf_counter()
         for key in keys:
-            now = time.time()
-            cur = self.conn.execute(
-                self.insert_ignore,
-                (self.namespace, key, "bench.effect", _HASH, "committed", now, now),
-            )
-            if cur.rowcount == 1:
+            row = self._reserve(key)
+            if row is not None:
                 won.append(key)
+                self._commit(row[0])
         return time.perf_counter() - start, won
 
     def close(self) -> None:
