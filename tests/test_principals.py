@@ -150,9 +150,8 @@ def test_cli_principals_add_ls_revoke(store_url: str, namespace: str) -> None:
     assert [p["name"] for p in json.loads(listed.output)] == ["bot-1", "ops-1"]
     assert token not in listed.output
     assert runner.invoke(main, ["principals", "revoke", "ops-1", *base]).exit_code == 0
-    with eg.Gate(store_url, namespace=namespace) as gate:
-        with pytest.raises(eg.Unauthenticated):
-            gate.authenticate(token)
+    with eg.Gate(store_url, namespace=namespace) as gate, pytest.raises(eg.Unauthenticated):
+        gate.authenticate(token)
     bad = runner.invoke(main, ["principals", "add", "X Y", "--role", "operator", *base])
     assert bad.exit_code == 2
     bad = runner.invoke(main, ["principals", "add", "z", "--role", "root", *base])
