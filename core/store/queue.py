@@ -14,7 +14,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, bindparam, case, func, select
+from sqlalchemy import (
+    BigInteger,
+    Engine,
+    Integer,
+    String,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    select,
+)
 
 from ..errors import StoreError
 from ..states import State
@@ -36,26 +46,31 @@ class QueuePage(NamedTuple):
     scanned_to: int
 
 
-def ambiguous_statement() -> Any:
+def ambiguous_statement(dialect_name: str) -> Any:
     """The window query: AMBIGUOUS (or lapsed IN_FLIGHT) effects of a namespace with ``lo <=
-    id < hi``, newest first, at most ``limit``."""
+    id < hi``, newest first, at most ``limit``. On SQLite the namespace is compared as
+    ``+namespace`` (a unary plus: SQLite's documented way to keep a term off an index), or
+    its planner walks the whole namespace through the unique key and sorts it."""
     t = effects.c
     now = db_now()
+    namespace: Any = (literal_column("+effectgate_effects.namespace", String)
+                      if dialect_name == "sqlite" else t.namespace)
     lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
     return (
         select(*[t[name] for name in ROW_COLUMNS], now.label("now"))
-        .where(t.id < bindparam("hi"), t.id >= bindparam("lo"),
-               t.namespace == bindparam("namespace"),
+        .where(t.id < bindparam("hi", type_=BigInteger),
+               t.id >= bindparam("lo", type_=BigInteger),
+               namespace == bindparam("namespace", type_=String),
                (t.state == State.AMBIGUOUS.value) | lapsed)
         .order_by(t.id.desc())
-        .limit(bindparam("limit"))
+        .limit(bindparam("limit", type_=Integer))
     )
 
 
 def ambiguous_page(engine: Engine, namespace: str, *, before_id: int | None, limit: int,
                    max_scan: int = 4 * WINDOW) -> QueuePage:
     """One page of the queue (see the module's docstring)."""
-    stmt = ambiguous_statement()
+    stmt = ambiguous_statement(engine.dialect.name)
     try:
         with engine.connect() as conn:
             hi = before_id
