@@ -196,3 +196,29 @@ def test_binding_off_localhost_needs_tls_or_the_flag(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "without TLS" in out.output
     assert time.perf_counter() - started < 5
     assert not (tmp_path / "e.db").exists()  # refused before the store was opened
+
+
+def test_effectgate_console_serves_and_says_where(tmp_path: Path) -> None:
+    import sys
+
+    import httpx
+
+    from .mcp_helpers import serving
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with eg.Gate(url) as gate:
+        _, token = gate.add_principal("alice", "operator")
+    argv = [sys.executable, "-m", "effectgate.cli", "console", "--url", url, "--port", "0"]
+    with serving(argv) as served:
+        assert served.url.startswith("http://127.0.0.1:") and served.url.endswith("/")
+        with httpx.Client(base_url=served.url.rstrip("/"), timeout=20) as http:
+            assert http.get("/", follow_redirects=False).status_code == 303
+            sign_in(http, token)
+            assert "Overview" in http.get("/").text
+
+
+def test_the_cli_lists_console_and_principals() -> None:
+    out = CliRunner().invoke(main, ["--help"])
+    assert "  console " in out.output and "  principals " in out.output
+    helped = CliRunner().invoke(main, ["console", "--help"])
+    assert "--insecure-bind" in helped.output and "Exit codes: 0" in helped.output
