@@ -222,3 +222,20 @@ def test_the_cli_lists_console_and_principals() -> None:
     assert "  console " in out.output and "  principals " in out.output
     helped = CliRunner().invoke(main, ["console", "--help"])
     assert "--insecure-bind" in helped.output and "Exit codes: 0" in helped.output
+
+
+def test_oversized_forms_are_refused_before_they_are_read(cgate: eg.Gate,
+                                                          client: TestClient) -> None:
+    _, token = cgate.add_principal("alice", "operator")
+    page = client.get("/login")
+    r = client.post("/login", content=b"token=" + b"a" * 70_000 + b"&csrf_token="
+                    + csrf_of(page.text).encode(),
+                    headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 413
+    csrf = sign_in(client, token)
+    approval_id = _ask(cgate)
+    r = client.post(f"/approvals/{approval_id}/deny",
+                    content=f"csrf_token={csrf}&reason=".encode() + b"x" * 70_000,
+                    headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 413
+    assert _pending(cgate, approval_id)

@@ -163,6 +163,8 @@ class Console:
                                    "This action needs a signed-in operator.", "/login",
                                    "Sign in")
             if request.method == "POST":
+                if _too_big(request):
+                    return self.refuse(request, 413, "Refused", "The form is too large.")
                 form = await request.form(max_files=0, max_fields=20, max_part_size=65536)
                 if not self.csrf_ok(request, form):
                     return self.refuse(request, 403, "Refused",
@@ -190,6 +192,8 @@ class Console:
     async def login(self, request: Request) -> Response:
         import hmac
 
+        if _too_big(request):
+            return self.refuse(request, 413, "Refused", "The form is too large.")
         form = await request.form(max_files=0, max_fields=5, max_part_size=8192)
         nonce = self.signer.unsign("login", request.cookies.get(_LOGIN_COOKIE))
         sent = form.get("csrf_token")
@@ -395,6 +399,12 @@ class Console:
         response.headers["Cache-Control"] = "max-age=3600"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
+
+
+def _too_big(request: Request) -> bool:
+    """A form without a length, or longer than any of the console's forms can be."""
+    length = request.headers.get("content-length", "")
+    return not length.isdigit() or int(length) > 65536
 
 
 def _int(value: object) -> int | None:
