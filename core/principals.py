@@ -160,7 +160,7 @@ def add_principal(gate: Gate, name: str, role: str) -> tuple[Principal, str]:
 def authenticate_row(gate: Gate, token: object) -> PrincipalRow:
     """The stored principal ``token`` proves, in the gate's namespace;
     :class:`~effectgate.Unauthenticated` otherwise (the same message whatever was wrong)."""
-    from .store.principals import principal_by_token_id, touch_principal
+    from .store.principals import TOUCH_EVERY_SECONDS, principal_by_token_id, touch_principal
 
     if not isinstance(token, str) or not _TOKEN.fullmatch(token):
         raise Unauthenticated(_REFUSED)
@@ -172,7 +172,7 @@ def authenticate_row(gate: Gate, token: object) -> PrincipalRow:
         if not hmac.compare_digest(_hash(token, row.salt), row.token_hash):
             raise Unauthenticated(_REFUSED)
         _verified.add(row, fingerprint)
-    if row.last_used_at is None or row.last_used_at < row.now - 60.0:
+    if row.last_used_at is None or row.last_used_at < row.now - TOUCH_EVERY_SECONDS:
         touch_principal(gate.store.engine, row.token_id)
         row = row._replace(last_used_at=row.now)
     return row

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..gate import Gate
     from ..records import ApprovalRecord, EffectRecord
 
-__all__ = ["SESSION_COOKIE", "build_app"]
+__all__ = ["SESSION_COOKIE", "Console", "build_app"]
 
 SESSION_COOKIE = "eg_session"
 _LOGIN_COOKIE = "eg_login"

@@ -14,8 +14,8 @@ from ..errors import StoreError
 from .rows import PrincipalRow, principal_row
 from .schema import db_now, principals
 
-__all__ = ["insert_principal", "list_principals", "principal_by_name", "principal_by_token_id",
-           "revoke_principal", "touch_principal"]
+__all__ = ["TOUCH_EVERY_SECONDS", "insert_principal", "list_principals", "principal_by_name",
+           "principal_by_token_id", "revoke_principal", "touch_principal"]
 
 # A principal used within this many seconds is not stamped again (no write per request).
 TOUCH_EVERY_SECONDS = 60.0
