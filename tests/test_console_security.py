@@ -3,6 +3,7 @@ and do what, CSRF, cookies from another store, binds off localhost."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,3 +240,27 @@ def test_oversized_forms_are_refused_before_they_are_read(cgate: eg.Gate,
                     headers={"content-type": "application/x-www-form-urlencoded"})
     assert r.status_code == 413
     assert _pending(cgate, approval_id)
+
+
+def test_the_overview_counts_states_ambiguous_age_approvals_and_spend(
+        store_url: str, namespace: str) -> None:
+    policy = {"budget": {"per_run_micros": 50_000_000},
+              "effects": {"payment.refund": {"approval": {"always": True}}}}
+    with eg.Gate(store_url, policy=policy, namespace=namespace) as gate:
+        _, token = gate.add_principal("alice", "operator")
+        d = gate.begin(effect_type="payment.charge", key="c:1", payload={}, run_id="r1",
+                       estimated_cost_micros=2_500_000)
+        gate.report(d, "ambiguous", error="timeout")
+        d = gate.begin(effect_type="email.send", key="m:1", payload={})
+        gate.report(d, "committed")
+        _ask(gate)
+        with TestClient(build_app(gate), base_url="http://127.0.0.1") as client:
+            sign_in(client, token)
+            page = client.get("/").text
+    cards = re.findall(r'<div class="card"><span>([^<]+)</span><b>([^<]+)</b>', page)
+    assert dict(cards) == {"Ambiguous": "1", "Oldest ambiguous": dict(cards)[
+        "Oldest ambiguous"], "Pending approvals": "1"}
+    assert re.fullmatch(r"\d+s", dict(cards)["Oldest ambiguous"])
+    assert "<td>committed</td><td>1</td>" in page
+    assert "<td>pending_approval</td><td>1</td>" in page
+    assert "*|run|r1" in page and "$2.50" in page
