@@ -101,6 +101,20 @@ async def test_no_token_or_a_bad_one_is_401_and_sessions_stay_with_their_owner(
         _, revoked = gate.add_principal("old-bot", "agent")
         gate.revoke_principal("old-bot")
         with serving(_argv(store_url, namespace)) as served:
+            statuses: list[int] = []
+
+            async def seen(response: Any) -> None:
+                statuses.append(response.status_code)
+
+            with anyio.fail_after(60):  # the mcp client itself, without a token, is turned away
+                with pytest.raises(BaseExceptionGroup):
+                    async with create_mcp_http_client() as client:
+                        client.event_hooks = {"request": [], "response": [seen]}
+                        async with streamable_http_client(served.url,
+                                                          http_client=client) as streams, \
+                                ClientSession(streams[0], streams[1]) as s:
+                            await s.initialize()
+            assert statuses and set(statuses) == {401}, statuses
             async with httpx.AsyncClient(timeout=20) as http:
                 for auth in (None, "Bearer", "Bearer egp_nope", f"Basic {agent}",
                              f"Bearer {revoked}", f"Bearer {agent}x"):
