@@ -231,18 +231,19 @@ class Console:
     # -- pages -----------------------------------------------------------------------------
 
     async def overview(self, request: Request, who: Principal) -> Response:
-        from ..store.queue import oldest_ambiguous, spend_counters
+        from ..store.queue import oldest_ambiguous, pending_approvals, spend_counters
 
         gate = self.gate
         counts = await run_in_threadpool(gate.count_by_state)
         oldest = await run_in_threadpool(oldest_ambiguous, gate.store.engine, gate.namespace)
-        pending = await run_in_threadpool(gate.list_approvals, "pending")
+        _, pending = await run_in_threadpool(pending_approvals, gate.store.engine,
+                                             gate.namespace, 1)
         spend = await run_in_threadpool(spend_counters, gate.store.engine, gate.namespace)
         return self.page(
             request, "overview", title="Overview",
             counts={s.value: counts.get(s, 0) for s in State},
             oldest=None if oldest is None else _ago(oldest),
-            pending=len(pending),
+            pending=pending,
             spend=[{"scope": k, "spent": dollars(v), "updated": _when(
                 datetime.datetime.fromtimestamp(at, datetime.UTC))} for k, v, at in spend])
 
@@ -262,9 +263,13 @@ class Console:
         }
 
     async def approvals(self, request: Request, who: Principal) -> Response:
-        found = await run_in_threadpool(self.gate.list_approvals, "pending")
-        return self.page(request, "approvals", title="Approvals",
-                         approvals=[self._approval_view(a) for a in found[:200]])
+        from ..store.queue import pending_approvals
+        from ..translate import approval_record
+
+        found, total = await run_in_threadpool(pending_approvals, self.gate.store.engine,
+                                               self.gate.namespace, 200)
+        return self.page(request, "approvals", title="Approvals", total=total,
+                         approvals=[self._approval_view(approval_record(r)) for r in found])
 
     async def approval(self, request: Request, who: Principal) -> Response:
         approval_id = request.path_params["approval_id"]

@@ -107,6 +107,7 @@ _APPROVAL_ROW = """<tr>
 
 _APPROVALS = """{% extends "base" %}{% block body %}
 <h1>Pending approvals</h1>
+{% if total > approvals | length %}<p class="muted">The newest {{ approvals | length }} of {{ total }}.</p>{% endif %}
 {% if approvals %}<table><thead><tr><th>approval</th><th>effect</th>
 <th>what will execute</th><th>requested by</th><th>cost</th><th>expires</th><th>decision</th>
 </tr></thead><tbody>{% for a in approvals %}""" + _APPROVAL_ROW + """{% endfor %}</tbody></table>

@@ -27,12 +27,12 @@ from sqlalchemy import (
 )
 
 from ..errors import StoreError
-from ..states import State
-from .rows import ROW_COLUMNS, EffectRow, effect_row
-from .schema import budgets, db_now, effects
+from ..states import ApprovalState, State
+from .rows import ROW_COLUMNS, ApprovalRow, EffectRow, approval_row, effect_row
+from .schema import approvals, budgets, db_now, effects
 
 __all__ = ["WINDOW", "QueuePage", "ambiguous_page", "ambiguous_statement", "oldest_ambiguous",
-           "spend_counters"]
+           "pending_approvals", "spend_counters"]
 
 WINDOW = 25_000
 
@@ -123,3 +123,22 @@ def spend_counters(engine: Engine, namespace: str, limit: int = 50,
             return [(str(k), int(v), float(at)) for k, v, at in conn.execute(stmt)]
     except Exception as err:
         raise StoreError(f"the store failed: {type(err).__name__}") from err
+
+
+def pending_approvals(engine: Engine, namespace: str, limit: int = 200,
+                      ) -> tuple[list[ApprovalRow], int]:
+    """The namespace's pending, unexpired approval requests, newest first (at most
+    ``limit``), and how many there are in all."""
+    a = approvals.c
+    now = db_now()
+    waiting = ((a.namespace == namespace) & (a.state == ApprovalState.PENDING.value)
+               & (a.expires_at >= now))
+    rows = (select(*approvals.c, now.label("now")).where(waiting)
+            .order_by(a.created_at.desc(), a.id).limit(limit))
+    try:
+        with engine.connect() as conn:
+            found = [approval_row(r) for r in conn.execute(rows)]
+            total = int(conn.execute(select(func.count()).where(waiting)).scalar() or 0)
+    except Exception as err:
+        raise StoreError(f"the store failed: {type(err).__name__}") from err
+    return found, total
