@@ -30,6 +30,7 @@ from .errors import (
     EffectInFlight,
     EffectKeyError,
     EffectRefused,
+    Forbidden,
     InvalidTransition,
     NotExecuted,
     PayloadError,
@@ -37,10 +38,12 @@ from .errors import (
     PolicyError,
     StaleLease,
     StoreError,
+    Unauthenticated,
     UnknownEffect,
 )
 from .keys import KeyTemplate
 from .payload import canonical_json, payload_hash
+from .principals import Principal
 from .reconcile import Reconciled
 from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry
 from .request import Lease, Request
@@ -103,6 +106,7 @@ __all__ = [
     "EffectRefused",
     "EffectRule",
     "EffectSpec",
+    "Forbidden",
     "Gate",
     "HistoryEntry",
     "InvalidTransition",
@@ -114,12 +118,14 @@ __all__ = [
     "PayloadMismatch",
     "Policy",
     "PolicyError",
+    "Principal",
     "Reconciled",
     "Request",
     "ResultNotStoredWarning",
     "StaleLease",
     "State",
     "StoreError",
+    "Unauthenticated",
     "UnknownEffect",
     "UnwindReport",
     "UnwindStep",

@@ -13,6 +13,8 @@
     │   └── PolicyError             a malformed policy file, with the field and what is wrong
     ├── StoreError                  the store failed (connection lost, server down); see state
     ├── NotExecuted                 raised by user code: the action certainly did not happen
+    ├── Unauthenticated             a principal's token is missing, malformed, unknown or revoked
+    ├── Forbidden                   the principal's role (or holding) does not allow the action
     └── EffectRefused               begin answered something other than ``execute``
         ├── EffectInFlight          another holder is executing it; retry after a while
         ├── EffectAmbiguous         nobody knows whether it happened; do not retry blindly
@@ -36,6 +38,7 @@ __all__ = [
     "EffectInFlight",
     "EffectKeyError",
     "EffectRefused",
+    "Forbidden",
     "InvalidTransition",
     "NotExecuted",
     "PayloadError",
@@ -43,6 +46,7 @@ __all__ = [
     "PolicyError",
     "StaleLease",
     "StoreError",
+    "Unauthenticated",
     "UnknownEffect",
 ]
 
@@ -130,6 +134,16 @@ class NotExecuted(EffectGateError):
 
     def __init__(self, message: str = "the action did not happen", **fields: Any) -> None:
         super().__init__(message, **fields)
+
+
+class Unauthenticated(EffectGateError):
+    """No valid token: missing, malformed, unknown or revoked. The message never says which
+    of the last three (an attacker learns nothing from it)."""
+
+
+class Forbidden(EffectGateError):
+    """An authenticated principal may not do this: an agent approving, denying, resolving or
+    unwinding, or acting on an effect another agent holds."""
 
 
 class EffectRefused(EffectGateError):

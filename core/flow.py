@@ -286,8 +286,10 @@ class BeginFlow:
                                   budget_warning=step.budget_warning)
         return self._decision(base, Decision.BLOCKED, reason=base.reason or "lease lapsed")
 
-    def _reconcile(self, row: EffectHead, req: Request) -> EffectHead | None:
-        """Ask the hook (sync callers); the row after its verdict, or None (still unknown)."""
+    def _reconcile(self, row: EffectHead, req: Request | None, *,
+                   by: str | None = None) -> EffectHead | None:
+        """Ask the hook (sync callers); the row after its verdict, or None (still unknown).
+        ``by``: the operator who asked for it now (recorded with the hook's name)."""
         fn = self._reconcilers.find(row.effect_type)
         full = self._store.get(row.namespace, row.key)
         if fn is None or full is None:
@@ -310,7 +312,7 @@ class BeginFlow:
                     "async decorator) there", key=row.key)
             if answer is None:
                 return None
-        return self._settle(fn, row, answer)
+        return self._settle(fn, row, answer, by=by)
 
     async def _areconcile(self, row: EffectHead, req: Request) -> EffectHead | None:
         """Ask the hook (async callers): an ``async def`` hook on this loop, a sync one on a
@@ -338,7 +340,8 @@ class BeginFlow:
                     extra={"key": row.key, "reason": "reconcile hook raised"})
         return None
 
-    def _settle(self, fn: Reconciler, row: EffectHead, answer: Any) -> EffectHead | None:
+    def _settle(self, fn: Reconciler, row: EffectHead, answer: Any, *,
+                by: str | None = None) -> EffectHead | None:
         try:
             found = verdict(answer)
             if found is None:
@@ -350,7 +353,8 @@ class BeginFlow:
         except (ConfigError, PayloadError, InvalidTransition) as err:
             self._hook_failed(fn, row, err)
             return None
-        name = f"reconciler:{_name(fn)}"[:256]
+        name = (f"{by} via " if by else "") + f"reconciler:{_name(fn)}"
+        name = name[:256]
         done = self._store.resolve(row, res, result=text, reason=f"reconciled {outcome.value}",
                                    actor=name, note=note)
         log.info("reconciled %s: %s", row.key, outcome.value,

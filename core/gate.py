@@ -49,6 +49,7 @@ from .vendors import rule_for
 
 if TYPE_CHECKING:
     from .policy import Policy
+    from .principals import Acting, Principal
 
 __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
 
@@ -678,6 +679,81 @@ class Gate:
     async def aprune(self, older_than: datetime.timedelta, **kwargs: Any) -> int:
         """:meth:`prune` without blocking the event loop."""
         return await asyncio.to_thread(self.prune, older_than, **kwargs)
+
+    # -- principals, the operator's console ----------------------------------------------------
+
+    def add_principal(self, name: str, role: str) -> tuple[Principal, str]:
+        """Add a named ``operator`` or ``agent`` to this namespace; the principal and its token,
+        shown this once (the store keeps only a salted hash). See :mod:`effectgate.principals`."""
+        from .principals import add_principal
+
+        return add_principal(self, name, role)
+
+    def authenticate(self, token: str) -> Principal:
+        """The principal ``token`` proves in this namespace; :class:`Unauthenticated` for a
+        missing, malformed, unknown or revoked token (one indexed read)."""
+        from .principals import authenticate
+
+        return authenticate(self, token)
+
+    def revoke_principal(self, name: str) -> Principal:
+        """Revoke ``name``: its token stops authenticating at once (revoking twice is
+        harmless); :class:`UnknownEffect` when there is no such principal."""
+        from .principals import revoke_principal
+
+        return revoke_principal(self, name)
+
+    def list_principals(self) -> list[Principal]:
+        """Every principal of this namespace, by name (revoked ones included)."""
+        from .principals import list_principals
+
+        return list_principals(self)
+
+    def acting_as(self, principal: Principal) -> Acting:
+        """This gate as ``principal``: approve, deny, resolve, reconcile and unwind with its name
+        as ``by``, refused (:class:`Forbidden`) to an agent."""
+        from .principals import Acting
+
+        return Acting(self, principal)
+
+    def reconcile(self, key: str, *, by: str) -> EffectRecord:
+        """Ask the registered reconcile hook about the AMBIGUOUS effect ``key`` now (an
+        operator's "Reconcile now"); its verdict is recorded as by ``by`` via the hook. The
+        effect after it (still AMBIGUOUS when the hook could not tell).
+        :class:`InvalidTransition` when the effect is not AMBIGUOUS, :class:`ConfigError` when
+        no hook for its type is registered in this process."""
+        key = check_key(key)
+        actor = validate.text(by, "by", 256, required=True) or ""
+        row = self._store.fetch(self.namespace, key)
+        if row is None:
+            raise UnknownEffect(f"no effect with key {key!r}", key=key)
+        state = _effective_state(row)
+        if state is not State.AMBIGUOUS:
+            raise InvalidTransition(f"{key!r} is {state.value}, not ambiguous: nothing to "
+                                    "reconcile", key=key, state=state.value)
+        if self._reconcilers.find(row.effect_type) is None:
+            raise ConfigError(f"no reconcile hook for {row.effect_type!r} is registered here "
+                              "(give the gate your code defines, with its hooks)", key=key)
+        self._flow._reconcile(row, None, by=actor)
+        return self.get(key)
+
+    def ambiguous_queue(self, *, before_id: int | None = None, limit: int = 50,
+                        ) -> tuple[list[EffectRecord], int | None]:
+        """One page of AMBIGUOUS (and lapsed IN_FLIGHT) effects, newest first, and the cursor
+        of the next page (None when nothing older is left). A page walks the primary key in
+        bounded windows, so it costs the same however many effects the store holds (see
+        :mod:`effectgate.store.queue`); a page may hold fewer than ``limit`` with more
+        beyond its cursor."""
+        from .store.queue import ambiguous_page
+
+        limit = validate.whole(limit, "limit", minimum=1)
+        if limit > 500:
+            raise ConfigError("limit is at most 500")
+        if before_id is not None:
+            before_id = validate.whole(before_id, "before_id", minimum=1)
+        page = ambiguous_page(self._store.engine, self.namespace, before_id=before_id,
+                              limit=limit)
+        return [self._record(r) for r in page.rows], page.next_before_id
 
     # -- the decorator -----------------------------------------------------------------------
 

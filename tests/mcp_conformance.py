@@ -64,7 +64,8 @@ def targets(store: str) -> Iterator[dict[str, str]]:
         "everything (reference)": [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
         "gateway -> everything": [sys.executable, *gateway_args(
             npm_command("mcp-server-everything", "stdio"), *gw)],
-        "mcp serve": [*CLI, "mcp", "serve", "--url", store, "--transport", "http", "--port", "0"],
+        "mcp serve": [*CLI, "mcp", "serve", "--url", store, "--transport", "http", "--port", "0",
+                      "--no-auth"],
         "fixtures (direct)": [*FIXTURES, "--http", "0"],
         "gateway -> fixtures": [sys.executable, *gateway_args(
             " ".join(FIXTURES), *gw, "--namespace", "conformance-fixtures")],

@@ -194,7 +194,7 @@ async def test_http_server_offers_resolve_only_when_allowed(store_url: str,
     from .mcp_helpers import serving
 
     argv = [sys.executable, *CLI, "mcp", "serve", "--url", store_url, "--namespace", namespace,
-            "--transport", "http", "--port", "0", "--allow-resolve"]
+            "--transport", "http", "--port", "0", "--allow-resolve", "--no-auth"]
     with serving(argv) as served:
         assert served.url.startswith("http://127.0.0.1:")
         assert any(f"namespace {namespace!r}" in line for line in served.lines)

@@ -19,6 +19,7 @@ def test_fresh_store_is_at_the_latest_version(tmp_path: Path) -> None:
 
 
 _V1 = """
+    DROP TABLE effectgate_principals;
     ALTER TABLE effectgate_effects DROP COLUMN history;
     ALTER TABLE effectgate_effects DROP COLUMN lease_secret;
     ALTER TABLE effectgate_effects DROP COLUMN vendor_attempt;
@@ -67,6 +68,54 @@ def test_version_1_store_migrates_and_keeps_its_effects_and_history(tmp_path: Pa
     conn = sqlite3.connect(path)
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert "effectgate_history" not in names and "effectgate_history_insert" not in names
+
+
+def _as_version_3(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        DROP TABLE effectgate_principals;
+        UPDATE effectgate_meta SET value = '3' WHERE name = 'schema_version';
+    """)
+    conn.commit()
+    conn.close()
+
+
+def test_version_3_store_gains_principals_and_keeps_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    policy = {"effects": {"payment.refund": {"approval": {"always": True}}}}
+    gate = eg.Gate(f"sqlite:///{path}", policy=policy)
+    d = gate.begin(effect_type="x", key="k:1", payload={})
+    gate.report(d, "committed", result=7)
+    asked = gate.begin(effect_type="payment.refund", key="r:1", payload={"amount": 3},
+                       agent_id="bot")
+    gate.close()
+    _as_version_3(path)
+    gate = eg.Gate(f"sqlite:///{path}", policy=policy, memo_size=0)
+    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "4"
+    assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
+    assert gate.approval(asked.approval_id or "").arguments == {"amount": 3}
+    operator, token = gate.add_principal("alice", "operator")
+    assert gate.authenticate(token).name == "alice"
+    assert gate.acting_as(operator).approve(asked.approval_id or "").decided_by == "alice"
+    gate.close()
+
+
+def test_version_3_store_of_an_unknown_shape_is_refused_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "odd.db"
+    eg.Gate(f"sqlite:///{path}").close()
+    _as_version_3(path)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE effectgate_effects ADD COLUMN surprise TEXT")
+    conn.commit()
+    conn.close()
+    with pytest.raises(eg.ConfigError, match="unexpected: surprise"):
+        eg.Gate(f"sqlite:///{path}")
+    conn = sqlite3.connect(path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    version = conn.execute(
+        "SELECT value FROM effectgate_meta WHERE name = 'schema_version'").fetchone()[0]
+    conn.close()
+    assert "effectgate_principals" not in names and version == "3"
 
 
 def test_newer_store_is_refused(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "prune": "ops:prune",
     "bench": "bench:bench",
     "mcp": "mcp:mcp",
+    "principals": "principals:principals",
+    "console": "console:console",
 }
 
 

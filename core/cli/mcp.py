@@ -62,8 +62,9 @@ def _http_options(fn: Any) -> Any:
         click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
                      help="Port for --transport http (0: a free one, printed at start)."),
         click.option("--allow-remote", is_flag=True,
-                     help="Listen off localhost. There is no authentication yet: anyone who can "
-                          "reach the port can act. Only behind a network boundary you trust."),
+                     help="Listen off localhost (plain HTTP). Only behind a network boundary you "
+                          "trust: mcp serve asks every request for an agent's token, the "
+                          "gateway does not."),
     ]):
         fn = option(fn)
     return fn
@@ -93,22 +94,28 @@ def mcp() -> None:
 @_http_options
 @click.option("--allow-resolve", is_flag=True,
               help="Offer resolve_effect to the agent (off: resolving is an operator's act).")
+@click.option("--no-auth", is_flag=True,
+              help="With --transport http on localhost only: accept requests without a bearer "
+                   "token (by default each needs a token of an agent principal).")
 @handle_errors
 def serve(url: str | None, namespace: str, gate_ref: str | None, policy: Path | None,
           transport: str, host: str, port: int, allow_remote: bool,
-          allow_resolve: bool) -> None:
+          allow_resolve: bool, no_auth: bool) -> None:
     """Serve begin_effect, report_effect, extend_lease and unwind_group as MCP tools. Says on
     stderr which store, namespace and policy are in force, and where it listens."""
-    from ..integrations.mcp.transport import check_bind
+    from ..integrations.mcp.transport import check_bind, is_loopback
 
     if transport == "http":
         check_bind(host, port, allow_remote=allow_remote)
+        if no_auth and not is_loopback(host):
+            fail("--no-auth only on localhost: off it, any client could report, extend or "
+                 "unwind another's effects")
     with _gate(url, namespace, gate_ref, policy) as gate:
         from ..integrations.mcp import serve as run
 
         click.echo(f"effectgate: mcp serve: {_describe(gate, policy)}", err=True)
         run(gate, transport="http" if transport == "http" else "stdio", host=host, port=port,
-            allow_resolve=allow_resolve, allow_remote=allow_remote)
+            allow_resolve=allow_resolve, allow_remote=allow_remote, auth=not no_auth)
 
 
 _upstream = click.option(

@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 from ..states import ApprovalState, State
 
 __all__ = [
-    "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow", "EffectHead", "EffectRow", "Moved", "Recorded",
-    "approval_row", "effect_head", "effect_row",
+    "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow", "EffectHead", "EffectRow", "Moved",
+    "PrincipalRow", "Recorded", "approval_row", "effect_head", "effect_row", "principal_row",
 ]
 
 _STATE = {s.value: s for s in State}
@@ -106,6 +106,21 @@ class ApprovalRow(NamedTuple):
     now: float
 
 
+class PrincipalRow(NamedTuple):
+    """A named operator or agent: its token only as a salted hash, and the store's clock."""
+
+    token_id: str
+    namespace: str
+    name: str
+    role: str
+    salt: str
+    token_hash: str
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+    now: float
+
+
 class Recorded(NamedTuple):
     """What a holder's report changed: the spend it moved, and whether it came late (after
     the lease lapsed, settling the AMBIGUOUS effect)."""
@@ -151,3 +166,8 @@ def approval_row(values: Any) -> ApprovalRow:
     v = tuple(values)
     i = ApprovalRow._fields.index("state")
     return ApprovalRow._make((*v[:i], _APPROVAL_STATE[v[i]], *v[i + 1:]))
+
+
+def principal_row(values: Any) -> PrincipalRow:
+    """A principal from a driver row of its columns + ``now``."""
+    return PrincipalRow._make(tuple(values))

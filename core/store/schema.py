@@ -43,7 +43,7 @@ from ..errors import ConfigError, StoreError
 
 __all__ = [
     "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
-    "literal", "metadata", "read_schema",
+    "literal", "metadata", "principals", "read_schema",
 ]
 
 metadata = MetaData()
@@ -132,6 +132,24 @@ budgets = Table(
     Column("scope_key", String(800), primary_key=True),
     Column("spent_micros", BigInteger, nullable=False),
     Column("updated_at", Double, nullable=False),
+)
+
+# v4: named operators and agents. A token is ``egp_`` + 43 URL-safe characters; its first 12
+# after the prefix are ``token_id`` (the primary key: authentication is one indexed read), and
+# the whole token is kept only as a salted PBKDF2 hash.
+principals = Table(
+    "effectgate_principals",
+    metadata,
+    Column("token_id", String(16), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("salt", String(64), nullable=False),
+    Column("token_hash", String(128), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("last_used_at", Double),
+    Column("revoked_at", Double),
+    UniqueConstraint("namespace", "name", name="uq_effectgate_principals_name"),
 )
 
 meta = Table(
@@ -286,9 +304,25 @@ def _v3(conn: Connection, dialect: str) -> None:
     conn.exec_driver_sql("ALTER TABLE effectgate_approvals ADD COLUMN arguments TEXT")
 
 
+_V3_EFFECTS = {c.name for c in effects.c}
+_V3_APPROVALS = {c.name for c in approvals.c}
+
+
+def _v4(conn: Connection, dialect: str) -> None:
+    """Named principals (operators and agents) with hashed tokens: a new table; every effect
+    and approval stays as it is."""
+    _expect(conn, 3, "effectgate_effects", _V3_EFFECTS)
+    _expect(conn, 3, "effectgate_approvals", _V3_APPROVALS)
+    if _has_table(conn, principals.name):
+        raise ConfigError(
+            f"the store says schema version 3 but already has a {principals.name} table; it "
+            "was not written by a released effectgate; nothing was changed")
+    principals.create(conn)
+
+
 # MIGRATIONS[n - 1] takes a store from version n - 1 to n, inside one transaction. A fresh
 # store is created at the latest version directly.
-MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3]
+MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -302,7 +336,7 @@ def _check_latest(conn: Connection) -> None:
     """Every table has every column this version reads: a store stamped with this version by
     an earlier development build fails here, at open, not at every call."""
     shape = _shape(conn)
-    for table in (effects, approvals, budgets, meta):
+    for table in (effects, approvals, budgets, principals, meta):
         if table.name not in shape:
             raise ConfigError(
                 f"the store says schema version {SCHEMA_VERSION} but has no {table.name} table")

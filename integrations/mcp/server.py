@@ -30,7 +30,17 @@ import effectgate as eg
 from effectgate.sagas import compensation_request
 
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
-from .transport import HttpGuard, check_bind, listen, serve_http
+from .transport import (
+    HttpGuard,
+    agent_for,
+    bearer_guard,
+    check_bind,
+    is_loopback,
+    listen,
+    operator_only,
+    require_holds,
+    serve_http,
+)
 
 try:
     from mcp.server import MCPServer
@@ -196,7 +206,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
                 estimated_cost_micros=estimated_cost_micros, vendor=vendor,
                 group_key=group_key, compensation=compensation,
                 compensates_effect_id=compensates_effect_id, lease_seconds=lease_seconds,
-                run_id=run_id, agent_id=agent_id,
+                run_id=run_id, agent_id=agent_for(agent_id),
             )
         except eg.EffectGateError as err:
             raise tool_error(err) from err
@@ -216,6 +226,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             "What it really cost, in micro-units (1000000 = $1), when known."))] = None,
     ) -> dict[str, Any]:
         try:
+            await require_holds(gate, key, "report")
             await gate.areport(eg.Lease(key, lease_token, lease_secret), outcome,
                                result=result, error=error,
                                actual_cost_micros=actual_cost_micros)
@@ -233,6 +244,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         = None,
     ) -> dict[str, Any]:
         try:
+            await require_holds(gate, key, "extend the lease of")
             expires = await gate.aextend_lease(eg.Lease(key, lease_token, lease_secret),
                                                seconds)
         except eg.EffectGateError as err:
@@ -251,6 +263,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             note: Annotated[str | None, Field(description="How it was verified.")] = None,
         ) -> dict[str, Any]:
             try:
+                operator_only("resolve")
                 record = await gate.aresolve(key, outcome, by=by, result=result, note=note)
             except eg.EffectGateError as err:
                 raise tool_error(err) from err
@@ -263,6 +276,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         by: Annotated[str, Field(description="Who asks for the undo.")] = "mcp-agent",
     ) -> dict[str, Any]:
         try:
+            operator_only("unwind")
             return await asyncio.to_thread(unwind_answer, gate, group_key, by)
         except eg.EffectGateError as err:
             raise tool_error(err) from err
@@ -317,11 +331,13 @@ def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
 def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
           host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False,
           allow_remote: bool = False, guard: HttpGuard | None = None,
-          out: TextIO | None = None) -> None:
+          out: TextIO | None = None, auth: bool = True) -> None:
     """Run :func:`build_server` over stdio or streamable HTTP (``http://host:port/mcp``; port
-    0 picks a free one). Prints where it listens on ``out`` (stderr). HTTP listens on a
-    loopback address unless ``allow_remote`` or a ``guard`` (the authentication seam, see
-    :mod:`.transport`); :class:`~effectgate.ConfigError` otherwise."""
+    0 picks a free one). Prints where it listens, and whether requests are authenticated, on
+    ``out`` (stderr). HTTP requires a bearer token of an agent principal
+    (:func:`.transport.bearer_guard`) unless ``auth=False``, which only a loopback address may
+    use; it listens on a loopback address unless ``allow_remote`` or a ``guard``;
+    :class:`~effectgate.ConfigError` otherwise."""
     out = out if out is not None else sys.stderr
     server = build_server(gate, allow_resolve=allow_resolve)
     if transport == "stdio":
@@ -329,9 +345,16 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
         server.run("stdio")
         return
     check_bind(host, port, allow_remote=allow_remote, guard=guard)
+    if not auth and not is_loopback(host):
+        raise eg.ConfigError("--no-auth only on localhost: off it, any client could report, "
+                             "extend or unwind another's effects")
+    said = "off (--no-auth, localhost only)" if not auth else (
+        "bearer tokens of agent principals" if guard is None else "your guard")
+    if auth and guard is None:
+        guard = bearer_guard(gate)
     sock = listen(host, port)
     try:
         anyio.run(functools.partial(serve_http, server.streamable_http_app(host=host), sock,
-                                    what="mcp serve", out=out, guard=guard))
+                                    what="mcp serve", out=out, guard=guard, auth=said))
     finally:
         sock.close()

@@ -1,26 +1,35 @@
-"""Serving an MCP server over streamable HTTP: where it may listen, and the seam where
-authentication plugs in.
+"""Serving an MCP server over streamable HTTP: where it may listen, and who may call it.
 
 A server listens on a loopback address (``127.0.0.1``, ``::1``, ``localhost``) unless
-``allow_remote`` is set: until bearer-token authentication of agent principals exists, anyone
-who can reach the port can act through it. ``guard`` is that seam: a function that wraps the
-ASGI app (e.g. refusing a request without a valid ``Authorization: Bearer`` token of an agent
-principal); with a guard the remote bind is the guard's responsibility.
+``allow_remote`` is set. ``guard`` wraps the ASGI app; :func:`bearer_guard` is the one
+effectgate ships: every request needs ``Authorization: Bearer <token>`` of an *agent*
+principal of the gate's namespace (``effectgate principals add NAME --role agent``), else 401
+(403 for an operator's token). The principal rides in a context variable into the tools
+(:func:`caller`), which then act only for it: ``begin_effect`` records it as the agent,
+``report_effect`` and ``extend_lease`` are refused on an effect another agent began, and
+``resolve_effect`` and ``unwind_group`` are an operator's acts, refused to agents. An MCP
+session is bound to the principal that opened it: another token cannot read or post to it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
+import json
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 import effectgate as eg
+from effectgate.principals import AGENT, Principal, require_holder, require_operator
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["HttpGuard", "check_bind", "is_loopback", "listen", "serve_http"]
+__all__ = [
+    "HttpGuard", "agent_for", "bearer_guard", "caller", "check_bind", "is_loopback", "listen",
+    "operator_only", "require_holds", "serve_http",
+]
 
 HttpGuard = Callable[["ASGIApp"], "ASGIApp"]
 """Wraps the HTTP app with authentication (the operators issue's bearer tokens plug in here)."""
@@ -78,14 +87,117 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}{MCP_PATH}"
 
 
+_caller: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "effectgate_mcp_caller", default=None)
+
+
+def caller() -> Principal | None:
+    """The agent principal of the HTTP request being served (None without authentication:
+    stdio, or ``--no-auth``)."""
+    return _caller.get()
+
+
+def agent_for(agent_id: str | None) -> str | None:
+    """The agent id a ``begin`` records: the authenticated agent's name (an ``agent_id`` naming
+    anyone else is :class:`~effectgate.Forbidden`), else what the caller said."""
+    who = caller()
+    if who is None:
+        return agent_id
+    if agent_id is not None and agent_id != who.name:
+        raise eg.Forbidden(f"{who.name} may not begin effects as {agent_id!r}",
+                           reason="agent_id is not the caller")
+    return who.name
+
+
+async def require_holds(gate: eg.Gate, key: str, what: str) -> None:
+    """:class:`~effectgate.Forbidden` unless the authenticated agent began ``key`` (nothing to
+    check without authentication; the lease proof is checked by the gate either way)."""
+    who = caller()
+    if who is None:
+        return
+    record = await gate.aget(key)
+    require_holder(who, record, what)
+
+
+def operator_only(what: str) -> None:
+    """:class:`~effectgate.Forbidden` when an authenticated agent asks for an operator's act."""
+    who = caller()
+    if who is not None:
+        require_operator(who, what)
+
+
+def bearer_guard(gate: eg.Gate) -> HttpGuard:
+    """A guard that admits only requests bearing a token of an agent principal of ``gate``'s
+    namespace (one indexed read per request; revocation is seen at once), and keeps each MCP
+    session to the principal that opened it."""
+    import anyio.to_thread
+
+    owners: dict[str, str] = {}
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def refuse(send: Send, status: int, message: str) -> None:
+            body = json.dumps({"error": "Unauthenticated" if status == 401 else "Forbidden",
+                               "message": message}).encode("utf-8")
+            headers = [(b"content-type", b"application/json"),
+                       (b"content-length", str(len(body)).encode("ascii"))]
+            if status == 401:
+                headers.append((b"www-authenticate", b'Bearer realm="effectgate"'))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            headers = {k.lower(): v for k, v in scope.get("headers", [])}
+            raw = headers.get(b"authorization", b"").decode("latin-1")
+            scheme, _, token = raw.partition(" ")
+            try:
+                if scheme.lower() != "bearer":
+                    raise eg.Unauthenticated("a bearer token is required")
+                who = await anyio.to_thread.run_sync(gate.authenticate, token.strip())
+            except eg.Unauthenticated:
+                await refuse(send, 401, "a bearer token of an agent principal is required "
+                             "(effectgate principals add NAME --role agent)")
+                return
+            if who.role != AGENT:
+                await refuse(send, 403, f"{who.name} is an {who.role}: MCP is for agents")
+                return
+            session = headers.get(b"mcp-session-id", b"").decode("latin-1")
+            if session and owners.get(session, who.name) != who.name:
+                await refuse(send, 403, "this MCP session belongs to another principal")
+                return
+
+            async def remember(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    for name, value in message.get("headers", []):
+                        if name.lower() == b"mcp-session-id":
+                            owners.setdefault(value.decode("latin-1"), who.name)
+                            while len(owners) > 100_000:  # bounded: the oldest go first
+                                owners.pop(next(iter(owners)))
+                await send(message)
+
+            reset = _caller.set(who)
+            try:
+                await app(scope, receive, remember)
+            finally:
+                _caller.reset(reset)
+
+        return guarded
+
+    return wrap
+
+
 async def serve_http(app: Any, sock: socket.socket, *, what: str, out: TextIO,
-                     guard: HttpGuard | None = None) -> None:
-    """Serve ``app`` (the MCP Starlette app) on ``sock`` until cancelled; print where."""
+                     guard: HttpGuard | None = None, auth: str | None = None) -> None:
+    """Serve ``app`` (the MCP Starlette app) on ``sock`` until cancelled; print where, and
+    whether (and how) requests are authenticated."""
     import uvicorn
 
     if guard is not None:
         app = guard(app)
-    print(f"effectgate: {what} listening on {url_of(sock)} (streamable HTTP)", file=out,
+    said = f"; auth: {auth}" if auth else ""
+    print(f"effectgate: {what} listening on {url_of(sock)} (streamable HTTP{said})", file=out,
           flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     server = uvicorn.Server(config)

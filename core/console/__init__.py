@@ -1,0 +1,17 @@
+"""``effectgate console``: a small web console for the people the gate leans on.
+
+Overview, the approvals queue (Approve / Deny), the AMBIGUOUS queue (Reconcile now / Resolve),
+effects search and timelines, saga groups (Unwind) — server-rendered pages, no script, every
+action through the Gate API as the signed-in operator (see :mod:`effectgate.console.app`).
+Needs the ``console`` extra (Starlette, uvicorn, Jinja2)::
+
+    effectgate principals add alice --role operator      # prints alice's token once
+    effectgate console --url sqlite:///effects.db        # http://127.0.0.1:8765
+"""
+
+from __future__ import annotations
+
+from .app import SESSION_COOKIE, build_app
+from .serve import check_console_bind, serve
+
+__all__ = ["SESSION_COOKIE", "build_app", "check_console_bind", "serve"]

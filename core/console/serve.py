@@ -1,0 +1,93 @@
+"""Where the console may listen, and serving it with uvicorn.
+
+Localhost by default. Any other address only with TLS settings (a certificate and its key)
+or an explicit ``insecure_bind``: off localhost a session cookie or an operator's token would
+otherwise cross the network in clear. Cookies are marked ``Secure`` whenever the console is
+served over TLS or off localhost.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..gate import Gate
+
+__all__ = ["check_console_bind", "serve"]
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_console_bind(host: str, port: int, *, tls_cert: str | None = None,
+                       tls_key: str | None = None, insecure_bind: bool = False) -> bool:
+    """Refuse (:class:`~effectgate.ConfigError`) an address the console must not listen on;
+    return whether its cookies must be ``Secure``."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be 0..65535, not {port!r}")
+    if not isinstance(host, str) or not host.strip() or any(ord(c) < 33 for c in host):
+        raise ConfigError(f"--host must be an address or a host name, not {host!r}")
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    for path in (tls_cert, tls_key):
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(f"no such file: {path}")
+    tls = tls_cert is not None
+    if not _loopback(host) and not tls and not insecure_bind:
+        raise ConfigError(
+            f"refusing to listen on {host!r} without TLS: off localhost an operator's token "
+            "and session would cross the network in clear. Give --tls-cert and --tls-key, "
+            "listen on 127.0.0.1, or pass --insecure-bind if a TLS proxy you trust fronts it.")
+    return tls or not _loopback(host)
+
+
+def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
+          tls_cert: str | None = None, tls_key: str | None = None,
+          insecure_bind: bool = False, out: TextIO | None = None) -> None:
+    """Serve the console for ``gate`` until interrupted; print where it listens."""
+    import uvicorn
+
+    from .app import build_app
+
+    out = out if out is not None else sys.stderr
+    secure = check_console_bind(host, port, tls_cert=tls_cert, tls_key=tls_key,
+                                insecure_bind=insecure_bind)
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        raise ConfigError(f"cannot resolve --host {host!r}: {err}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    scheme = "https" if tls_cert else "http"
+    print(f"effectgate: console listening on {scheme}://{shown}:{bound_port}/ "
+          f"(namespace {gate.namespace!r}; sign in with an operator's token)", file=out,
+          flush=True)
+    config = uvicorn.Config(build_app(gate, secure_cookies=secure), log_level="warning",
+                            lifespan="off", access_log=False, ssl_certfile=tls_cert,
+                            ssl_keyfile=tls_key)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
