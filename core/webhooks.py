@@ -177,7 +177,7 @@ class _Delivery:
     def __init__(self, notice: Notice) -> None:
         self.notice = notice
         self.event = notice.event
-        self.id = uuid.uuid4().hex
+        self.id = ""  # given on the delivery thread, kept across retries
         self.occurred = time.time()
         self.attempt = 0
         self.due = 0.0
@@ -244,6 +244,7 @@ class Webhooks:
         self._headers = extra
         self._counts = {"delivered": 0, "retried": 0, "failed": 0, "dropped": 0}
         self._warned: dict[tuple[str, str | None], float] = {}
+        self._next_drop_log = 0.0
         self._reset()
         _live.add(self)
 
@@ -295,8 +296,12 @@ class Webhooks:
     def _drop_oldest(self) -> None:
         victim = self._queue.popleft() if self._queue else heapq.heappop(self._retry)
         self._counts["dropped"] += 1
-        log.warning("webhook: queue full (%d); dropped the oldest delivery (%s %s)",
-                    self.max_queue, victim.event, victim.id)
+        now = time.monotonic()
+        if now >= self._next_drop_log:  # logged at most every 10 s: a flood must stay O(1)
+            self._next_drop_log = now + 10.0
+            log.warning("webhook: queue full (%d); dropped the oldest delivery (%s %s); %d "
+                        "dropped so far", self.max_queue, victim.event, victim.notice.key,
+                        self._counts["dropped"])
 
     def _start(self) -> None:
         self._stopping = False
@@ -375,6 +380,7 @@ class Webhooks:
     def _attempt(self, item: _Delivery) -> float | None:
         """Post once; the delay before the next attempt, or None when done."""
         if item.body is None:
+            item.id = uuid.uuid4().hex
             item.body = json.dumps(self.message(_filled(item.notice), item.id, item.occurred),
                                    separators=(",", ":")).encode()
         item.attempt += 1
@@ -474,6 +480,8 @@ class Webhooks:
                 {"type": "context", "elements": [
                     {"type": "mrkdwn", "text": " · ".join(context)}]},
             ],
+            "unfurl_links": False,  # Slack: do not fetch the console's page for a preview
+            "unfurl_media": False,
             "event": notice.event,
             "namespace": notice.namespace,
             "key": notice.key,

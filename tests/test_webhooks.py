@@ -190,6 +190,21 @@ def test_budget_warning_is_sent_once_per_type_not_per_call(make_gate: Any,
     assert len(receiver.got) == 1
 
 
+def test_a_gate_in_another_namespace_posts_too_and_a_closed_queue_starts_again(
+        make_gate: Any, receiver: Receiver) -> None:
+    wh = hooks(receiver.url)
+    other = make_gate(webhooks=wh).in_namespace(make_gate().namespace + "-b")
+    d = other.begin(effect_type="payment.refund", key="refund:ns", payload={})
+    other.report(d, "ambiguous")
+    assert wh.flush(10)
+    wh.close(1)
+    wh.notify(Notice("ambiguous", "default", "after-close"))
+    assert wh.flush(10)
+    got = bodies(receiver.wait(2))
+    assert [(b["namespace"], b["key"]) for b in got] == [
+        (other.namespace, "refund:ns"), ("default", "after-close")]
+
+
 def test_unsubscribed_events_are_not_sent(make_gate: Any, receiver: Receiver) -> None:
     wh = hooks(receiver.url, events=["ambiguous"])
     gate = make_gate(policy=APPROVE, webhooks=wh)
