@@ -91,9 +91,10 @@ class Gate:
     note before it is stored or logged (default: :func:`effectgate.redact.redact_text`).
     ``webhooks``: an :class:`effectgate.webhooks.Webhooks` told of approval requests,
     AMBIGUOUS effects and budget warnings (signed POSTs from a background thread; a ``begin``
-    never waits on them). ``telemetry``: OpenTelemetry spans, counters and gauges
-    (:mod:`effectgate.telemetry`; by default on the global providers when OpenTelemetry is
-    installed; ``False``: off).
+    never waits on them); by default built from ``$EFFECTGATE_WEBHOOK_URL`` and
+    ``$EFFECTGATE_WEBHOOK_SECRET`` when set (``False``: none). ``telemetry``: OpenTelemetry
+    spans, counters and gauges (:mod:`effectgate.telemetry`; by default on the global
+    providers when OpenTelemetry is installed; ``False``: off).
     """
 
     def __init__(
@@ -109,7 +110,7 @@ class Gate:
         memo_size: int = 4096,
         read_only: bool = False,
         text_redactor: TextRedactor | None = None,
-        webhooks: Webhooks | None = None,
+        webhooks: Webhooks | bool | None = None,
         telemetry: Telemetry | bool | None = None,
     ) -> None:
         self.namespace = validate.text(namespace, "namespace", 128, required=True) or "default"
@@ -740,12 +741,14 @@ class Gate:
 
 
 def _webhooks(webhooks: object) -> Webhooks | None:
-    if webhooks is None:
+    if webhooks is False or (webhooks is None and "EFFECTGATE_WEBHOOK_URL" not in os.environ):
         return None
-    from .webhooks import Webhooks
+    from .webhooks import Webhooks, from_env
 
+    if webhooks is None:
+        return from_env()
     if not isinstance(webhooks, Webhooks):
-        raise ConfigError("webhooks must be an effectgate.webhooks.Webhooks")
+        raise ConfigError("webhooks must be an effectgate.webhooks.Webhooks, or False for none")
     return webhooks
 
 

@@ -56,8 +56,8 @@ from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, EVENTS, Notic
 from .redact import bound, redact_text
 
 __all__ = [
-    "EVENTS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WebhookStats", "Webhooks", "sign",
-    "verify_signature",
+    "EVENTS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WebhookStats", "Webhooks", "from_env",
+    "sign", "verify_signature",
 ]
 
 log = logging.getLogger("effectgate")
@@ -498,6 +498,35 @@ class Webhooks:
             "delivery_id": delivery_id,
             "occurred_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp)),
         }
+
+
+_from_env: dict[tuple[str, ...], Webhooks] = {}
+_from_env_lock = threading.Lock()
+
+
+def from_env() -> Webhooks | None:
+    """The process's webhooks from the environment, or None when ``$EFFECTGATE_WEBHOOK_URL``
+    is not set: ``$EFFECTGATE_WEBHOOK_SECRET`` (required with it), ``$EFFECTGATE_CONSOLE_URL``
+    and ``$EFFECTGATE_WEBHOOK_EVENTS`` (comma-separated). Every gate made from the same
+    settings shares one queue and one delivery thread. This is how a gate the CLI makes
+    (``effectgate mcp serve``) sends webhooks."""
+    url = os.environ.get("EFFECTGATE_WEBHOOK_URL")
+    if not url:
+        return None
+    secret = os.environ.get("EFFECTGATE_WEBHOOK_SECRET")
+    if not secret:
+        raise ConfigError("$EFFECTGATE_WEBHOOK_URL is set but $EFFECTGATE_WEBHOOK_SECRET is not: "
+                          "every webhook is signed")
+    console = os.environ.get("EFFECTGATE_CONSOLE_URL") or None
+    events = tuple(e.strip() for e in os.environ.get("EFFECTGATE_WEBHOOK_EVENTS", "").split(",")
+                   if e.strip()) or EVENTS
+    settings = (url, secret, console or "", *events)
+    with _from_env_lock:
+        found = _from_env.get(settings)
+        if found is None:
+            found = _from_env[settings] = Webhooks(url, secret, console_url=console,
+                                                   events=events)
+        return found
 
 
 def _filled(notice: Notice) -> Notice:

@@ -362,6 +362,26 @@ def test_webhooks_on_a_gate_must_be_webhooks(store_url: str, namespace: str) -> 
         eg.Gate(store_url, namespace=namespace, webhooks="https://hooks.example.com/x")  # type: ignore[arg-type]
 
 
+def test_the_environment_configures_one_shared_queue(monkeypatch: pytest.MonkeyPatch,
+                                                     store_url: str, namespace: str) -> None:
+    monkeypatch.setenv("EFFECTGATE_WEBHOOK_URL", "https://hooks.example.com/env")
+    monkeypatch.setenv("EFFECTGATE_CONSOLE_URL", "https://console.example.com")
+    monkeypatch.setenv("EFFECTGATE_WEBHOOK_EVENTS", "ambiguous")
+    with pytest.raises(eg.ConfigError, match="SECRET"):
+        eg.Gate(store_url, namespace=namespace)
+    monkeypatch.setenv("EFFECTGATE_WEBHOOK_SECRET", SECRET)
+    first, second = (eg.Gate(store_url, namespace=namespace) for _ in range(2))
+    off = eg.Gate(store_url, namespace=namespace, webhooks=False)
+    try:
+        assert first._webhooks is not None and first._webhooks is second._webhooks
+        assert first._webhooks.events == {"ambiguous"}
+        assert first._webhooks.console_url == "https://console.example.com"
+        assert off._webhooks is None
+    finally:
+        for gate in (first, second, off):
+            gate.close()
+
+
 def test_repr_hides_the_url_path_and_the_secret() -> None:
     wh = Webhooks("https://hooks.slack.com/services/T1/B2/sekrit", SECRET)
     assert "sekrit" not in repr(wh) and SECRET not in repr(wh)
