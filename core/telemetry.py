@@ -165,9 +165,10 @@ class Telemetry:
     def report_span(self, tracer: Any, held: BeginDecision | Lease,
                     outcome: Any) -> Iterator[None]:
         """An ``effectgate.report`` span around a report of ``outcome`` (not made current)."""
-        attributes: dict[str, Any] = {"effectgate.key": str(getattr(held, "key", "")),
-                                      "effectgate.outcome": str(getattr(outcome, "value",
-                                                                        outcome))}
+        # bounded: a bare lease and the outcome come from the caller, unchecked as yet
+        attributes: dict[str, Any] = {
+            "effectgate.key": str(getattr(held, "key", ""))[:512],
+            "effectgate.outcome": str(getattr(outcome, "value", outcome))[:32]}
         if hasattr(held, "effect_type"):
             attributes.update(_of_decision(held))  # type: ignore[arg-type]
         span = tracer.start_span("effectgate.report", attributes=attributes)
