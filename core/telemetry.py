@@ -26,6 +26,7 @@ tracer_provider=..., meter_provider=...))`` uses providers of your own;
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -46,6 +47,7 @@ SPANS = ("effectgate.begin", "effectgate.body", "effectgate.report")
 _LOOK_EVERY = 1.0  # seconds between looks for a global tracer provider, until one is set
 _default: list[Telemetry] = []
 _default_lock = threading.Lock()
+_instances: weakref.WeakSet[Telemetry] = weakref.WeakSet()
 
 
 class Telemetry:
@@ -73,6 +75,7 @@ class Telemetry:
         self._reading: dict[int, Any] = {}
         self._reading_at = 0.0
         self._lock = threading.Lock()
+        _instances.add(self)
         gauge = meter.create_observable_gauge
         gauge("effectgate.ambiguous", [self._ambiguous], unit="{effect}",
               description="AMBIGUOUS effects (a lapsed lease included), by namespace")
@@ -326,3 +329,15 @@ def telemetry(option: Telemetry | bool | None = None) -> Telemetry | None:
         if not _default:
             _default.append(Telemetry())
     return _default[0]
+
+
+def _after_fork_in_child() -> None:
+    """A lock the parent's metrics thread held at the fork would never be released here."""
+    global _default_lock
+    _default_lock = threading.Lock()
+    for instance in list(_instances):
+        instance._lock = threading.Lock()
+        instance._reading_at = 0.0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

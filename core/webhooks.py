@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
@@ -245,6 +245,7 @@ class Webhooks:
         self._counts = {"delivered": 0, "retried": 0, "failed": 0, "dropped": 0}
         self._warned: dict[tuple[str, str | None], float] = {}
         self._next_drop_log = 0.0
+        self._ambiguous: OrderedDict[tuple[str, str, int], None] = OrderedDict()
         self._reset()
         _live.add(self)
 
@@ -268,10 +269,12 @@ class Webhooks:
         try:
             if notice.event not in self.events:
                 return
-            if notice.event == BUDGET_WARNING and not self._first_warning(notice):
-                return
             item = _Delivery(notice)
             with self._cond:
+                if notice.event == BUDGET_WARNING and not self._first_warning(notice):
+                    return
+                if notice.event == AMBIGUOUS and not self._first_ambiguous(notice):
+                    return
                 if len(self._queue) + len(self._retry) >= self.max_queue:
                     self._drop_oldest()
                 self._queue.append(item)
@@ -291,6 +294,19 @@ class Webhooks:
         if len(self._warned) > 10_000:
             self._warned.clear()
         self._warned[where] = now
+        return True
+
+    def _first_ambiguous(self, notice: Notice) -> bool:
+        """One message per attempt that became AMBIGUOUS (a lapse observed, then the late
+        holder's own ``ambiguous`` report, is one event for people)."""
+        if notice.attempt is None:
+            return True
+        where = (notice.namespace, notice.key, notice.attempt)
+        if where in self._ambiguous:
+            return False
+        if len(self._ambiguous) >= 10_000:
+            self._ambiguous.popitem(last=False)
+        self._ambiguous[where] = None
         return True
 
     def _drop_oldest(self) -> None:

@@ -142,6 +142,8 @@ def test_a_lapsed_lease_posts_ambiguous_with_the_effect_page(make_gate: Any,
     assert body["event"] == "ambiguous" and body["reason"] == "lease lapsed"
     assert body["url"] == f"https://console.example.com/eg/effects/{d.effect_id}"
     assert body["state"] == "ambiguous" and body["attempt"] == 1
+    gate.report(d, "ambiguous", error="the late holder does not know either")
+    assert wh.flush(10) and len(receiver.got) == 1  # one event for people, not two
 
 
 def test_a_body_error_of_unknown_outcome_posts_ambiguous_with_a_redacted_error(
