@@ -361,8 +361,8 @@ class Webhooks:
     def _next(self) -> _Delivery | None:
         with self._cond:
             while True:
-                if self._stopping:
-                    return None
+                if self._stopping or self._thread is not threading.current_thread():
+                    return None  # closed, or replaced by a newer thread
                 now = time.monotonic()
                 if self._retry and self._retry[0].due <= now:
                     item = heapq.heappop(self._retry)
