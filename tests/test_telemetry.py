@@ -184,3 +184,45 @@ def test_telemetry_false_and_no_provider_cost_nothing(make_gate: Any) -> None:
     assert shared is not None and telemetry() is shared  # one per process, on the globals
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         assert Telemetry().tracer() is None  # no provider configured: no spans made
+
+
+def test_the_global_providers_are_picked_up_once_configured(tmp_path: Any) -> None:
+    """A gate made before the application configures OpenTelemetry makes no spans; once the
+    global providers are set, its begins are traced and its gauges read (a fresh process:
+    the global providers can be set only once)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import json, time
+        import effectgate as eg
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        gate = eg.Gate("sqlite:///{tmp_path / 'g.db'}", policy=False)
+        gate.begin(effect_type="t", key="before", payload={{}})
+        spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        time.sleep(1.1)  # the gate looks for a provider at most once a second
+        d = gate.begin(effect_type="t", key="after", payload={{}})
+        gate.report(d, "ambiguous")
+        names = [s.name for s in spans.get_finished_spans()]
+        points = {{m.name: [p.value for p in m.data.data_points]
+                  for r in reader.get_metrics_data().resource_metrics
+                  for s in r.scope_metrics for m in s.metrics}}
+        print(json.dumps([names, points.get("effectgate.ambiguous")]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    names, ambiguous = json.loads(done.stdout.strip().splitlines()[-1])
+    assert names == ["effectgate.begin", "effectgate.report"]
+    assert ambiguous == [1]
