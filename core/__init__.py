@@ -56,11 +56,13 @@ if TYPE_CHECKING:
 
     from .gate import Gate
     from .policy import ApprovalRule, Budget, EffectRule, Policy, UpstreamRule
+    from .webhooks import Webhooks, verify_signature
 
 # Imported on first use: the store (SQLAlchemy) and the policy (pydantic) cost a third of a
 # second that ``import effectgate`` need not pay (PEP 562).
 _LAZY = {"Gate": ".gate", "ApprovalRule": ".policy", "Budget": ".policy",
-         "EffectRule": ".policy", "Policy": ".policy", "UpstreamRule": ".policy"}
+         "EffectRule": ".policy", "Policy": ".policy", "UpstreamRule": ".policy",
+         "Webhooks": ".webhooks", "verify_signature": ".webhooks"}
 
 
 def __getattr__(name: str) -> Any:
@@ -131,6 +133,7 @@ __all__ = [
     "UnwindStep",
     "UpstreamRule",
     "VendorKey",
+    "Webhooks",
     "__version__",
     "canonical_json",
     "classify",
@@ -141,4 +144,5 @@ __all__ = [
     "effect_context",
     "payload_hash",
     "refusal",
+    "verify_signature",
 ]

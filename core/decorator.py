@@ -243,7 +243,7 @@ class EffectSpec:
             warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
         token = _current.set(d)
         try:
-            result = body()
+            result = body() if gate._telemetry is None else gate._telemetry.body(d, body)
         except BaseException as exc:
             outcome, error = self._failure(exc)
             try:
@@ -275,7 +275,8 @@ class EffectSpec:
             warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
         token = _current.set(d)
         try:
-            result = await body()
+            result = await (body() if gate._telemetry is None
+                            else gate._telemetry.abody(d, body))
         except BaseException as exc:
             outcome, error = self._failure(exc)
             try:

@@ -21,6 +21,7 @@ from . import decide, validate
 from .decide import Answer, Move, ReadApproval
 from .errors import ConfigError, InvalidTransition, PayloadError, StoreError
 from .memo import CommittedMemo, MemoEntry
+from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
 from .payload import canonical_json, result_json
 from .reconcile import Reconciler, verdict
 from .records import BeginDecision
@@ -43,8 +44,10 @@ class BeginFlow:
     """One namespace's way through ``begin``: the store, the memo and the reconcile hooks."""
 
     def __init__(self, store: Store, memo: CommittedMemo, reconcilers: Registry[Reconciler],
-                 redact: Callable[[str | None], str | None]) -> None:
+                 redact: Callable[[str | None], str | None],
+                 observe: Observer | None = None) -> None:
         self._store = store
+        self.observe = observe  # told of approvals requested, lapses, budget warnings
         self.astore = store.async_face()
         self.memo = memo
         self._reconcilers = reconcilers
@@ -229,6 +232,9 @@ class BeginFlow:
         if step.budget_warning:
             log.warning("%s: %s", req.key, step.budget_warning,
                         extra={"key": req.key, "reason": step.budget_warning})
+        if self.observe is not None and (step.budget_warning or (
+                approval is not None and step.decision is Decision.APPROVAL_REQUIRED)):
+            self._tell(step, new, req, approval)
         return self._decision(
             new, step.decision, reason=step.reason,
             approval_id=approval.approval_id if approval else None,
@@ -236,12 +242,24 @@ class BeginFlow:
             budget_warning=step.budget_warning,
         )
 
+    def _tell(self, step: Move, row: EffectHead, req: Request,
+              approval: NewApproval | None) -> None:
+        """Tell the observer of a new approval request or a budget warning."""
+        asked = approval is not None and step.decision is Decision.APPROVAL_REQUIRED
+        assert self.observe is not None
+        self.observe(notice(
+            APPROVAL_REQUIRED if asked else BUDGET_WARNING, row, self._store,
+            reason=step.reason if asked else step.budget_warning, run_id=req.run_id,
+            agent_id=req.agent_id, approval_id=approval.approval_id if approval else None))
+
     def _lapsed(self, row: EffectHead) -> EffectHead | None:
         lapsed = self._store.lapse(row)
         if lapsed is not None:
             log.info("lease lapsed: %s is AMBIGUOUS", row.key,
                      extra={"key": row.key, "decision": Decision.BLOCKED.value,
                             "reason": "lease lapsed"})
+            if self.observe is not None:
+                self.observe(notice(AMBIGUOUS, lapsed, self._store, reason="lease lapsed"))
         return lapsed
 
     def _answer(self, row: EffectHead, answer: Answer) -> BeginDecision:

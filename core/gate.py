@@ -33,6 +33,7 @@ from .flow import BeginFlow
 from .governance import evaluate
 from .keys import check_key
 from .memo import CommittedMemo
+from .notices import reported
 from .payload import canonical_json, payload_hash, result_json
 from .reconcile import Reconciled, Reconciler
 from .records import ApprovalRecord, BeginDecision, EffectRecord
@@ -43,13 +44,14 @@ from .sagas import Compensator, UnwindReport
 from .states import ApprovalState, Decision, Outcome, State
 from .store import Durability, Store
 from .store.rows import EffectHead, EffectRow, Recorded
-from .telemetry import telemetry
+from .telemetry import Telemetry, telemetry
 from .translate import approval_record, effect_record, vendor_key_of
 from .vendors import rule_for
 
 if TYPE_CHECKING:
     from .policy import Policy
     from .principals import Acting, Principal
+    from .webhooks import Webhooks
 
 __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
 
@@ -88,6 +90,12 @@ class Gate:
     migrates nothing (:class:`StoreError` when there is no effectgate store at ``url``) and
     every write is refused by the database. ``text_redactor`` rewrites every error, reason and
     note before it is stored or logged (default: :func:`effectgate.redact.redact_text`).
+    ``webhooks``: an :class:`effectgate.webhooks.Webhooks` told of approval requests,
+    AMBIGUOUS effects and budget warnings (signed POSTs from a background thread; a ``begin``
+    never waits on them); by default built from ``$EFFECTGATE_WEBHOOK_URL`` and
+    ``$EFFECTGATE_WEBHOOK_SECRET`` when set (``False``: none). ``telemetry``: OpenTelemetry
+    spans, counters and gauges (:mod:`effectgate.telemetry`; by default on the global
+    providers when OpenTelemetry is installed; ``False``: off).
     """
 
     def __init__(
@@ -103,6 +111,8 @@ class Gate:
         memo_size: int = 4096,
         read_only: bool = False,
         text_redactor: TextRedactor | None = None,
+        webhooks: Webhooks | bool | None = None,
+        telemetry: Telemetry | bool | None = None,
     ) -> None:
         self.namespace = validate.text(namespace, "namespace", 128, required=True) or "default"
         self.lease_seconds = validate.seconds(lease_seconds, "lease_seconds")
@@ -119,8 +129,12 @@ class Gate:
         self._memo = CommittedMemo(memo_size)
         self._reconcilers: Registry[Reconciler] = Registry()
         self._compensators: Registry[Compensator] = Registry()
-        self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact)
-        self._telemetry = telemetry()
+        self._webhooks = _webhooks(webhooks)
+        self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact,
+                               None if self._webhooks is None else self._webhooks.notify)
+        self._telemetry = _telemetry(telemetry)
+        if self._telemetry is not None:
+            self._telemetry.watch(self)
 
     def in_namespace(self, namespace: str) -> Gate:
         """A gate like this one — same store and connections, policy, options, reconcile
@@ -132,7 +146,8 @@ class Gate:
         other._memo = CommittedMemo(self._memo.size)
         other._reconcilers = self._reconcilers.copy()
         other._compensators = self._compensators.copy()
-        other._flow = BeginFlow(other._store, other._memo, other._reconcilers, other._redact)
+        other._flow = BeginFlow(other._store, other._memo, other._reconcilers, other._redact,
+                                self._flow.observe)
         return other
 
     # -- properties ------------------------------------------------------------------------
@@ -152,6 +167,8 @@ class Gate:
 
     def close(self) -> None:
         """Close the store's pooled connections."""
+        if self._telemetry is not None:
+            self._telemetry.forget(self)
         self._store.close()
 
     def __enter__(self) -> Gate:
@@ -252,6 +269,11 @@ class Gate:
         ``estimated_cost_micros``, ``vendor``, ``max_attempts``.
         """
         req = self._as_request(request, fields)
+        if self._telemetry is not None and (tracer := self._telemetry.tracer()) is not None:
+            return self._telemetry.begin(tracer, self._begin, req)
+        return self._begin(req)
+
+    def _begin(self, req: Request) -> BeginDecision:
         answer = self._flow.from_memo(req)
         if answer is None:
             answer = self._flow.begin(req)
@@ -262,6 +284,11 @@ class Gate:
         """:meth:`begin` for async callers: the store is reached off the event loop, and an
         ``async def`` reconcile hook is awaited on this loop."""
         req = self._as_request(request, fields)
+        if self._telemetry is not None and (tracer := self._telemetry.tracer()) is not None:
+            return await self._telemetry.abegin(tracer, self._abegin, req)
+        return await self._abegin(req)
+
+    async def _abegin(self, req: Request) -> BeginDecision:
         answer = self._flow.from_memo(req)
         if answer is None:
             answer = await self._flow.abegin(req)
@@ -330,6 +357,13 @@ class Gate:
         lease lapsed while nobody acted still records its outcome, late. :class:`PayloadError`
         when ``result`` has no JSON form (nothing written).
         """
+        if self._telemetry is not None and (tracer := self._telemetry.tracer()) is not None:
+            with self._telemetry.report_span(tracer, held, outcome):
+                return self._report(held, outcome, result, error, actual_cost_micros)
+        return self._report(held, outcome, result, error, actual_cost_micros)
+
+    def _report(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+                error: str | None, actual_cost_micros: int | None) -> None:
         lease, parsed, fields = self._report_fields(held, outcome, result, error,
                                                     actual_cost_micros)
         done = self._store.record_outcome(self.namespace, lease, parsed, **fields)
@@ -337,13 +371,20 @@ class Gate:
             if self._already(lease, parsed, fields["result"]):
                 return  # a repeat of a report that landed (its reply was lost): nothing to do
             raise self._stale(lease, f"report {parsed.value}")
-        self._reported(held, lease, parsed, fields["result"], done)
+        self._reported(held, lease, parsed, fields["result"], done, fields["reason"])
 
     async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str, *,
                       result: Any = None, error: str | None = None,
                       actual_cost_micros: int | None = None) -> None:
         """:meth:`report` for async callers: natively async on Postgres, on a worker thread
         on SQLite; the event loop never waits on the database."""
+        if self._telemetry is not None and (tracer := self._telemetry.tracer()) is not None:
+            with self._telemetry.report_span(tracer, held, outcome):
+                return await self._areport(held, outcome, result, error, actual_cost_micros)
+        return await self._areport(held, outcome, result, error, actual_cost_micros)
+
+    async def _areport(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+                       error: str | None, actual_cost_micros: int | None) -> None:
         lease, parsed, fields = self._report_fields(held, outcome, result, error,
                                                     actual_cost_micros)
         done = await self._flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
@@ -351,7 +392,7 @@ class Gate:
             if await asyncio.to_thread(self._already, lease, parsed, fields["result"]):
                 return
             raise await asyncio.to_thread(self._stale, lease, f"report {parsed.value}")
-        self._reported(held, lease, parsed, fields["result"], done)
+        self._reported(held, lease, parsed, fields["result"], done, fields["reason"])
 
     def _report_fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                        error: str | None, actual_cost_micros: int | None,
@@ -377,13 +418,15 @@ class Gate:
         }
 
     def _reported(self, held: BeginDecision | Lease, lease: Lease, parsed: Outcome,
-                  text: str | None, done: Recorded) -> None:
+                  text: str | None, done: Recorded, reason: str | None = None) -> None:
         if done.late:
             log.warning("late report settled %s: %s", lease.key, parsed.value,
                         extra={"key": lease.key, "state": parsed.value,
                                "reason": "late report"})
         if self._telemetry is not None:
             self._telemetry.outcome(parsed)
+        if parsed is Outcome.AMBIGUOUS and self._flow.observe is not None:
+            self._flow.observe(reported(held, lease.key, self.namespace, self._store, reason))
         if parsed is Outcome.COMMITTED and isinstance(held, BeginDecision):
             self._flow.remember(held.key, held.payload_hash, held.effect_type, held.effect_id,
                                 held.attempt, held.lease_token, text)
@@ -774,6 +817,21 @@ class Gate:
 
         return decorate
 
+
+
+def _webhooks(webhooks: object) -> Webhooks | None:
+    if webhooks is False or (webhooks is None and "EFFECTGATE_WEBHOOK_URL" not in os.environ):
+        return None
+    from .webhooks import Webhooks, from_env
+
+    if webhooks is None:
+        return from_env()
+    if not isinstance(webhooks, Webhooks):
+        raise ConfigError("webhooks must be an effectgate.webhooks.Webhooks, or False for none")
+    return webhooks
+
+
+_telemetry = telemetry
 
 
 def _load_policy(policy: object) -> tuple[Policy | None, str | None]:

@@ -120,3 +120,13 @@ def test_bench_governance_and_adapters_report_a_row_or_say_why_not(tmp_path: Pat
         said = [n for n in report["notes"] if framework.replace("-", "_") in n
                 or framework in n]
         assert (row is not None and row["ratio"] > 0) or said, framework
+
+
+def test_bench_ops_reports_the_webhooks_and_telemetry_row(tmp_path: Path) -> None:
+    report = _bench("--url", f"sqlite:///{tmp_path / 'x.db'}", "--n", "10", "--chunks", "2",
+                    "--only", "ops")
+    ratios = _ratios(report, "sqlite")
+    row = ratios["begin, webhooks + telemetry"]
+    assert row["ratio"] > 0 and row["base"] == "plain begin" and row["target"] == 1.1
+    assert ratios["begin+report, webhooks + telemetry"]["ratio"] > 0
+    assert list(tmp_path.iterdir()) == []

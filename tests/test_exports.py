@@ -18,6 +18,7 @@ EXPECTED = {
     "UnknownEffect", "UnwindReport", "UnwindStep", "UpstreamRule", "VendorKey",
     "__version__", "canonical_json", "classify", "classify_httpx", "classify_requests",
     "current_effect", "current_effect_scope", "effect_context", "payload_hash", "refusal",
+    "Webhooks", "verify_signature",
 }
 
 

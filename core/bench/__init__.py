@@ -7,6 +7,7 @@ alternating chunks (medians), on scratch stores that are removed afterwards:
   and from the memo), beside ``sqlite3`` / ``psycopg`` doing the same writes with the same
   durability; round trips and statements counted from the driver's own trace.
 * ``governance``: a ``begin`` that passes a policy (ceiling + approval rule) beside a plain one.
+* ``ops``: a ``begin`` with webhooks and OpenTelemetry on beside a plain one.
 * ``adapters``: a gated framework tool beside the core decorator on the same function.
 * ``scale``: growth to a million rows, memory over 100,000 effects, 8 racing processes.
 
@@ -27,7 +28,7 @@ from .stores import Scratch, new_run_id
 __all__ = ["SECTIONS", "BenchConfig", "Figure", "Ratio", "Report", "run_bench"]
 
 log = logging.getLogger("effectgate")
-SECTIONS = ("core", "async", "governance", "adapters", "scale")
+SECTIONS = ("core", "async", "governance", "ops", "adapters", "scale")
 
 
 @dataclass
@@ -40,7 +41,7 @@ class BenchConfig:
     urls: tuple[str, ...] = ()
     n: int = 2000
     chunks: int = 40
-    sections: tuple[str, ...] = ("core", "async", "governance", "adapters")
+    sections: tuple[str, ...] = ("core", "async", "governance", "ops", "adapters")
     scale_rows: int = 1_000_000
     scale_small: int = 1_000
     scale_effects: int = 3_000
@@ -100,6 +101,12 @@ def _governance(s: Scratch, report: Report, config: BenchConfig) -> None:
     bench_governance(s, report, n=config.n, chunks=config.chunks)
 
 
+def _ops(s: Scratch, report: Report, config: BenchConfig) -> None:
+    from .ops import bench_ops
+
+    bench_ops(s, report, n=config.n, chunks=config.chunks)
+
+
 def _adapters(s: Scratch, report: Report, config: BenchConfig) -> None:
     from .adapters import bench_adapters
 
@@ -113,7 +120,7 @@ def _scale(s: Scratch, report: Report, config: BenchConfig) -> None:
 
 
 _SECTION_RUNNERS: dict[str, Callable[[Scratch, Report, BenchConfig], None]] = {
-    "core": _core, "async": _async, "governance": _governance, "adapters": _adapters,
+    "core": _core, "async": _async, "governance": _governance, "ops": _ops, "adapters": _adapters,
     "scale": _scale,
 }
 

@@ -9,7 +9,7 @@ from .measure import Figure, Ratio, Report
 __all__ = ["render"]
 
 _SECTIONS = {"core": "Core paths", "async": "Async paths", "governance": "Governance",
-             "adapters": "Adapters", "scale": "Scale"}
+             "ops": "Webhooks and telemetry", "adapters": "Adapters", "scale": "Scale"}
 
 
 def _ok(passed: bool | None) -> str:

@@ -22,7 +22,7 @@ __all__ = ["bench"]
 @click.option("--chunks", type=click.IntRange(min=1), default=40, show_default=True,
               help="Alternating chunks per measure (the median is reported).")
 @click.option("--only", "only", multiple=True,
-              type=click.Choice(["core", "async", "governance", "adapters", "scale"]),
+              type=click.Choice(["core", "async", "governance", "ops", "adapters", "scale"]),
               help="Run only these sections (repeatable).")
 @click.option("--scale", is_flag=True,
               help="Also run the scale section: growth, memory, racing processes.")
@@ -55,7 +55,7 @@ def bench(urls: tuple[str, ...], n: int, chunks: int, only: tuple[str, ...], sca
     from ..errors import StoreError
 
     sections = tuple(s for s in SECTIONS if s in only) if only else (
-        ("core", "async", "governance", "adapters") + (("scale",) if scale else ())
+        ("core", "async", "governance", "ops", "adapters") + (("scale",) if scale else ())
     )
     config = BenchConfig(urls=urls, n=n, chunks=chunks, sections=sections,
                          scale_rows=scale_rows, scale_small=scale_small,

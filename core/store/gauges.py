@@ -1,0 +1,61 @@
+"""The few numbers an operator alerts on, read cheaply from the store when a metrics reader
+collects them (see :mod:`effectgate.telemetry`): how many effects are AMBIGUOUS and since when,
+how many approvals wait, and what the spend counters hold.
+
+One aggregate statement for the effects and approvals, one bounded read of the spend counters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from sqlalchemy import case, func, select
+
+from ..states import ApprovalState, State
+from .schema import approvals, budgets, db_now, effects
+
+if TYPE_CHECKING:
+    from . import Store
+
+__all__ = ["Gauges", "read_gauges", "read_spend"]
+
+_SPEND_WINDOW = 86_400.0  # counters touched in the last day
+_SPEND_ROWS = 1000  # the largest counters read per collection, at most
+
+
+class Gauges(NamedTuple):
+    """One namespace's waiting work: AMBIGUOUS effects (a lapsed IN_FLIGHT lease counts), the
+    age in seconds of the oldest one (0 when none), and pending unexpired approvals."""
+
+    ambiguous: int
+    oldest_ambiguous_age: float
+    pending_approvals: int
+
+
+def read_gauges(store: Store, namespace: str) -> Gauges:
+    """The AMBIGUOUS count and oldest age, and the pending approvals, in one statement."""
+    t, a = effects.c, approvals.c
+    now = db_now()
+    lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
+    stuck = (t.state == State.AMBIGUOUS.value) | lapsed
+    since = case((t.state == State.AMBIGUOUS.value, t.updated_at), else_=t.lease_expires_at)
+    waiting = select(func.count()).where(
+        a.namespace == namespace, a.state == ApprovalState.PENDING.value,
+        a.expires_at > now).scalar_subquery()
+    stmt = select(func.count(), func.min(since), now, waiting).where(
+        t.namespace == namespace, stuck)
+    with store.engine.connect() as conn:
+        count, oldest, clock, pending = conn.execute(stmt).one()
+    age = 0.0 if oldest is None else max(0.0, float(clock) - float(oldest))
+    return Gauges(int(count or 0), age, int(pending or 0))
+
+
+def read_spend(store: Store, namespace: str) -> list[tuple[str, int]]:
+    """(scope key, spent micros) of the spend counters touched in the last day, largest
+    first, at most a bounded number."""
+    b = budgets.c
+    stmt = (select(b.scope_key, b.spent_micros)
+            .where(b.namespace == namespace, b.updated_at > db_now() - _SPEND_WINDOW)
+            .order_by(b.spent_micros.desc()).limit(_SPEND_ROWS))
+    with store.engine.connect() as conn:
+        return [(str(k), int(v)) for k, v in conn.execute(stmt)]
