@@ -215,8 +215,9 @@ PINNED = {
         "model_message", "read_declarations", "recorded_failed", "report_ungated",
         "requires_extra", "resolve_gate", "twin_registry"},
     "effectgate.integrations.langchain": {
-        "EffectGateMiddleware", "EffectRefusedToolError", "GatedTool", "ToolReportedError",
-        "UngatedToolWarning", "classify_tool_exception", "gate_tool", "gate_tools"},
+        "DEFAULT_APPROVER", "EffectGateMiddleware", "EffectRefusedToolError", "GatedTool",
+        "ToolReportedError", "UngatedToolWarning", "classify_tool_exception", "gate_tool",
+        "gate_tools", "hitl_request"},
     "effectgate.integrations.openai_agents": {
         "EffectGateAgentsError", "EffectGateRunHooks", "GatedFunctionTool", "UngatedToolWarning",
         "gate_tool", "gate_tools", "is_gated"},

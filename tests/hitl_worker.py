@@ -1,0 +1,132 @@
+"""One step of a paused agent run in its own OS process, for the human-in-the-loop tests.
+
+    python -m tests.hitl_worker FRAMEWORK STORE_URL NAMESPACE LEDGER STATE STEP [ANSWER_JSON]
+
+Builds the framework's real agent loop, driven offline by a scripted model that asks for
+``refund(txn_id="T1", amount_cents=50_000)`` (above the policy's approval threshold) and then
+answers "All done.". The refund appends one line to LEDGER (``O_APPEND``: the side effect the
+parent counts). STATE is where the framework keeps the paused run (a LangGraph SqliteSaver
+file). STEP ``start`` runs until the pause and prints ``{"interrupts": [...]}``; ``resume``
+resumes with ANSWER_JSON and prints ``{"tool_results": [...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import effectgate as eg
+
+ARGS = {"txn_id": "T1", "amount_cents": 50_000}
+THREAD = "thread-hitl"
+POLICY = {"effects": {"refund": {"approval": {"at_or_above_micros": 100_000_000}}}}
+
+
+def cost(amount_cents: int) -> int:
+    """A refund's estimated cost in micros (1 cent = 10,000 micros)."""
+    return amount_cents * 10_000
+
+
+def book(ledger: Path, txn_id: str, amount_cents: int) -> str:
+    """The side effect: one line appended to the ledger."""
+    fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, f"{txn_id} {amount_cents} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    return f"refunded {amount_cents} on {txn_id}"
+
+
+def make_gate(url: str, namespace: str) -> eg.Gate:
+    return eg.Gate(url, namespace=namespace, policy=POLICY)
+
+
+# -- LangChain / LangGraph -----------------------------------------------------------------------
+
+
+def langchain_agent(gate: eg.Gate, ledger: Path, checkpointer: Any, form: str = "tool",
+                    args: dict[str, Any] | None = None) -> Any:
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+
+    from effectgate.integrations import langchain as eg_lc
+
+    wanted = dict(args or ARGS)
+
+    class Scripted(BaseChatModel):
+        """Asks for the refund, then (once it sees a tool result) answers."""
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            if isinstance(messages[-1], ToolMessage):
+                message = AIMessage("All done.")
+            else:
+                message = AIMessage("", tool_calls=[{"name": "refund", "args": wanted,
+                                                     "id": "call_1", "type": "tool_call"}])
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    if form == "tool":
+        gated = eg_lc.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
+        return create_agent(Scripted(), tools=[gated], checkpointer=checkpointer,
+                            name="billing")
+    middleware = eg_lc.EffectGateMiddleware(
+        {"refund": {"key": "refund:{txn_id}", "cost_micros": cost}}, gate=gate)
+    return create_agent(Scripted(), tools=[refund], middleware=[middleware],
+                        checkpointer=checkpointer, name="billing")
+
+
+def langchain_step(gate: eg.Gate, ledger: Path, state: Path, step: str, answer: Any,
+                   form: str) -> dict[str, Any]:
+    from langchain_core.messages import ToolMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+
+    config = {"configurable": {"thread_id": THREAD}}
+    with SqliteSaver.from_conn_string(str(state)) as saver:
+        agent = langchain_agent(gate, ledger, saver, form)
+        if step == "start":
+            out = agent.invoke({"messages": [{"role": "user", "content": "refund T1"}]},
+                               config=config)
+        else:
+            out = agent.invoke(Command(resume=answer), config=config)
+        return {
+            "interrupts": [i.value for i in out.get("__interrupt__", [])],
+            "tool_results": [m.content for m in out["messages"]
+                             if isinstance(m, ToolMessage)],
+            "next": list(agent.get_state(config).next),
+        }
+
+
+def main(argv: list[str]) -> int:
+    framework, url, namespace, ledger, state, step = argv[:6]
+    answer = json.loads(argv[6]) if len(argv) > 6 else None
+    form = os.environ.get("HITL_FORM", "tool")
+    with make_gate(url, namespace) as gate:
+        if framework == "langchain":
+            out = langchain_step(gate, Path(ledger), Path(state), step, answer, form)
+        else:
+            raise SystemExit(f"unknown framework {framework!r}")
+    print(json.dumps(out, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
