@@ -115,6 +115,66 @@ def langchain_step(gate: eg.Gate, ledger: Path, state: Path, step: str, answer: 
         }
 
 
+# -- OpenAI Agents ------------------------------------------------------------------------------
+
+
+def openai_agent(gate: eg.Gate, ledger: Path, step: str) -> Any:
+    from agents import Agent, function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    done = [assistant_message("All done.")]
+    turns = [done] if step != "start" else [
+        [function_call("refund", ARGS, call_id="call_1")], done]
+    gated = eg_oa.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
+    return Agent(name="billing", model=ScriptedModel(turns), tools=[gated])
+
+
+async def openai_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                      answer: Any) -> dict[str, Any]:
+    """``start``: run to the pause and save the RunState JSON; ``resume``: load it, decide
+    (``answer["decision"]``: approve / reject / store) and run on."""
+    from agents import Runner, RunState
+    from agents.items import ToolCallOutputItem
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    agent = openai_agent(gate, ledger, step)
+    if step == "start":
+        result = await Runner.run(agent, "refund T1")
+        state_file.write_text(json.dumps(result.to_state().to_json()))
+        return {"interruptions": [{"tool_name": i.tool_name, "call_id": i.call_id,
+                                   "arguments": i.arguments} for i in result.interruptions],
+                "final_output": result.final_output}
+    state = await RunState.from_json(agent, json.loads(state_file.read_text()))
+    by = answer.get("by", eg_oa.DEFAULT_APPROVER)
+    waiting = state.get_interruptions()
+    if answer["decision"] == "approve":
+        for item in waiting:
+            eg_oa.approve(state, item, by=by)
+    elif answer["decision"] == "reject":
+        for item in waiting:
+            eg_oa.reject(state, item, by=by, reason=answer.get("reason"))
+    elif answer["decision"] == "bare":
+        for item in waiting:
+            state.approve(item)  # the SDK alone, not the store
+    else:
+        eg_oa.apply_store_decisions(state)
+    result = await Runner.run(agent, state)
+    return {"tool_results": [str(i.output) for i in result.new_items
+                             if isinstance(i, ToolCallOutputItem)],
+            "interruptions": [i.call_id for i in result.interruptions],
+            "final_output": result.final_output}
+
+
 def main(argv: list[str]) -> int:
     framework, url, namespace, ledger, state, step = argv[:6]
     answer = json.loads(argv[6]) if len(argv) > 6 else None
@@ -122,6 +182,10 @@ def main(argv: list[str]) -> int:
     with make_gate(url, namespace) as gate:
         if framework == "langchain":
             out = langchain_step(gate, Path(ledger), Path(state), step, answer, form)
+        elif framework == "openai_agents":
+            import asyncio
+
+            out = asyncio.run(openai_step(gate, Path(ledger), Path(state), step, answer))
         else:
             raise SystemExit(f"unknown framework {framework!r}")
     print(json.dumps(out, default=str))

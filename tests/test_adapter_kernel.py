@@ -219,8 +219,9 @@ PINNED = {
         "ToolReportedError", "UngatedToolWarning", "classify_tool_exception", "gate_tool",
         "gate_tools", "hitl_request"},
     "effectgate.integrations.openai_agents": {
-        "EffectGateAgentsError", "EffectGateRunHooks", "GatedFunctionTool", "UngatedToolWarning",
-        "gate_tool", "gate_tools", "is_gated"},
+        "DEFAULT_APPROVER", "EffectGateAgentsError", "EffectGateRunHooks", "GatedFunctionTool",
+        "UngatedToolWarning", "apply_store_decisions", "approve", "gate_tool", "gate_tools",
+        "is_gated", "reject"},
     "effectgate.integrations.llama_index": {
         "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
         "UngatedToolAudit", "UngatedToolWarning", "gate_tool", "gate_tools"},
