@@ -12,6 +12,7 @@ resumes with ANSWER_JSON and prints ``{"tool_results": [...]}``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -175,6 +176,84 @@ async def openai_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
             "final_output": result.final_output}
 
 
+# -- LlamaIndex ---------------------------------------------------------------------------------
+
+
+def llama_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None) -> Any:
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    from effectgate.integrations import llama_index as eg_li
+
+    wanted = dict(args or ARGS)
+
+    def answer(messages: Any, **kwargs: Any) -> ChatMessage:
+        if messages and messages[-1].role == MessageRole.TOOL:
+            return ChatMessage(role=MessageRole.ASSISTANT, content="All done.")
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[ToolCallBlock(
+            tool_call_id="call_1", tool_name="refund", tool_kwargs=wanted)])
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    gated = eg_li.gate_tool(FunctionTool.from_defaults(fn=refund), "refund:{txn_id}", gate=gate,
+                            cost_micros=cost)
+    return eg_li.EffectGateFunctionAgent(
+        name="billing", tools=[gated], llm=MockFunctionCallingLLM(response_generator=answer),
+        system_prompt="You refund things.")
+
+
+async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                     answer: Any) -> dict[str, Any]:
+    """``start``: run to the InputRequiredEvent, save the Context (and the agent's memory, which
+    the JSON serializer skips) and cancel; ``resume``: restore it and send the answer."""
+    from llama_index.core.agent.workflow import ToolCallResult
+    from llama_index.core.base.llms.types import ChatMessage
+    from llama_index.core.memory import ChatMemoryBuffer
+    from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
+
+    agent = llama_agent(gate, ledger)
+    if step == "start":
+        handler = agent.run(user_msg="Refund T1")
+        asked: dict[str, Any] = {}
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                asked = {k: event.get(k) for k in ("approval_id", "payload_hash", "key", "tool",
+                                                   "arguments", "allowed_decisions", "prefix")}
+                memory = await handler.ctx.store.get("memory")
+                saved = {"ctx": handler.ctx.to_dict(), "event": asked,
+                         "memory": [m.model_dump(mode="json") for m in await memory.aget_all()]}
+                state_file.write_text(json.dumps(saved))
+                await handler.cancel_run()
+                break
+        try:
+            await handler
+        except BaseException as err:  # the cancelled run
+            if type(err).__name__ != "WorkflowCancelledByUser":
+                raise
+        return {"event": asked}
+    saved = json.loads(state_file.read_text())
+    restored = Context.from_dict(agent, saved["ctx"])
+    handler = agent.run(ctx=restored)
+    await handler.ctx.store.set("memory", ChatMemoryBuffer.from_defaults(
+        chat_history=[ChatMessage.model_validate(m) for m in saved["memory"]]))
+    outputs: list[str] = []
+
+    async def consume() -> None:
+        async for event in handler.stream_events():
+            if isinstance(event, ToolCallResult):
+                outputs.append(str(event.tool_output.content))
+
+    consumer = asyncio.create_task(consume())
+    fields = {"approval_id": saved["event"]["approval_id"], **answer}
+    handler.ctx.send_event(HumanResponseEvent(**fields))
+    result = await asyncio.wait_for(handler, timeout=30)
+    await consumer
+    return {"tool_results": outputs, "final": str(result.response.content)}
+
+
 def main(argv: list[str]) -> int:
     framework, url, namespace, ledger, state, step = argv[:6]
     answer = json.loads(argv[6]) if len(argv) > 6 else None
@@ -183,9 +262,9 @@ def main(argv: list[str]) -> int:
         if framework == "langchain":
             out = langchain_step(gate, Path(ledger), Path(state), step, answer, form)
         elif framework == "openai_agents":
-            import asyncio
-
             out = asyncio.run(openai_step(gate, Path(ledger), Path(state), step, answer))
+        elif framework == "llama_index":
+            out = asyncio.run(llama_step(gate, Path(ledger), Path(state), step, answer))
         else:
             raise SystemExit(f"unknown framework {framework!r}")
     print(json.dumps(out, default=str))

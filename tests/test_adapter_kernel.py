@@ -223,7 +223,7 @@ PINNED = {
         "UngatedToolWarning", "apply_store_decisions", "approve", "gate_tool", "gate_tools",
         "is_gated", "reject"},
     "effectgate.integrations.llama_index": {
-        "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
+        "DEFAULT_APPROVER", "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
         "UngatedToolAudit", "UngatedToolWarning", "gate_tool", "gate_tools"},
     "effectgate.integrations.pydantic_ai": {
         "EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"},
