@@ -254,6 +254,60 @@ async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
     return {"tool_results": outputs, "final": str(result.response.content)}
 
 
+# -- pydantic-ai --------------------------------------------------------------------------------
+
+
+def pydantic_agent(gate: eg.Gate, ledger: Path) -> Any:
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from effectgate.integrations import pydantic_ai as eg_pa
+
+    def answer(messages: Any, info: Any) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("All done.")])
+        return ModelResponse(parts=[ToolCallPart("refund", dict(ARGS), tool_call_id="call_1")])
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    toolset = eg_pa.EffectGateToolset(
+        FunctionToolset([refund]), {"refund": {"key": "refund:{txn_id}", "cost_micros": cost}},
+        gate=gate)
+    return Agent(FunctionModel(answer), toolsets=[toolset], name="billing",
+                 output_type=[str, DeferredToolRequests])
+
+
+def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                  answer: Any) -> dict[str, Any]:
+    """``start``: run to the DeferredToolRequests and save the history and the request's
+    metadata; ``resume``: run on with ``answer`` as the approval (True, or override args)."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolReturnPart
+
+    agent = pydantic_agent(gate, ledger)
+    if step == "start":
+        result = agent.run_sync("refund T1")
+        assert isinstance(result.output, DeferredToolRequests)
+        saved = {"history": result.all_messages_json().decode(),
+                 "metadata": result.output.metadata,
+                 "approvals": [p.tool_call_id for p in result.output.approvals]}
+        state_file.write_text(json.dumps(saved))
+        return {"metadata": saved["metadata"], "approvals": saved["approvals"]}
+    saved = json.loads(state_file.read_text())
+    history = ModelMessagesTypeAdapter.validate_json(saved["history"])
+    decision: Any = True if answer.get("args") is None else ToolApproved(
+        override_args=answer["args"])
+    results = DeferredToolResults(approvals={"call_1": decision}, metadata=saved["metadata"])
+    result = agent.run_sync(message_history=history, deferred_tool_results=results)
+    returns = [str(p.content) for m in result.new_messages() for p in m.parts
+               if isinstance(p, ToolReturnPart)]
+    return {"tool_results": returns, "output": str(result.output)}
+
+
 def main(argv: list[str]) -> int:
     framework, url, namespace, ledger, state, step = argv[:6]
     answer = json.loads(argv[6]) if len(argv) > 6 else None
@@ -263,6 +317,8 @@ def main(argv: list[str]) -> int:
             out = langchain_step(gate, Path(ledger), Path(state), step, answer, form)
         elif framework == "openai_agents":
             out = asyncio.run(openai_step(gate, Path(ledger), Path(state), step, answer))
+        elif framework == "pydantic_ai":
+            out = pydantic_step(gate, Path(ledger), Path(state), step, answer)
         elif framework == "llama_index":
             out = asyncio.run(llama_step(gate, Path(ledger), Path(state), step, answer))
         else:

@@ -226,7 +226,8 @@ PINNED = {
         "DEFAULT_APPROVER", "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
         "UngatedToolAudit", "UngatedToolWarning", "gate_tool", "gate_tools"},
     "effectgate.integrations.pydantic_ai": {
-        "EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"},
+        "DEFAULT_APPROVER", "EffectGateToolset", "UngatedToolWarning", "gate_tool",
+        "is_gated"},
 }
 
 
