@@ -214,6 +214,9 @@ def test_a_decision_for_another_payload_hash_approves_nothing(hgate: eg.Gate,
     {"decisions": [{"type": "approve"}, {"type": "approve"}]},
     {"decisions": [{"type": "edit", "edited_action": {"name": "transfer", "args": {}}}]},
     {"decisions": [{"type": "edit"}]}, {"decisions": [{"type": "approve", "by": ""}]},
+    {"decisions": [{"type": "approve", "by": "x" * 300}]},
+    {"decisions": [{"type": "approve", "by": ["alice"]}]},
+    {"decisions": [{"type": "reject", "message": "\x00"}]},
 ])
 def test_a_malformed_resume_is_asked_again_and_records_nothing(
         hgate: eg.Gate, tmp_path: Path, answer: Any) -> None:

@@ -39,6 +39,7 @@ from effectgate import (
     EffectRefused,
     InvalidTransition,
     UnknownEffect,
+    validate,
 )
 from effectgate.keys import check_key
 
@@ -113,12 +114,15 @@ class Verdict:
             raise ConfigError(f"a decision is one of {', '.join(DECISIONS)}, not {self.kind!r}")
         if self.kind == "edit" and not isinstance(self.arguments, Mapping):
             raise ConfigError("an edit decision needs the edited arguments (a mapping)")
-        if not isinstance(self.by, str) or not self.by.strip():
-            raise ConfigError("a decision needs the reviewer's name (by)")
-        if self.message is not None and not isinstance(self.message, str):
-            raise ConfigError("a decision's message must be a str")
-        if self.payload_hash is not None and not isinstance(self.payload_hash, str):
-            raise ConfigError("a decision's payload_hash must be a str")
+        # Checked as the store will check them, so a bad answer is refused here (and asked
+        # again) rather than failing after the pause.
+        object.__setattr__(self, "by", validate.text(self.by, "a decision's by", 256,
+                                                     required=True))
+        object.__setattr__(self, "message", validate.text(
+            self.message or None, "a decision's message", validate.MAX_TEXT))
+        if self.payload_hash is not None and (not isinstance(self.payload_hash, str)
+                                              or len(self.payload_hash) > 128):
+            raise ConfigError("a decision's payload_hash must be the hash it was shown")
 
 
 def review_of(gated: GatedCall, refused: Refused, arguments: Mapping[str, Any]) -> Review:
