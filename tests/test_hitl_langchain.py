@@ -250,3 +250,87 @@ def test_without_a_checkpointer_the_model_is_told_in_text(hgate: eg.Gate,
     assert "__interrupt__" not in out
     [answer] = results(out)
     assert answer.startswith("WAITING FOR APPROVAL") and lines(tmp_path / "ledger") == []
+
+
+def test_a_reviewer_cannot_be_the_agent_that_asked(hgate: eg.Gate, tmp_path: Path) -> None:
+    run = Run(hgate, tmp_path)
+    approval_id = interrupt_value(run.start())["effectgate"]["approval_id"]
+    [answer] = results(run.resume({"decisions": [{"type": "approve", "by": "billing"}]}))
+    assert answer.startswith("WAITING FOR APPROVAL") and lines(run.ledger) == []
+    assert hgate.approval(approval_id).state is eg.ApprovalState.PENDING
+
+
+def test_an_edit_naming_another_transaction_is_gated_under_that_key(hgate: eg.Gate,
+                                                                    tmp_path: Path) -> None:
+    run = Run(hgate, tmp_path)
+    run.start()
+    edit = {"decisions": [{"type": "edit", "edited_action": {
+        "name": "refund", "args": {"txn_id": "T2", "amount_cents": 50_000}}}]}
+    [answer] = results(run.resume(edit))
+    assert answer.endswith("refunded 50000 on T2")
+    assert hgate.get("refund:T2").state is eg.State.COMMITTED
+    assert hgate.get("refund:T1").state is eg.State.DENIED
+    assert [line.split()[:2] for line in lines(run.ledger)] == [["T2", "50000"]]
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_the_async_loop_pauses_and_resumes_the_same_way(hgate: eg.Gate, tmp_path: Path,
+                                                        form: str) -> None:
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    agent = worker.langchain_agent(hgate, tmp_path / "ledger", saver, form)
+
+    async def go() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        paused = await agent.ainvoke({"messages": [{"role": "user", "content": "refund"}]},
+                                     config=CONFIG)
+        done = await agent.ainvoke(Command(resume=APPROVE), config=CONFIG)
+        history = [s async for s in agent.aget_state_history(CONFIG)]
+        [at_pause] = [s for s in history if s.next == ("tools",)]
+        replay = await agent.ainvoke(Command(resume=APPROVE), config=at_pause.config)
+        return paused, done, replay
+
+    paused, done, replay = asyncio.run(go())
+    assert interrupt_value(paused)["effectgate"]["key"] == "refund:T1"
+    assert results(done) == ["refunded 50000 on T1"]
+    assert results(replay)[-1] == "refunded 50000 on T1"
+    assert len(lines(tmp_path / "ledger")) == 1
+
+
+def test_two_calls_in_one_turn_pause_together_and_resume_by_interrupt_id(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from effectgate.integrations import langchain as eg_lc
+
+    class Model(FakeMessagesListChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return worker.book(tmp_path / "ledger", txn_id, amount_cents)
+
+    calls = [{"name": "refund", "args": {"txn_id": t, "amount_cents": 50_000}, "id": f"c{t}",
+              "type": "tool_call"} for t in ("T1", "T2")]
+    model = Model(responses=[AIMessage("", tool_calls=calls), AIMessage("done")])
+    agent = create_agent(model, tools=[eg_lc.gate_tool(refund, "refund:{txn_id}", gate=hgate,
+                                                       cost_micros=worker.cost)],
+                         checkpointer=InMemorySaver())
+    paused = agent.invoke({"messages": [{"role": "user", "content": "two"}]}, config=CONFIG)
+    pauses = {p.value["effectgate"]["key"]: p.id for p in paused["__interrupt__"]}
+    assert sorted(pauses) == ["refund:T1", "refund:T2"]
+    answers = {pauses["refund:T1"]: APPROVE,
+               pauses["refund:T2"]: {"decisions": [{"type": "reject"}]}}
+    out = agent.invoke(Command(resume=answers), config=CONFIG)
+    assert sorted(results(out)) == ["DENIED: effect 'refund:T2' was refused (rejected by "
+                                    "langgraph-resume). It has not been carried out. Do not "
+                                    "retry it; tell the user why.", "refunded 50000 on T1"]
+    assert [line.split()[:2] for line in lines(tmp_path / "ledger")] == [["T1", "50000"]]
