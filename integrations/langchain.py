@@ -30,15 +30,49 @@ tool's own setting answers the model or raises, as it would ungated. **Overridde
 outcome is unknown (the default, AMBIGUOUS): the model is told not to retry, whatever the tool's
 handler would have said, since a retry is what must not happen.
 
+**Approvals pause the run** (both forms). Inside a LangGraph run with a checkpointer, a call
+the policy sends for approval calls ``langgraph.types.interrupt()`` with LangChain's
+``HITLRequest`` payload (:func:`hitl_request`: ``action_requests`` with the tool's name, the
+normalised arguments that would execute and a description; ``review_configs`` allowing
+``approve`` / ``edit`` / ``reject``) plus ``"effectgate": {approval_id, payload_hash, key}``.
+Resume with ``Command(resume={"decisions": [decision]})`` (on a thread with several pauses,
+``{interrupt_id: {"decisions": [...]}}``); a decision may add ``"by"`` (the reviewer recorded
+as approver, default the ``approver=`` option, else :data:`DEFAULT_APPROVER`) and
+``"payload_hash"`` (checked against the call's):
+
+* ``{"type": "approve"}`` — recorded in the store (``gate.approve``) for that payload hash;
+  the call executes once. A replayed or racing resume finds it done and gets the stored result.
+* ``{"type": "edit", "edited_action": {"name": ..., "args": {...}}}`` — the edited arguments
+  are validated against the tool's schema and gated as their own effect (the key their
+  template gives, or ``<key>~edit:<hash16>`` when that is the original key) with their own
+  approval, which is recorded as approved by the reviewer who sent the edit: sending the edit
+  *is* that reviewer's approval of those arguments. They execute once and the original
+  request is denied ("replaced by an edit"), so the model's arguments never run. The model
+  gets the result behind a note saying a reviewer replaced its call.
+* ``{"type": "reject", "message": ...}`` — denied in the store; nothing executes, ever.
+
+The store is the one source of truth: the resumed call is gated again *before* the answer is
+read, so a request already approved (or denied) with ``effectgate approve`` or the console
+executes (or stays refused) whatever the resume says. A malformed answer (``respond`` is not
+offered: no human may stand in for an effect) is asked again with a second ``interrupt()``
+whose value carries ``"error"``; nothing is recorded. Without a checkpointer (nothing could
+resume) the model is told in text, as before; ``pause=True`` / ``False`` forces either.
+
+This is **prevention**: what executes is the payload whose hash the approval is bound to —
+the checkpointed call's arguments or a reviewer's edit — and the store checks that hash when
+the approved call begins.
+
 Callbacks (``on_tool_start``) are not offered as a form: they can abort a call but never answer
 it with the stored result, nor record its outcome.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import json
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from effectgate import ConfigError, EffectSpec, Gate, Outcome
@@ -57,6 +91,8 @@ from ._kernel import (
     resolve_gate,
 )
 from ._kernel import gate_tools as _gate_tools
+from ._kernel.call import keep_refusal
+from ._kernel.review import DECISIONS, Review, Verdict, aapply, apply, review_of
 from ._kernel.vocabulary import TOOL_TEXTS
 
 with requires_extra("langchain", "langchain"):
@@ -67,6 +103,7 @@ with requires_extra("langchain", "langchain"):
     from pydantic import PrivateAttr, ValidationError
 
 __all__ = [
+    "DEFAULT_APPROVER",
     "EffectGateMiddleware",
     "EffectRefusedToolError",
     "GatedTool",
@@ -75,6 +112,7 @@ __all__ = [
     "classify_tool_exception",
     "gate_tool",
     "gate_tools",
+    "hitl_request",
 ]
 
 if TYPE_CHECKING:
@@ -119,6 +157,172 @@ def _context(config: Mapping[str, Any] | None) -> tuple[Any, Any]:
     return run_id, metadata.get("lc_agent_name")
 
 
+# -- approvals through LangGraph's interrupt() ----------------------------------------------
+
+DEFAULT_APPROVER = "langgraph-resume"
+"""Who a resumed approval is recorded as approved by when neither the decision (``"by"``) nor
+the adapter (``approver=``) names the reviewer."""
+
+_CHECKPOINTER = "__pregel_checkpointer"  # langgraph's CONFIG_KEY_CHECKPOINTER
+_EDITED = (
+    "Note: a human reviewer replaced this tool call before it ran. The call recorded in your "
+    "message is the one you produced, not the one that executed. Do not re-issue your original "
+    "call. Executed instead: {name} with arguments {args}.\n\nTool response:\n"
+)
+
+
+def _can_pause(pause: bool | None, config: Mapping[str, Any] | None) -> bool:
+    """Pause through ``interrupt()``? ``pause=None``: only inside a LangGraph run with a
+    checkpointer (without one the pause could never be resumed)."""
+    if pause is not None:
+        return pause
+    configurable = (config or {}).get("configurable") or {}
+    return configurable.get(_CHECKPOINTER) is not None
+
+
+def hitl_request(review: Review) -> dict[str, Any]:
+    """The ``interrupt()`` value for one approval: LangChain's ``HITLRequest`` shape (what
+    ``HumanInTheLoopMiddleware`` emits, so Agent Inbox and Agent Chat UI render it) with the
+    approval it stands for under ``"effectgate"`` (approval id, payload hash, key)."""
+    return {
+        "action_requests": [{"name": review.tool_name, "args": review.arguments,
+                             "description": review.description()}],
+        "review_configs": [{"action_name": review.tool_name,
+                            "allowed_decisions": list(DECISIONS)}],
+        "effectgate": review.as_dict(),
+    }
+
+
+def _verdict(value: Any, review: Review, approver: str) -> Verdict:
+    """The human's answer, from ``Command(resume=...)``: ``{"decisions": [decision]}`` (the
+    ``HITLResponse`` shape) or one decision; ``ConfigError`` for anything else."""
+    decision: Any = value
+    if isinstance(value, Mapping) and "decisions" in value:
+        decisions = value["decisions"]
+        if not isinstance(decisions, list) or len(decisions) != 1:
+            raise ConfigError("resume with exactly one decision for this tool call: "
+                              '{"decisions": [{"type": "approve"}]}')
+        decision = decisions[0]
+    if not isinstance(decision, Mapping):
+        raise ConfigError('a decision is a mapping such as {"type": "approve"}, not '
+                          f"{type(decision).__name__}")
+    kind = decision.get("type")
+    if kind not in DECISIONS:
+        raise ConfigError(f"a decision's type is one of {', '.join(DECISIONS)}, not {kind!r}")
+    arguments = None
+    if kind == "edit":
+        action = decision.get("edited_action")
+        if not isinstance(action, Mapping) or not isinstance(action.get("args"), Mapping):
+            raise ConfigError('an edit needs "edited_action": {"name": ..., "args": {...}}')
+        if action.get("name", review.tool_name) != review.tool_name:
+            raise ConfigError(f"an edit cannot switch tools: {action.get('name')!r} is not "
+                              f"{review.tool_name!r}")
+        arguments = dict(action["args"])
+    by = decision.get("by", approver)
+    stated = decision.get("payload_hash")
+    if stated is None and isinstance(value, Mapping):
+        stated = value.get("payload_hash")
+    return Verdict(kind, by=by, arguments=arguments, message=decision.get("message"),
+                   payload_hash=stated)
+
+
+def _edit_note(name: str, arguments: Mapping[str, Any]) -> str:
+    return _EDITED.format(name=name, args=json.dumps(dict(arguments), default=str,
+                                                     sort_keys=True))
+
+
+def _noted(out: Any, note: str | None) -> Any:
+    """The edited call's answer with the reviewer's note in front (text results only)."""
+    if note is None or isinstance(out, Refused):
+        return out
+    if isinstance(out, str):
+        return note + out
+    if isinstance(out, ToolMessage) and isinstance(out.content, str):
+        return out.model_copy(update={"content": note + out.content})
+    return out
+
+
+class _Pauser:
+    """One adapter's pause settings: whether to pause, and who approves on resume."""
+
+    __slots__ = ("approver", "pause")
+
+    def __init__(self, pause: bool | None, approver: str | None) -> None:
+        if pause not in (None, True, False):
+            raise ConfigError(f"pause must be None, True or False, not {pause!r}")
+        if approver is not None and (not isinstance(approver, str) or not approver.strip()):
+            raise ConfigError("approver must be a non-empty str")
+        self.pause = pause
+        self.approver = approver or DEFAULT_APPROVER
+
+    def settle(self, gated: GatedCall, out: Any, arguments: Mapping[str, Any],
+               config: Mapping[str, Any] | None, run: Callable[[GatedCall, Mapping[str, Any]],
+                                                             Any],
+               validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None) -> Any:
+        """``out`` as the call's answer: an ``approval_required`` refusal pauses the run
+        (``interrupt``) and, once resumed, the human's decision is carried out."""
+        if not isinstance(out, Refused) or out.kind != "approval_required":
+            return out
+        if not _can_pause(self.pause, config):
+            return gated.refuse(out)
+        from langgraph.types import interrupt
+
+        review = review_of(gated, out, arguments)
+        verdict = self._ask(review, interrupt)
+        answer = apply(gated, review, verdict, arguments, run, validate=validate)
+        return self._finish(gated, answer, verdict)
+
+    async def asettle(self, gated: GatedCall, out: Any, arguments: Mapping[str, Any],
+                      config: Mapping[str, Any] | None, run: Callable[..., Any],
+                      validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None) -> Any:
+        """:meth:`settle` for async callers."""
+        if not isinstance(out, Refused) or out.kind != "approval_required":
+            return out
+        if not _can_pause(self.pause, config):
+            return gated.refuse(out)
+        from langgraph.types import interrupt
+
+        review = await asyncio.to_thread(review_of, gated, out, arguments)
+        verdict = self._ask(review, interrupt)
+        answer = await aapply(gated, review, verdict, arguments, run, validate=validate)
+        return self._finish(gated, answer, verdict)
+
+    def _ask(self, review: Review, interrupt: Callable[[Any], Any]) -> Verdict:
+        """Pause until the answer is a decision: a malformed one is asked again (a second
+        ``interrupt()`` with ``"error"`` saying what was wrong), recording nothing."""
+        request = hitl_request(review)
+        while True:
+            try:
+                return _verdict(interrupt(request), review, self.approver)
+            except ConfigError as err:
+                request = {**hitl_request(review), "error": str(err)}
+
+    @staticmethod
+    def _finish(gated: GatedCall, answer: Any, verdict: Verdict) -> Any:
+        if isinstance(answer, Refused):
+            return gated.refuse(answer)
+        if verdict.kind == "edit" and verdict.arguments is not None:
+            return _noted(answer, _edit_note(gated.tool_name, verdict.arguments))
+        return answer
+
+
+def _validator(tool: BaseTool, visible: frozenset[str] | None,
+               ) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
+    """Check a reviewer's edited arguments against the schema the model sees."""
+
+    def validate(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+        if visible is not None:
+            unknown = sorted(set(raw) - visible)
+            if unknown:
+                raise ConfigError(f"unknown arguments: {', '.join(unknown)}")
+        schema = tool.tool_call_schema
+        if isinstance(schema, dict):
+            return dict(raw)
+        return model_arguments(schema, raw)
+
+    return validate
+
+
 class GatedTool(BaseTool):
     """A LangChain tool whose every call passes through an effect gate.
 
@@ -135,6 +339,8 @@ class GatedTool(BaseTool):
     _async_extra: tuple[bool, str | None] = PrivateAttr(default=(False, None))
     _sync_only: bool = PrivateAttr(default=False)
     _call_id: str | None = PrivateAttr(default=None)
+    _pauser: _Pauser = PrivateAttr(default_factory=lambda: _Pauser(None, None))
+    _validate: Any = PrivateAttr(default=None)
 
     @property
     def gated_call(self) -> GatedCall:
@@ -196,24 +402,33 @@ class GatedTool(BaseTool):
         inner = self.inner
         if getattr(inner, "func", True) is None:  # a coroutine-only StructuredTool
             raise NotImplementedError(f"tool {self.name!r} is async only: use ainvoke")
-        call = self._with(kwargs, self._sync_extra, config, run_manager)
+        def run(gated: GatedCall, arguments: Mapping[str, Any]) -> Any:
+            call = self._with({**kwargs, **arguments}, self._sync_extra, config, run_manager)
+            return gated.run(arguments, lambda: inner._run(**call))
+
+        arguments = self._arguments(kwargs)
         with framework_context(*_context(config)):
-            out = self._gated.run(self._arguments(kwargs), lambda: inner._run(**call))
+            out = self._pauser.settle(self._gated, run(self._gated, arguments), arguments,
+                                      config, run, self._validate)
         return self._output(out, kwargs)
 
     async def _arun(self, *args: Any, config: RunnableConfig, run_manager: Any = None,
                     **kwargs: Any) -> Any:
         inner = self.inner
-        with framework_context(*_context(config)):
+
+        async def run(gated: GatedCall, arguments: Mapping[str, Any]) -> Any:
+            given = {**kwargs, **arguments}
             if self._sync_only:  # LangChain would run _run on a thread: do it all in one hop
                 manager = run_manager.get_sync() if run_manager is not None else None
-                sync_call = self._with(kwargs, self._sync_extra, config, manager)
-                out = await self._gated.arun_sync(self._arguments(kwargs),
-                                                  lambda: inner._run(**sync_call))
-            else:
-                call = self._with(kwargs, self._async_extra, config, run_manager)
-                out = await self._gated.arun(self._arguments(kwargs),
-                                             lambda: inner._arun(**call))
+                sync_call = self._with(given, self._sync_extra, config, manager)
+                return await gated.arun_sync(arguments, lambda: inner._run(**sync_call))
+            call = self._with(given, self._async_extra, config, run_manager)
+            return await gated.arun(arguments, lambda: inner._arun(**call))
+
+        arguments = self._arguments(kwargs)
+        with framework_context(*_context(config)):
+            out = await self._pauser.asettle(self._gated, await run(self._gated, arguments),
+                                             arguments, config, run, self._validate)
         return self._output(out, kwargs)
 
 
@@ -303,6 +518,7 @@ def _store_form(user_redact: Any) -> Any:
 
 def gate_tool(tool: BaseTool, key: str, *, gate: Gate | None = None,
               effect_type: str | None = None, on_refusal: OnRefusal = "message",
+              pause: bool | None = None, approver: str | None = None,
               **effect_options: Any) -> GatedTool:
     """Gate a LangChain tool under the key template ``key`` (``"refund:{txn_id}"``).
 
@@ -310,6 +526,11 @@ def gate_tool(tool: BaseTool, key: str, *, gate: Gate | None = None,
     to the tool's name; ``effect_options`` are :class:`effectgate.EffectSpec` options
     (``vendor``, ``lease_seconds``, ``max_attempts``, ``cost_micros``, ``redact``...).
     ``gate=None`` uses the process-wide default gate (``$EFFECTGATE_URL``).
+
+    ``pause``: answer ``approval_required`` with LangGraph's ``interrupt()`` (see the module
+    docstring); ``None`` (default) pauses inside a LangGraph run that has a checkpointer and
+    answers with text elsewhere. ``approver``: who a resumed approval is recorded as decided
+    by when the decision does not say (``"by"``); default :data:`DEFAULT_APPROVER`.
     """
     if isinstance(tool, GatedTool):
         raise ConfigError(f"tool {tool.name!r} is already gated")
@@ -329,7 +550,9 @@ def gate_tool(tool: BaseTool, key: str, *, gate: Gate | None = None,
         handle_validation_error=tool.handle_validation_error,
     )
     wrapped._gated = GatedCall(spec, tool.name, on_refusal=on_refusal,
-                               reraise_failed=(ToolException,))
+                               reraise_failed=(ToolException,), pause=keep_refusal)
+    wrapped._pauser = _Pauser(pause, approver)
+    wrapped._validate = _validator(tool, visible)
     wrapped._visible = visible
     wrapped._sync_extra = _extra_parameters(tool._run)
     wrapped._async_extra = _extra_parameters(tool._arun)
@@ -344,16 +567,19 @@ _FRAMEWORK = Framework("langchain", tool_name=lambda t: t.name,
 
 def gate_tools(tools: Iterable[BaseTool], effects: Any, *, gate: Gate | None = None,
                strict: bool = False, read_only: Iterable[str] = (),
-               on_refusal: OnRefusal = "message") -> list[BaseTool]:
+               on_refusal: OnRefusal = "message", pause: bool | None = None,
+               approver: str | None = None) -> list[BaseTool]:
     """Gate the declared tools of a list and pass the rest through, in order.
 
     ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None (read-only);
     or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate must carry that
     policy). Every tool left ungated is reported once by name (an :class:`UngatedToolWarning`
     and a log line); ``strict=True`` (or ``policy.strict``) refuses them with ``ConfigError``.
+    ``pause`` and ``approver``: as for :func:`gate_tool`.
     """
     return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
-                       read_only=read_only, on_refusal=on_refusal)
+                       read_only=read_only, on_refusal=on_refusal,
+                       wrap_options={"pause": pause, "approver": approver})
 
 
 def _middleware_class() -> type:
@@ -369,8 +595,11 @@ def _middleware_class() -> type:
         """
 
         def __init__(self, effects: Any, *, gate: Gate | None = None, strict: bool = False,
-                     read_only: Iterable[str] = (), on_refusal: OnRefusal = "message") -> None:
+                     read_only: Iterable[str] = (), on_refusal: OnRefusal = "message",
+                     pause: bool | None = None, approver: str | None = None) -> None:
             super().__init__()
+            self._pauser = _Pauser(pause, approver)
+            self._validators: dict[str, Callable[[Mapping[str, Any]], Mapping[str, Any]]] = {}
             self.effects = effects
             self.gate = resolve_gate(gate)
             self.strict = strict
@@ -404,7 +633,8 @@ def _middleware_class() -> type:
                 if visible is not None:
                     spec.check_names(visible, f"tool {name!r}")
                 calls[name] = GatedCall(spec, name, on_refusal=on_refusal,
-                                        reraise_failed=(ToolException,))
+                                        reraise_failed=(ToolException,), pause=keep_refusal)
+                self._validators[name] = _validator(tool, visible)
             report_ungated("langchain", ungated, strict=self.strict or declared.strict)
             self._calls = calls
             return calls
@@ -448,17 +678,30 @@ def _middleware_class() -> type:
             content = out if out is not None else TOOL_TEXTS["stored_none"]
             return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
+        @staticmethod
+        def _request_for(request: Any, original: Mapping[str, Any],
+                         arguments: Mapping[str, Any]) -> Any:
+            """The request to run: the model's, or one carrying a reviewer's edited args."""
+            if arguments is original:
+                return request
+            call = request.tool_call
+            args = {**(call.get("args") or {}), **arguments}
+            return request.override(tool_call={**call, "args": args})
+
         def wrap_tool_call(self, request: Any, handler: Any) -> Any:
             prepared = self._prepare(request)
             if prepared is None:
                 return handler(request)
             gated, arguments = prepared
+            config = getattr(request.runtime, "config", None)
 
-            def body() -> Any:
-                return _checked(handler(request))
+            def run(one: GatedCall, args: Mapping[str, Any]) -> Any:
+                chosen = self._request_for(request, arguments, args)
+                return one.run(args, lambda: _checked(handler(chosen)))
 
-            with framework_context(*_context(getattr(request.runtime, "config", None))):
-                out = gated.run(arguments, body)
+            with framework_context(*_context(config)):
+                out = self._pauser.settle(gated, run(gated, arguments), arguments, config,
+                                          run, self._validators.get(gated.tool_name))
             return self._answer(out, request)
 
         async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
@@ -466,12 +709,20 @@ def _middleware_class() -> type:
             if prepared is None:
                 return await handler(request)
             gated, arguments = prepared
+            config = getattr(request.runtime, "config", None)
 
-            async def body() -> Any:
-                return _checked(await handler(request))
+            async def run(one: GatedCall, args: Mapping[str, Any]) -> Any:
+                chosen = self._request_for(request, arguments, args)
 
-            with framework_context(*_context(getattr(request.runtime, "config", None))):
-                out = await gated.arun(arguments, body)
+                async def body() -> Any:
+                    return _checked(await handler(chosen))
+
+                return await one.arun(args, body)
+
+            with framework_context(*_context(config)):
+                out = await self._pauser.asettle(gated, await run(gated, arguments), arguments,
+                                                 config, run,
+                                                 self._validators.get(gated.tool_name))
             return self._answer(out, request)
 
     EffectGateMiddleware.__module__ = __name__

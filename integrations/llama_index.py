@@ -15,6 +15,30 @@
   (the dispatcher swallows a handler's exceptions): it cannot stop a call, answer it, or record
   its outcome. Use it to find tools you forgot, not to gate them.
 
+**Approvals pause the run** (``acall`` inside a workflow agent): a call the policy sends for
+approval waits with ``ctx.wait_for_event(HumanResponseEvent, waiter_event=InputRequiredEvent(
+...))``. The ``InputRequiredEvent`` (streamed by ``handler.stream_events()``) carries
+``prefix`` (a description), ``tool``, ``arguments`` (the normalised arguments that would
+execute), ``allowed_decisions`` and the approval's ``approval_id``, ``payload_hash``, ``key``.
+Answer with ``handler.ctx.send_event(HumanResponseEvent(response="approve" | "edit" |
+"reject", approval_id=..., by=..., arguments={...} for an edit, message=...))``; an event
+without the matching ``approval_id`` is ignored. The decision is recorded in the store and
+carried out as LangChain's is (approve → executes once; edit → its own effect and approval,
+recorded as approved by the reviewer, the original denied; reject → denied). The workflow
+``Context`` can be serialised (``handler.ctx.to_dict()``) while it waits and restored in
+another process (``Context.from_dict(agent, d)``, ``agent.run(ctx=restored)``; restore
+FunctionAgent's memory yourself, see docs/adapters.md): the tool's code before the wait re-runs
+on restore and on the answer — it only reads the store — and the refund executes once; a
+HumanResponseEvent delivered twice gets the stored result the second time. The store comes
+first: a request decided in the CLI or the console meanwhile is executed or refused at the
+replay, whatever the answer says. The wait needs the workflow's ``Context``: the tool's own
+``ctx`` parameter, or :class:`EffectGateAgentMixin` / :class:`EffectGateFunctionAgent`;
+elsewhere (and with ``pause=False``) the model is told in text. An answer that is not a
+decision is not taken: the model is told the call waits for approval, with its id.
+
+This is **prevention**: the approval is bound to the payload hash of the arguments that
+execute (the call's, or a reviewer's edit), checked by the store when the call begins.
+
 ``FunctionTool.call`` does not validate its arguments; the gated tool does (positional arguments
 bound by name as the function binds them), through
 ``metadata.fn_schema``, before the key and payload hash are computed (``"500"`` and ``500`` are
@@ -27,6 +51,8 @@ effect's ``run_id``.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -47,6 +73,8 @@ from ._kernel import (
     resolve_gate,
 )
 from ._kernel import gate_tools as _gate_tools
+from ._kernel.call import keep_refusal
+from ._kernel.review import DECISIONS, Review, Verdict, aapply, review_of
 from ._kernel.vocabulary import model_message
 
 with requires_extra("llama_index", "llama-index"):
@@ -58,6 +86,7 @@ with requires_extra("llama_index", "llama-index"):
     from pydantic import PrivateAttr, TypeAdapter, ValidationError
 
 __all__ = [
+    "DEFAULT_APPROVER",
     "EffectGateAgentMixin",
     "EffectGateFunctionAgent",
     "GatedFunctionTool",
@@ -110,15 +139,46 @@ def _stored_blocks(stored: Any) -> list[ContentBlock] | None:
     return None
 
 
+DEFAULT_APPROVER = "llama-index-resume"
+"""Who an answer is recorded as decided by when its ``HumanResponseEvent`` names no ``by``."""
+
+_workflow_ctx: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "effectgate_llama_index_ctx", default=None)
+
+
+def _input_required(review: Review) -> Any:
+    """The ``InputRequiredEvent`` a paused call waits behind."""
+    from llama_index.core.workflow import InputRequiredEvent
+
+    fields: dict[str, Any] = {"prefix": review.description(), "tool": review.tool_name,
+                              "arguments": review.arguments,
+                              "allowed_decisions": list(DECISIONS), **review.as_dict()}
+    return InputRequiredEvent(**fields)
+
+
+def _verdict(event: Any) -> Verdict | None:
+    """The decision a ``HumanResponseEvent`` carries, or None when it carries none."""
+    kind: Any = getattr(event, "response", None)
+    arguments = event.get("arguments") if kind == "edit" else None
+    try:
+        return Verdict(kind, by=event.get("by") or DEFAULT_APPROVER, arguments=arguments,
+                       message=event.get("message"), payload_hash=event.get("payload_hash"))
+    except ConfigError:
+        return None
+
+
 class GatedFunctionTool(FunctionTool):
     """A ``FunctionTool`` whose every call passes through an effect gate (see :func:`gate_tool`).
 
     ``inner`` is the wrapped tool; ``gated_call.spec`` the :class:`effectgate.EffectSpec`.
     """
 
-    def __init__(self, inner: FunctionTool, gated: GatedCall) -> None:
+    def __init__(self, inner: FunctionTool, gated: GatedCall, *, pause: bool = True,
+                 pause_timeout: float | None = None) -> None:
         super().__init__(fn=inner.fn, async_fn=inner.async_fn, metadata=inner.metadata,
                          partial_params=inner.partial_params)
+        self.pause = pause
+        self.pause_timeout = pause_timeout
         # Derived from fn's signature by FunctionTool; an async-only tool's sync shim hides it.
         self.requires_context = inner.requires_context
         self.ctx_param_name = inner.ctx_param_name
@@ -206,13 +266,50 @@ class GatedFunctionTool(FunctionTool):
             return prepared
         arguments, call_kwargs = prepared
         inner = self.inner
+        ctx_name = self.ctx_param_name
+        workflow = call_kwargs.get(ctx_name) if ctx_name else None
+        if workflow is None:
+            workflow = _workflow_ctx.get()
 
-        async def body() -> Any:
-            return _Output(await inner.acall(**call_kwargs))
+        async def run(gated: GatedCall, args: Mapping[str, Any]) -> Any:
+            given = {**call_kwargs, **args}
+
+            async def body() -> Any:
+                return _Output(await inner.acall(**given))
+
+            return await gated.arun(args, body)
 
         with framework_context(_run_id()):
-            out = await self.gated_call.arun(arguments, body)
+            out = await run(self.gated_call, arguments)
+            out = await self._settle(out, arguments, workflow, run)
         return self._answer(_unwrap(out), {"args": (), "kwargs": arguments})
+
+    async def _settle(self, out: Any, arguments: Mapping[str, Any], workflow: Any,
+                      run: Any) -> Any:
+        """An ``approval_required`` answer waits for a human's ``HumanResponseEvent``."""
+        gated = self.gated_call
+        if not isinstance(out, Refused) or out.kind != "approval_required":
+            return out
+        if not self.pause or workflow is None or not hasattr(workflow, "wait_for_event"):
+            return gated.refuse(out)
+        from llama_index.core.workflow import HumanResponseEvent
+
+        review = await asyncio.to_thread(review_of, gated, out, arguments)
+        event = await workflow.wait_for_event(
+            HumanResponseEvent, waiter_id=f"effectgate:{review.approval_id}",
+            waiter_event=_input_required(review),
+            requirements={"approval_id": review.approval_id}, timeout=self.pause_timeout)
+        verdict = _verdict(event)
+        if verdict is None:
+            return gated.refuse(out)
+        answer = await aapply(gated, review, verdict, arguments, run, validate=self._validate)
+        return gated.refuse(answer) if isinstance(answer, Refused) else answer
+
+    def _validate(self, raw: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A reviewer's edited arguments, checked against the tool's schema."""
+        if self._schema is None:
+            return dict(raw)
+        return model_arguments(self._schema, raw)
 
 
 def _invalid_text(detail: str) -> str:
@@ -258,14 +355,19 @@ def _store_form(user_redact: Any) -> Any:
 
 def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
               effect_type: str | None = None, on_refusal: OnRefusal = "message",
+              pause: bool = True, pause_timeout: float | None = None,
               **effect_options: Any) -> GatedFunctionTool:
     """Gate a LlamaIndex ``FunctionTool`` under the key template ``key``.
 
     Returns a ``FunctionTool`` with the same metadata; ``tool.call(**kwargs)`` and
     ``await tool.acall(**kwargs)`` work outside an agent too. ``effect_type`` defaults to the
     tool's name; ``effect_options`` are :class:`effectgate.EffectSpec` options. ``gate=None``
-    uses the process-wide default gate.
+    uses the process-wide default gate. ``pause``: wait for a human's ``HumanResponseEvent``
+    on ``approval_required`` (see the module docstring); ``pause_timeout`` seconds (None:
+    no limit; the request itself expires as the policy says).
     """
+    if pause not in (True, False):
+        raise ConfigError(f"pause must be True or False, not {pause!r}")
     if isinstance(tool, GatedFunctionTool):
         raise ConfigError(f"tool {tool.metadata.get_name()!r} is already gated")
     if not isinstance(tool, FunctionTool):
@@ -280,7 +382,9 @@ def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
     fields = getattr(schema, "model_fields", None)
     if fields is not None:
         spec.check_names([*fields, *tool.partial_params], f"tool {name!r}")
-    return GatedFunctionTool(tool, GatedCall(spec, name, on_refusal=on_refusal))
+    return GatedFunctionTool(tool, GatedCall(spec, name, on_refusal=on_refusal,
+                                             pause=keep_refusal),
+                             pause=pause, pause_timeout=pause_timeout)
 
 
 _FRAMEWORK = Framework("llama_index", tool_name=lambda t: t.metadata.get_name(),
@@ -310,8 +414,12 @@ class EffectGateAgentMixin:
     """
 
     async def _call_tool(self, ctx: Any, tool: Any, tool_input: dict[str, Any]) -> Any:
-        with framework_context(_run_id(), getattr(self, "name", None)):
-            out = await super()._call_tool(ctx, tool, tool_input)  # type: ignore[misc]
+        token = _workflow_ctx.set(ctx)  # a gated tool pauses for approval on this Context
+        try:
+            with framework_context(_run_id(), getattr(self, "name", None)):
+                out = await super()._call_tool(ctx, tool, tool_input)  # type: ignore[misc]
+        finally:
+            _workflow_ctx.reset(token)
         error = getattr(out, "exception", None)
         if is_stopping(error):
             raise error  # type: ignore[misc]

@@ -43,23 +43,51 @@ on a thread anyway), so gating adds no thread hop.
 The agent's name becomes the effect's ``agent_id``; ``RunConfig.trace_id`` (or the current
 trace's id, or ``RunConfig.group_id``) its ``run_id``.
 
+**Approvals pause the run** through the SDK's own ``needs_approval``: a gated tool's
+``needs_approval`` asks the policy (``gate.preview``, a dry run that reserves nothing; for an
+effect type whose policy has no approval rule the tool's own setting is kept and nothing is
+read) and, when the call needs a human, records the approval request in the store and answers
+True, so ``Runner.run`` returns with ``result.interruptions``. Decide each with
+:func:`approve` / :func:`reject` (not bare ``state.approve``): they record the decision in
+the store (``gate.approve`` for the payload hash of the call's arguments, checked;
+``gate.deny``) and then tell the ``RunState``. The
+state survives ``to_json`` / ``RunState.from_json`` in another process; ``Runner.run(agent,
+state)`` executes the approved call once. A human who decided in the CLI or the console
+instead: :func:`apply_store_decisions` moves those decisions into the state. A ``RunState``
+approved without the store (bare ``state.approve``) does not execute: the gate still answers
+"waiting for approval"; a replayed approved state (the SDK's snapshots are not single-use)
+gets the stored result, not a second refund. The SDK offers no edit: to change the arguments,
+reject and let the model call again. ``pause=False`` keeps the old answer (text with the
+approval id). A ``needs_approval`` of the tool's own (True or a function) still applies.
+
+This is **prevention**: the SDK binds the approval to the call id and an arguments
+fingerprint, and the gate binds it to the payload hash it checks when the call begins.
+
 Not offered, and why: tool input guardrails run only before the call, so they can refuse a
-repeat of a settled effect but cannot reserve it nor record the outcome; ``needs_approval`` is
-the SDK's own human-in-the-loop, separate from the gate's policy approvals (an
-``approval_required`` answer reaches the model with its approval id; approve it with
-``gate.approve``).
+repeat of a settled effect but cannot reserve it nor record the outcome.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from effectgate import ConfigError, EffectGateError, EffectSpec, Gate
+from effectgate import (
+    ApprovalState,
+    ConfigError,
+    Decision,
+    EffectGateError,
+    EffectSpec,
+    Gate,
+    InvalidTransition,
+    Outcome,
+)
 
 from ._kernel import (
     Framework,
@@ -83,13 +111,17 @@ with requires_extra("openai_agents", "openai-agents"):
     from pydantic import ValidationError
 
 __all__ = [
+    "DEFAULT_APPROVER",
     "EffectGateAgentsError",
     "EffectGateRunHooks",
     "GatedFunctionTool",
     "UngatedToolWarning",
+    "apply_store_decisions",
+    "approve",
     "gate_tool",
     "gate_tools",
     "is_gated",
+    "reject",
 ]
 
 _MARK = "__effectgate_call__"
@@ -200,12 +232,16 @@ class _Invocation:
         self.raw = dataclasses.replace(tool, _failure_error_function=None,
                                        _use_default_failure_error_function=False).on_invoke_tool
 
-    def validate(self, input_json: str) -> tuple[dict[str, Any], Any] | None:
+    def validate(self, input_json: str | None) -> tuple[dict[str, Any], Any] | None:
         """(arguments by name, the validated model or None); None when invalid."""
         try:
             data = json.loads(input_json) if input_json else {}
         except ValueError:
             return None
+        return self.validate_data(data)
+
+    def validate_data(self, data: Any) -> tuple[dict[str, Any], Any] | None:
+        """:meth:`validate` for arguments already parsed."""
         if not isinstance(data, dict):
             return None
         if self.model is None:
@@ -250,15 +286,56 @@ class _Invocation:
         return await answer if inspect.isawaitable(answer) else answer
 
 
+NeedsApproval = Callable[[Any, dict[str, Any], str], Awaitable[bool]]
+
+
+def _may_need_approval(spec: EffectSpec) -> bool:
+    """Does the gate's policy have an approval rule for this effect type? Only then is the
+    tool's ``needs_approval`` replaced (the SDK pauses on arguments it cannot parse whenever a
+    ``needs_approval`` function is set, so a tool that can never need approval keeps its own
+    setting)."""
+    policy = spec.gate.policy
+    rule = policy.rule_for(spec.effect_type) if policy is not None else None
+    return rule is not None and rule.approval is not None
+
+
+def _approval_bridge(invocation: _Invocation, own: Any) -> NeedsApproval:
+    """The gated tool's ``needs_approval``: the tool's own setting, or the policy's answer."""
+    spec = invocation.gated.spec
+    gate = spec.gate
+
+    async def needs_approval(ctx: Any, params: dict[str, Any], call_id: str) -> bool:
+        if own is True:
+            return True
+        if callable(own) and await own(ctx, params, call_id):
+            return True
+        policy = gate.policy
+        rule = policy.rule_for(spec.effect_type) if policy is not None else None
+        if rule is None or rule.approval is None:
+            return False  # no approval rule: no store read
+        checked = invocation.validate_data(params)
+        if checked is None:
+            return False  # the tool's own invocation answers invalid arguments
+        with framework_context(*_context(ctx)):
+            try:
+                request = spec.request(checked[0])
+            except EffectGateError:
+                return False  # the gated call reports it
+        return await asyncio.to_thread(_record_request, gate, request) is not None
+
+    return needs_approval
+
+
 def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
               effect_type: str | None = None, on_refusal: OnRefusal = "message",
-              **effect_options: Any) -> FunctionTool:
+              pause: bool = True, **effect_options: Any) -> FunctionTool:
     """Gate an Agents SDK ``FunctionTool`` under the key template ``key``.
 
     Returns a ``FunctionTool`` with the same definition; ``await tool.on_invoke_tool(ctx,
     json_args)`` works outside a run too. ``effect_type`` defaults to the tool's name;
     ``effect_options`` are :class:`effectgate.EffectSpec` options. ``gate=None`` uses the
-    process-wide default gate.
+    process-wide default gate. ``pause``: a call the policy sends for approval pauses the run
+    (``needs_approval``; see the module docstring); False: the model is told in text.
     """
     if not isinstance(tool, FunctionTool):
         raise ConfigError(f"gate_tool takes an agents FunctionTool, not {type(tool).__name__}")
@@ -276,6 +353,10 @@ def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
     setattr(invocation, _MARK, gated)
     fields = {f.name: getattr(tool, f.name) for f in dataclasses.fields(FunctionTool)}
     fields.update(on_invoke_tool=invocation, _effectgate_inner=tool)
+    if pause not in (True, False):
+        raise ConfigError(f"pause must be True or False, not {pause!r}")
+    if pause and _may_need_approval(spec):
+        fields["needs_approval"] = _approval_bridge(invocation, tool.needs_approval)
     return GatedFunctionTool(**fields)
 
 
@@ -286,17 +367,19 @@ _FRAMEWORK = Framework(
 
 def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
                strict: bool = False, read_only: Iterable[str] = (),
-               on_refusal: OnRefusal = "message") -> list[Any]:
+               on_refusal: OnRefusal = "message", pause: bool = True) -> list[Any]:
     """Gate the declared function tools of a list and pass the rest through, in order.
 
     ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None (read-only);
     or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate must carry that
     policy). Every function tool left ungated is reported once by name; ``strict=True`` (or
     ``policy.strict``) refuses them with ``ConfigError``. Hosted tools (web search...) and
-    handoffs pass through unreported: they do not run here.
+    handoffs pass through unreported: they do not run here. ``pause``: as for
+    :func:`gate_tool`.
     """
     return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
-                       read_only=read_only, on_refusal=on_refusal)
+                       read_only=read_only, on_refusal=on_refusal,
+                       wrap_options={"pause": pause})
 
 
 class EffectGateRunHooks(RunHooks[Any]):
@@ -319,3 +402,146 @@ class EffectGateRunHooks(RunHooks[Any]):
             report_ungated("openai_agents", names, strict=self.strict)
         except ConfigError as err:
             raise _as_agents_error(err) from None
+
+
+# -- deciding a paused run's approvals --------------------------------------------------------
+
+DEFAULT_APPROVER = "openai-agents-resume"
+"""Who :func:`approve` / :func:`reject` record as the decider when ``by`` is not given."""
+
+
+def _gated_tool_of(item: Any) -> GatedFunctionTool:
+    """The gated tool an interruption is about (on the item's agent)."""
+    agent = getattr(item, "agent", None)
+    name = getattr(item, "tool_name", None)
+    for tool in getattr(agent, "tools", None) or ():
+        if isinstance(tool, GatedFunctionTool) and tool.name == name:
+            return tool
+    raise ConfigError(f"interruption for {name!r} is not a call of a gated tool of its agent")
+
+
+def _pending(item: Any) -> tuple[GatedFunctionTool, EffectSpec, Any] | None:
+    """(tool, spec, request) of an interruption; None when its arguments name no effect (the
+    tool's own invocation answers them)."""
+    tool = _gated_tool_of(item)
+    invocation = tool.on_invoke_tool
+    assert isinstance(invocation, _Invocation)
+    checked = invocation.validate(getattr(item, "arguments", None))
+    if checked is None:
+        return None
+    spec = invocation.gated.spec
+    with framework_context(None, getattr(getattr(item, "agent", None), "name", None)):
+        try:
+            return tool, spec, spec.request(checked[0])
+        except EffectGateError:
+            return None
+
+
+def _record_request(gate: Gate, request: Any) -> str | None:
+    """The id of the approval request ``request`` waits for, recorded now (so a human sees it
+    in the CLI or the console) if the policy asks for one; None when it needs no approval."""
+    preview = gate.preview(request)
+    if preview.decision is not Decision.APPROVAL_REQUIRED:
+        return None
+    if preview.approval_id is not None:
+        return preview.approval_id  # already recorded, still pending
+    begun = gate.begin(request)  # a new request: the move is to PENDING_APPROVAL
+    if begun.decision is Decision.EXECUTE:
+        # Approved in the instant between the two reads, and now held: give it back unrun
+        # (FAILED: it provably did not happen); the next call asks again.
+        gate.report(begun, Outcome.FAILED, error="released: the run was pausing for approval")
+        return None
+    return begun.approval_id if begun.decision is Decision.APPROVAL_REQUIRED else None
+
+
+def _approval_of(spec: EffectSpec, request: Any) -> Any:
+    """The approval request for these arguments, recorded if the policy needs one (None when
+    it needs none, or the effect is already settled)."""
+    gate = spec.gate
+    approval_id = _record_request(gate, request)
+    if approval_id is None:
+        return None
+    record = gate.approval(approval_id)
+    if record.payload_hash != request.payload_hash:  # bound to other arguments: never approve
+        raise ConfigError(f"approval {record.approval_id} is for other arguments")
+    return record
+
+
+def _refuse_self_approval(spec: EffectSpec, item: Any, by: str) -> None:
+    """``needs_approval`` is not told which agent asks, so the store cannot compare: the
+    interruption's agent is compared here, under the same rule (``allow_self_approval``)."""
+    from effectgate.decide import same_principal
+
+    policy = spec.gate.policy
+    rule = policy.rule_for(spec.effect_type) if policy is not None else None
+    if rule is None or rule.approval is None or rule.approval.allow_self_approval:
+        return
+    agent = getattr(getattr(item, "agent", None), "name", None)
+    if same_principal(by, agent):
+        raise InvalidTransition(f"{by} requested {spec.effect_type!r} and cannot approve its "
+                                "own request", reason="self-approval is not allowed")
+
+
+def approve(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
+            note: str | None = None) -> None:
+    """Approve an interruption of a paused run: recorded in the store (``gate.approve``, for
+    the payload hash of the call's arguments), then ``state.approve(item)``.
+
+    A request already decided in the store stays as decided (an approval there executes, a
+    denial is what the model hears when the run resumes). ``ConfigError`` when ``item`` is not
+    a call of a gated tool; ``InvalidTransition`` when ``by`` may not approve (self-approval).
+    """
+    pending = _pending(item)
+    if pending is not None:
+        _, spec, request = pending
+        record = _approval_of(spec, request)
+        if record is not None:
+            _refuse_self_approval(spec, item, by)
+            try:
+                spec.gate.approve(record.approval_id, by=by, note=note)
+            except InvalidTransition:
+                if spec.gate.approval(record.approval_id).state is ApprovalState.PENDING:
+                    raise  # a self-approval the policy forbids: the SDK is not told
+    state.approve(item)
+
+
+def reject(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
+           reason: str | None = None) -> None:
+    """Reject an interruption: denied in the store (``gate.deny``; it stays denied), then
+    ``state.reject(item, rejection_message=...)``: the tool never runs."""
+    pending = _pending(item)
+    if pending is not None:
+        _, spec, request = pending
+        record = _approval_of(spec, request)
+        if record is not None:
+            with contextlib.suppress(InvalidTransition):  # decided meanwhile: it stands
+                spec.gate.deny(record.approval_id, by=by, reason=reason)
+    why = f"DENIED: rejected by {by}" + (f": {reason}" if reason else "") + \
+        ". It has not been carried out. Do not retry it; tell the user why."
+    state.reject(item, rejection_message=why)
+
+
+def apply_store_decisions(state: Any) -> list[Any]:
+    """Move decisions made in the store (the CLI, the console) into a paused ``RunState``:
+    each interruption whose request was approved is approved, each denied one rejected.
+    Returns the interruptions still waiting for a human."""
+    waiting: list[Any] = []
+    for item in state.get_interruptions():
+        try:
+            pending = _pending(item)
+        except ConfigError:
+            waiting.append(item)  # not ours: the caller decides it
+            continue
+        if pending is None:
+            waiting.append(item)
+            continue
+        _, spec, request = pending
+        head = spec.gate.preview(request)
+        if head.decision is Decision.APPROVAL_REQUIRED:
+            waiting.append(item)
+        elif head.decision is Decision.DENIED:
+            state.reject(item, rejection_message=f"DENIED: {head.reason or 'denied'}. It has "
+                         "not been carried out. Do not retry it; tell the user why.")
+        else:  # approved (executes once), or settled (answered from the store)
+            state.approve(item)
+    return waiting

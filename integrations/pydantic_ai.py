@@ -27,6 +27,27 @@ handed back to pydantic-ai as a ``ModelRetry`` (a retry is what must not happen)
 and ``ToolFailed`` raised by the body itself are FAILED only when a declared classifier says so
 (``classifiers=``), AMBIGUOUS otherwise.
 
+**Approvals pause the run** through pydantic-ai's deferred tools: when the agent's output
+types include ``DeferredToolRequests`` (or ``pause=True``), a call the policy sends for
+approval raises ``ApprovalRequired`` with ``metadata={"effectgate": {approval_id,
+payload_hash, key, ...}, "arguments": <the normalised arguments that would execute>}``, so the
+run ends with ``DeferredToolRequests``. Resume with ``message_history=...`` and
+``deferred_tool_results=DeferredToolResults(approvals={call_id: True},
+metadata={call_id: <that metadata>})`` (in any process: the pause is message history):
+
+* ``True`` — the approval is recorded in the store for that payload hash (read from the store
+  by the approval id the metadata names; the metadata itself is not trusted) and the call
+  executes once. A replayed resume gets the stored result.
+* ``ToolApproved(override_args={...})`` — the edited arguments are their own effect (their
+  template key, or ``<key>~edit:<hash16>``) with their own approval, recorded as approved by
+  the resuming human; they execute once, the original request is denied.
+* ``ToolDenied`` — pydantic-ai never calls the tool, so record the denial yourself:
+  ``gate.deny(metadata["effectgate"]["approval_id"], by=...)``.
+
+Who approves: ``approver=`` (default :data:`DEFAULT_APPROVER`). The store comes first: a
+request approved or denied in the CLI or the console meanwhile is executed or refused. This is
+**prevention**: the arguments that execute are the ones whose payload hash the approval binds.
+
 A sync function tool's reservation, body and outcome run in one hop off the event loop, through
 pydantic-ai's own executor (so its thread settings hold), where pydantic-ai would run the body
 alone; this reads ``FunctionSchema._call_args`` and falls back to the plain path without it.
@@ -41,7 +62,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from effectgate import ConfigError, EffectSpec, Gate
+from effectgate import ApprovalState, ConfigError, EffectSpec, Gate
 
 from ._kernel import (
     GatedCall,
@@ -54,15 +75,21 @@ from ._kernel import (
     requires_extra,
     resolve_gate,
 )
+from ._kernel.call import keep_refusal
+from ._kernel.review import Review, Verdict, aapply, edited_call, review_of
 
 with requires_extra("pydantic_ai", "pydantic-ai"):
-    from pydantic_ai import ModelRetry, RunContext, Tool, ToolFailed
+    from pydantic_ai import ApprovalRequired, ModelRetry, RunContext, Tool, ToolFailed
     from pydantic_ai._function_schema import FunctionSchema
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
     from pydantic_ai.toolsets.function import FunctionToolsetTool
 
-__all__ = ["EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"]
+__all__ = ["DEFAULT_APPROVER", "EffectGateToolset", "UngatedToolWarning", "gate_tool",
+           "is_gated"]
+
+DEFAULT_APPROVER = "pydantic-ai-resume"
+"""Who a resumed approval is recorded as approved by unless ``approver=`` says."""
 
 
 async def _hop(function: Callable[[], Any]) -> Any:
@@ -97,15 +124,75 @@ def _direct(schema: FunctionSchema, args: dict[str, Any],
     return lambda: function(*positional, **named)
 
 
+def _defers(ctx: RunContext[Any], pause: bool | None) -> bool:
+    """Pause through ``ApprovalRequired``? ``None``: when the agent's output types include
+    ``DeferredToolRequests`` (else pydantic-ai would fail the run)."""
+    if pause is not None:
+        return pause
+    schema = getattr(getattr(ctx, "agent", None), "_output_schema", None)
+    return bool(getattr(schema, "allows_deferred_tools", False))
+
+
+def _paused_approval(ctx: RunContext[Any]) -> str | None:
+    """The approval id a resumed, approved call's metadata names (None otherwise)."""
+    if not getattr(ctx, "tool_call_approved", False):
+        return None
+    meta = getattr(ctx, "tool_call_metadata", None)
+    inner = meta.get("effectgate") if isinstance(meta, dict) else None
+    approval_id = inner.get("approval_id") if isinstance(inner, dict) else None
+    return approval_id if isinstance(approval_id, str) else None
+
+
+async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
+                   run: Callable[[GatedCall, Any], Awaitable[Any]], approver: str) -> Any:
+    """A call a human approved through ``DeferredToolResults``: decided against the store."""
+    gate = gated.spec.gate
+    try:
+        record = await asyncio.to_thread(gate.approval, approval_id)
+    except Exception:
+        record = None
+    if record is None or record.effect_type != gated.spec.effect_type:
+        return await run(gated, args)  # not this tool's request: the store answers the call
+    if record.state is not ApprovalState.PENDING:
+        # Decided already (the CLI, the console, an earlier resume): the store answers — the
+        # edited arguments under their own key, the original under its own.
+        same = gated.spec.request(args).payload_hash == record.payload_hash
+        return await run(gated if same else edited_call(gated, record.key), args)
+    same = gated.spec.request(args).payload_hash == record.payload_hash
+    original = args if same or not isinstance(record.arguments, dict) else record.arguments
+    review = Review(approval_id=record.approval_id, payload_hash=record.payload_hash,
+                    key=record.key, effect_type=record.effect_type, tool_name=gated.tool_name,
+                    arguments=original)
+    verdict = Verdict("approve" if same else "edit", by=approver,
+                      arguments=None if same else args)
+    return await aapply(gated, review, verdict, original, run)
+
+
 async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
                  forward: Callable[[], Awaitable[Any]],
-                 direct: Callable[[], Any] | None) -> Any:
+                 direct: Callable[[], Any] | None, *, pause: bool | None = None,
+                 approver: str = DEFAULT_APPROVER) -> Any:
+    async def run(one: GatedCall, arguments: Any) -> Any:
+        if one is gated and arguments is args:
+            if direct is not None:
+                return await one.arun_sync(arguments, direct, hop=_hop)
+            return await one.arun(arguments, forward)
+        return await one.arun(arguments, forward)  # an edit: pydantic-ai passed its args
+
     with framework_context(*_context(ctx)):
-        if direct is not None:
-            out = await gated.arun_sync(args, direct, hop=_hop)
+        approval_id = _paused_approval(ctx)
+        if approval_id is not None:
+            out = await _resumed(gated, approval_id, args, run, approver)
         else:
-            out = await gated.arun(args, forward)
+            out = await run(gated, args)
+            if isinstance(out, Refused) and out.kind == "approval_required" \
+                    and _defers(ctx, pause):
+                review = await asyncio.to_thread(review_of, gated, out, args)
+                raise ApprovalRequired(metadata={"effectgate": review.as_dict(),
+                                                 "arguments": review.arguments,
+                                                 "description": review.description()})
     if isinstance(out, Refused):
+        out = gated.refuse(out)
         raise _answer(out)
     return out
 
@@ -129,12 +216,15 @@ class _GatedSchema(FunctionSchema):
     passes through the gate."""
 
     gated: GatedCall | None = None
+    pause: bool | None = None
+    approver: str = DEFAULT_APPROVER
 
     async def call(self, args_dict: dict[str, Any], ctx: RunContext[Any]) -> Any:
         gated = self.gated
         assert gated is not None
         return await _gated(gated, args_dict, ctx, lambda: super(_GatedSchema, self).call(
-            args_dict, ctx), _direct(self, args_dict, ctx))
+            args_dict, ctx), _direct(self, args_dict, ctx), pause=self.pause,
+            approver=self.approver)
 
 
 def is_gated(tool: Any) -> bool:
@@ -144,13 +234,16 @@ def is_gated(tool: Any) -> bool:
 
 def gate_tool(tool: Tool[Any], key: str, *, gate: Gate | None = None,
               effect_type: str | None = None, on_refusal: OnRefusal = "message",
+              pause: bool | None = None, approver: str = DEFAULT_APPROVER,
               **effect_options: Any) -> Tool[Any]:
     """Gate a pydantic-ai ``Tool`` under the key template ``key`` (``"refund:{txn_id}"``).
 
     Returns a ``Tool`` with the same definition. ``effect_type`` defaults to the tool's name;
     ``effect_options`` are :class:`effectgate.EffectSpec` options. ``gate=None`` uses the
-    process-wide default gate.
+    process-wide default gate. ``pause`` / ``approver``: approvals through deferred tools
+    (see the module docstring; ``None``: when the agent's output allows them).
     """
+    _check_pause(pause, approver)
     if not isinstance(tool, Tool):
         raise ConfigError(f"gate_tool takes a pydantic_ai Tool, not {type(tool).__name__}")
     if is_gated(tool):
@@ -161,8 +254,16 @@ def gate_tool(tool: Tool[Any], key: str, *, gate: Gate | None = None,
     values = {f.name: getattr(schema, f.name) for f in dataclasses.fields(FunctionSchema)}
     gated = copy.copy(tool)
     gated.function_schema = _GatedSchema(
-        **values, gated=GatedCall(spec, tool.name, on_refusal=on_refusal))
+        **values, gated=GatedCall(spec, tool.name, on_refusal=on_refusal, pause=keep_refusal),
+        pause=pause, approver=approver)
     return gated
+
+
+def _check_pause(pause: Any, approver: Any) -> None:
+    if pause not in (None, True, False):
+        raise ConfigError(f"pause must be None, True or False, not {pause!r}")
+    if not isinstance(approver, str) or not approver.strip():
+        raise ConfigError("approver must be a non-empty str")
 
 
 # -- EffectGateToolset ---------------------------------------------------------------------------
@@ -181,7 +282,8 @@ class EffectGateToolset(WrapperToolset[Any]):
 
     ``effects``: tool name → key template, → ``{"key": ..., **options}``, → None (read-only); or
     an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate must carry that
-    policy). ``gate=None`` uses the process-wide default gate.
+    policy). ``gate=None`` uses the process-wide default gate. ``pause`` / ``approver``: as for
+    :func:`gate_tool`.
     """
 
     effects: Any = None
@@ -189,6 +291,8 @@ class EffectGateToolset(WrapperToolset[Any]):
     strict: bool = False
     read_only: tuple[str, ...] = ()
     on_refusal: OnRefusal = "message"
+    pause: bool | None = None
+    approver: str = DEFAULT_APPROVER
     _seen: _Seen = field(default_factory=_Seen, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -198,6 +302,7 @@ class EffectGateToolset(WrapperToolset[Any]):
             )
         if self.on_refusal not in ("message", "raise"):
             raise ConfigError(f"on_refusal must be 'message' or 'raise', not {self.on_refusal!r}")
+        _check_pause(self.pause, self.approver)
         self.gate = resolve_gate(self.gate)
         self.read_only = tuple(self.read_only)
         read_declarations(self.effects, gate=self.gate, read_only=self.read_only)
@@ -227,7 +332,7 @@ class EffectGateToolset(WrapperToolset[Any]):
             on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
             spec = _spec(gate, entry.key, name, tool.tool_def.parameters_json_schema,
                          entry.effect_options()) if entry.spec is None else entry.spec
-            calls[name] = GatedCall(spec, name, on_refusal=on_refusal)
+            calls[name] = GatedCall(spec, name, on_refusal=on_refusal, pause=keep_refusal)
         report_ungated("pydantic_ai", ungated, strict=self.strict or declared.strict)
         self._seen.calls = calls
 
@@ -239,7 +344,8 @@ class EffectGateToolset(WrapperToolset[Any]):
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         return await _gated(gated, tool_args, ctx,
                             lambda: self.wrapped.call_tool(name, tool_args, ctx, tool),
-                            self._direct(tool, tool_args, ctx))
+                            self._direct(tool, tool_args, ctx), pause=self.pause,
+                            approver=self.approver)
 
     def _direct(self, tool: ToolsetTool[Any], args: dict[str, Any],
                 ctx: RunContext[Any]) -> Callable[[], Any] | None:

@@ -215,16 +215,19 @@ PINNED = {
         "model_message", "read_declarations", "recorded_failed", "report_ungated",
         "requires_extra", "resolve_gate", "twin_registry"},
     "effectgate.integrations.langchain": {
-        "EffectGateMiddleware", "EffectRefusedToolError", "GatedTool", "ToolReportedError",
-        "UngatedToolWarning", "classify_tool_exception", "gate_tool", "gate_tools"},
+        "DEFAULT_APPROVER", "EffectGateMiddleware", "EffectRefusedToolError", "GatedTool",
+        "ToolReportedError", "UngatedToolWarning", "classify_tool_exception", "gate_tool",
+        "gate_tools", "hitl_request"},
     "effectgate.integrations.openai_agents": {
-        "EffectGateAgentsError", "EffectGateRunHooks", "GatedFunctionTool", "UngatedToolWarning",
-        "gate_tool", "gate_tools", "is_gated"},
+        "DEFAULT_APPROVER", "EffectGateAgentsError", "EffectGateRunHooks", "GatedFunctionTool",
+        "UngatedToolWarning", "apply_store_decisions", "approve", "gate_tool", "gate_tools",
+        "is_gated", "reject"},
     "effectgate.integrations.llama_index": {
-        "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
+        "DEFAULT_APPROVER", "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
         "UngatedToolAudit", "UngatedToolWarning", "gate_tool", "gate_tools"},
     "effectgate.integrations.pydantic_ai": {
-        "EffectGateToolset", "UngatedToolWarning", "gate_tool", "is_gated"},
+        "DEFAULT_APPROVER", "EffectGateToolset", "UngatedToolWarning", "gate_tool",
+        "is_gated"},
 }
 
 

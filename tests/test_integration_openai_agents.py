@@ -213,7 +213,7 @@ def test_approval_required_refund_is_approved_then_runs_once(
     policy = eg.Policy.from_dict({"effects": {"payment.refund": {
         "key": "refund:{txn_id}", "tools": ["refund"], "approval": "always"}}})
     gate = make_gate(policy=policy)
-    [gated] = gate_tools([refund], policy, gate=gate)
+    [gated] = gate_tools([refund], policy, gate=gate, pause=False)  # text, not the SDK pause
     [(_, waiting)] = run(Agent(name="billing", model=script(call("call_1")), tools=[gated]))
     [approval] = gate.list_approvals()
     assert ledger == [] and approval.approval_id in waiting

@@ -70,6 +70,12 @@ def _http_options(fn: Any) -> Any:
     return fn
 
 
+_console_url = click.option(
+    "--console-url", default=None, metavar="URL", envvar="EFFECTGATE_CONSOLE_URL",
+    help="Where the console runs (http://127.0.0.1:8765): an approval is sent to a client "
+         "that supports URL elicitation as a link to its page there. Off: answered in text.")
+
+
 def _describe(gate: Any, policy: Path | None) -> str:
     """Which store (password hidden), namespace and policy are in force."""
     from sqlalchemy.engine import make_url
@@ -97,10 +103,11 @@ def mcp() -> None:
 @click.option("--no-auth", is_flag=True,
               help="With --transport http on localhost only: accept requests without a bearer "
                    "token (by default each needs a token of an agent principal).")
+@_console_url
 @handle_errors
 def serve(url: str | None, namespace: str, gate_ref: str | None, policy: Path | None,
           transport: str, host: str, port: int, allow_remote: bool,
-          allow_resolve: bool, no_auth: bool) -> None:
+          allow_resolve: bool, no_auth: bool, console_url: str | None) -> None:
     """Serve begin_effect, report_effect, extend_lease and unwind_group as MCP tools. Says on
     stderr which store, namespace and policy are in force, and where it listens."""
     from ..integrations.mcp.transport import check_bind, is_loopback
@@ -115,7 +122,8 @@ def serve(url: str | None, namespace: str, gate_ref: str | None, policy: Path | 
 
         click.echo(f"effectgate: mcp serve: {_describe(gate, policy)}", err=True)
         run(gate, transport="http" if transport == "http" else "stdio", host=host, port=port,
-            allow_resolve=allow_resolve, allow_remote=allow_remote, auth=not no_auth)
+            allow_resolve=allow_resolve, allow_remote=allow_remote, auth=not no_auth,
+            console_url=console_url)
 
 
 _upstream = click.option(
@@ -144,11 +152,12 @@ _upstream_name = click.option(
               show_default=True,
               help="What an upstream tool error means for a gated call: ambiguous (it may have "
                    "acted) or failed (this upstream's errors mean nothing happened).")
+@_console_url
 @handle_errors
 def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None,
             policy: Path | None, upstream_name: str | None, transport: str, host: str,
             port: int, allow_remote: bool, strict: bool, max_sessions: int,
-            tool_errors: str) -> None:
+            tool_errors: str, console_url: str | None) -> None:
     """Serve everything an upstream MCP server offers (tools, resources, prompts, ...); gate
     the tools the policy declares, pass its reads, and print on stderr at start every tool that
     writes with no effect declared (refused with --strict)."""
@@ -165,7 +174,7 @@ def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None
                            strict=strict or bool(getattr(gate.policy, "strict", False)),
                            transport="http" if transport == "http" else "stdio", host=host,
                            port=port, allow_remote=allow_remote, upstream_name=upstream_name,
-                           max_sessions=max_sessions)
+                           max_sessions=max_sessions, console_url=console_url)
     sys.exit(code)
 
 

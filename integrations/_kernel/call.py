@@ -39,7 +39,8 @@ from .twins import Slot
 from .twins import registry as twins
 from .vocabulary import model_message, short_error
 
-__all__ = ["GatedCall", "Hop", "OnRefusal", "Pause", "Refused", "is_stopping", "recorded_failed"]
+__all__ = ["GatedCall", "Hop", "OnRefusal", "Pause", "Refused", "is_stopping", "keep_refusal",
+           "recorded_failed"]
 
 OnRefusal = Literal["message", "raise"]
 
@@ -75,6 +76,13 @@ Hop = Callable[[Callable[[], Any]], Awaitable[Any]]
 Pause = Callable[[Refused], Any]
 """A framework's own pause for a human: given the ``approval_required`` refusal, return the
 call's answer or raise the framework's pause signal."""
+
+
+def keep_refusal(refused: Refused) -> Refused:
+    """A ``pause`` that hands the ``approval_required`` refusal back as the answer, in either
+    ``on_refusal`` mode: the adapter then pauses (see :mod:`.review`) or calls
+    :meth:`GatedCall.refuse`."""
+    return refused
 
 
 def is_stopping(error: BaseException | None) -> bool:
@@ -259,6 +267,10 @@ class GatedCall:
         """
         if self.pause is not None:
             return self.pause(refused)
+        return self._refuse(refused)
+
+    def refuse(self, refused: Refused) -> Refused:
+        """``refused`` as this call answers a refusal: returned (message mode) or raised."""
         return self._refuse(refused)
 
     def _refuse(self, refused: Refused) -> Refused:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +44,14 @@ class Framework:
 
 def gate_tools(framework: Framework, tools: Iterable[Any], effects: Any, *,
                gate: Gate | None = None, strict: bool = False, read_only: Iterable[str] = (),
-               on_refusal: OnRefusal = "message") -> list[Any]:
+               on_refusal: OnRefusal = "message",
+               wrap_options: Mapping[str, Any] | None = None) -> list[Any]:
     """Gate the declared tools of a list and pass the rest through, in order.
 
-    ``effects``: see :func:`read_declarations`. Every tool left ungated is reported once by name
-    (:func:`report_ungated`); ``strict=True`` (or ``policy.strict``) refuses them.
+    ``effects``: see :func:`read_declarations`. ``wrap_options`` go to every ``wrap`` (a
+    framework's own options, such as LangChain's ``pause``). Every tool left ungated is
+    reported once by name (:func:`report_ungated`); ``strict=True`` (or ``policy.strict``)
+    refuses them.
     """
     tools = list(tools)
     names = [framework.tool_name(t) for t in tools]
@@ -67,7 +70,7 @@ def gate_tools(framework: Framework, tools: Iterable[Any], effects: Any, *,
                     f"effects[{name!r}]: gate_tools takes a key template and options, not an "
                     "EffectSpec (the tool's wrapper builds its own)"
                 )
-            options = {"on_refusal": on_refusal, **entry.options}
+            options = {"on_refusal": on_refusal, **(wrap_options or {}), **entry.options}
             out.append(framework.wrap(tool, entry.key, gate=resolved, **options))
         else:
             ungated.append(name)

@@ -123,8 +123,14 @@ class Gateway:
                  specs: Mapping[str, eg.EffectSpec], *, strict: bool = False,
                  tool_errors: Literal["ambiguous", "failed"] = "ambiguous",
                  rule: eg.UpstreamRule | None = None, policy: eg.Policy | None = None,
-                 upstream_name: str | None = None, out: TextIO | None = None) -> None:
+                 upstream_name: str | None = None, out: TextIO | None = None,
+                 console_url: str | None = None, approval_wait_seconds: float = 300.0) -> None:
+        from .elicit import ApprovalElicitor, check_console_url
+
         self.gate = gate
+        console = check_console_url(console_url)
+        self.elicitor = (ApprovalElicitor(gate, console, wait_seconds=approval_wait_seconds)
+                         if console is not None else None)
         if isinstance(upstream, str):
             target = upstream
             Upstream(target)  # a bad command line fails now, not at the first client
@@ -450,7 +456,12 @@ class Gateway:
             return await self._execute(link, ctx, request, lease)
 
         try:
-            stored = await spec.arun(keyed, body)
+            try:
+                stored = await spec.arun(keyed, body)
+            except eg.ApprovalRequired as err:
+                if not await self._elicit(ctx, err):
+                    raise
+                stored = await spec.arun(keyed, body)  # decided on the console: ask again
         except UpstreamToolError as err:
             return _with_note(err.result, _FAILED_HINT if self.tool_errors == "failed"
                               else _AMBIGUOUS_HINT, ran)
@@ -472,6 +483,14 @@ class Gateway:
              "attempt": ran[0].attempt} if ran
             else {"decision": "duplicate", "key": spec.template.render(keyed)})
         return result.model_copy(update={"meta": out_meta})
+
+    async def _elicit(self, ctx: Ctx | None, err: eg.ApprovalRequired) -> bool:
+        """Send the client to the console's approval page (URL-mode elicitation) and wait for
+        the decision there; False when there is nothing to elicit with (:mod:`.elicit`)."""
+        if self.elicitor is None or ctx is None or err.approval_id is None:
+            return False
+        return await self.elicitor.ask(getattr(ctx, "session", None), err.approval_id, err.key,
+                                       related_request_id=getattr(ctx, "request_id", None))
 
     def _normalise(self, tool: types.Tool, arguments: dict[str, Any]) -> dict[str, Any]:
         """Schema defaults filled in (so the key and hash see what the tool sees), then the
@@ -580,14 +599,15 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
                 out: TextIO | None = None, transport: Literal["stdio", "http"] = "stdio",
                 host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
                 upstream_name: str | None = None, guard: Any = None, max_sessions: int = 64,
-                session_idle_timeout: float = 300.0) -> int:
+                session_idle_timeout: float = 300.0, console_url: str | None = None) -> int:
     """Run the gateway until the client leaves (stdio) or it is stopped (HTTP); the exit status
     (0, or 2 when it could not start). Prints the start lines on ``out`` (stderr): where it
     listens, and every upstream tool that writes with no effect declared, one per line.
 
     Over HTTP every client session has its own upstream session (for a stdio upstream: its own
     process), so at most ``max_sessions`` are open at once and one idle for
-    ``session_idle_timeout`` seconds is closed."""
+    ``session_idle_timeout`` seconds is closed. ``console_url``: approvals are elicited
+    (URL mode) to the console's approval page (:mod:`.elicit`)."""
     from .transport import check_bind, listen
 
     out = out if out is not None else sys.stderr
@@ -600,7 +620,8 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
             "failed" if tool_errors == "failed" else "ambiguous")
         policy = effects if isinstance(effects, eg.Policy) else None
         gw = Gateway(gate, upstream, tool_specs(gate, effects), strict=strict,
-                     tool_errors=errors, policy=policy, upstream_name=upstream_name, out=out)
+                     tool_errors=errors, policy=policy, upstream_name=upstream_name, out=out,
+                     console_url=console_url)
     except eg.EffectGateError as err:
         print(f"effectgate: error: {err.message}", file=out, flush=True)
         if sock is not None:

@@ -44,6 +44,7 @@ from .transport import (
 
 try:
     from mcp.server import MCPServer
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
@@ -160,8 +161,18 @@ _Secret = Annotated[str, Field(description=(
 
 
 def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
-                 name: str = "effectgate") -> MCPServer:
-    """An MCP server whose tools drive ``gate``. ``allow_resolve`` offers ``resolve_effect``."""
+                 name: str = "effectgate", console_url: str | None = None,
+                 approval_wait_seconds: float = 300.0) -> MCPServer:
+    """An MCP server whose tools drive ``gate``. ``allow_resolve`` offers ``resolve_effect``.
+
+    ``console_url``: where the console runs; an ``approval_required`` answer to a client that
+    declared URL-mode elicitation then sends it to the console's approval page and waits (at
+    most ``approval_wait_seconds``) for a person's decision there (:mod:`.elicit`)."""
+    from .elicit import ApprovalElicitor, check_console_url
+
+    console = check_console_url(console_url)
+    elicitor = (ApprovalElicitor(gate, console, wait_seconds=approval_wait_seconds)
+                if console is not None else None)
     server = MCPServer(name, log_level="WARNING", instructions=(
         "Call begin_effect immediately before every action with a side effect and obey its "
         "decision: only 'execute' performs the action; then call report_effect."))
@@ -199,15 +210,23 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         run_id: Annotated[str | None, Field(description=(
             "Groups every effect of one task or conversation."))] = None,
         agent_id: Annotated[str | None, Field(description="Who you are (the agent).")] = None,
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
+        fields = dict(
+            effect_type=effect_type, key=key, payload=payload or {},
+            estimated_cost_micros=estimated_cost_micros, vendor=vendor,
+            group_key=group_key, compensation=compensation,
+            compensates_effect_id=compensates_effect_id, lease_seconds=lease_seconds,
+            run_id=run_id, agent_id=agent_id,
+        )
         try:
-            d = await gate.abegin(
-                effect_type=effect_type, key=key, payload=payload or {},
-                estimated_cost_micros=estimated_cost_micros, vendor=vendor,
-                group_key=group_key, compensation=compensation,
-                compensates_effect_id=compensates_effect_id, lease_seconds=lease_seconds,
-                run_id=run_id, agent_id=agent_for(agent_id),
-            )
+            fields["agent_id"] = agent_for(agent_id)
+            d = await gate.abegin(**fields)
+            if d.decision is eg.Decision.APPROVAL_REQUIRED and elicitor is not None \
+                    and ctx is not None and d.approval_id is not None and await elicitor.ask(
+                        _session(ctx), d.approval_id, d.key,
+                        related_request_id=getattr(ctx, "request_id", None)):
+                d = await gate.abegin(**fields)  # decided on the console: ask again
         except eg.EffectGateError as err:
             raise tool_error(err) from err
         return decision_answer(d)
@@ -324,6 +343,14 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
     return answer
 
 
+def _session(ctx: Any) -> Any:
+    """The client session of a tool call's context (None outside a session)."""
+    try:
+        return ctx.session
+    except Exception:
+        return None
+
+
 def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k != "history" and v is not None}
 
@@ -331,15 +358,16 @@ def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
 def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
           host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False,
           allow_remote: bool = False, guard: HttpGuard | None = None,
-          out: TextIO | None = None, auth: bool = True) -> None:
+          out: TextIO | None = None, auth: bool = True,
+          console_url: str | None = None) -> None:
     """Run :func:`build_server` over stdio or streamable HTTP (``http://host:port/mcp``; port
     0 picks a free one). Prints where it listens, and whether requests are authenticated, on
     ``out`` (stderr). HTTP requires a bearer token of an agent principal
     (:func:`.transport.bearer_guard`) unless ``auth=False``, which only a loopback address may
     use; it listens on a loopback address unless ``allow_remote`` or a ``guard``;
-    :class:`~effectgate.ConfigError` otherwise."""
+    :class:`~effectgate.ConfigError` otherwise. ``console_url``: see :func:`build_server`."""
     out = out if out is not None else sys.stderr
-    server = build_server(gate, allow_resolve=allow_resolve)
+    server = build_server(gate, allow_resolve=allow_resolve, console_url=console_url)
     if transport == "stdio":
         print("effectgate: mcp serve listening on stdio", file=out, flush=True)
         server.run("stdio")

@@ -1,0 +1,290 @@
+"""A framework's own pause for a human, written once: what the human is shown, and what each
+answer does in the store.
+
+A gated call whose policy needs approval gets ``approval_required`` from the store, with an
+approval request bound to the effect's key and payload hash. A framework that can pause a run
+(LangGraph ``interrupt()``, OpenAI Agents ``needs_approval``, LlamaIndex
+``ctx.wait_for_event``) shows the human a :class:`Review` of that request and, when the run
+resumes, hands this module the human's :class:`Verdict`:
+
+* **approve** — the request is approved in the store (``gate.approve``) *for the payload hash
+  the human was shown*, then the call is gated again: it executes once, and a replayed resume
+  finds it done (a duplicate, answered from the store).
+* **edit** — the edited arguments are another payload: they are gated as their own effect (the
+  key the template gives them, or, when that is the original key, ``<key>~edit:<hash16>``)
+  with their own approval, recorded as approved by the reviewer who sent the edit; then the
+  original request is denied ("replaced by an edit"). The edited arguments execute, once; the
+  original never does.
+* **reject** — the request is denied (``gate.deny``); nothing executes, and it stays denied.
+
+The store is the one source of truth: a resumed call is gated *before* the answer is read, so
+a request a human already approved (or denied) in the CLI or the console is executed (or
+refused) whatever the resume says, and the answer is applied only while the request is still
+pending. An answer that names another payload hash than the call's is refused and changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from effectgate import (
+    ConfigError,
+    EffectKeyError,
+    EffectRefused,
+    InvalidTransition,
+    UnknownEffect,
+    validate,
+)
+from effectgate.keys import check_key
+
+from .call import GatedCall, Refused
+from .vocabulary import model_message
+
+__all__ = [
+    "DECISIONS",
+    "REDACTED",
+    "Review",
+    "Verdict",
+    "aapply",
+    "apply",
+    "edited_call",
+    "review_of",
+]
+
+DECISIONS: tuple[str, ...] = ("approve", "edit", "reject")
+"""The answers a reviewer may give (LangChain's ``respond`` is not one: it would let a human
+stand in for an effect that never ran)."""
+
+REDACTED = "[redacted]"
+"""What a reviewer is shown of an argument the policy redacts; an edit that leaves it so keeps
+the original value."""
+
+_EDIT_MARK = "~edit:"
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """One approval request as a reviewer sees it: what would execute, and what binds it."""
+
+    approval_id: str
+    payload_hash: str
+    key: str
+    effect_type: str
+    tool_name: str
+    arguments: dict[str, Any]
+    """The normalised arguments that execute if approved (redacted names read
+    ``"[redacted]"``)."""
+    expires_at: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON fields (what a framework's pause payload carries under ``effectgate``)."""
+        return {"approval_id": self.approval_id, "payload_hash": self.payload_hash,
+                "key": self.key, "effect_type": self.effect_type, "expires_at": self.expires_at}
+
+    def description(self) -> str:
+        """One paragraph for the reviewer."""
+        return (f"effectgate: {self.tool_name} needs a human's approval before it runs "
+                f"(effect {self.key!r}, approval {self.approval_id}). Approving executes "
+                "exactly these arguments, once.")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A reviewer's answer: ``approve``, ``edit`` (with ``arguments``) or ``reject``.
+
+    ``by`` names the reviewer (recorded as the approver); ``payload_hash``, when the answer
+    carries it, must be the hash the reviewer was shown.
+    """
+
+    kind: Literal["approve", "edit", "reject"]
+    by: str
+    arguments: Mapping[str, Any] | None = None
+    message: str | None = None
+    payload_hash: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in DECISIONS:
+            raise ConfigError(f"a decision is one of {', '.join(DECISIONS)}, not {self.kind!r}")
+        if self.kind == "edit" and not isinstance(self.arguments, Mapping):
+            raise ConfigError("an edit decision needs the edited arguments (a mapping)")
+        # Checked as the store will check them, so a bad answer is refused here (and asked
+        # again) rather than failing after the pause.
+        object.__setattr__(self, "by", validate.text(self.by, "a decision's by", 256,
+                                                     required=True))
+        object.__setattr__(self, "message", validate.text(
+            self.message or None, "a decision's message", validate.MAX_TEXT))
+        if self.payload_hash is not None and (not isinstance(self.payload_hash, str)
+                                              or len(self.payload_hash) > 128):
+            raise ConfigError("a decision's payload_hash must be the hash it was shown")
+
+
+def review_of(gated: GatedCall, refused: Refused, arguments: Mapping[str, Any]) -> Review:
+    """The :class:`Review` of an ``approval_required`` refusal, read from the store."""
+    approval_id = getattr(refused.error, "approval_id", None)
+    if not approval_id:
+        raise ConfigError("an approval_required refusal without an approval id")
+    record = gated.spec.gate.approval(approval_id)
+    shown = record.arguments
+    if not isinstance(shown, dict):
+        shown = dict(gated.spec.template.normalise(arguments))
+    return Review(approval_id=record.approval_id, payload_hash=record.payload_hash,
+                  key=record.key, effect_type=record.effect_type, tool_name=gated.tool_name,
+                  arguments=shown, expires_at=record.expires_at.isoformat())
+
+
+def edited_call(gated: GatedCall, original_key: str) -> GatedCall:
+    """``gated`` for a reviewer's edited arguments: their own effect (see the module doc)."""
+    spec = copy.copy(gated.spec)
+    base = gated.spec.request
+
+    def request(arguments: Mapping[str, Any]) -> Any:
+        req = base(arguments)
+        if req.key != original_key:
+            return req
+        return req._replace(key=check_key(f"{req.key}{_EDIT_MARK}{req.payload_hash[:16]}"))
+
+    spec.request = request  # type: ignore[method-assign]
+    clone = copy.copy(gated)
+    clone.spec = spec
+    return clone
+
+
+def _merged(edit: Mapping[str, Any], shown: Mapping[str, Any],
+            original: Mapping[str, Any]) -> dict[str, Any]:
+    """The edited arguments, with every value left as ``"[redacted]"`` put back."""
+    out = dict(edit)
+    for name, value in edit.items():
+        if value == REDACTED and shown.get(name) == REDACTED and name in original:
+            out[name] = original[name]
+    return out
+
+
+def _current_hash(gated: GatedCall, arguments: Mapping[str, Any]) -> str | None:
+    try:
+        return str(gated.spec.request(arguments).payload_hash)
+    except (EffectKeyError, ConfigError):
+        return None
+
+
+def _refusal(kind: str, key: str, text: str) -> Refused:
+    error = EffectRefused(text, key=key, decision=kind, reason=text)
+    return Refused(kind, model_message(kind, key, error), error, key)
+
+
+def _mismatch(review: Review) -> Refused:
+    return _refusal("denied", review.key,
+                    "the reviewer's answer was for other arguments than this call's; nothing "
+                    "was approved")
+
+
+def _rejected(review: Review, verdict: Verdict) -> Refused:
+    why = f"rejected by {verdict.by}" + (f": {verdict.message}" if verdict.message else "")
+    return _refusal("denied", review.key, why)
+
+
+def _approval_id(out: Any) -> str | None:
+    if isinstance(out, Refused) and out.kind == "approval_required":
+        return getattr(out.error, "approval_id", None)
+    return None
+
+
+def _approve(gated: GatedCall, approval_id: str, by: str, note: str | None) -> None:
+    # Already decided meanwhile (the CLI, the console) or a self-approval the policy forbids:
+    # the store's answer stands, and the next begin reads it.
+    with contextlib.suppress(InvalidTransition, UnknownEffect):
+        gated.spec.gate.approve(approval_id, by=by, note=note)
+
+
+def _deny(gated: GatedCall, approval_id: str, by: str, reason: str) -> None:
+    with contextlib.suppress(InvalidTransition, UnknownEffect):
+        gated.spec.gate.deny(approval_id, by=by, reason=reason)
+
+
+Run = Callable[[GatedCall, Mapping[str, Any]], Any]
+ARun = Callable[[GatedCall, Mapping[str, Any]], Awaitable[Any]]
+
+
+Validate = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+def _prepare(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping[str, Any],
+             validate: Validate | None) -> tuple[Refused | None, dict[str, Any] | None]:
+    """(a refusal to answer with, or None; the edited arguments for an edit)."""
+    if verdict.payload_hash is not None and verdict.payload_hash != review.payload_hash:
+        return _mismatch(review), None
+    if _current_hash(gated, arguments) != review.payload_hash:
+        return _mismatch(review), None
+    if verdict.kind != "edit":
+        return None, None
+    assert verdict.arguments is not None
+    edited = _merged(verdict.arguments, review.arguments, arguments)
+    if validate is not None:
+        try:
+            edited = dict(validate(edited))
+        except Exception as err:  # the framework's validation error, whatever its type
+            text = f"the reviewer's edited arguments are invalid ({type(err).__name__})"
+            error = EffectKeyError(text, key=review.key)
+            return Refused("invalid", model_message("invalid", review.key, error), error,
+                           review.key), None
+    return None, edited
+
+
+def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping[str, Any],
+          run: Run, *, validate: Validate | None = None) -> Any:
+    """Carry out ``verdict`` on the paused call (``arguments``); ``run(gated, args)`` gates a
+    call and returns its answer (a result, or a :class:`Refused`). Returns the answer.
+
+    ``validate`` checks an edit's arguments the framework's way (its tool schema) and returns
+    them validated; an error refuses the edit as ``invalid`` (nothing recorded)."""
+    refused, edited = _prepare(gated, review, verdict, arguments, validate)
+    if refused is not None:
+        return refused
+    if verdict.kind == "reject":
+        _deny(gated, review.approval_id, verdict.by, verdict.message or "rejected")
+        return _rejected(review, verdict)
+    if edited is None or _current_hash(gated, edited) == review.payload_hash:
+        _approve(gated, review.approval_id, verdict.by, verdict.message)
+        return run(gated, arguments)
+    other = edited_call(gated, review.key)
+    out = run(other, edited)
+    wanted = _approval_id(out)
+    if wanted is not None:
+        _approve(other, wanted, verdict.by, f"edited from approval {review.approval_id}")
+        out = run(other, edited)
+    _deny(gated, review.approval_id, verdict.by, "replaced by an edit")
+    return out
+
+
+async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
+                 arguments: Mapping[str, Any], run: ARun, *,
+                 validate: Validate | None = None) -> Any:
+    """:func:`apply` for async callers (``run`` is awaited; store calls leave the loop)."""
+    refused, edited = _prepare(gated, review, verdict, arguments, validate)
+    if refused is not None:
+        return refused
+    if verdict.kind == "reject":
+        await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by,
+                                verdict.message or "rejected")
+        return _rejected(review, verdict)
+    if edited is None or _current_hash(gated, edited) == review.payload_hash:
+        await asyncio.to_thread(_approve, gated, review.approval_id, verdict.by,
+                                verdict.message)
+        return await run(gated, arguments)
+    other = edited_call(gated, review.key)
+    out = await run(other, edited)
+    wanted = _approval_id(out)
+    if wanted is not None:
+        await asyncio.to_thread(_approve, other, wanted, verdict.by,
+                                f"edited from approval {review.approval_id}")
+        out = await run(other, edited)
+    await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by, "replaced by an edit")
+    return out
+
+

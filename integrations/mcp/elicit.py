@@ -1,0 +1,105 @@
+"""Approvals over MCP elicitation: URL mode to the console's approval page.
+
+When a gated call needs a human's approval and the client declared URL-mode elicitation, the
+server (``begin_effect``) or the gateway (a gated upstream tool) sends an
+``elicitation/create`` in URL mode pointing at ``{console_url}/approvals/{approval_id}`` — the
+console's page for that request, where a person signs in and presses Approve or Deny. The
+client's answer only says whether its user agreed to open the page: **nothing the client sends
+is ever taken as an approval** (a client, or the agent behind it, could approve its own
+call). Form mode is never used for approvals, and any content an answer carries is ignored.
+After an ``accept`` the call waits (at most ``wait_seconds``) for the store to record the
+decision, sends ``notifications/elicitation/complete``, and asks the gate again: approved →
+the call proceeds (once); denied → refused; still pending → the textual "waiting for
+approval" answer, as without elicitation. Without a ``console_url``, without the client's URL
+capability, or on a stateless session that cannot send requests, nothing is elicited and the
+textual answer stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+import effectgate as eg
+
+__all__ = ["ApprovalElicitor", "approval_url", "check_console_url", "supports_url_elicitation"]
+
+_SAFE_SCHEMES = ("http", "https")
+
+
+def approval_url(console_url: str, approval_id: str) -> str:
+    """The console's page for one approval request (a contract with the console)."""
+    return f"{console_url.rstrip('/')}/approvals/{urllib.parse.quote(approval_id, safe='')}"
+
+
+def check_console_url(console_url: str | None) -> str | None:
+    """``console_url`` validated (http or https, with a host, no query or fragment)."""
+    if console_url is None:
+        return None
+    parsed = urllib.parse.urlsplit(console_url)
+    if parsed.scheme not in _SAFE_SCHEMES or not parsed.netloc or parsed.query \
+            or parsed.fragment:
+        raise eg.ConfigError(f"console URL must be http(s)://host[:port][/path], not "
+                             f"{console_url!r}")
+    return console_url.rstrip("/")
+
+
+def supports_url_elicitation(session: Any) -> bool:
+    """True when the client declared URL-mode elicitation and the session can send it a
+    request (a stateful session)."""
+    if session is None or not getattr(session, "can_send_request", True):
+        return False
+    caps = getattr(session, "client_capabilities", None)
+    elicitation = getattr(caps, "elicitation", None)
+    return getattr(elicitation, "url", None) is not None
+
+
+@dataclass(frozen=True)
+class ApprovalElicitor:
+    """Sends a URL-mode elicitation for an approval and waits for the store's decision."""
+
+    gate: eg.Gate
+    console_url: str
+    wait_seconds: float = 300.0
+    poll_seconds: float = 0.5
+
+    async def ask(self, session: Any, approval_id: str, key: str | None = None, *,
+                  related_request_id: Any = None) -> bool:
+        """Elicit the approval of ``approval_id``; True once the store holds a decision
+        (approved or denied: ask the gate again), False when nothing was decided (not
+        supported, declined, cancelled, or still pending after ``wait_seconds``)."""
+        if not supports_url_elicitation(session):
+            return False
+        what = f"effect {key!r}" if key else "this action"
+        message = (f"A person must approve {what} before it runs (approval {approval_id}). "
+                   "Open the page to review exactly what would execute, and approve or deny it.")
+        try:
+            answer = await session.elicit_url(
+                message=message, url=approval_url(self.console_url, approval_id),
+                elicitation_id=approval_id, related_request_id=related_request_id)
+        except Exception:  # the client cannot take it: answer in text, as without elicitation
+            return False
+        # "accept" only means the user agreed to open the page; any content is ignored.
+        if getattr(answer, "action", None) != "accept":
+            return False
+        decided = await self._wait(approval_id)
+        if decided:
+            with contextlib.suppress(Exception):  # the decision is in the store either way
+                await session.send_elicit_complete(approval_id,
+                                                   related_request_id=related_request_id)
+        return decided
+
+    async def _wait(self, approval_id: str) -> bool:
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            record = await anyio.to_thread.run_sync(self.gate.approval, approval_id)
+            if record.state is not eg.ApprovalState.PENDING:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await anyio.sleep(self.poll_seconds)

@@ -1,0 +1,331 @@
+"""One step of a paused agent run in its own OS process, for the human-in-the-loop tests.
+
+    python -m tests.hitl_worker FRAMEWORK STORE_URL NAMESPACE LEDGER STATE STEP [ANSWER_JSON]
+
+Builds the framework's real agent loop, driven offline by a scripted model that asks for
+``refund(txn_id="T1", amount_cents=50_000)`` (above the policy's approval threshold) and then
+answers "All done.". The refund appends one line to LEDGER (``O_APPEND``: the side effect the
+parent counts). STATE is where the framework keeps the paused run (a LangGraph SqliteSaver
+file). STEP ``start`` runs until the pause and prints ``{"interrupts": [...]}``; ``resume``
+resumes with ANSWER_JSON and prints ``{"tool_results": [...]}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import effectgate as eg
+
+ARGS = {"txn_id": "T1", "amount_cents": 50_000}
+THREAD = "thread-hitl"
+POLICY = {"effects": {"refund": {"approval": {"at_or_above_micros": 100_000_000}}}}
+
+
+def cost(amount_cents: int) -> int:
+    """A refund's estimated cost in micros (1 cent = 10,000 micros)."""
+    return amount_cents * 10_000
+
+
+def book(ledger: Path, txn_id: str, amount_cents: int) -> str:
+    """The side effect: one line appended to the ledger."""
+    fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, f"{txn_id} {amount_cents} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    return f"refunded {amount_cents} on {txn_id}"
+
+
+def make_gate(url: str, namespace: str) -> eg.Gate:
+    return eg.Gate(url, namespace=namespace, policy=POLICY)
+
+
+# -- LangChain / LangGraph -----------------------------------------------------------------------
+
+
+def langchain_agent(gate: eg.Gate, ledger: Path, checkpointer: Any, form: str = "tool",
+                    args: dict[str, Any] | None = None) -> Any:
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+
+    from effectgate.integrations import langchain as eg_lc
+
+    wanted = dict(args or ARGS)
+
+    class Scripted(BaseChatModel):
+        """Asks for the refund, then (once it sees a tool result) answers."""
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            if isinstance(messages[-1], ToolMessage):
+                message = AIMessage("All done.")
+            else:
+                message = AIMessage("", tool_calls=[{"name": "refund", "args": wanted,
+                                                     "id": "call_1", "type": "tool_call"}])
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    if form == "tool":
+        gated = eg_lc.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
+        return create_agent(Scripted(), tools=[gated], checkpointer=checkpointer,
+                            name="billing")
+    middleware = eg_lc.EffectGateMiddleware(
+        {"refund": {"key": "refund:{txn_id}", "cost_micros": cost}}, gate=gate)
+    return create_agent(Scripted(), tools=[refund], middleware=[middleware],
+                        checkpointer=checkpointer, name="billing")
+
+
+def langchain_step(gate: eg.Gate, ledger: Path, state: Path, step: str, answer: Any,
+                   form: str) -> dict[str, Any]:
+    from langchain_core.messages import ToolMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+
+    config = {"configurable": {"thread_id": THREAD}}
+    with SqliteSaver.from_conn_string(str(state)) as saver:
+        agent = langchain_agent(gate, ledger, saver, form)
+        if step == "start":
+            out = agent.invoke({"messages": [{"role": "user", "content": "refund T1"}]},
+                               config=config)
+        else:
+            out = agent.invoke(Command(resume=answer), config=config)
+        return {
+            "interrupts": [i.value for i in out.get("__interrupt__", [])],
+            "tool_results": [m.content for m in out["messages"]
+                             if isinstance(m, ToolMessage)],
+            "next": list(agent.get_state(config).next),
+        }
+
+
+# -- OpenAI Agents ------------------------------------------------------------------------------
+
+
+def openai_agent(gate: eg.Gate, ledger: Path, step: str) -> Any:
+    from agents import Agent, function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    done = [assistant_message("All done.")]
+    turns = [done] if step != "start" else [
+        [function_call("refund", ARGS, call_id="call_1")], done]
+    gated = eg_oa.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
+    return Agent(name="billing", model=ScriptedModel(turns), tools=[gated])
+
+
+async def openai_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                      answer: Any) -> dict[str, Any]:
+    """``start``: run to the pause and save the RunState JSON; ``resume``: load it, decide
+    (``answer["decision"]``: approve / reject / store) and run on."""
+    from agents import Runner, RunState
+    from agents.items import ToolCallOutputItem
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    agent = openai_agent(gate, ledger, step)
+    if step == "start":
+        result = await Runner.run(agent, "refund T1")
+        state_file.write_text(json.dumps(result.to_state().to_json()))
+        return {"interruptions": [{"tool_name": i.tool_name, "call_id": i.call_id,
+                                   "arguments": i.arguments} for i in result.interruptions],
+                "final_output": result.final_output}
+    state = await RunState.from_json(agent, json.loads(state_file.read_text()))
+    by = answer.get("by", eg_oa.DEFAULT_APPROVER)
+    waiting = state.get_interruptions()
+    if answer["decision"] == "approve":
+        for item in waiting:
+            eg_oa.approve(state, item, by=by)
+    elif answer["decision"] == "reject":
+        for item in waiting:
+            eg_oa.reject(state, item, by=by, reason=answer.get("reason"))
+    elif answer["decision"] == "bare":
+        for item in waiting:
+            state.approve(item)  # the SDK alone, not the store
+    else:
+        eg_oa.apply_store_decisions(state)
+    result = await Runner.run(agent, state)
+    return {"tool_results": [str(i.output) for i in result.new_items
+                             if isinstance(i, ToolCallOutputItem)],
+            "interruptions": [i.call_id for i in result.interruptions],
+            "final_output": result.final_output}
+
+
+# -- LlamaIndex ---------------------------------------------------------------------------------
+
+
+def llama_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None) -> Any:
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    from effectgate.integrations import llama_index as eg_li
+
+    wanted = dict(args or ARGS)
+
+    def answer(messages: Any, **kwargs: Any) -> ChatMessage:
+        if messages and messages[-1].role == MessageRole.TOOL:
+            return ChatMessage(role=MessageRole.ASSISTANT, content="All done.")
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[ToolCallBlock(
+            tool_call_id="call_1", tool_name="refund", tool_kwargs=wanted)])
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    gated = eg_li.gate_tool(FunctionTool.from_defaults(fn=refund), "refund:{txn_id}", gate=gate,
+                            cost_micros=cost)
+    return eg_li.EffectGateFunctionAgent(
+        name="billing", tools=[gated], llm=MockFunctionCallingLLM(response_generator=answer),
+        system_prompt="You refund things.")
+
+
+async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                     answer: Any) -> dict[str, Any]:
+    """``start``: run to the InputRequiredEvent, save the Context (and the agent's memory, which
+    the JSON serializer skips) and cancel; ``resume``: restore it and send the answer."""
+    from llama_index.core.agent.workflow import ToolCallResult
+    from llama_index.core.base.llms.types import ChatMessage
+    from llama_index.core.memory import ChatMemoryBuffer
+    from llama_index.core.workflow import Context, HumanResponseEvent, InputRequiredEvent
+
+    agent = llama_agent(gate, ledger)
+    if step == "start":
+        handler = agent.run(user_msg="Refund T1")
+        asked: dict[str, Any] = {}
+        async for event in handler.stream_events():
+            if isinstance(event, InputRequiredEvent):
+                asked = {k: event.get(k) for k in ("approval_id", "payload_hash", "key", "tool",
+                                                   "arguments", "allowed_decisions", "prefix")}
+                memory = await handler.ctx.store.get("memory")
+                saved = {"ctx": handler.ctx.to_dict(), "event": asked,
+                         "memory": [m.model_dump(mode="json") for m in await memory.aget_all()]}
+                state_file.write_text(json.dumps(saved))
+                await handler.cancel_run()
+                break
+        try:
+            await handler
+        except BaseException as err:  # the cancelled run
+            if type(err).__name__ != "WorkflowCancelledByUser":
+                raise
+        return {"event": asked}
+    saved = json.loads(state_file.read_text())
+    restored = Context.from_dict(agent, saved["ctx"])
+    handler = agent.run(ctx=restored)
+    await handler.ctx.store.set("memory", ChatMemoryBuffer.from_defaults(
+        chat_history=[ChatMessage.model_validate(m) for m in saved["memory"]]))
+    outputs: list[str] = []
+
+    async def consume() -> None:
+        async for event in handler.stream_events():
+            if isinstance(event, ToolCallResult):
+                outputs.append(str(event.tool_output.content))
+
+    consumer = asyncio.create_task(consume())
+    fields = {"approval_id": saved["event"]["approval_id"], **answer}
+    handler.ctx.send_event(HumanResponseEvent(**fields))
+    result = await asyncio.wait_for(handler, timeout=30)
+    await consumer
+    return {"tool_results": outputs, "final": str(result.response.content)}
+
+
+# -- pydantic-ai --------------------------------------------------------------------------------
+
+
+def pydantic_agent(gate: eg.Gate, ledger: Path) -> Any:
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from effectgate.integrations import pydantic_ai as eg_pa
+
+    def answer(messages: Any, info: Any) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("All done.")])
+        return ModelResponse(parts=[ToolCallPart("refund", dict(ARGS), tool_call_id="call_1")])
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    toolset = eg_pa.EffectGateToolset(
+        FunctionToolset([refund]), {"refund": {"key": "refund:{txn_id}", "cost_micros": cost}},
+        gate=gate)
+    return Agent(FunctionModel(answer), toolsets=[toolset], name="billing",
+                 output_type=[str, DeferredToolRequests])
+
+
+def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                  answer: Any) -> dict[str, Any]:
+    """``start``: run to the DeferredToolRequests and save the history and the request's
+    metadata; ``resume``: run on with ``answer`` as the approval (True, or override args)."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolReturnPart
+
+    agent = pydantic_agent(gate, ledger)
+    if step == "start":
+        result = agent.run_sync("refund T1")
+        assert isinstance(result.output, DeferredToolRequests)
+        saved = {"history": result.all_messages_json().decode(),
+                 "metadata": result.output.metadata,
+                 "approvals": [p.tool_call_id for p in result.output.approvals]}
+        state_file.write_text(json.dumps(saved))
+        return {"metadata": saved["metadata"], "approvals": saved["approvals"]}
+    saved = json.loads(state_file.read_text())
+    history = ModelMessagesTypeAdapter.validate_json(saved["history"])
+    decision: Any = True if answer.get("args") is None else ToolApproved(
+        override_args=answer["args"])
+    results = DeferredToolResults(approvals={"call_1": decision}, metadata=saved["metadata"])
+    result = agent.run_sync(message_history=history, deferred_tool_results=results)
+    returns = [str(p.content) for m in result.new_messages() for p in m.parts
+               if isinstance(p, ToolReturnPart)]
+    return {"tool_results": returns, "output": str(result.output)}
+
+
+def main(argv: list[str]) -> int:
+    framework, url, namespace, ledger, state, step = argv[:6]
+    answer = json.loads(argv[6]) if len(argv) > 6 else None
+    form = os.environ.get("HITL_FORM", "tool")
+    with make_gate(url, namespace) as gate:
+        if framework == "langchain":
+            out = langchain_step(gate, Path(ledger), Path(state), step, answer, form)
+        elif framework == "openai_agents":
+            out = asyncio.run(openai_step(gate, Path(ledger), Path(state), step, answer))
+        elif framework == "pydantic_ai":
+            out = pydantic_step(gate, Path(ledger), Path(state), step, answer)
+        elif framework == "llama_index":
+            out = asyncio.run(llama_step(gate, Path(ledger), Path(state), step, answer))
+        else:
+            raise SystemExit(f"unknown framework {framework!r}")
+    print(json.dumps(out, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

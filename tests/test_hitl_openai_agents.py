@@ -1,0 +1,167 @@
+"""Approvals through the OpenAI Agents SDK's own pause: a refund above the approval threshold
+makes the gated tool's ``needs_approval`` answer True (the policy, asked by a dry run), the run
+returns ``interruptions``, its ``RunState`` goes to JSON, and another process approves or
+rejects it (recorded in the store) and runs on. Real ``Runner`` loop, scripted model, both
+backends; the refund is counted in an O_APPEND ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+import effectgate as eg
+
+from . import hitl_worker as worker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lines(ledger: Path) -> list[str]:
+    return ledger.read_text().splitlines() if ledger.exists() else []
+
+
+@pytest.fixture
+def hgate(store_url: str, namespace: str) -> Iterator[eg.Gate]:
+    with worker.make_gate(store_url, namespace) as gate:
+        yield gate
+
+
+def in_process(gate: eg.Gate, tmp: Path, name: str, answer: Any = None) -> dict[str, Any]:
+    return asyncio.run(worker.openai_step(gate, tmp / "ledger", tmp / "state.json", name,
+                                          answer))
+
+
+def in_new_process(store_url: str, namespace: str, tmp: Path, name: str,
+                   answer: Any = None) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "tests.hitl_worker", "openai_agents", store_url, namespace,
+            str(tmp / "ledger"), str(tmp / "state.json"), name]
+    if answer is not None:
+        argv.append(json.dumps(answer))
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_paused_run_state_approved_in_another_process_executes_once(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    first = in_new_process(store_url, namespace, tmp_path, "start")
+    assert first["final_output"] is None
+    [item] = first["interruptions"]
+    assert item["tool_name"] == "refund" and json.loads(item["arguments"]) == worker.ARGS
+    # The pause recorded the request: a human sees it in the CLI or the console.
+    [approval] = hgate.list_approvals()
+    assert approval.arguments == worker.ARGS and lines(tmp_path / "ledger") == []
+
+    second = in_new_process(store_url, namespace, tmp_path, "resume",
+                            {"decision": "approve", "by": "alice"})
+    assert second["tool_results"] == ["refunded 50000 on T1"]
+    assert second["final_output"] == "All done."
+    assert len(lines(tmp_path / "ledger")) == 1
+    assert hgate.approval(approval.approval_id).decided_by == "alice"
+    # The same approved snapshot restored again (the SDK's snapshots are not single-use).
+    replay = in_process(hgate, tmp_path, "resume", {"decision": "approve", "by": "alice"})
+    assert replay["tool_results"] == ["refunded 50000 on T1"]  # the stored result
+    assert len(lines(tmp_path / "ledger")) == 1
+
+
+def test_approved_in_the_cli_wakes_the_paused_run(store_url: str, namespace: str,
+                                                  hgate: eg.Gate, tmp_path: Path) -> None:
+    in_process(hgate, tmp_path, "start")
+    [approval] = hgate.list_approvals()
+    cli = subprocess.run(
+        [sys.executable, "-m", "effectgate.cli", "approve", approval.approval_id, "--by", "bob",
+         "--url", store_url, "--namespace", namespace],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    out = in_process(hgate, tmp_path, "resume", {"decision": "store"})
+    assert out["tool_results"] == ["refunded 50000 on T1"] and out["interruptions"] == []
+    assert len(lines(tmp_path / "ledger")) == 1
+    in_process(hgate, tmp_path, "resume", {"decision": "store"})
+    assert len(lines(tmp_path / "ledger")) == 1
+
+
+def test_a_pending_request_stays_paused_when_the_store_has_no_decision(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    in_process(hgate, tmp_path, "start")
+    out = in_process(hgate, tmp_path, "resume", {"decision": "store"})
+    assert out["interruptions"] == ["call_1"] and lines(tmp_path / "ledger") == []
+
+
+def test_a_rejection_executes_nothing_and_stays_denied(hgate: eg.Gate,
+                                                       tmp_path: Path) -> None:
+    in_process(hgate, tmp_path, "start")
+    [approval] = hgate.list_approvals()
+    out = in_process(hgate, tmp_path, "resume",
+                     {"decision": "reject", "by": "carol", "reason": "not this one"})
+    [said] = out["tool_results"]
+    assert said.startswith("DENIED") and "not this one" in said
+    assert hgate.approval(approval.approval_id).state is eg.ApprovalState.DENIED
+    # The paused snapshot again, now approved: the store's denial stands.
+    again = in_process(hgate, tmp_path, "resume", {"decision": "approve"})
+    assert again["tool_results"][0].startswith("DENIED")
+    assert lines(tmp_path / "ledger") == []
+
+
+def test_a_bare_sdk_approval_without_the_store_executes_nothing(hgate: eg.Gate,
+                                                                tmp_path: Path) -> None:
+    in_process(hgate, tmp_path, "start")
+    out = in_process(hgate, tmp_path, "resume", {"decision": "bare"})
+    assert out["tool_results"][0].startswith("WAITING FOR APPROVAL")
+    assert lines(tmp_path / "ledger") == []
+    [approval] = hgate.list_approvals()
+    assert approval.state is eg.ApprovalState.PENDING
+
+
+def test_a_self_approval_the_policy_forbids_is_refused_and_the_state_is_not_told(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    from agents import RunState
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    in_process(hgate, tmp_path, "start")
+    agent = worker.openai_agent(hgate, tmp_path / "ledger", "resume")
+
+    async def self_approve() -> list[Any]:
+        state = await RunState.from_json(agent, json.loads((tmp_path / "state.json")
+                                                           .read_text()))
+        [item] = state.get_interruptions()
+        with pytest.raises(eg.InvalidTransition):
+            eg_oa.approve(state, item, by="billing")  # the agent that asked
+        return list(state.get_interruptions())
+
+    assert len(asyncio.run(self_approve())) == 1
+    assert hgate.list_approvals()[0].state is eg.ApprovalState.PENDING
+
+
+def test_below_the_threshold_there_is_no_pause_and_no_request(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return worker.book(tmp_path / "ledger", txn_id, amount_cents)
+
+    small = {"txn_id": "T2", "amount_cents": 500}
+    model = ScriptedModel([[function_call("refund", small, call_id="c1")],
+                           [assistant_message("ok")]])
+    tool = eg_oa.gate_tool(refund, "refund:{txn_id}", gate=hgate, cost_micros=worker.cost)
+    result = Runner.run_sync(Agent(name="billing", model=model, tools=[tool]), "refund T2")
+    assert result.interruptions == [] and len(lines(tmp_path / "ledger")) == 1
+    assert hgate.list_approvals(state=None) == []
