@@ -59,7 +59,7 @@ def score(checks: dict[str, Check]) -> str:
 @contextmanager
 def targets(store: str) -> Iterator[dict[str, str]]:
     """The servers under test, each over streamable HTTP on a free loopback port, by name."""
-    gw = ["--url", store, "--transport", "http", "--port", "0"]
+    gw = ["--url", store, "--transport", "http", "--port", "0", "--no-auth"]
     runs = {
         "everything (reference)": [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
         "gateway -> everything": [sys.executable, *gateway_args(

@@ -305,22 +305,44 @@ async def test_gateway_over_http_says_where_it_listens_and_gates_the_same(
     """``--transport http --port 0``: the start line names the URL it listens on (loopback);
     two clients in turn, each with its own upstream session, share one store: the second
     client's repeat is answered from it."""
-    from .mcp_helpers import http_session, serving
+    import httpx
 
+    from .mcp_helpers import serving
+    from .test_mcp_http_auth import session
+
+    with open_gate(store_url, namespace) as gate:
+        _, token = gate.add_principal("gw-agent", "agent")
+        _, operator = gate.add_principal("gw-operator", "operator")
     argv = [sys.executable, *CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", store_url,
             "--namespace", namespace, "--policy", str(upstream.policy), "--transport", "http",
             "--port", "0"]
     with serving(argv, env=upstream.env()) as served:
         assert served.url.startswith("http://127.0.0.1:") and served.url.endswith("/mcp")
+        assert any("auth: bearer tokens of agent principals" in line for line in served.lines)
         with anyio.fail_after(60):
+            async with httpx.AsyncClient() as client:  # no token, or an operator's: refused
+                hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+                bare = await client.post(served.url, json=hello)
+                as_operator = await client.post(
+                    served.url, json=hello, headers={"Authorization": f"Bearer {operator}"})
+            assert bare.status_code == 401 and as_operator.status_code == 403
             seen = []
             for _ in range(2):
-                async with http_session(served.url) as s:
+                async with session(served.url, token) as s:
                     seen.append(await s.call_tool("send_message", {"to": "+6", "text": "hi"}))
         assert "effectgate: gated tool send_message: sms.send key 'sms:{to}:{text}'" in (
             served.lines)
     assert [decision(a) for a in seen] == ["execute", "duplicate"]
     assert upstream.lines() == ["sms:+6:hi"]
+
+
+def test_gateway_no_auth_only_on_localhost(upstream: Upstream, store_url: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, *CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", store_url,
+         "--transport", "http", "--host", "0.0.0.0", "--allow-remote", "--no-auth"],
+        capture_output=True, text=True, timeout=60, env=upstream.env())
+    assert proc.returncode == 2, proc.stderr
+    assert "--no-auth only on localhost" in proc.stderr
 
 
 async def test_a_cancelled_call_is_cancelled_upstream_and_left_ambiguous(

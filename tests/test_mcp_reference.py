@@ -169,7 +169,8 @@ async def everything_gateway(transport: str, args: list[str], recorder: Recorder
                                  errlog=errlog, recorder=recorder) as session:
             yield session
         return
-    argv = [sys.executable, *gateway_args(upstream, *args, "--transport", "http", "--port", "0")]
+    argv = [sys.executable, *gateway_args(upstream, *args, "--transport", "http", "--port", "0",
+                                         "--no-auth")]
     with serving(argv, env=npm_env()) as served:
         try:
             async with http_session(served.url, recorder=recorder) as session:
@@ -276,7 +277,8 @@ def test_inspector_cli_sees_the_gateway_as_it_sees_the_server(tmp_path: Path) ->
     store = ["--url", f"sqlite:///{tmp_path / 'effects.db'}"]
     direct = [str(NPM_BIN / EVERYTHING), "stdio"]
     through = [sys.executable, *gateway_args(upstream, *store)]
-    argv = [sys.executable, *gateway_args(upstream, *store, "--transport", "http", "--port", "0")]
+    argv = [sys.executable, *gateway_args(upstream, *store, "--transport", "http", "--port", "0",
+                                         "--no-auth")]
     tools = inspect(direct, "--method", "tools/list")
     assert "get-roots-list" in [t["name"] for t in tools["tools"]]
     assert inspect(through, "--method", "tools/list") == tools

@@ -152,12 +152,15 @@ _upstream_name = click.option(
               show_default=True,
               help="What an upstream tool error means for a gated call: ambiguous (it may have "
                    "acted) or failed (this upstream's errors mean nothing happened).")
+@click.option("--no-auth", is_flag=True,
+              help="With --transport http on localhost only: accept requests without a bearer "
+                   "token (by default each needs a token of an agent principal).")
 @_console_url
 @handle_errors
 def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None,
             policy: Path | None, upstream_name: str | None, transport: str, host: str,
             port: int, allow_remote: bool, strict: bool, max_sessions: int,
-            tool_errors: str, console_url: str | None) -> None:
+            tool_errors: str, no_auth: bool, console_url: str | None) -> None:
     """Serve everything an upstream MCP server offers (tools, resources, prompts, ...); gate
     the tools the policy declares, pass its reads, and print on stderr at start every tool that
     writes with no effect declared (refused with --strict)."""
@@ -174,7 +177,8 @@ def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None
                            strict=strict or bool(getattr(gate.policy, "strict", False)),
                            transport="http" if transport == "http" else "stdio", host=host,
                            port=port, allow_remote=allow_remote, upstream_name=upstream_name,
-                           max_sessions=max_sessions, console_url=console_url)
+                           max_sessions=max_sessions, console_url=console_url,
+                           auth=not no_auth)
     sys.exit(code)
 
 

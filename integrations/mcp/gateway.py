@@ -599,7 +599,8 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
                 out: TextIO | None = None, transport: Literal["stdio", "http"] = "stdio",
                 host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
                 upstream_name: str | None = None, guard: Any = None, max_sessions: int = 64,
-                session_idle_timeout: float = 300.0, console_url: str | None = None) -> int:
+                session_idle_timeout: float = 300.0, console_url: str | None = None,
+                auth: bool = True) -> int:
     """Run the gateway until the client leaves (stdio) or it is stopped (HTTP); the exit status
     (0, or 2 when it could not start). Prints the start lines on ``out`` (stderr): where it
     listens, and every upstream tool that writes with no effect declared, one per line.
@@ -607,14 +608,24 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
     Over HTTP every client session has its own upstream session (for a stdio upstream: its own
     process), so at most ``max_sessions`` are open at once and one idle for
     ``session_idle_timeout`` seconds is closed. ``console_url``: approvals are elicited
-    (URL mode) to the console's approval page (:mod:`.elicit`)."""
-    from .transport import check_bind, listen
+    (URL mode) to the console's approval page (:mod:`.elicit`). HTTP requires a bearer token
+    of an agent principal (:func:`.transport.bearer_guard`) unless ``auth=False``, which only
+    a loopback address may use."""
+    from .transport import bearer_guard, check_bind, is_loopback, listen
 
     out = out if out is not None else sys.stderr
     sock = None
     try:
+        said = None
         if transport == "http":
             check_bind(host, port, allow_remote=allow_remote, guard=guard)
+            if not auth and not is_loopback(host):
+                raise eg.ConfigError("--no-auth only on localhost: off it, any client could "
+                                     "call the upstream's tools through the gate")
+            said = "off (--no-auth, localhost only)" if not auth else (
+                "bearer tokens of agent principals" if guard is None else "your guard")
+            if auth and guard is None:
+                guard = bearer_guard(gate)
             sock = listen(host, port)
         errors: Literal["ambiguous", "failed"] = (
             "failed" if tool_errors == "failed" else "ambiguous")
@@ -631,11 +642,11 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
         print("effectgate: error: --max-sessions must be at least 1", file=out, flush=True)
         return 2
     limits = {"max_sessions": max_sessions, "session_idle_timeout": session_idle_timeout}
-    return anyio.run(_serve, gw, transport, sock, host, guard, out, limits)
+    return anyio.run(_serve, gw, transport, sock, host, guard, out, limits, said)
 
 
 async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
-                 out: TextIO, limits: dict[str, Any]) -> int:
+                 out: TextIO, limits: dict[str, Any], said: str | None = None) -> int:
     from .transport import serve_http
 
     async with anyio.create_task_group() as tg:
@@ -652,7 +663,7 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
         if transport == "http":
             app = server.streamable_http_app(host=host, **limits)
             try:
-                await serve_http(app, sock, what="gateway", out=out, guard=guard)
+                await serve_http(app, sock, what="gateway", out=out, guard=guard, auth=said)
             finally:
                 sock.close()
         else:
