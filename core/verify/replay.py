@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EffectGateError, InvalidTransition, StaleLease, StoreError
+from ..errors import EffectGateError, InvalidTransition, StaleLease, StoreError, UnknownEffect
 from ..gate import Gate
 from ..records import BeginDecision
 from ..request import Lease
@@ -280,7 +280,7 @@ class _Run:
         try:
             gate.report(lease, outcome, result=result)
             got = "written"
-        except StaleLease:
+        except (StaleLease, UnknownEffect):  # refused: nothing written
             got = "refused"
         except StoreError:
             got = "lost" if lost else "error"
