@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from effectgate.verify.explore import BOUNDS, covering_schedules, mutation, samp
 from effectgate.verify.replay import Replayer, ReplayReport
 
 from .conftest import PG_URL, TEST_PREFIX, require_postgres
+
 
 @functools.cache
 def _cover() -> list[tuple[Any, ...]]:
@@ -123,3 +125,52 @@ def test_a_replay_leaves_nothing_behind(replayer: Replayer) -> None:
         left = conn.execute(text("SELECT COUNT(*) FROM effectgate_effects WHERE namespace "
                                  "LIKE :p"), {"p": f"{replayer.prefix}%"}).scalar()
     assert left == 0
+
+
+def test_verify_exhaustive_reports_states_schedules_and_violations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """``effectgate verify --exhaustive`` on the user's store (here a small bound, to keep
+    the test fast): states explored, schedules replayed, violations; nothing left behind;
+    exit 1 once a fix is reverted."""
+    import json
+
+    from click.testing import CliRunner
+    from sqlalchemy import create_engine, text
+
+    import effectgate as eg
+    from effectgate.cli import main
+    from effectgate.verify import exhaustive
+
+    root = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    folder = Path(tempfile.mkdtemp(dir=root))
+    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{folder / 'user.db'}"
+    with eg.Gate(url, namespace="prod", policy=False) as user:
+        d = user.begin(effect_type="refund", key="refund:1", payload={"x": 1})
+        user.report(d, "committed", result={"id": "re_1"})
+    small = (BOUNDS["replay"][0],)
+    monkeypatch.setitem(exhaustive.BOUNDS, "2-worker", small)
+    run = CliRunner().invoke(main, ["verify", "--url", url, "--only", "G1", "--exhaustive",
+                                    "--json"])
+    assert run.exit_code == 0, run.output
+    doc = json.loads(run.output)
+    ex = doc["exhaustive"]
+    assert ex["passed"] and ex["violations"] == [] and ex["states"] > 1000
+    assert ex["schedules_replayed"] == min(120, len(_cover())) + 30
+    assert ex["bounds"][0]["name"] == small[0].name
+    with create_engine(url).connect() as conn:
+        rows = conn.execute(text("SELECT namespace, key, state FROM effectgate_effects")).all()
+    assert rows == [("prod", "refund:1", "committed")]  # the user's data only, untouched
+
+    text_run = CliRunner().invoke(main, ["verify", "--url", url, "--only", "G1",
+                                         "--exhaustive"])
+    said = " ".join(text_run.output.split())
+    assert text_run.exit_code == 0 and "states explored" in said
+    assert "schedules replayed on the store, 0 violations" in said
+
+    with mutation("grace"):
+        bad = CliRunner().invoke(main, ["verify", "--url", url, "--only", "G1",
+                                        "--exhaustive"])
+    assert bad.exit_code == 1, bad.output
+    assert "RECONCILED FAILED IS TRUE" in " ".join(bad.output.split())

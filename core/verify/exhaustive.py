@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .explore import BOUNDS, Exploration, covering_schedules, explore, sample_schedules
+from .model import Config
 from .replay import Replayer, ReplayReport
 
 __all__ = ["ExhaustiveReport", "run_exhaustive"]
@@ -54,14 +55,17 @@ class ExhaustiveReport:
 
 
 def run_exhaustive(url: str, *, cover: int = 120, sample: int = 30,
+                   bound: tuple[Config, ...] | None = None,
                    on_progress: Callable[[str], None] | None = None) -> ExhaustiveReport:
-    """Explore the 2-worker bound, then replay on ``url``: ``cover`` schedules taken evenly
-    from a set that takes every transition of the small replay bound, and ``sample`` seeded
-    random schedules of each 2-worker config. Scratch namespaces ``verify-<random>-…``."""
+    """Explore the 2-worker bound (or ``bound``), then replay on ``url``: ``cover`` schedules
+    taken evenly from a set that takes every transition of the small replay bound, and
+    ``sample`` seeded random schedules of each config of the bound. Scratch namespaces
+    ``verify-<random>-…``, deleted as each schedule ends."""
     started = time.perf_counter()
     out = ExhaustiveReport()
     say = on_progress or (lambda _text: None)
-    for config in BOUNDS["2-worker"]:
+    configs = BOUNDS["2-worker"] if bound is None else bound
+    for config in configs:
         found = explore(config)
         out.explorations.append(found)
         say(found.summary())
@@ -71,7 +75,7 @@ def run_exhaustive(url: str, *, cover: int = 120, sample: int = 30,
         every = covering_schedules(small)
         step = max(1, len(every) // max(cover, 1))
         replayer.replay_all(small, every[::step][:cover], out.replay)
-        for config in BOUNDS["2-worker"]:
+        for config in configs:
             replayer.replay_all(config, sample_schedules(config, sample), out.replay)
         say(f"replayed {out.replay.schedules} schedules ({out.replay.steps} steps) on the store")
     out.seconds = time.perf_counter() - started

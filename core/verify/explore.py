@@ -19,7 +19,6 @@ from typing import Any
 from unittest import mock
 
 from .. import decide
-from ..states import State
 from .model import Action, Config, Model, ModelState, describe
 
 __all__ = [
@@ -322,12 +321,3 @@ def emit_regression_test(trace: Trace, *, mutation_name: str | None = None,
         f"def test_{name}() -> None:\n"
         "    assert run_schedule(CONFIG, SCHEDULE) == []\n"
     )
-
-
-def final_rows(config: Config, actions: tuple[Action, ...]) -> dict[tuple[str, str], State]:
-    """The states of the model's rows after a schedule (for tools)."""
-    model = Model(config)
-    s = model.initial()
-    for action in actions:
-        s = model.transition(s, action).state
-    return {(r.namespace, r.key): r.state for r in s.rows}

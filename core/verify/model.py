@@ -556,7 +556,7 @@ class Model:
                 vendor_since=None if outcome is Outcome.FAILED and (
                     row.vendor_attempt == row.attempt) else row.vendor_since)
             written.append(f"{row.namespace}/{row.key} {standing}")
-            lease = self.workers_lease(s, i)
+            lease = s.workers[i].lease
             if not holder or lease is None or row.namespace != ns or row.token != lease[0] or (
                 row.secret != lease[1]
             ):
@@ -567,16 +567,10 @@ class Model:
                 else f"report {outcome.value}: refused (StaleLease), nothing written")
         return s, text, found
 
-    @staticmethod
-    def workers_lease(s: ModelState, i: int) -> tuple[int, str, int, int | None,
-                                                      float | None] | None:
-        return s.workers[i].lease
-
     def _do_die(self, s: ModelState, i: int) -> Step:
-        w = s.workers[i]
-        transit = s.transit  # a request already sent still reaches the vendor
-        return Step(_set_worker(s._replace(transit=transit), i,
-                                Worker("dead", 0, True, lease=w.lease)), "dies", ())
+        # A request it already sent still reaches the vendor; its lease lapses in time.
+        return Step(_set_worker(s, i, Worker("dead", 0, True, lease=s.workers[i].lease)),
+                    "dies", ())
 
     def _do_guess(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
