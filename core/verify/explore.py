@@ -44,6 +44,8 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
         Config(workers=(("a", "refund"), ("b", "refund")), begins=(2, 1), faults=0, ops=0,
                name="2 workers, two namespaces"),
         Config(workers=(("a", "refund"), ("a", "payout")), name="2 workers, two effect types"),
+        Config(workers=_TWO, begins=(2, 2), faults=1, ops=1, approval=True, forgery=False,
+               name="2 workers, approvals"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,

@@ -32,8 +32,8 @@ from .. import decide
 from ..errors import EffectGateError, InvalidTransition
 from ..payload import payload_hash
 from ..request import Request, secret_hash
-from ..states import Decision, Outcome, State
-from ..store.rows import EffectHead
+from ..states import ApprovalState, Decision, Outcome, State
+from ..store.rows import ApprovalRow, EffectHead
 
 __all__ = [
     "KEY",
@@ -70,14 +70,24 @@ class Config:
     hook: bool = True
     forgery: bool = True
     prune: bool = True
+    approval: bool = False
+    """A policy asks a human to approve every effect of the first worker's type (the operator
+    approves or denies)."""
     name: str = ""
 
     def request(self, worker: int) -> Request:
         """The ``begin`` worker ``worker`` makes (in ticks)."""
         ns, effect_type = self.workers[worker]
+        gov = None
+        if self.approval:
+            from ..governance import evaluate
+            from ..policy import Policy
+
+            policy = Policy.from_dict({"effects": {self.workers[0][1]: {"approval": "always"}}})
+            gov = evaluate(policy, effect_type, None)
         return Request(ns, KEY, effect_type, _PAYLOAD_HASH, VENDOR, self.max_attempts,
                        self.lease_ticks - 0.5, float(self.grace_ticks), None, None, None,
-                       None, None, None, None, PAYLOAD)
+                       None, None, None, gov, PAYLOAD)
 
     def as_source(self) -> str:
         """This config as Python source."""
@@ -105,6 +115,19 @@ class MRow(NamedTuple):
     pruned: float | None
     secret: str | None
     actor: str | None
+    approval_id: str | None = None
+
+
+class MApproval(NamedTuple):
+    """A stored approval request (its clock columns: created; it never expires here)."""
+
+    id: str
+    namespace: str
+    effect_id: int
+    effect_type: str
+    key: str
+    state: ApprovalState
+    created: float
 
 
 class Worker(NamedTuple):
@@ -123,6 +146,7 @@ class Worker(NamedTuple):
     lease: tuple[int, str, int, int | None, float | None] | None = None
     reply: str | None = None
     seen_token: int | None = None
+    approval: ApprovalRow | None = None
 
 
 class ModelState(NamedTuple):
@@ -142,6 +166,9 @@ class ModelState(NamedTuple):
     committed: tuple[tuple[str, str, str | None], ...]
     """Results of COMMITTED effects once seen: (namespace, key, result)."""
     next_id: int
+    approvals: tuple[MApproval, ...] = ()
+    consumed: tuple[tuple[str, str, str], ...] = ()
+    """Approvals an EXECUTE used: (approval id, the executing request's type, namespace)."""
 
 
 class Step(NamedTuple):
@@ -165,6 +192,8 @@ def describe(action: Action, config: Config) -> str:
                 + (" (its reply is lost)" if action[3] else ""))
     if kind == "prune":
         return "operator prunes settled effects"
+    if kind in ("approve", "deny"):
+        return f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
     w = action[1]
     ns, et = config.workers[w]
     who = f"worker {w} ({ns}/{et})"
@@ -258,6 +287,9 @@ class Model:
                     row.pruned is None
                 ):
                     out.append(("prune",))
+                if any(a.state is ApprovalState.PENDING and a.namespace == row.namespace
+                       for a in s.approvals):
+                    out += [("approve",), ("deny",)]
         if s.now < c.ticks and not self._transit_due(s):
             out.append(("tick",))
         return out
@@ -300,7 +332,7 @@ class Model:
         return EffectHead(
             r.id, r.namespace, r.key, r.effect_type, _PAYLOAD_HASH, r.state, r.attempt,
             r.token, r.lease, r.started, r.created, r.result, r.reason, VENDOR,
-            r.vendor_attempt, r.vendor_since, None, None, None, r.pruned, r.secret,
+            r.vendor_attempt, r.vendor_since, r.approval_id, None, None, r.pruned, r.secret,
             float(now))
 
     # -- transitions -------------------------------------------------------------------------
@@ -319,8 +351,9 @@ class Model:
 
     def _do_begin(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
-        nw = Worker("begin", w.begins - 1, w.forged, "reserve", seen_token=w.seen_token)
-        return Step(_set_worker(s, i, nw), "begin starts: reserve", ())
+        first = "reserve" if self.requests[i].governance is None else "fetch"
+        nw = Worker("begin", w.begins - 1, w.forged, first, seen_token=w.seen_token)
+        return Step(_set_worker(s, i, nw), f"begin starts: {first}", ())
 
     def _secret(self, s: ModelState, i: int) -> str:
         return secret_hash(f"w{i}b{s.workers[i].begins}")
@@ -351,7 +384,34 @@ class Model:
             if w.call == "recover" and head is not None and head.lease_secret == mine:
                 return self._finish(s, i, Decision.EXECUTE, head, "recovered: the row is ours")
             return self._after_read(s, i, head, "fetched")
+        if w.call == "move" and w.row is None:  # a governed begin inserts the key
+            insert: decide.Move = w.step
+            if self._row(s, req.namespace) is not None:
+                return self._next(s, i, w._replace(call="fetch"), "insert: the key exists")
+            starts = insert.to is State.IN_FLIGHT
+            new_approval = None
+            if insert.request_approval:
+                new_approval = MApproval(f"apr{len(s.approvals) + 1}", req.namespace,
+                                         s.next_id, req.effect_type, req.key,
+                                         ApprovalState.PENDING, now)
+                s = s._replace(approvals=(*s.approvals, new_approval))
+            new = MRow(s.next_id, req.namespace, KEY, req.effect_type, insert.to, 1, 1,
+                       now + req.lease_seconds if starts else None, now, now, None,
+                       insert.reason, 1, now if starts else None, None,
+                       mine if starts else None, req.agent_id,
+                       new_approval.id if new_approval else None)
+            s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
+            if lost:
+                return self._error(s._replace(faults=s.faults - 1), i, "inserted (reply lost)")
+            return self._finish(s, i, insert.decision, self.head(new, now),
+                                f"inserted as {insert.to.value}")
         assert w.row is not None
+        if w.call == "approval":
+            found = next((a for a in s.approvals if a.namespace == req.namespace
+                          and a.id == w.row.approval_id), None)
+            assert found is not None  # never deleted while its effect waits
+            s = _set_worker(s, i, w._replace(approval=self.approval_row(found, now)))
+            return self._after_read(s, i, w.row, f"read approval {found.id} ({found.state})")
         if w.call == "lapse":
             row = self._row(s, req.namespace)
             if row is None or row.id != w.row.id or row.token != w.row.token or (
@@ -369,6 +429,20 @@ class Model:
                 row.state is not w.row.state
             ):
                 return self._next(s, i, w._replace(call="fetch"), "move: it moved")
+            if move.consume_approval is not None:
+                used = next((a for a in s.approvals if a.namespace == req.namespace
+                             and a.id == move.consume_approval), None)
+                if used is None or used.state is not ApprovalState.APPROVED or (
+                    used.effect_type != req.effect_type or used.key != req.key
+                ):
+                    return self._next(s, i, w._replace(call="fetch"), "consume: it moved")
+                s = s._replace(approvals=_put_approval(s.approvals, used._replace(
+                    state=ApprovalState.CONSUMED)))
+            new_approval = None
+            if move.request_approval:
+                new_approval = MApproval(f"apr{len(s.approvals) + 1}", req.namespace, row.id,
+                                         req.effect_type, req.key, ApprovalState.PENDING, now)
+                s = s._replace(approvals=(*s.approvals, new_approval))
             starts = move.to is State.IN_FLIGHT
             new = row._replace(
                 state=move.to, attempt=row.attempt + move.attempt_increment,
@@ -377,12 +451,13 @@ class Model:
                 reason=move.reason,
                 vendor_since=(row.vendor_since if row.vendor_since is not None else now)
                 if starts else row.vendor_since,
-                secret=mine if starts else None, pruned=None, actor=req.agent_id)
+                secret=mine if starts else None, pruned=None, actor=req.agent_id,
+                approval_id=new_approval.id if new_approval else move.consume_approval)
             s = s._replace(rows=_put(s.rows, new))
             if lost:
                 return self._error(s._replace(faults=s.faults - 1), i, "moved (reply lost)")
             return self._finish(s, i, move.decision, self.head(new, now),
-                                f"moved to {move.to.value}")
+                                f"moved to {move.to.value}", consumed=move.consume_approval)
         if w.call == "get":
             assert verdict is not None
             if verdict == "unknown":
@@ -419,7 +494,7 @@ class Model:
         req = self.requests[i]
         w = s.workers[i]
         try:
-            step = decide.begin_step(head, req, None, reconcilable=(
+            step = decide.begin_step(head, req, w.approval, reconcilable=(
                 self.config.hook and head is not None and head.state is State.AMBIGUOUS))
         except EffectGateError as err:
             return self._error(s, i, f"{text}; refused", type(err).__name__)
@@ -435,6 +510,9 @@ class Model:
         if step is decide.RECONCILE:
             return self._next(s, i, w._replace(call="get", row=head, step=None),
                               f"{text}; decide: ask the reconcile hook")
+        if isinstance(step, decide.ReadApproval):
+            return self._next(s, i, w._replace(call="approval", row=head, step=None),
+                              f"{text}; decide: read the approval")
         raise AssertionError(step)
 
     @staticmethod
@@ -449,7 +527,7 @@ class Model:
                     ("error", error))
 
     def _finish(self, s: ModelState, i: int, kind: Decision, head: EffectHead,
-                text: str) -> Step:
+                text: str, *, consumed: str | None = None) -> Step:
         """A begin's answer: EXECUTE holds the lease; anything else leaves the worker idle."""
         w = s.workers[i]
         req = self.requests[i]
@@ -461,6 +539,20 @@ class Model:
                          f"{kind.value} for an effect of {head.namespace}/{head.effect_type}")
         if kind is Decision.EXECUTE:
             found += self._check_grant(s, i, head)
+            if consumed is not None:
+                if any(c[0] == consumed for c in s.consumed):
+                    found.append(f"APPROVAL ONCE: approval {consumed} executed twice")
+                used = next(a for a in s.approvals if a.id == consumed)
+                if used.effect_type != req.effect_type or used.namespace != req.namespace:
+                    found.append(f"APPROVAL PAYLOAD: approval {consumed} for {used.effect_type} "
+                                 f"executed {req.effect_type}")
+                s = s._replace(consumed=(*s.consumed, (consumed, req.effect_type,
+                                                       req.namespace)))
+            denied = self._row(s, head.namespace)
+            if any(a.state is ApprovalState.DENIED and a.namespace == head.namespace
+                   for a in s.approvals) and denied is not None:
+                found.append(f"DENIAL IS FINAL: {head.namespace}/{head.key} executed after an "
+                             "approver denied it")
             lease = (head.token, self._secret(s, i), head.attempt, head.vendor_attempt,
                      head.lease_expires_at)
             nw = Worker("held", w.begins, w.forged, lease=lease, seen_token=1)
@@ -608,6 +700,39 @@ class Model:
         return Step(s._replace(rows=_put(s.rows, new)),
                     f"resolved {row.state.value} -> {res.to.value}", (), "resolved")
 
+    def _pending(self, s: ModelState) -> MApproval:
+        ns = self.config.workers[0][0]
+        return next(a for a in s.approvals if a.namespace == ns
+                    and a.state is ApprovalState.PENDING)
+
+    def _do_approve(self, s: ModelState) -> Step:
+        a = self._pending(s)
+        decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
+                              approving=True)
+        s = s._replace(ops=s.ops - 1, approvals=_put_approval(s.approvals, a._replace(
+            state=ApprovalState.APPROVED)))
+        return Step(s, f"approved {a.id}", (), "approved")
+
+    def _do_deny(self, s: ModelState) -> Step:
+        a = self._pending(s)
+        decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
+                              approving=False)
+        s = s._replace(ops=s.ops - 1, approvals=_put_approval(s.approvals, a._replace(
+            state=ApprovalState.DENIED)))
+        row = next((r for r in s.rows if r.id == a.effect_id), None)
+        if row is not None and row.state is State.PENDING_APPROVAL and row.approval_id == a.id:
+            row = row._replace(state=State.DENIED, token=row.token + 1, lease=None,
+                               reason=f"{decide.APPROVER_DENIED} by operator", actor="operator",
+                               pruned=None, result=None)
+            s = s._replace(rows=_put(s.rows, row))
+        return Step(s, f"denied {a.id}", (), "denied")
+
+    def approval_row(self, a: MApproval, now: float) -> ApprovalRow:
+        """An approval as the store hands it up."""
+        return ApprovalRow(a.id, a.namespace, a.effect_id, a.effect_type, a.key, _PAYLOAD_HASH,
+                           a.state, None, None, None, 0, a.created, a.created + 1e6, None, None,
+                           None, None, now)
+
     def _do_prune(self, s: ModelState) -> Step:
         ns = self.config.workers[0][0]
         settled = (State.COMMITTED, State.FAILED, State.DENIED)
@@ -683,6 +808,10 @@ def _written(text: str) -> str:
 
 def _vk(head: EffectHead) -> tuple[str, str, str, int]:
     return (head.namespace, head.effect_type, head.key, head.vendor_attempt or head.attempt)
+
+
+def _put_approval(approvals: tuple[MApproval, ...], a: MApproval) -> tuple[MApproval, ...]:
+    return tuple(a if x.id == a.id else x for x in approvals)
 
 
 def _put(rows: tuple[MRow, ...], row: MRow) -> tuple[MRow, ...]:

@@ -36,7 +36,8 @@ __all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]
 TICK_SECONDS = 1000.0
 """One model tick on the real clock: long beside the milliseconds a replay takes, so no
 decision hinges on how fast the machine is (leases end half a tick after a tick)."""
-_WRAPPED = ("reserve", "fetch", "lapse", "move", "get", "resolve", "record_outcome")
+_WRAPPED = ("reserve", "fetch", "lapse", "move", "get", "resolve", "record_outcome",
+            "approval", "deny", "decide_approval")
 _TIMEOUT = 30.0
 _local = threading.local()
 
@@ -89,14 +90,33 @@ class Replayer:
 
     def __init__(self, url: str, *, prefix: str = "replay-") -> None:
         self.prefix = prefix
-        self.gate = Gate(url, namespace=f"{prefix}base", policy=False, memo_size=0)
+        self.url = url
+        self.gate = self._base(False)
         self.store = self.gate.store
         self._lose: str | None = None
+        self._governed: dict[str, Gate] = {}
+
+    def _base(self, policy: Any) -> Gate:
+        gate = Gate(self.url, namespace=f"{self.prefix}base", policy=policy, memo_size=0)
         for name in _WRAPPED:
-            setattr(self.store, name, self._wrap(name, getattr(self.store, name)))
+            setattr(gate.store, name, self._wrap(name, getattr(gate.store, name)))
+        return gate
+
+    def base_for(self, config: Config) -> Gate:
+        """The gate a config's namespaces derive from: with the approval policy when the
+        config has one."""
+        if not config.approval:
+            return self.gate
+        effect_type = config.workers[0][1]
+        if effect_type not in self._governed:
+            self._governed[effect_type] = self._base(
+                {"effects": {effect_type: {"approval": "always"}}})
+        return self._governed[effect_type]
 
     def close(self) -> None:
-        """Close the store."""
+        """Close the stores."""
+        for gate in self._governed.values():
+            gate.close()
         self.gate.close()
 
     def __enter__(self) -> Replayer:
@@ -166,7 +186,8 @@ class _Run:
         tag = uuid.uuid4().hex[:10]
         spaces = sorted({ns for ns, _ in config.workers})
         self.names = {ns: f"{replayer.prefix}{tag}-{ns}" for ns in spaces}
-        self.gates = {ns: replayer.gate.in_namespace(name) for ns, name in self.names.items()}
+        base = replayer.base_for(config)
+        self.gates = {ns: base.in_namespace(name) for ns, name in self.names.items()}
         lease = (config.lease_ticks - 0.5) * TICK_SECONDS
         grace = config.grace_ticks * TICK_SECONDS
         types = sorted({et for _, et in config.workers})
@@ -332,6 +353,22 @@ class _Run:
             self.r._lose = None
         want = expected.answer if not lost or expected.answer == "refused" else "lost"
         return None if got == want else f"the model's resolve was {want}, the real one {got}"
+
+    def _approve(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        gate = self.gates[self.config.workers[0][0]]
+        pending = gate.list_approvals("pending")
+        if len(pending) != 1:
+            return f"the store has {len(pending)} pending approvals, the model one"
+        try:
+            if action[0] == "approve":
+                gate.approve(pending[0].approval_id, by="operator")
+            else:
+                gate.deny(pending[0].approval_id, by="operator")
+        except EffectGateError as err:
+            return f"the model {expected.answer} it, the real gate raised {err!r}"
+        return None
+
+    _deny = _approve
 
     def _prune(self, action: Action, before: ModelState, expected: Any) -> str | None:
         gate = self.gates[self.config.workers[0][0]]
