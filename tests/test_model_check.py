@@ -201,3 +201,36 @@ def test_the_bound_sizes_are_what_the_suite_can_afford() -> None:
     found = explore(replace(BOUNDS["replay"][0], name="tiny"))
     assert found.violation is None and 1000 < found.states < 50_000
     assert time.perf_counter() - started < 30
+
+
+def test_spend_accounting_breaks_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FAILED attempt that kept its charge (the release forgotten) is caught: the spend
+    counter must equal what the effects holding a charge estimate, within the ceiling."""
+    config = _config("2 workers, a spend ceiling")
+    real = decide.outcome_spend_delta
+    monkeypatch.setattr(decide, "outcome_spend_delta",
+                        lambda outcome, est, actual: 0 if outcome is Outcome.FAILED else real(
+                            outcome, est, actual))
+    found = explore(config)
+    assert found.violation is not None
+    assert any(v.startswith("SPEND") for v in found.violation.violations), found.violation.format()
+
+
+def test_approvals_execute_once_and_denials_hold() -> None:
+    """The approvals config reaches both an approved execution and a denial."""
+    config = _config("2 workers, approvals")
+    approve = [("begin", 0), ("step", 0, False, None), ("step", 0, False, None), ("approve",),
+               ("begin", 0), ("step", 0, False, None), ("step", 0, False, None),
+               ("step", 0, False, None)]
+    model = Model(config)
+    s = model.initial()
+    for action in approve:
+        assert action in model.actions(s), (action, s)
+        s = model.transition(s, action).state
+    assert s.workers[0].phase == "held" and s.consumed == (("apr1", "refund", "a"),)
+    deny = [*approve[:3], ("deny",), ("begin", 1), ("step", 1, False, None)]
+    s = model.initial()
+    for action in deny:
+        step = model.transition(s, action)
+        s = step.state
+    assert step.answer[0] == "denied" and s.rows[0].state is State.DENIED

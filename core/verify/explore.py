@@ -46,6 +46,8 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
         Config(workers=(("a", "refund"), ("a", "payout")), name="2 workers, two effect types"),
         Config(workers=_TWO, begins=(2, 2), faults=1, ops=1, approval=True, forgery=False,
                name="2 workers, approvals"),
+        Config(workers=_TWO, begins=(1, 1), faults=1, ops=1, budget=True, forgery=False,
+               name="2 workers, a spend ceiling"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,

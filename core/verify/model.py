@@ -47,6 +47,10 @@ __all__ = [
 ]
 
 KEY = "k"
+COST = 60
+LIMIT = 100
+"""With ``Config.budget``: each attempt's estimated cost, and its type's ceiling (one attempt
+fits, two held at once do not)."""
 PAYLOAD: dict[str, Any] = {"n": 1}
 _PAYLOAD_HASH = payload_hash(PAYLOAD)
 VENDOR = "generic"
@@ -71,6 +75,9 @@ class Config:
     forgery: bool = True
     prune: bool = True
     approval: bool = False
+    budget: bool = False
+    """The first worker's type has a spend ceiling (:data:`LIMIT`); each call estimates
+    :data:`COST`."""
     """A policy asks a human to approve every effect of the first worker's type (the operator
     approves or denies)."""
     name: str = ""
@@ -79,15 +86,26 @@ class Config:
         """The ``begin`` worker ``worker`` makes (in ticks)."""
         ns, effect_type = self.workers[worker]
         gov = None
-        if self.approval:
+        cost = COST if self.budget else None
+        rule = self.policy_rule()
+        if rule:
             from ..governance import evaluate
             from ..policy import Policy
 
-            policy = Policy.from_dict({"effects": {self.workers[0][1]: {"approval": "always"}}})
-            gov = evaluate(policy, effect_type, None)
+            policy = Policy.from_dict({"effects": {self.workers[0][1]: rule}})
+            gov = evaluate(policy, effect_type, cost)
         return Request(ns, KEY, effect_type, _PAYLOAD_HASH, VENDOR, self.max_attempts,
                        self.lease_ticks - 0.5, float(self.grace_ticks), None, None, None,
-                       None, None, None, gov, PAYLOAD)
+                       None, None, cost, gov, PAYLOAD)
+
+    def policy_rule(self) -> dict[str, Any]:
+        """The policy rule of the first worker's type (empty: no policy)."""
+        rule: dict[str, Any] = {}
+        if self.approval:
+            rule["approval"] = "always"
+        if self.budget:
+            rule["budget"] = {"per_effect_type_micros": LIMIT}
+        return rule
 
     def as_source(self) -> str:
         """This config as Python source."""
@@ -116,6 +134,8 @@ class MRow(NamedTuple):
     secret: str | None
     actor: str | None
     approval_id: str | None = None
+    budget_keys: str | None = None
+    estimated: int | None = None
 
 
 class MApproval(NamedTuple):
@@ -168,6 +188,8 @@ class ModelState(NamedTuple):
     next_id: int
     approvals: tuple[MApproval, ...] = ()
     consumed: tuple[tuple[str, str, str], ...] = ()
+    spend: tuple[tuple[str, str, int], ...] = ()
+    """Spend counters: (namespace, scope key, micros)."""
     """Approvals an EXECUTE used: (approval id, the executing request's type, namespace)."""
 
 
@@ -332,8 +354,8 @@ class Model:
         return EffectHead(
             r.id, r.namespace, r.key, r.effect_type, _PAYLOAD_HASH, r.state, r.attempt,
             r.token, r.lease, r.started, r.created, r.result, r.reason, VENDOR,
-            r.vendor_attempt, r.vendor_since, r.approval_id, None, None, r.pruned, r.secret,
-            float(now))
+            r.vendor_attempt, r.vendor_since, r.approval_id, r.budget_keys, r.estimated,
+            r.pruned, r.secret, float(now))
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -344,7 +366,9 @@ class Model:
         handler = getattr(self, f"_do_{kind}")
         step: Step = handler(s, *action[1:])
         after = step.state
-        if after.rows is s.rows and after.ledger is s.ledger and after.transit is s.transit:
+        if after.rows is s.rows and after.ledger is s.ledger and after.transit is s.transit and (
+            after.spend is s.spend
+        ):
             return step  # nothing the state invariants read has changed (checked before)
         found = list(step.violations) + self.check(after)
         return Step(after, step.text, tuple(found), step.answer)
@@ -389,8 +413,14 @@ class Model:
             return self._after_read(s, i, head, "fetched")
         if w.call == "move" and w.row is None:  # a governed begin inserts the key
             insert: decide.Move = w.step
+            # The store's order, all or nothing: charges, then the insert.
+            charged, keys, over = self._charge(s, req.namespace, insert)
+            if over is not None:
+                return self._next(s, i, w._replace(step=decide.over_ceiling(insert, over)),
+                                  f"over the ceiling ({over})")
             if self._row(s, req.namespace) is not None:
                 return self._next(s, i, w._replace(call="fetch"), "insert: the key exists")
+            s = charged
             starts = insert.to is State.IN_FLIGHT
             new_approval = None
             if insert.request_approval:
@@ -402,7 +432,8 @@ class Model:
                        now + req.lease_seconds if starts else None, now, now, None,
                        insert.reason, 1, now if starts else None, None,
                        mine if starts else None, req.agent_id,
-                       new_approval.id if new_approval else None)
+                       new_approval.id if new_approval else None, keys,
+                       req.estimated_cost_micros)
             s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
             if lost:
                 return self._error(s._replace(faults=s.faults - 1), i, "inserted (reply lost)")
@@ -428,19 +459,26 @@ class Model:
         if w.call == "move":
             move: decide.Move = w.step
             row = self._row(s, req.namespace)
-            if row is None or row.id != w.row.id or row.token != w.row.token or (
-                row.state is not w.row.state
-            ):
-                return self._next(s, i, w._replace(call="fetch"), "move: it moved")
+            # The store's order, all or nothing: consume the approval, charge, then the
+            # compare-and-set of the effect.
+            base = s
             if move.consume_approval is not None:
                 used = next((a for a in s.approvals if a.namespace == req.namespace
                              and a.id == move.consume_approval), None)
                 if used is None or used.state is not ApprovalState.APPROVED or (
                     used.effect_type != req.effect_type or used.key != req.key
                 ):
-                    return self._next(s, i, w._replace(call="fetch"), "consume: it moved")
+                    return self._next(base, i, w._replace(call="fetch"), "consume: it moved")
                 s = s._replace(approvals=_put_approval(s.approvals, used._replace(
                     state=ApprovalState.CONSUMED)))
+            s, keys, over = self._charge(s, req.namespace, move)
+            if over is not None:
+                return self._next(base, i, w._replace(step=decide.over_ceiling(move, over)),
+                                  f"over the ceiling ({over})")
+            if row is None or row.id != w.row.id or row.token != w.row.token or (
+                row.state is not w.row.state
+            ):
+                return self._next(base, i, w._replace(call="fetch"), "move: it moved")
             new_approval = None
             if move.request_approval:
                 new_approval = MApproval(f"apr{len(s.approvals) + 1}", req.namespace, row.id,
@@ -455,7 +493,8 @@ class Model:
                 vendor_since=(row.vendor_since if row.vendor_since is not None else now)
                 if starts else row.vendor_since,
                 secret=mine if starts else None, pruned=None, actor=req.agent_id,
-                approval_id=new_approval.id if new_approval else move.consume_approval)
+                approval_id=new_approval.id if new_approval else move.consume_approval,
+                budget_keys=keys, estimated=req.estimated_cost_micros)
             s = s._replace(rows=_put(s.rows, new))
             if lost:
                 return self._error(s._replace(faults=s.faults - 1), i, "moved (reply lost)")
@@ -479,11 +518,32 @@ class Model:
             ):
                 return self._next(s, i, w._replace(call="fetch"), "reconcile: it moved")
             new = self._resolved(row, res, None, "reconcile")
-            s = s._replace(rows=_put(s.rows, new))
+            s = s._replace(rows=_put(s.rows, new),
+                           spend=_adjust(s.spend, row.namespace, row.budget_keys,
+                                         res.spend_delta))
             if lost:
                 return self._error(s._replace(faults=s.faults - 1), i, "reconciled (reply lost)")
             return self._after_read(s, i, self.head(new, now), f"reconciled {verdict}")
         raise AssertionError(w.call)
+
+    def _charge(self, s: ModelState, ns: str,
+                move: decide.Move) -> tuple[ModelState, str | None, str | None]:
+        """The store's charges of ``move``: the state after, the budget keys charged, and the
+        label of a ceiling that refused (then nothing is charged)."""
+        if not move.charges:
+            return s, None, None
+        spend = dict(((n, k), v) for n, k, v in s.spend)
+        charged = []
+        for charge in move.charges:
+            got = spend.get((ns, charge.scope_key), 0)
+            if move.cost > charge.limit or (
+                (ns, charge.scope_key) in spend and got + move.cost > charge.limit
+            ):
+                return s, None, charge.label
+            spend[(ns, charge.scope_key)] = got + move.cost
+            charged.append(charge.scope_key)
+        return (s._replace(spend=tuple(sorted((n, k, v) for (n, k), v in spend.items()))),
+                json.dumps(charged), None)
 
     def _resolved(self, row: MRow, res: decide.Resolution, result: str | None,
                   actor: str) -> MRow:
@@ -651,6 +711,9 @@ class Model:
                 vendor_since=None if outcome is Outcome.FAILED and (
                     row.vendor_attempt == row.attempt) else row.vendor_since)
             written.append(f"{row.namespace}/{row.key} {standing}")
+            spend_after = _adjust(s.spend, row.namespace, row.budget_keys,
+                                  decide.outcome_spend_delta(outcome, row.estimated, None))
+            s = s._replace(spend=spend_after)
             lease = s.workers[i].lease
             if not holder or lease is None or row.namespace != ns or row.token != lease[0] or (
                 row.secret != lease[1]
@@ -700,6 +763,7 @@ class Model:
         s = s._replace(ops=s.ops - 1)  # a lost reply: the same write, an error for the operator
         result = json.dumps("op") if outcome == "committed" else None
         new = self._resolved(row, res, result, "operator")
+        s = s._replace(spend=_adjust(s.spend, row.namespace, row.budget_keys, res.spend_delta))
         return Step(s._replace(rows=_put(s.rows, new)),
                     f"resolved {row.state.value} -> {res.to.value}", (), "resolved")
 
@@ -750,6 +814,13 @@ class Model:
     def check(self, s: ModelState) -> list[str]:
         """The invariants that hold in every reachable state (violations, if any)."""
         found = []
+        for ns, scope, spent in s.spend:
+            held = sum(r.estimated or 0 for r in s.rows if r.namespace == ns and r.budget_keys
+                       and scope in json.loads(r.budget_keys) and r.state in (
+                           State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED))
+            if not 0 <= spent <= LIMIT or spent != held:
+                found.append(f"SPEND: {ns} {scope} counts {spent} (ceiling {LIMIT}) while the "
+                             f"effects holding a charge estimate {held}")
         committed = dict(((ns, key), res) for ns, key, res in s.committed)
         for row in s.rows:
             ident = (row.namespace, row.key)
@@ -813,6 +884,15 @@ def _written(text: str) -> str:
 
 def _vk(head: EffectHead) -> tuple[str, str, str, int]:
     return (head.namespace, head.effect_type, head.key, head.vendor_attempt or head.attempt)
+
+
+def _adjust(spend: tuple[tuple[str, str, int], ...], ns: str, keys: str | None,
+            delta: int) -> tuple[tuple[str, str, int], ...]:
+    if not delta or not keys:
+        return spend
+    scopes = set(json.loads(keys))
+    return tuple((n, k, v + delta) if n == ns and k in scopes else (n, k, v)
+                 for n, k, v in spend)
 
 
 def _put_approval(approvals: tuple[MApproval, ...], a: MApproval) -> tuple[MApproval, ...]:

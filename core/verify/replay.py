@@ -16,6 +16,7 @@ namespaces, deleted afterwards.
 from __future__ import annotations
 
 import datetime
+import json
 import queue
 import threading
 import time
@@ -29,7 +30,7 @@ from ..gate import Gate
 from ..records import BeginDecision
 from ..request import Lease
 from ..states import Decision
-from .model import KEY, PAYLOAD, VENDOR, Action, Config, Model, ModelState
+from .model import COST, KEY, PAYLOAD, VENDOR, Action, Config, Model, ModelState
 
 __all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]
 
@@ -105,13 +106,14 @@ class Replayer:
     def base_for(self, config: Config) -> Gate:
         """The gate a config's namespaces derive from: with the approval policy when the
         config has one."""
-        if not config.approval:
+        rule = config.policy_rule()
+        if not rule:
             return self.gate
-        effect_type = config.workers[0][1]
-        if effect_type not in self._governed:
-            self._governed[effect_type] = self._base(
-                {"effects": {effect_type: {"approval": "always"}}})
-        return self._governed[effect_type]
+        policy = {"effects": {config.workers[0][1]: rule}}
+        name = json.dumps(policy, sort_keys=True)
+        if name not in self._governed:
+            self._governed[name] = self._base(policy)
+        return self._governed[name]
 
     def close(self) -> None:
         """Close the stores."""
@@ -200,7 +202,9 @@ class _Run:
             gate = self.gates[ns]
             kind = gate.kind(et, vendor=VENDOR, lease_seconds=lease,
                              max_attempts=config.max_attempts, reconcile_grace_seconds=grace)
-            self.requests.append(gate.request(effect_type=kind, key=KEY, payload=PAYLOAD))
+            self.requests.append(gate.request(
+                effect_type=kind, key=KEY, payload=PAYLOAD,
+                estimated_cost_micros=COST if config.budget else None))
         self.runners: dict[int, _Runner] = {}
         self.leases: dict[int, Lease] = {}
         self.grants: set[tuple[str, int]] = set()
@@ -393,6 +397,16 @@ class _Run:
             if want != got:
                 return (f"{ns}: the model's row (state, attempt, token, vendor attempt, result, "
                         f"pruned) is {want}, the store's {got}")
+        from sqlalchemy import text
+
+        with self.r.store.engine.connect() as conn:
+            for ns, name in self.names.items():
+                real_spend = sorted(tuple(r) for r in conn.execute(text(
+                    "SELECT scope_key, spent_micros FROM effectgate_budgets WHERE namespace = :ns"
+                ), {"ns": name}))
+                model_spend = sorted((k, v) for n, k, v in self.state.spend if n == ns)
+                if real_spend != model_spend:
+                    return f"{ns}: the model's spend is {model_spend}, the store's {real_spend}"
         return None
 
     def _invariants(self) -> str | None:
