@@ -87,7 +87,7 @@ def test_each_reverted_fix_is_found_with_a_shortest_readable_trace(
     print(text)
     assert any(v.startswith(_EXPECTED[name]) for v in trace.violations), text
     lines = text.splitlines()
-    assert lines[1].startswith("   1. worker 0") and "VIOLATED" in lines[-1]
+    assert lines[1].startswith("   1. ") and "VIOLATED" in lines[-1]
     assert len(trace.actions) <= 10  # breadth first: the shortest schedule
     # The same schedule on main breaks nothing.
     assert run_schedule(config, trace.actions) == []
@@ -156,11 +156,15 @@ def test_traces_are_numbered_human_steps() -> None:
     text = Trace(config, tuple(actions), tuple(texts), ("X: example",)).format()
     assert text.splitlines()[1:] == [
         "   1. worker 0 (a/refund) calls begin: begin starts: reserve",
-        "   2. worker 0 (a/refund): next store call of its begin: reserved: execute "
+        "   2. worker 0 (a/refund)'s begin makes its next store call: reserved: execute "
         "(attempt 1, token 1, in_flight)",
         "   3. worker 0 (a/refund) sends the request to the vendor: sent under vendor key #1",
         "  VIOLATED X: example",
     ]
+    with mutation("secret"):
+        found = explore(_config("2 workers, one namespace, lost replies"))
+    assert found.violation is not None
+    assert "[reserve] reserved: execute (attempt 1, token 1, in_flight)" in found.violation.format()
 
 
 def _head(**fields: Any) -> EffectHead:

@@ -145,7 +145,9 @@ def _trace(config: Config, actions: list[Action]) -> Trace:
     violations: tuple[str, ...] = ()
     for action in actions:
         step = model.transition(s, action)
-        texts.append(step.text)
+        call = s.workers[action[1]].call if action[0] == "step" else None
+        texts.append(f"[{'reserve/fetch again' if call == 'recover' else call}] {step.text}"
+                     if call else step.text)
         s, violations = step.state, step.violations
     return Trace(config, tuple(actions), tuple(texts), violations)
 

@@ -224,7 +224,7 @@ def describe(action: Action, config: Config) -> str:
     if kind == "step":
         extra = " (its reply is lost)" if action[2] else ""
         extra += f", the reconcile hook answers {action[3]}" if action[3] else ""
-        return f"{who}: next store call of its begin{extra}"
+        return f"{who}'s begin makes its next store call{extra}"
     if kind == "send":
         return f"{who} sends the request to the vendor"
     if kind == "land":
