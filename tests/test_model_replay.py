@@ -16,6 +16,7 @@ import functools
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,18 +34,23 @@ def _cover() -> list[tuple[Any, ...]]:
     return covering_schedules(BOUNDS["replay"][0])
 
 
+def _prefix() -> str:
+    """This test's own namespace prefix (under the run's, which the suite cleans up)."""
+    return f"{TEST_PREFIX}replay-{uuid.uuid4().hex[:6]}-"
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def replayer(request: pytest.FixtureRequest) -> Iterator[Replayer]:
     if request.param == "postgres":
         require_postgres()
-        with Replayer(PG_URL, prefix=f"{TEST_PREFIX}replay-") as r:
+        with Replayer(PG_URL, prefix=_prefix()) as r:
             yield r
         return
     # SQLite in memory-backed storage when there is one: the decisions are the same, and the
     # synchronous reservation commits cost no disk flushes on a shared machine.
     root = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=root) as folder, Replayer(
-            f"sqlite:///{Path(folder) / 'replay.db'}", prefix=f"{TEST_PREFIX}replay-") as r:
+            f"sqlite:///{Path(folder) / 'replay.db'}", prefix=_prefix()) as r:
         yield r
 
 
@@ -85,7 +91,7 @@ def test_replays_agree_with_the_model_on_both_stores(replayer: Replayer,
 def test_more_covering_schedules_on_postgres(record_property: Any) -> None:
     require_postgres()
     every = _cover()
-    with Replayer(PG_URL, prefix=f"{TEST_PREFIX}replay-") as r:
+    with Replayer(PG_URL, prefix=_prefix()) as r:
         report = r.replay_all(BOUNDS["replay"][0], every[1::3])
     _show(f"postgresql: every third covering schedule ({len(every[1::3])})", report,
           record_property)
