@@ -169,7 +169,10 @@ class Replayer:
         run = _Run(self, config)
         try:
             for n, action in enumerate(schedule, 1):
-                problem = run.step(action)
+                try:
+                    problem = run.step(action)
+                except Exception as err:  # a hung or broken step is a finding, not a crash
+                    problem = f"{type(err).__name__}: {err}"
                 if problem:
                     return [f"{config.name} step {n} {action!r}: {problem}"], n
             return [], len(schedule)
