@@ -19,6 +19,7 @@ from typing import Any
 from unittest import mock
 
 from .. import decide
+from ..errors import ConfigError
 from .model import Action, Config, Model, ModelState, describe
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "run_schedule",
     "sample_schedules",
     "schedules",
+    "trace_of",
 ]
 
 _TWO = (("a", "refund"), ("a", "refund"))
@@ -136,6 +138,11 @@ def _path(parent: dict[ModelState, tuple[ModelState, Action] | None],
         out.append(action)
         link = parent[s]
     return out[::-1]
+
+
+def trace_of(config: Config, actions: list[Action] | tuple[Action, ...]) -> Trace:
+    """A schedule's :class:`Trace` (every action must be enabled when it comes)."""
+    return _trace(config, list(actions))
 
 
 def _trace(config: Config, actions: list[Action]) -> Trace:
@@ -304,7 +311,10 @@ pre-fix behaviour, and what it lets happen."""
 
 @contextlib.contextmanager
 def mutation(name: str) -> Iterator[None]:
-    """Run with fix ``name`` (a key of :data:`MUTATIONS`) reverted in :mod:`effectgate.decide`."""
+    """Run with fix ``name`` (a key of :data:`MUTATIONS`) reverted in :mod:`effectgate.decide`;
+    :class:`ConfigError` for an unknown name."""
+    if name not in MUTATIONS:
+        raise ConfigError(f"unknown mutation {name!r}; choose from {', '.join(MUTATIONS)}")
     attr, fn, _ = MUTATIONS[name]
     with mock.patch.object(decide, attr, fn):
         yield
