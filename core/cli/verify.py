@@ -26,8 +26,12 @@ _LABEL = {"passed": "pass", "failed": "FAIL", "not_applicable": "n/a"}
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               default=None, help="Also write a JUnit XML report to this file.")
+@click.option("--exhaustive", is_flag=True,
+              help="Also explore every interleaving of the 2-worker bound on the protocol "
+                   "model and replay a sample of its schedules on this store.")
 @handle_errors
-def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None) -> None:
+def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None,
+           exhaustive: bool) -> None:
     """Check G1–G12 of the design against the store, in a scratch namespace.
 
     Your data is not touched: every check writes under a fresh namespace that is deleted
@@ -66,12 +70,43 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None)
     if junit is not None:
         junit.write_text(junit_xml(results))
     failed = [r.id for r in results if r.status == "failed"]
+    report = None
+    if exhaustive:
+        from ..verify.exhaustive import run_exhaustive
+
+        def progress(line: str) -> None:
+            from rich.text import Text
+
+            out.print(Text(f"     model {line}", style="dim"))
+
+        report = run_exhaustive(target, on_progress=None if as_json else progress)
+        if not report.passed:
+            failed.append("exhaustive")
     if as_json:
-        print_json({"url": _safe(target), "namespace": scratch, "passed": not failed,
-                    "results": [r.as_dict() for r in results]})
+        doc: dict[str, Any] = {"url": _safe(target), "namespace": scratch,
+                               "passed": not failed,
+                               "results": [r.as_dict() for r in results]}
+        if report is not None:
+            doc["exhaustive"] = report.as_dict()
+        print_json(doc)
     else:
+        if report is not None:
+            _exhaustive_summary(out, report)
         _summary(out, results, failed)
     raise SystemExit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _exhaustive_summary(out: Any, report: Any) -> None:
+    from rich.text import Text
+
+    ok = report.passed
+    out.print(Text.assemble(
+        ("pass" if ok else "FAIL", "green" if ok else "bold red"),
+        f" model {report.states} states explored (2-worker bound), "
+        f"{report.replay.schedules} schedules replayed on the store, "
+        f"{len(report.violations)} violations ({report.seconds:.1f}s)"))
+    for text in report.violations[:5]:
+        out.print(Text(text, style="red"))
 
 
 def _summary(out: Any, results: list[Any], failed: list[str]) -> None:

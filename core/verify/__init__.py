@@ -13,6 +13,12 @@ Each check returns a :class:`CheckResult`: ``passed``, ``failed`` (with what wen
 G2 races 8 OS processes on many keys and counts the side effect itself (a file the body
 appends to); G12 kills worker processes with SIGKILL at every point of the protocol.
 
+``effectgate verify --exhaustive`` also model-checks the protocol: every interleaving of the
+2-worker bound explored on the real decision module with an in-memory store
+(:mod:`effectgate.verify.model`, :mod:`effectgate.verify.explore`), then a sample of its
+schedules replayed on the store through the real gate (:mod:`effectgate.verify.replay`,
+:mod:`effectgate.verify.exhaustive`).
+
 A wing above the kernel: the checks use only the public Gate API (and SQL to count and clean
 up their own scratch namespace).
 """

@@ -1,0 +1,339 @@
+"""Exhaustive exploration of the protocol model (:mod:`effectgate.verify.model`): every
+interleaving up to a bound, breadth first with state hashing (a state reached twice is explored
+once), so the first violation found comes with the shortest schedule that reaches it.
+
+Also: the bounds the suite and ``effectgate verify --exhaustive`` use, counter-examples as
+numbered steps and as a regression test, schedules (every one, or a seeded sample) for replay on
+the real stores, and the five reverted fixes of the kernel issue as mutations of ``decide``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+from .. import decide
+from ..errors import ConfigError
+from .model import Action, Config, Model, ModelState, describe
+
+__all__ = [
+    "BOUNDS",
+    "MUTATIONS",
+    "Exploration",
+    "Trace",
+    "covering_schedules",
+    "emit_regression_test",
+    "explore",
+    "mutation",
+    "run_schedule",
+    "sample_schedules",
+    "schedules",
+    "trace_of",
+]
+
+_TWO = (("a", "refund"), ("a", "refund"))
+_MAX_WALK = 200
+BOUNDS: dict[str, tuple[Config, ...]] = {
+    "2-worker": (
+        Config(workers=_TWO, faults=1, ops=0, name="2 workers, one namespace, lost replies"),
+        Config(workers=_TWO, faults=0, ops=1, name="2 workers, one namespace, an operator"),
+        Config(workers=(("a", "refund"), ("b", "refund")), begins=(2, 1), faults=0, ops=0,
+               name="2 workers, two namespaces"),
+        Config(workers=(("a", "refund"), ("a", "payout")), name="2 workers, two effect types"),
+        Config(workers=_TWO, begins=(2, 2), faults=1, ops=1, approval=True, forgery=False,
+               name="2 workers, approvals"),
+        Config(workers=_TWO, begins=(1, 1), faults=1, ops=1, budget=True, forgery=False,
+               name="2 workers, a spend ceiling"),
+    ),
+    "3-worker": (
+        Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,
+               forgery=False, name="3 workers, one namespace, lost replies"),
+        Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=0, ops=1,
+               forgery=False, name="3 workers, one namespace, an operator"),
+        Config(workers=(*_TWO, ("a", "payout")), begins=(1, 1, 1), faults=0, ops=0,
+               name="3 workers, two effect types"),
+    ),
+    "replay": (
+        Config(workers=_TWO, begins=(1, 1), faults=0, ops=0, forgery=False, prune=False,
+               name="2 workers, one begin each, no faults"),
+    ),
+}
+"""The bounds: the 2-worker bound runs in the normal suite, the 3-worker bound is slow;
+``replay`` is small enough that every one of its schedules is replayed on the real stores."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A schedule and what each step did, ending in the violations it reached."""
+
+    config: Config
+    actions: tuple[Action, ...]
+    texts: tuple[str, ...]
+    violations: tuple[str, ...]
+
+    def format(self) -> str:
+        """The schedule as numbered steps a person can read."""
+        lines = [f"counter-example ({self.config.name or 'bound'}), {len(self.actions)} steps:"]
+        for n, (action, text) in enumerate(zip(self.actions, self.texts, strict=True), 1):
+            lines.append(f"  {n:>2}. {describe(action, self.config)}: {text}")
+        lines += [f"  VIOLATED {v}" for v in self.violations]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """What one exploration found: distinct states, transitions, time, the first violation."""
+
+    config: Config
+    states: int
+    transitions: int
+    seconds: float
+    violation: Trace | None
+
+    def summary(self) -> str:
+        """One line: the bound, states explored and time."""
+        found = "no violation" if self.violation is None else "VIOLATION"
+        return (f"{self.config.name}: {self.states} states, {self.transitions} transitions, "
+                f"{self.seconds:.2f}s, {found}")
+
+
+def explore(config: Config, *, max_states: int | None = None) -> Exploration:
+    """Every state reachable within ``config``, breadth first; stops at the first violation
+    (found with a shortest schedule). ``max_states``: raise if the bound is larger."""
+    model = Model(config)
+    started = time.perf_counter()
+    root = model.initial()
+    parent: dict[ModelState, tuple[ModelState, Action] | None] = {root: None}
+    queue = deque([root])
+    transitions = 0
+    while queue:
+        s = queue.popleft()
+        for action in model.actions(s):
+            step = model.transition(s, action)
+            transitions += 1
+            if step.violations:
+                path = [*_path(parent, s), action]
+                return Exploration(config, len(parent), transitions,
+                                   time.perf_counter() - started, _trace(config, path))
+            if step.state not in parent:
+                parent[step.state] = (s, action)
+                queue.append(step.state)
+                if max_states is not None and len(parent) > max_states:
+                    raise RuntimeError(f"{config.name}: more than {max_states} states")
+    return Exploration(config, len(parent), transitions, time.perf_counter() - started, None)
+
+
+def _path(parent: dict[ModelState, tuple[ModelState, Action] | None],
+          s: ModelState) -> list[Action]:
+    out: list[Action] = []
+    link = parent[s]
+    while link is not None:
+        s, action = link
+        out.append(action)
+        link = parent[s]
+    return out[::-1]
+
+
+def trace_of(config: Config, actions: list[Action] | tuple[Action, ...]) -> Trace:
+    """A schedule's :class:`Trace` (every action must be enabled when it comes)."""
+    return _trace(config, list(actions))
+
+
+def _trace(config: Config, actions: list[Action]) -> Trace:
+    model = Model(config)
+    s = model.initial()
+    texts: list[str] = []
+    violations: tuple[str, ...] = ()
+    for action in actions:
+        step = model.transition(s, action)
+        call = s.workers[action[1]].call if action[0] == "step" else None
+        texts.append(f"[{'reserve/fetch again' if call == 'recover' else call}] {step.text}"
+                     if call else step.text)
+        s, violations = step.state, step.violations
+    return Trace(config, tuple(actions), tuple(texts), violations)
+
+
+def run_schedule(config: Config, actions: list[Action] | tuple[Action, ...]) -> list[str]:
+    """Run a schedule on the model, checking the invariants at every step; an action the
+    state does not enable is skipped. The violations (none on a correct protocol)."""
+    model = Model(config)
+    s = model.initial()
+    found: list[str] = []
+    for action in actions:
+        action = tuple(action)
+        if action not in model.actions(s):
+            continue
+        step = model.transition(s, action)
+        found += step.violations
+        s = step.state
+    return found
+
+
+def schedules(config: Config, *, limit: int = 100_000) -> Iterator[tuple[Action, ...]]:
+    """Every maximal schedule of ``config`` (depth first, no state hashing: each distinct
+    order is its own schedule); :class:`RuntimeError` past ``limit`` of them."""
+    model = Model(config)
+    count = 0
+    stack: list[tuple[ModelState, tuple[Action, ...]]] = [(model.initial(), ())]
+    while stack:
+        s, path = stack.pop()
+        nexts = []
+        for action in model.actions(s):
+            after = model.transition(s, action).state
+            if after != s:  # an action that changes nothing is the same schedule
+                nexts.append((after, (*path, action)))
+        if not nexts:
+            count += 1
+            if count > limit:
+                raise RuntimeError(f"{config.name}: more than {limit} schedules")
+            yield path
+            continue
+        stack.extend(reversed(nexts))
+
+
+def covering_schedules(config: Config) -> list[tuple[Action, ...]]:
+    """Schedules that together take every transition of ``config``'s state graph at least
+    once (each: a shortest path to an untaken transition, then on to the end, preferring
+    untaken ones): every distinct step of the bound, in far fewer schedules than every
+    order."""
+    model = Model(config)
+    root = model.initial()
+    parent: dict[ModelState, tuple[ModelState, Action] | None] = {root: None}
+    order = [root]
+    queue = deque([root])
+    while queue:
+        s = queue.popleft()
+        for action in model.actions(s):
+            after = model.transition(s, action).state
+            if after not in parent:
+                parent[after] = (s, action)
+                order.append(after)
+                queue.append(after)
+    taken: set[tuple[ModelState, Action]] = set()
+    out: list[tuple[Action, ...]] = []
+    for s in order:
+        for action in model.actions(s):
+            if (s, action) in taken or model.transition(s, action).state == s:
+                continue
+            path = _path(parent, s)
+            cur = root
+            for a in path:
+                taken.add((cur, a))
+                cur = model.transition(cur, a).state
+            path.append(action)
+            taken.add((s, action))
+            cur = model.transition(s, action).state
+            while len(path) < _MAX_WALK:
+                moves = [a for a in model.actions(cur) if model.transition(cur, a).state != cur]
+                if not moves:
+                    break
+                fresh = [a for a in moves if (cur, a) not in taken]
+                a = (fresh or moves)[0]
+                taken.add((cur, a))
+                path.append(a)
+                cur = model.transition(cur, a).state
+            out.append(tuple(path))
+    return out
+
+
+def sample_schedules(config: Config, count: int, *, seed: int = 17) -> list[tuple[Action, ...]]:
+    """``count`` random maximal schedules of ``config`` (a seeded, repeatable sample)."""
+    model = Model(config)
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        s, path = model.initial(), list[Action]()
+        idle: set[Action] = set()  # actions that changed nothing: each at most once a walk
+        while len(path) < _MAX_WALK:
+            actions = [a for a in model.actions(s) if a not in idle]
+            if not actions:
+                break
+            action = rng.choice(actions)
+            path.append(action)
+            after = model.transition(s, action).state
+            if after == s:
+                idle.add(action)
+            s = after
+        out.append(tuple(path))
+    return out
+
+
+# -- the five reverted fixes -------------------------------------------------------------------
+
+_real_standing = decide.report_standing
+_real_resolution = decide.resolution
+_real_begin_step = decide.begin_step
+
+
+def _no_namespace(row: Any, namespace: str, key: str, token: int, secret: str) -> Any:
+    return _real_standing(row, row.namespace, key, token, secret)
+
+
+def _no_secret(row: Any, namespace: str, key: str, token: int, secret: str) -> Any:
+    return _real_standing(row._replace(lease_secret=secret), namespace, key, token, secret)
+
+
+def _live_resolvable(row: Any, outcome: Any, *, force: bool = False) -> Any:
+    return _real_resolution(row, outcome, force=True)
+
+
+def _no_grace(row: Any, req: Any, approval: Any = None, *, reconcilable: bool = False) -> Any:
+    return _real_begin_step(row, req._replace(reconcile_grace_seconds=-1e9), approval,
+                            reconcilable=reconcilable)
+
+
+def _type_not_identity(row: Any, req: Any, approval: Any = None, *,
+                       reconcilable: bool = False) -> Any:
+    if row is not None and row.effect_type != req.effect_type:
+        row = row._replace(effect_type=req.effect_type)
+    return _real_begin_step(row, req, approval, reconcilable=reconcilable)
+
+
+MUTATIONS: dict[str, tuple[str, Callable[..., Any], str]] = {
+    "namespace": ("report_standing", _no_namespace,
+                  "another namespace settles my effect: report not scoped to the namespace"),
+    "secret": ("report_standing", _no_secret,
+               "a guessed token reports: the lease secret not checked"),
+    "live-resolve": ("resolution", _live_resolvable,
+                     "a live lease resolved without force"),
+    "grace": ("begin_step", _no_grace, "reconcile asked without a grace period"),
+    "effect-type": ("begin_step", _type_not_identity, "the effect type not part of identity"),
+}
+"""Each fix of the kernel issue, reverted: the name of the ``decide`` function replaced, its
+pre-fix behaviour, and what it lets happen."""
+
+
+@contextlib.contextmanager
+def mutation(name: str) -> Iterator[None]:
+    """Run with fix ``name`` (a key of :data:`MUTATIONS`) reverted in :mod:`effectgate.decide`;
+    :class:`ConfigError` for an unknown name."""
+    if name not in MUTATIONS:
+        raise ConfigError(f"unknown mutation {name!r}; choose from {', '.join(MUTATIONS)}")
+    attr, fn, _ = MUTATIONS[name]
+    with mock.patch.object(decide, attr, fn):
+        yield
+
+
+def emit_regression_test(trace: Trace, *, mutation_name: str | None = None,
+                         name: str = "counter_example") -> str:
+    """Pytest source that replays ``trace`` on the model and asserts no invariant breaks
+    (it fails while the bug the trace found is present)."""
+    steps = ",\n".join(f"    {a!r}" for a in trace.actions)
+    comment = "\n".join(f"# {line}" for line in trace.format().splitlines())
+    why = f" (found with the {mutation_name!r} fix reverted)" if mutation_name else ""
+    return (
+        f'"""Regression test from a model-checker counter-example{why}."""\n\n'
+        "from effectgate.verify.explore import run_schedule\n"
+        "from effectgate.verify.model import Config\n\n"
+        f"{comment}\n"
+        f"CONFIG = {trace.config.as_source()}\n"
+        f"SCHEDULE = [\n{steps},\n]\n\n\n"
+        f"def test_{name}() -> None:\n"
+        "    assert run_schedule(CONFIG, SCHEDULE) == []\n"
+    )

@@ -1,0 +1,911 @@
+"""A model of the protocol for exhaustive exploration: an in-memory store (no SQL) whose every
+decision is the real :mod:`effectgate.decide`'s, the actors that use it, a simulated vendor,
+and the invariants checked in every reachable state.
+
+The model store only holds rows and applies what ``decide`` returns: ``begin_step`` for each
+step of a ``begin``, ``resolution`` for an operator's or a reconcile hook's settlement,
+``report_standing`` for a holder's report, and ``reported_vendor_attempt`` /
+``resolved_vendor_attempt`` for the vendor key. A ``begin`` is walked one store call at a time,
+in exactly the order :class:`effectgate.flow.BeginFlow` makes them (reserve, fetch, lapse,
+move, get, resolve), so other actors interleave between any two of its calls.
+
+Actors: workers (each ``begin`` → send to the vendor → the vendor answers → ``report``; or
+dying at any point; the clock moving while one waits is a stall), a forger (a worker that
+reports FAILED with a token it saw, or with another namespace's lease), one operator
+(``resolve`` committed or failed, with or without ``force``; ``prune``), a reconcile hook that
+answers truthfully from the vendor's ledger (committed, failed, or unknown), the database clock
+in ticks, and lost replies (the write happened, the caller sees an error).
+
+Time: a lease lasts ``lease_ticks - 0.5`` ticks, so a lease never ends on a tick (the real
+stores' clocks keep moving by milliseconds; no decision may hinge on an exact tie). A request
+sent to the vendor while its lease was live reaches the vendor before that lease's grace period
+ends (the assumption the grace period encodes): the clock does not pass that point first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .. import decide
+from ..errors import EffectGateError, InvalidTransition
+from ..payload import payload_hash
+from ..request import Request, secret_hash
+from ..states import ApprovalState, Decision, Outcome, State
+from ..store.rows import ApprovalRow, EffectHead
+
+__all__ = [
+    "KEY",
+    "PAYLOAD",
+    "Action",
+    "Config",
+    "Model",
+    "ModelState",
+    "Step",
+    "describe",
+]
+
+KEY = "k"
+COST = 60
+LIMIT = 100
+"""With ``Config.budget``: each attempt's estimated cost, and its type's ceiling (one attempt
+fits, two held at once do not)."""
+PAYLOAD: dict[str, Any] = {"n": 1}
+_PAYLOAD_HASH = payload_hash(PAYLOAD)
+VENDOR = "generic"
+Action = tuple[Any, ...]
+"""One step of a schedule: a tuple of plain values (``("begin", 0)``, ``("tick",)``, ...)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """A bound: the workers (namespace, effect type), how often each may begin, the faults and
+    operator actions allowed, the clock's end, and the protocol's parameters in ticks."""
+
+    workers: tuple[tuple[str, str], ...] = (("a", "refund"), ("a", "refund"))
+    begins: tuple[int, ...] = (1, 2)
+    faults: int = 1
+    ops: int = 1
+    ticks: int = 2
+    lease_ticks: int = 1
+    grace_ticks: int = 1
+    max_attempts: int = 3
+    hook: bool = True
+    forgery: bool = True
+    prune: bool = True
+    approval: bool = False
+    budget: bool = False
+    """The first worker's type has a spend ceiling (:data:`LIMIT`); each call estimates
+    :data:`COST`."""
+    """A policy asks a human to approve every effect of the first worker's type (the operator
+    approves or denies)."""
+    name: str = ""
+
+    def request(self, worker: int) -> Request:
+        """The ``begin`` worker ``worker`` makes (in ticks)."""
+        ns, effect_type = self.workers[worker]
+        gov = None
+        cost = COST if self.budget else None
+        rule = self.policy_rule()
+        if rule:
+            from ..governance import evaluate
+            from ..policy import Policy
+
+            policy = Policy.from_dict({"effects": {self.workers[0][1]: rule}})
+            gov = evaluate(policy, effect_type, cost)
+        return Request(ns, KEY, effect_type, _PAYLOAD_HASH, VENDOR, self.max_attempts,
+                       self.lease_ticks - 0.5, float(self.grace_ticks), None, None, None,
+                       None, None, cost, gov, PAYLOAD)
+
+    def policy_rule(self) -> dict[str, Any]:
+        """The policy rule of the first worker's type (empty: no policy)."""
+        rule: dict[str, Any] = {}
+        if self.approval:
+            rule["approval"] = "always"
+        if self.budget:
+            rule["budget"] = {"per_effect_type_micros": LIMIT}
+        return rule
+
+    def as_source(self) -> str:
+        """This config as Python source."""
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__dataclass_fields__)
+        return f"Config({fields})"
+
+
+class MRow(NamedTuple):
+    """A stored effect in the model (the columns decisions read)."""
+
+    id: int
+    namespace: str
+    key: str
+    effect_type: str
+    state: State
+    attempt: int
+    token: int
+    lease: float | None
+    started: float | None
+    created: float
+    result: str | None
+    reason: str | None
+    vendor_attempt: int | None
+    vendor_since: float | None
+    pruned: float | None
+    secret: str | None
+    actor: str | None
+    approval_id: str | None = None
+    budget_keys: str | None = None
+    estimated: int | None = None
+
+
+class MApproval(NamedTuple):
+    """A stored approval request (its clock columns: created; it never expires here)."""
+
+    id: str
+    namespace: str
+    effect_id: int
+    effect_type: str
+    key: str
+    state: ApprovalState
+    created: float
+
+
+class Worker(NamedTuple):
+    """One worker's local state.
+
+    ``phase``: idle, begin (``call`` is the next store call, with ``row`` / ``step`` its
+    arguments), held (EXECUTE: may send), sent, replied (``reply`` the vendor's answer), done,
+    dead. ``lease``: (token, secret, attempt, vendor attempt, lease end) of its EXECUTE."""
+
+    phase: str
+    begins: int
+    forged: bool = False
+    call: str | None = None
+    row: EffectHead | None = None
+    step: Any = None
+    lease: tuple[int, str, int, int | None, float | None] | None = None
+    reply: str | None = None
+    seen_token: int | None = None
+    approval: ApprovalRow | None = None
+
+
+class ModelState(NamedTuple):
+    """Everything the model knows: hashable, canonical (equal states compare equal)."""
+
+    now: int
+    rows: tuple[MRow, ...]
+    workers: tuple[Worker, ...]
+    ledger: tuple[tuple[tuple[str, str, str, int], str, bool], ...]
+    """The vendor: (vendor key, "executed"|"refused", sent under a live lease)."""
+    transit: tuple[tuple[int, tuple[str, str, str, int], bool, float], ...]
+    """Requests on their way: (worker, vendor key, sent under a live lease, its lease end)."""
+    faults: int
+    ops: int
+    grants: tuple[tuple[str, str, int], ...]
+    """Every EXECUTE granted: (namespace, key, attempt)."""
+    committed: tuple[tuple[str, str, str | None], ...]
+    """Results of COMMITTED effects once seen: (namespace, key, result)."""
+    next_id: int
+    approvals: tuple[MApproval, ...] = ()
+    consumed: tuple[tuple[str, str, str], ...] = ()
+    spend: tuple[tuple[str, str, int], ...] = ()
+    """Spend counters: (namespace, scope key, micros)."""
+    """Approvals an EXECUTE used: (approval id, the executing request's type, namespace)."""
+
+
+class Step(NamedTuple):
+    """A transition: the state after it, what happened (words), and any violations."""
+
+    state: ModelState
+    text: str
+    violations: tuple[str, ...]
+    answer: Any = None
+    """What the caller saw: a begin's (decision, attempt, token) or ("error", type); a
+    report's "written" / "refused"; a resolve's "resolved" / "refused"; a prune's count."""
+
+
+def describe(action: Action, config: Config) -> str:
+    """A short name of an action for a person."""
+    kind = action[0]
+    if kind == "tick":
+        return "the database clock advances one tick"
+    if kind == "resolve":
+        return (f"operator resolves {action[1]}" + (" with force" if action[2] else "")
+                + (" (its reply is lost)" if action[3] else ""))
+    if kind == "prune":
+        return "operator prunes settled effects"
+    if kind in ("approve", "deny"):
+        return f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
+    w = action[1]
+    ns, et = config.workers[w]
+    who = f"worker {w} ({ns}/{et})"
+    if kind == "begin":
+        return f"{who} calls begin"
+    if kind == "step":
+        extra = " (its reply is lost)" if action[2] else ""
+        extra += f", the reconcile hook answers {action[3]}" if action[3] else ""
+        return f"{who}'s begin makes its next store call{extra}"
+    if kind == "send":
+        return f"{who} sends the request to the vendor"
+    if kind == "land":
+        return f"the vendor receives {who}'s request ({action[2]} if new)"
+    if kind == "report":
+        return f"{who} reports {action[2]}" + (" (its reply is lost)" if action[3] else "")
+    if kind == "die":
+        return f"{who} dies"
+    if kind == "guess":
+        return f"{who} reports FAILED with the token it saw and a guessed secret"
+    if kind == "borrow":
+        return f"{who} reports FAILED with worker {action[2]}'s lease (another namespace)"
+    return repr(action)
+
+
+@dataclass
+class Model:
+    """The protocol model for one :class:`Config`."""
+
+    config: Config
+    requests: tuple[Request, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.requests = tuple(self.config.request(i) for i in range(len(self.config.workers)))
+
+    # -- states ------------------------------------------------------------------------------
+
+    def initial(self) -> ModelState:
+        """Nothing stored, every worker idle, the clock at 0."""
+        c = self.config
+        return ModelState(0, (), tuple(Worker("idle", c.begins[i] if i < len(c.begins) else 1)
+                                       for i in range(len(c.workers))), (), (),
+                          c.faults, c.ops, (), (), 1)
+
+    def actions(self, s: ModelState) -> list[Action]:
+        """Every action enabled in ``s``, in a fixed order."""
+        c = self.config
+        out: list[Action] = []
+        lost = (False, True) if s.faults else (False,)
+        for i, w in enumerate(s.workers):
+            if w.phase == "idle" and w.begins:
+                out.append(("begin", i))
+            elif w.phase == "begin":
+                verdicts: tuple[str | None, ...] = (None,)
+                if w.call == "get":
+                    verdicts = self._verdicts(s, w)
+                writes = w.call in ("reserve", "lapse", "move", "resolve")
+                for v in verdicts:
+                    for x in (lost if writes else (False,)):
+                        out.append(("step", i, x, v))
+            elif w.phase == "held":
+                out.append(("send", i))
+                for x in lost:
+                    out.append(("report", i, "failed", x))  # NotExecuted: never sent
+            elif w.phase == "replied":
+                outcome = "committed" if w.reply == "executed" else "failed"
+                for x in lost:
+                    out.append(("report", i, outcome, x))
+            if w.phase in ("begin", "held", "sent", "replied"):
+                out.append(("die", i))
+            if c.forgery and not w.forged and w.phase in ("idle", "done"):
+                row = self._row(s, c.workers[i][0])
+                if row is not None and row.state is State.IN_FLIGHT and w.seen_token is not None:
+                    out.append(("guess", i))
+                for j, other in enumerate(s.workers):
+                    if other.lease is not None and c.workers[j][0] != c.workers[i][0] and (
+                        other.phase in ("held", "sent", "replied")
+                    ):
+                        out.append(("borrow", i, j))
+        for entry in s.transit:
+            out.append(("land", entry[0], "executed"))
+            out.append(("land", entry[0], "refused"))
+        if s.ops:
+            row = self._row(s, c.workers[0][0])
+            if row is not None:
+                for outcome in ("committed", "failed"):
+                    for x in lost:
+                        out.append(("resolve", outcome, False, x))
+                        if self._may_force(s, row):
+                            out.append(("resolve", outcome, True, x))
+                if c.prune and row.state in (State.COMMITTED, State.FAILED, State.DENIED) and (
+                    row.pruned is None
+                ):
+                    out.append(("prune",))
+                if any(a.state is ApprovalState.PENDING and a.namespace == row.namespace
+                       for a in s.approvals):
+                    out += [("approve",), ("deny",)]
+        if s.now < c.ticks and not self._transit_due(s):
+            out.append(("tick",))
+        return out
+
+    def _verdicts(self, s: ModelState, w: Worker) -> tuple[str, ...]:
+        """What a truthful hook may answer about the row ``w`` read: what the vendor knows of
+        its current vendor key, or unknown."""
+        assert w.row is not None
+        vk = _vk(w.row)
+        known = next((entry[1] for entry in s.ledger if entry[0] == vk), None)
+        if known == "executed":
+            return ("committed", "unknown")
+        return ("failed", "unknown")
+
+    def _may_force(self, s: ModelState, row: MRow) -> bool:
+        """An operator forces only when the holder is gone (``force`` is for that)."""
+        if row.state is not State.IN_FLIGHT or row.lease is None or row.lease < s.now:
+            return False
+        for i, w in enumerate(s.workers):
+            if w.lease is not None and w.lease[0] == row.token and (
+                self.config.workers[i][0] == row.namespace
+            ) and w.phase in ("held", "sent", "replied"):
+                return False
+        return True
+
+    def _transit_due(self, s: ModelState) -> bool:
+        """A request sent under a live lease must reach the vendor before that lease's grace
+        period ends: the clock waits for it."""
+        for _, _, timely, lease_end in s.transit:
+            if timely and lease_end + self.config.grace_ticks <= s.now + 1:
+                return True
+        return False
+
+    @staticmethod
+    def _row(s: ModelState, ns: str) -> MRow | None:
+        return next((r for r in s.rows if r.namespace == ns and r.key == KEY), None)
+
+    def head(self, r: MRow, now: float) -> EffectHead:
+        """The row as the store hands it up (with the clock)."""
+        return EffectHead(
+            r.id, r.namespace, r.key, r.effect_type, _PAYLOAD_HASH, r.state, r.attempt,
+            r.token, r.lease, r.started, r.created, r.result, r.reason, VENDOR,
+            r.vendor_attempt, r.vendor_since, r.approval_id, r.budget_keys, r.estimated,
+            r.pruned, r.secret, float(now))
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def apply(self, s: ModelState, action: Action) -> Step:
+        """Perform ``action`` in ``s`` (which must enable it); the next state and what it
+        broke."""
+        kind = action[0]
+        handler = getattr(self, f"_do_{kind}")
+        step: Step = handler(s, *action[1:])
+        after = step.state
+        if after.rows is s.rows and after.ledger is s.ledger and after.transit is s.transit and (
+            after.spend is s.spend
+        ):
+            return step  # nothing the state invariants read has changed (checked before)
+        found = list(step.violations) + self.check(after)
+        return Step(after, step.text, tuple(found), step.answer)
+
+    def _do_tick(self, s: ModelState) -> Step:
+        return Step(s._replace(now=s.now + 1), f"now = {s.now + 1}", ())
+
+    def _do_begin(self, s: ModelState, i: int) -> Step:
+        w = s.workers[i]
+        first = "reserve" if self.requests[i].governance is None else "fetch"
+        nw = Worker("begin", w.begins - 1, w.forged, first, seen_token=w.seen_token)
+        return Step(_set_worker(s, i, nw), f"begin starts: {first}", ())
+
+    def _secret(self, s: ModelState, i: int) -> str:
+        return secret_hash(f"w{i}b{s.workers[i].begins}")
+
+    def _do_step(self, s: ModelState, i: int, lost: bool, verdict: str | None) -> Step:
+        w = s.workers[i]
+        req = self.requests[i]
+        mine = self._secret(s, i)
+        now = float(s.now)
+        if w.call == "reserve":
+            row = self._row(s, req.namespace)
+            if row is None:
+                new = MRow(s.next_id, req.namespace, KEY, req.effect_type, State.IN_FLIGHT, 1, 1,
+                           now + req.lease_seconds, now, now, None, None, 1, now, None, mine,
+                           req.agent_id)
+                s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
+                if lost:
+                    s = s._replace(faults=s.faults - 1)
+                    return self._next(s, i, w._replace(call="recover"), "reserved (reply lost)")
+                return self._finish(s, i, Decision.EXECUTE, self.head(new, now), "reserved")
+            if lost:  # the flow cannot tell a lost read from a lost insert: it reads again
+                s = s._replace(faults=s.faults - 1)
+                return self._next(s, i, w._replace(call="recover"), "read (reply lost)")
+            return self._after_read(s, i, self.head(row, now), "read the existing key")
+        if w.call in ("fetch", "recover"):
+            row = self._row(s, req.namespace)
+            head = None if row is None else self.head(row, now)
+            if w.call == "recover" and head is not None and head.lease_secret == mine:
+                return self._finish(s, i, Decision.EXECUTE, head, "recovered: the row is ours")
+            return self._after_read(s, i, head, "fetched")
+        if w.call == "move" and w.row is None:  # a governed begin inserts the key
+            insert: decide.Move = w.step
+            # The store's order, all or nothing: charges, then the insert.
+            charged, keys, over = self._charge(s, req.namespace, insert)
+            if over is not None:
+                return self._next(s, i, w._replace(step=decide.over_ceiling(insert, over)),
+                                  f"over the ceiling ({over})")
+            if self._row(s, req.namespace) is not None:
+                return self._next(s, i, w._replace(call="fetch"), "insert: the key exists")
+            s = charged
+            starts = insert.to is State.IN_FLIGHT
+            new_approval = None
+            if insert.request_approval:
+                new_approval = MApproval(f"apr{len(s.approvals) + 1}", req.namespace,
+                                         s.next_id, req.effect_type, req.key,
+                                         ApprovalState.PENDING, now)
+                s = s._replace(approvals=(*s.approvals, new_approval))
+            new = MRow(s.next_id, req.namespace, KEY, req.effect_type, insert.to, 1, 1,
+                       now + req.lease_seconds if starts else None, now, now, None,
+                       insert.reason, 1, now if starts else None, None,
+                       mine if starts else None, req.agent_id,
+                       new_approval.id if new_approval else None, keys,
+                       req.estimated_cost_micros)
+            s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
+            if lost:
+                return self._error(s._replace(faults=s.faults - 1), i, "inserted (reply lost)")
+            return self._finish(s, i, insert.decision, self.head(new, now),
+                                f"inserted as {insert.to.value}")
+        assert w.row is not None
+        if w.call == "approval":
+            found = next((a for a in s.approvals if a.namespace == req.namespace
+                          and a.id == w.row.approval_id), None)
+            assert found is not None  # never deleted while its effect waits
+            s = _set_worker(s, i, w._replace(approval=self.approval_row(found, now)))
+            return self._after_read(s, i, w.row, f"read approval {found.id} ({found.state})")
+        if w.call == "lapse":
+            row = self._row(s, req.namespace)
+            if row is None or row.id != w.row.id or row.token != w.row.token or (
+                row.state is not State.IN_FLIGHT) or row.lease is None or row.lease >= now:
+                return self._next(s, i, w._replace(call="fetch"), "lapse: it moved")
+            new = row._replace(state=State.AMBIGUOUS, reason="lease lapsed", actor="lease")
+            s = s._replace(rows=_put(s.rows, new))
+            if lost:
+                return self._error(s._replace(faults=s.faults - 1), i, "lapsed (reply lost)")
+            return self._after_read(s, i, self.head(new, now), "lapsed to AMBIGUOUS")
+        if w.call == "move":
+            move: decide.Move = w.step
+            row = self._row(s, req.namespace)
+            # The store's order, all or nothing: consume the approval, charge, then the
+            # compare-and-set of the effect.
+            base = s
+            if move.consume_approval is not None:
+                used = next((a for a in s.approvals if a.namespace == req.namespace
+                             and a.id == move.consume_approval), None)
+                if used is None or used.state is not ApprovalState.APPROVED or (
+                    used.effect_type != req.effect_type or used.key != req.key
+                ):
+                    return self._next(base, i, w._replace(call="fetch"), "consume: it moved")
+                s = s._replace(approvals=_put_approval(s.approvals, used._replace(
+                    state=ApprovalState.CONSUMED)))
+            s, keys, over = self._charge(s, req.namespace, move)
+            if over is not None:
+                return self._next(base, i, w._replace(step=decide.over_ceiling(move, over)),
+                                  f"over the ceiling ({over})")
+            if row is None or row.id != w.row.id or row.token != w.row.token or (
+                row.state is not w.row.state
+            ):
+                return self._next(base, i, w._replace(call="fetch"), "move: it moved")
+            new_approval = None
+            if move.request_approval:
+                new_approval = MApproval(f"apr{len(s.approvals) + 1}", req.namespace, row.id,
+                                         req.effect_type, req.key, ApprovalState.PENDING, now)
+                s = s._replace(approvals=(*s.approvals, new_approval))
+            starts = move.to is State.IN_FLIGHT
+            new = row._replace(
+                state=move.to, attempt=row.attempt + move.attempt_increment,
+                token=row.token + 1, lease=now + req.lease_seconds if starts else None,
+                started=now, result=None,
+                reason=move.reason,
+                vendor_since=(row.vendor_since if row.vendor_since is not None else now)
+                if starts else row.vendor_since,
+                secret=mine if starts else None, pruned=None, actor=req.agent_id,
+                approval_id=new_approval.id if new_approval else move.consume_approval,
+                budget_keys=keys, estimated=req.estimated_cost_micros)
+            s = s._replace(rows=_put(s.rows, new))
+            if lost:
+                return self._error(s._replace(faults=s.faults - 1), i, "moved (reply lost)")
+            return self._finish(s, i, move.decision, self.head(new, now),
+                                f"moved to {move.to.value}", consumed=move.consume_approval)
+        if w.call == "get":
+            assert verdict is not None
+            if verdict == "unknown":
+                return self._finish(s, i, Decision.BLOCKED, w.row, "the hook answers unknown")
+            try:
+                res = decide.resolution(w.row, Outcome(verdict))
+            except InvalidTransition:
+                return self._finish(s, i, Decision.BLOCKED, w.row, "the hook's verdict refused")
+            return self._next(s, i, w._replace(call="resolve", step=(res, verdict)),
+                              f"the hook answers {verdict}")
+        if w.call == "resolve":
+            res, verdict = w.step
+            row = self._row(s, req.namespace)
+            if row is None or row.id != w.row.id or row.token != w.row.token or (
+                row.state is not res.expected
+            ):
+                return self._next(s, i, w._replace(call="fetch"), "reconcile: it moved")
+            new = self._resolved(row, res, None, "reconcile")
+            s = s._replace(rows=_put(s.rows, new),
+                           spend=_adjust(s.spend, row.namespace, row.budget_keys,
+                                         res.spend_delta))
+            if lost:
+                return self._error(s._replace(faults=s.faults - 1), i, "reconciled (reply lost)")
+            return self._after_read(s, i, self.head(new, now), f"reconciled {verdict}")
+        raise AssertionError(w.call)
+
+    def _charge(self, s: ModelState, ns: str,
+                move: decide.Move) -> tuple[ModelState, str | None, str | None]:
+        """The store's charges of ``move``: the state after, the budget keys charged, and the
+        label of a ceiling that refused (then nothing is charged)."""
+        if not move.charges:
+            return s, None, None
+        spend = dict(((n, k), v) for n, k, v in s.spend)
+        charged = []
+        for charge in move.charges:
+            got = spend.get((ns, charge.scope_key), 0)
+            if move.cost > charge.limit or (
+                (ns, charge.scope_key) in spend and got + move.cost > charge.limit
+            ):
+                return s, None, charge.label
+            spend[(ns, charge.scope_key)] = got + move.cost
+            charged.append(charge.scope_key)
+        return (s._replace(spend=tuple(sorted((n, k, v) for (n, k), v in spend.items()))),
+                json.dumps(charged), None)
+
+    def _resolved(self, row: MRow, res: decide.Resolution, result: str | None,
+                  actor: str) -> MRow:
+        return row._replace(
+            state=res.to, token=row.token + 1, result=result, lease=None, pruned=None,
+            actor=actor, reason=actor,
+            vendor_attempt=decide.resolved_vendor_attempt(self.head(row, 0.0), res.to))
+
+    def _after_read(self, s: ModelState, i: int, head: EffectHead | None, text: str) -> Step:
+        """Run the flow's pure logic on what the store said, up to its next store call."""
+        req = self.requests[i]
+        w = s.workers[i]
+        try:
+            step = decide.begin_step(head, req, w.approval, reconcilable=(
+                self.config.hook and head is not None and head.state is State.AMBIGUOUS))
+        except EffectGateError as err:
+            return self._error(s, i, f"{text}; refused", type(err).__name__)
+        if isinstance(step, decide.Answer):
+            assert head is not None
+            return self._finish(s, i, step.decision, head, f"{text}; answer")
+        if isinstance(step, decide.Move):
+            return self._next(s, i, w._replace(call="move", row=head, step=step),
+                              f"{text}; decide: move to {step.to.value}")
+        if step is decide.LAPSE:
+            return self._next(s, i, w._replace(call="lapse", row=head, step=None),
+                              f"{text}; decide: lapse")
+        if step is decide.RECONCILE:
+            return self._next(s, i, w._replace(call="get", row=head, step=None),
+                              f"{text}; decide: ask the reconcile hook")
+        if isinstance(step, decide.ReadApproval):
+            return self._next(s, i, w._replace(call="approval", row=head, step=None),
+                              f"{text}; decide: read the approval")
+        raise AssertionError(step)
+
+    @staticmethod
+    def _next(s: ModelState, i: int, w: Worker, text: str) -> Step:
+        return Step(_set_worker(s, i, w), f"{text} (next: {w.call})", ())
+
+    def _error(self, s: ModelState, i: int, text: str, error: str = "StoreError") -> Step:
+        w = s.workers[i]
+        nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
+                    seen_token=w.seen_token)
+        return Step(_set_worker(s, i, nw), f"{text}: the caller sees {error}", (),
+                    ("error", error))
+
+    def _finish(self, s: ModelState, i: int, kind: Decision, head: EffectHead,
+                text: str, *, consumed: str | None = None) -> Step:
+        """A begin's answer: EXECUTE holds the lease; anything else leaves the worker idle."""
+        w = s.workers[i]
+        req = self.requests[i]
+        found: list[str] = []
+        if kind not in (Decision.IN_FLIGHT, Decision.BLOCKED) and (
+            head.effect_type != req.effect_type or head.namespace != req.namespace
+        ):  # a result, an execution, an approval or a denial never crosses types
+            found.append(f"IDENTITY: worker {i} ({req.namespace}/{req.effect_type}) answered "
+                         f"{kind.value} for an effect of {head.namespace}/{head.effect_type}")
+        if kind is Decision.EXECUTE:
+            found += self._check_grant(s, i, head)
+            if consumed is not None:
+                if any(c[0] == consumed for c in s.consumed):
+                    found.append(f"APPROVAL ONCE: approval {consumed} executed twice")
+                used = next(a for a in s.approvals if a.id == consumed)
+                if used.effect_type != req.effect_type or used.namespace != req.namespace:
+                    found.append(f"APPROVAL PAYLOAD: approval {consumed} for {used.effect_type} "
+                                 f"executed {req.effect_type}")
+                s = s._replace(consumed=(*s.consumed, (consumed, req.effect_type,
+                                                       req.namespace)))
+            denied = self._row(s, head.namespace)
+            if any(a.state is ApprovalState.DENIED and a.namespace == head.namespace
+                   for a in s.approvals) and denied is not None:
+                found.append(f"DENIAL IS FINAL: {head.namespace}/{head.key} executed after an "
+                             "approver denied it")
+            lease = (head.token, self._secret(s, i), head.attempt, head.vendor_attempt,
+                     head.lease_expires_at)
+            nw = Worker("held", w.begins, w.forged, lease=lease, seen_token=1)
+            s = s._replace(grants=tuple(sorted({*s.grants, (head.namespace, head.key,
+                                                            head.attempt)})))
+        else:
+            nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
+                        seen_token=1)
+        return Step(_set_worker(s, i, nw), f"{text}: {kind.value} (attempt {head.attempt}, "
+                    f"token {head.token}, {head.state.value})", tuple(found),
+                    (kind.value, head.attempt, head.token))
+
+    def _check_grant(self, s: ModelState, i: int, head: EffectHead) -> list[str]:
+        found = []
+        for ns, key, attempt in s.grants:
+            if (ns, key, attempt) == (head.namespace, head.key, head.attempt):
+                found.append(f"ONCE PER ATTEMPT: attempt {attempt} of {ns}/{key} granted "
+                             f"EXECUTE again (token {head.token})")
+        for j, v in enumerate(s.workers):
+            if j == i or v.lease is None or v.phase not in ("held", "sent", "replied"):
+                continue
+            if self.config.workers[j][0] != head.namespace:
+                continue
+            end = v.lease[4]
+            if end is not None and end >= s.now:
+                found.append(f"EXCLUSIVE: worker {i} granted EXECUTE on {head.namespace}/"
+                             f"{head.key} while worker {j}'s lease is live (until {end})")
+        return found
+
+    def _do_send(self, s: ModelState, i: int) -> Step:
+        w = s.workers[i]
+        assert w.lease is not None
+        ns, et = self.config.workers[i]
+        vk = (ns, et, KEY, w.lease[3] or w.lease[2])
+        end = w.lease[4] if w.lease[4] is not None else 0.0
+        timely = end >= s.now
+        s = s._replace(transit=(*s.transit, (i, vk, timely, end)))
+        return Step(_set_worker(s, i, w._replace(phase="sent")),
+                    f"sent under vendor key #{vk[3]}" + ("" if timely else " (lease lapsed)"), ())
+
+    def _do_land(self, s: ModelState, i: int, fresh: str) -> Step:
+        entry = next(e for e in s.transit if e[0] == i)
+        _, vk, timely, _ = entry
+        transit = tuple(e for e in s.transit if e is not entry)
+        known = next((e for e in s.ledger if e[0] == vk), None)
+        if known is not None:
+            answer, text = known[1], f"deduplicated by vendor key #{vk[3]}: {known[1]}"
+            ledger = s.ledger
+        else:
+            answer, text = fresh, f"{fresh} under vendor key #{vk[3]}"
+            ledger = tuple(sorted((*s.ledger, (vk, fresh, timely))))
+        s = s._replace(transit=transit, ledger=ledger)
+        w = s.workers[i]
+        if w.phase == "sent":
+            s = _set_worker(s, i, w._replace(phase="replied", reply=answer))
+        found = []
+        executed = {e[0] for e in ledger if e[1] == "executed" and e[0][:3] == vk[:3]}
+        if len(executed) > 1:
+            found.append(f"AT MOST ONCE: {vk[0]}/{vk[2]} ({vk[1]}) executed at the vendor "
+                         f"under {len(executed)} vendor keys")
+        return Step(s, text, tuple(found))
+
+    def _do_report(self, s: ModelState, i: int, outcome: str, lost: bool) -> Step:
+        w = s.workers[i]
+        assert w.lease is not None
+        ns = self.config.workers[i][0]
+        result = json.dumps(f"v{w.lease[3]}") if outcome == "committed" else None
+        s, text, found = self._record(s, i, ns, w.lease[0], w.lease[1], Outcome(outcome),
+                                      result, holder=True)
+        if lost:  # the write happened; the worker sees an error and moves on, as it would
+            text += " (the reply is lost: the caller sees an error)"
+        nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
+                    seen_token=w.seen_token)
+        return Step(_set_worker(s, i, nw), text, tuple(found), _written(text))
+
+    def _record(self, s: ModelState, i: int, ns: str, token: int, secret: str,
+                outcome: Outcome, result: str | None, *,
+                holder: bool) -> tuple[ModelState, str, list[str]]:
+        """The store's ``record_outcome``: every row the proof holds for is written."""
+        found: list[str] = []
+        written = []
+        rows = list(s.rows)
+        for n, row in enumerate(rows):
+            head = self.head(row, float(s.now))
+            standing = decide.report_standing(head, ns, KEY, token, secret)
+            if standing is None:
+                continue
+            rows[n] = row._replace(
+                state=State(outcome.value), result=result, lease=None,
+                actor="late" if standing == "late" else None,
+                reason=None if outcome is not Outcome.AMBIGUOUS else "reported ambiguous",
+                vendor_attempt=decide.reported_vendor_attempt(head, outcome),
+                vendor_since=None if outcome is Outcome.FAILED and (
+                    row.vendor_attempt == row.attempt) else row.vendor_since)
+            written.append(f"{row.namespace}/{row.key} {standing}")
+            spend_after = _adjust(s.spend, row.namespace, row.budget_keys,
+                                  decide.outcome_spend_delta(outcome, row.estimated, None))
+            s = s._replace(spend=spend_after)
+            lease = s.workers[i].lease
+            if not holder or lease is None or row.namespace != ns or row.token != lease[0] or (
+                row.secret != lease[1]
+            ):
+                found.append(f"STALE WRITE: worker {i}'s report changed {row.namespace}/"
+                             f"{row.key}, which it does not hold")
+        s = s._replace(rows=tuple(rows))
+        text = (f"report {outcome.value}: written to {', '.join(written)}" if written
+                else f"report {outcome.value}: refused (StaleLease), nothing written")
+        return s, text, found
+
+    def _do_die(self, s: ModelState, i: int) -> Step:
+        # A request it already sent still reaches the vendor; its lease lapses in time.
+        return Step(_set_worker(s, i, Worker("dead", 0, True, lease=s.workers[i].lease)),
+                    "dies", ())
+
+    def _do_guess(self, s: ModelState, i: int) -> Step:
+        w = s.workers[i]
+        ns = self.config.workers[i][0]
+        row = self._row(s, ns)
+        assert row is not None
+        before = s
+        s, text, found = self._record(s, i, ns, row.token, secret_hash(f"guess{i}"),
+                                      Outcome.FAILED, None, holder=False)
+        if s.rows == before.rows:  # refused: nothing changed (it may try again)
+            return Step(s, text, tuple(found), "refused")
+        return Step(_set_worker(s, i, w._replace(forged=True)), text, tuple(found), "written")
+
+    def _do_borrow(self, s: ModelState, i: int, j: int) -> Step:
+        w, v = s.workers[i], s.workers[j]
+        assert v.lease is not None
+        before = s
+        s, text, found = self._record(s, i, self.config.workers[i][0], v.lease[0], v.lease[1],
+                                      Outcome.FAILED, None, holder=False)
+        if s.rows == before.rows:  # refused: nothing changed (it may try again)
+            return Step(s, text, tuple(found), "refused")
+        return Step(_set_worker(s, i, w._replace(forged=True)), text, tuple(found), "written")
+
+    def _do_resolve(self, s: ModelState, outcome: str, force: bool, lost: bool) -> Step:
+        ns = self.config.workers[0][0]
+        row = self._row(s, ns)
+        assert row is not None
+        try:
+            res = decide.resolution(self.head(row, float(s.now)), Outcome(outcome), force=force)
+        except InvalidTransition as err:  # nothing written (and the operator may try again)
+            return Step(s, f"refused: {str(err).split(':')[0]}", (), "refused")
+        s = s._replace(ops=s.ops - 1)  # a lost reply: the same write, an error for the operator
+        result = json.dumps("op") if outcome == "committed" else None
+        new = self._resolved(row, res, result, "operator")
+        s = s._replace(spend=_adjust(s.spend, row.namespace, row.budget_keys, res.spend_delta))
+        return Step(s._replace(rows=_put(s.rows, new)),
+                    f"resolved {row.state.value} -> {res.to.value}", (), "resolved")
+
+    def _pending(self, s: ModelState) -> MApproval:
+        ns = self.config.workers[0][0]
+        return next(a for a in s.approvals if a.namespace == ns
+                    and a.state is ApprovalState.PENDING)
+
+    def _do_approve(self, s: ModelState) -> Step:
+        a = self._pending(s)
+        decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
+                              approving=True)
+        s = s._replace(ops=s.ops - 1, approvals=_put_approval(s.approvals, a._replace(
+            state=ApprovalState.APPROVED)))
+        return Step(s, f"approved {a.id}", (), "approved")
+
+    def _do_deny(self, s: ModelState) -> Step:
+        a = self._pending(s)
+        decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
+                              approving=False)
+        s = s._replace(ops=s.ops - 1, approvals=_put_approval(s.approvals, a._replace(
+            state=ApprovalState.DENIED)))
+        row = next((r for r in s.rows if r.id == a.effect_id), None)
+        if row is not None and row.state is State.PENDING_APPROVAL and row.approval_id == a.id:
+            row = row._replace(state=State.DENIED, token=row.token + 1, lease=None,
+                               reason=f"{decide.APPROVER_DENIED} by operator", actor="operator",
+                               pruned=None, result=None)
+            s = s._replace(rows=_put(s.rows, row))
+        return Step(s, f"denied {a.id}", (), "denied")
+
+    def approval_row(self, a: MApproval, now: float) -> ApprovalRow:
+        """An approval as the store hands it up."""
+        return ApprovalRow(a.id, a.namespace, a.effect_id, a.effect_type, a.key, _PAYLOAD_HASH,
+                           a.state, None, None, None, 0, a.created, a.created + 1e6, None, None,
+                           None, None, now)
+
+    def _do_prune(self, s: ModelState) -> Step:
+        ns = self.config.workers[0][0]
+        settled = (State.COMMITTED, State.FAILED, State.DENIED)
+        rows = tuple(r._replace(result=None, pruned=float(s.now)) if (
+            r.namespace == ns and r.state in settled and r.pruned is None) else r
+            for r in s.rows)
+        count = sum(a != b for a, b in zip(rows, s.rows, strict=True))
+        return Step(s._replace(rows=rows, ops=s.ops - 1), f"pruned {count}", (), count)
+
+    # -- invariants --------------------------------------------------------------------------
+
+    def check(self, s: ModelState) -> list[str]:
+        """The invariants that hold in every reachable state (violations, if any)."""
+        found = []
+        for ns, scope, spent in s.spend:
+            held = sum(r.estimated or 0 for r in s.rows if r.namespace == ns and r.budget_keys
+                       and scope in json.loads(r.budget_keys) and r.state in (
+                           State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED))
+            if not 0 <= spent <= LIMIT or spent != held:
+                found.append(f"SPEND: {ns} {scope} counts {spent} (ceiling {LIMIT}) while the "
+                             f"effects holding a charge estimate {held}")
+        committed = dict(((ns, key), res) for ns, key, res in s.committed)
+        for row in s.rows:
+            ident = (row.namespace, row.key)
+            if ident in committed:
+                if row.state is not State.COMMITTED:
+                    found.append(f"COMMITTED IS FINAL: {ident[0]}/{ident[1]} left COMMITTED "
+                                 f"for {row.state.value}")
+                elif row.result != committed[ident] and row.pruned is None:
+                    found.append(f"COMMITTED IS FINAL: {ident[0]}/{ident[1]}'s result changed "
+                                 f"from {committed[ident]} to {row.result}")
+            if row.state is State.FAILED and row.actor == "reconcile":
+                vk = (row.namespace, row.effect_type, row.key, row.vendor_attempt)
+                if any(e[0] == vk and e[1] == "executed" and e[2] for e in s.ledger) or any(
+                    t[1] == vk and t[2] for t in s.transit
+                ):
+                    found.append(f"RECONCILED FAILED IS TRUE: {row.namespace}/{row.key} was "
+                                 "reconciled FAILED while a request sent under its live lease "
+                                 "was executed or still on its way")
+        return found
+
+    def record_committed(self, s: ModelState) -> ModelState:
+        """Remember the results of effects newly COMMITTED (for 'COMMITTED is final')."""
+        known = {(ns, key) for ns, key, _ in s.committed}
+        new = [(r.namespace, r.key, r.result) for r in s.rows
+               if r.state is State.COMMITTED and (r.namespace, r.key) not in known]
+        if not new:
+            return s
+        return s._replace(committed=tuple(sorted((*s.committed, *new),
+                                                 key=lambda t: (t[0], t[1]))))
+
+    def ambiguous_moves(self, before: ModelState, after: ModelState,
+                        action: Action) -> list[str]:
+        """AMBIGUOUS moves only by resolve, reconcile, or the lapsed holder's late report."""
+        found = []
+        old = {(r.namespace, r.key): r for r in before.rows}
+        for row in after.rows:
+            prev = old.get((row.namespace, row.key))
+            if prev is None or prev.state is not State.AMBIGUOUS or row.state is State.AMBIGUOUS:
+                continue
+            ok = (action[0] == "resolve" or (row.actor == "reconcile")
+                  or (action[0] == "report" and row.actor == "late"))
+            if not ok:
+                found.append(f"AMBIGUOUS MOVES ONLY BY RESOLVE, RECONCILE OR A LATE REPORT: "
+                             f"{row.namespace}/{row.key} became {row.state.value} by "
+                             f"{describe(action, self.config)}")
+        return found
+
+    def transition(self, s: ModelState, action: Action) -> Step:
+        """:meth:`apply` plus the invariants that compare two states."""
+        step = self.apply(s, action)
+        if step.state.rows is s.rows:
+            return step
+        extra = self.ambiguous_moves(s, step.state, action)
+        return Step(self.record_committed(step.state), step.text,
+                    step.violations + tuple(extra), step.answer)
+
+
+def _written(text: str) -> str:
+    return "refused" if "refused" in text else "written"
+
+
+def _vk(head: EffectHead) -> tuple[str, str, str, int]:
+    return (head.namespace, head.effect_type, head.key, head.vendor_attempt or head.attempt)
+
+
+def _adjust(spend: tuple[tuple[str, str, int], ...], ns: str, keys: str | None,
+            delta: int) -> tuple[tuple[str, str, int], ...]:
+    if not delta or not keys:
+        return spend
+    scopes = set(json.loads(keys))
+    return tuple((n, k, v + delta) if n == ns and k in scopes else (n, k, v)
+                 for n, k, v in spend)
+
+
+def _put_approval(approvals: tuple[MApproval, ...], a: MApproval) -> tuple[MApproval, ...]:
+    return tuple(a if x.id == a.id else x for x in approvals)
+
+
+def _put(rows: tuple[MRow, ...], row: MRow) -> tuple[MRow, ...]:
+    out = [r for r in rows if r.id != row.id]
+    out.append(row)
+    return tuple(sorted(out, key=lambda r: r.id))
+
+
+def _set_worker(s: ModelState, i: int, w: Worker) -> ModelState:
+    workers = list(s.workers)
+    workers[i] = w
+    return s._replace(workers=tuple(workers))

@@ -1,0 +1,433 @@
+"""Replay model schedules on a real store, through the real :class:`~effectgate.Gate`.
+
+Every ``begin`` runs on its own thread in a real gate; the store's domain operations are
+wrapped so that each call waits for the schedule's go-ahead, which makes the interleaving of
+the model's schedule the real one, call by call (and checks that the real flow makes exactly
+the store calls the model expects). Reports, resolves and prunes are called from the replaying
+thread. A lost reply is the real call followed by a :class:`StoreError` with
+``outcome_unknown=True``. The database clock advances by moving every stored timestamp of the
+replay's namespaces one tick (:data:`TICK_SECONDS`) into the past: no sleeping.
+
+After every step the stored rows are compared with the model's (state, attempt, token, vendor
+attempt, result, pruned), and every answer with the model's answer. Each schedule gets its own
+namespaces, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EffectGateError, InvalidTransition, StaleLease, StoreError, UnknownEffect
+from ..gate import Gate
+from ..records import BeginDecision
+from ..request import Lease
+from ..states import Decision
+from .model import COST, KEY, PAYLOAD, VENDOR, Action, Config, Model, ModelState
+
+__all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]
+
+TICK_SECONDS = 1000.0
+"""One model tick on the real clock: long beside the milliseconds a replay takes, so no
+decision hinges on how fast the machine is (leases end half a tick after a tick)."""
+_WRAPPED = ("reserve", "fetch", "lapse", "move", "get", "resolve", "record_outcome",
+            "approval", "deny", "decide_approval")
+_TIMEOUT = 30.0
+_local = threading.local()
+
+
+class _Killed(BaseException):
+    """Ends a begin whose worker died at this store call (the call is not made)."""
+
+
+@dataclass
+class ReplayReport:
+    """What replaying some schedules found."""
+
+    schedules: int = 0
+    steps: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No mismatch and no violation."""
+        return not self.mismatches and not self.violations
+
+
+class _Runner:
+    """One begin on its own thread, one store call at a time."""
+
+    def __init__(self, gate: Gate, request: Any) -> None:
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.go: queue.Queue[tuple[str, bool]] = queue.Queue()
+        self.verdict: str | None = None
+        self._gate, self._request = gate, request
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        _local.runner = self
+        try:
+            self.events.put(("done", self._gate.begin(self._request)))
+        except _Killed:
+            self.events.put(("killed", None))
+        except BaseException as err:  # the answer is compared with the model's
+            self.events.put(("done", err))
+
+    def next(self) -> tuple[str, Any]:
+        return self.events.get(timeout=_TIMEOUT)
+
+
+class Replayer:
+    """Replays schedules against the store at ``url`` (namespaces ``prefix`` + random)."""
+
+    def __init__(self, url: str, *, prefix: str = "replay-") -> None:
+        self.prefix = prefix
+        self.url = url
+        self.gate = self._base(False)
+        self.store = self.gate.store
+        self._lose: str | None = None
+        self._governed: dict[str, Gate] = {}
+
+    def _base(self, policy: Any) -> Gate:
+        gate = Gate(self.url, namespace=f"{self.prefix}base", policy=policy, memo_size=0)
+        for name in _WRAPPED:
+            setattr(gate.store, name, self._wrap(name, getattr(gate.store, name)))
+        return gate
+
+    def base_for(self, config: Config) -> Gate:
+        """The gate a config's namespaces derive from: with the approval policy when the
+        config has one."""
+        rule = config.policy_rule()
+        if not rule:
+            return self.gate
+        policy = {"effects": {config.workers[0][1]: rule}}
+        name = json.dumps(policy, sort_keys=True)
+        if name not in self._governed:
+            self._governed[name] = self._base(policy)
+        return self._governed[name]
+
+    def close(self) -> None:
+        """Close the stores."""
+        for gate in self._governed.values():
+            gate.close()
+        self.gate.close()
+
+    def __enter__(self) -> Replayer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            runner: _Runner | None = getattr(_local, "runner", None)
+            if runner is None:
+                result = real(*args, **kwargs)
+                if self._lose == name:
+                    self._lose = None
+                    raise StoreError("the reply was lost (replay)", outcome_unknown=True)
+                return result
+            runner.events.put(("call", name))
+            command, lose = runner.go.get(timeout=_TIMEOUT)
+            if command == "kill":
+                raise _Killed()
+            result = real(*args, **kwargs)
+            if lose:
+                raise StoreError("the reply was lost (replay)", outcome_unknown=True)
+            return result
+
+        return call
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    def replay_all(self, config: Config, schedules: Iterable[tuple[Action, ...]],
+                   report: ReplayReport | None = None) -> ReplayReport:
+        """Replay each schedule; their mismatches and violations."""
+        out = report or ReplayReport()
+        started = time.perf_counter()
+        for schedule in schedules:
+            out.schedules += 1
+            problems, steps = self.replay(config, schedule)
+            out.steps += steps
+            for p in problems:
+                (out.violations if p.startswith("VIOLATION") else out.mismatches).append(p)
+        out.seconds += time.perf_counter() - started
+        return out
+
+    def replay(self, config: Config, schedule: tuple[Action, ...]) -> tuple[list[str], int]:
+        """Replay one schedule: the problems found (empty: the store agreed with the model
+        at every step) and the steps replayed."""
+        run = _Run(self, config)
+        try:
+            for n, action in enumerate(schedule, 1):
+                try:
+                    problem = run.step(action)
+                except Exception as err:  # a hung or broken step is a finding, not a crash
+                    problem = f"{type(err).__name__}: {err}"
+                if problem:
+                    return [f"{config.name} step {n} {action!r}: {problem}"], n
+            return [], len(schedule)
+        finally:
+            run.finish()
+
+
+class _Run:
+    """One schedule in flight: the model beside the real gates."""
+
+    def __init__(self, replayer: Replayer, config: Config) -> None:
+        self.r = replayer
+        self.config = config
+        self.model = Model(config)
+        self.state: ModelState = self.model.initial()
+        tag = uuid.uuid4().hex[:10]
+        spaces = sorted({ns for ns, _ in config.workers})
+        self.names = {ns: f"{replayer.prefix}{tag}-{ns}" for ns in spaces}
+        base = replayer.base_for(config)
+        self.gates = {ns: base.in_namespace(name) for ns, name in self.names.items()}
+        lease = (config.lease_ticks - 0.5) * TICK_SECONDS
+        grace = config.grace_ticks * TICK_SECONDS
+        types = sorted({et for _, et in config.workers})
+        for gate in self.gates.values():
+            if config.hook:
+                for et in types:
+                    gate.reconciler(et)(_hook)
+        self.requests = []
+        for ns, et in config.workers:
+            gate = self.gates[ns]
+            kind = gate.kind(et, vendor=VENDOR, lease_seconds=lease,
+                             max_attempts=config.max_attempts, reconcile_grace_seconds=grace)
+            self.requests.append(gate.request(
+                effect_type=kind, key=KEY, payload=PAYLOAD,
+                estimated_cost_micros=COST if config.budget else None))
+        self.runners: dict[int, _Runner] = {}
+        self.leases: dict[int, Lease] = {}
+        self.grants: set[tuple[str, int]] = set()
+        self.committed: dict[str, str | None] = {}
+
+    def finish(self) -> None:
+        for runner in self.runners.values():
+            runner.go.put(("kill", False))
+        for runner in self.runners.values():
+            runner.thread.join(timeout=_TIMEOUT)
+        names = list(self.names.values())
+        from sqlalchemy import bindparam, text
+
+        with self.r.store.engine.begin() as conn:
+            for table in ("effectgate_approvals", "effectgate_budgets", "effectgate_effects"):
+                conn.execute(text(f"DELETE FROM {table} WHERE namespace IN :ns").bindparams(
+                    bindparam("ns", expanding=True)), {"ns": names})
+
+    def step(self, action: Action) -> str | None:
+        if action not in self.model.actions(self.state):
+            return "the model does not enable this action"
+        before = self.state
+        expected = self.model.transition(before, action)
+        self.state = expected.state
+        kind = action[0]
+        problem = getattr(self, f"_{kind}")(action, before, expected)
+        return problem or self._compare() or self._invariants()
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def _tick(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        from sqlalchemy import bindparam, text
+
+        shift = ", ".join(f"{c} = {c} - :s" for c in (
+            "lease_expires_at", "attempt_started_at", "created_at", "updated_at",
+            "vendor_since", "pruned_at"))
+        with self.r.store.engine.begin() as conn:
+            conn.execute(text(f"UPDATE effectgate_effects SET {shift} WHERE namespace IN :ns")
+                         .bindparams(bindparam("ns", expanding=True)),
+                         {"s": TICK_SECONDS, "ns": list(self.names.values())})
+        return None
+
+    def _begin(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        i = action[1]
+        runner = _Runner(self.gates[self.config.workers[i][0]], self.requests[i])
+        self.runners[i] = runner
+        runner.thread.start()
+        return self._expect_call(i, runner.next())
+
+    def _step(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        i, lost, verdict = action[1], action[2], action[3]
+        runner = self.runners[i]
+        if verdict is not None:
+            runner.verdict = verdict
+        runner.go.put(("run", lost))
+        return self._expect_call(i, runner.next(), expected.answer)
+
+    def _expect_call(self, i: int, event: tuple[str, Any], answer: Any = None) -> str | None:
+        w = self.state.workers[i]
+        kind, value = event
+        if w.phase == "begin":
+            want = "fetch" if w.call == "recover" else w.call
+            if kind != "call" or value != want:
+                return f"the model's next store call is {want}, the real flow's {event!r}"
+            return None
+        self.runners.pop(i).thread.join(timeout=_TIMEOUT)
+        if kind != "done":
+            return f"the model's begin answered {answer!r}, the real one is at {event!r}"
+        if isinstance(value, BeginDecision):
+            got: tuple[Any, ...] = (value.decision.value, value.attempt, value.lease_token)
+            if value.decision is Decision.EXECUTE:
+                assert value.lease is not None
+                self.leases[i] = value.lease
+                grant = (value.namespace, value.attempt)
+                if grant in self.grants:
+                    return f"VIOLATION: attempt {value.attempt} executed twice on the store"
+                self.grants.add(grant)
+        elif isinstance(value, EffectGateError):
+            got = ("error", type(value).__name__)
+        else:
+            return f"the real begin raised {type(value).__name__}: {value}"
+        if got != answer:
+            return f"the model answered {answer!r}, the real gate {got!r}"
+        return None
+
+    def _report(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        i, outcome, lost = action[1], action[2], action[3]
+        lease = before.workers[i].lease
+        assert lease is not None
+        result = f"v{lease[3]}" if outcome == "committed" else None
+        return self._reported(i, self.leases[i], outcome, result, lost, expected.answer)
+
+    def _reported(self, i: int, lease: Lease, outcome: str, result: Any, lost: bool,
+                  answer: Any) -> str | None:
+        gate = self.gates[self.config.workers[i][0]]
+        if lost:
+            self.r._lose = "record_outcome"
+        try:
+            gate.report(lease, outcome, result=result)
+            got = "written"
+        except (StaleLease, UnknownEffect):  # refused: nothing written
+            got = "refused"
+        except StoreError:
+            got = "lost" if lost else "error"
+        finally:
+            self.r._lose = None
+        want = "lost" if lost else answer
+        return None if got == want else f"the model's report was {want}, the real one {got}"
+
+    def _guess(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        i = action[1]
+        row = self.model._row(before, self.config.workers[i][0])
+        assert row is not None
+        forged = Lease(KEY, row.token, "guessed-" + uuid.uuid4().hex)
+        return self._reported(i, forged, "failed", None, False, expected.answer)
+
+    def _borrow(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        return self._reported(action[1], self.leases[action[2]], "failed", None, False,
+                              expected.answer)
+
+    def _die(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        runner = self.runners.pop(action[1], None)
+        if runner is not None:
+            runner.go.put(("kill", False))
+            kind, _ = runner.next()
+            runner.thread.join(timeout=_TIMEOUT)
+            if kind != "killed":
+                return f"the dying begin ended with {kind}"
+        return None
+
+    def _send(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        return None  # the vendor is the model's
+
+    _land = _send
+
+    def _resolve(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        outcome, force, lost = action[1], action[2], action[3]
+        gate = self.gates[self.config.workers[0][0]]
+        if lost:
+            self.r._lose = "resolve"
+        try:
+            gate.resolve(KEY, outcome, by="operator", force=force,
+                         result="op" if outcome == "committed" else None)
+            got = "resolved"
+        except InvalidTransition:
+            got = "refused"
+        except StoreError:
+            got = "lost" if lost else "error"
+        finally:
+            self.r._lose = None
+        want = expected.answer if not lost or expected.answer == "refused" else "lost"
+        return None if got == want else f"the model's resolve was {want}, the real one {got}"
+
+    def _approve(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        gate = self.gates[self.config.workers[0][0]]
+        pending = gate.list_approvals("pending")
+        if len(pending) != 1:
+            return f"the store has {len(pending)} pending approvals, the model one"
+        try:
+            if action[0] == "approve":
+                gate.approve(pending[0].approval_id, by="operator")
+            else:
+                gate.deny(pending[0].approval_id, by="operator")
+        except EffectGateError as err:
+            return f"the model {expected.answer} it, the real gate raised {err!r}"
+        return None
+
+    _deny = _approve
+
+    def _prune(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        gate = self.gates[self.config.workers[0][0]]
+        count = gate.prune(datetime.timedelta(0))
+        return None if count == expected.answer else (
+            f"the model pruned {expected.answer}, the real store {count}")
+
+    # -- comparisons -----------------------------------------------------------------------------
+
+    def _compare(self) -> str | None:
+        for ns, name in self.names.items():
+            row = self.model._row(self.state, ns)
+            real = self.r.store.get(name, KEY)
+            if row is None or real is None:
+                if (row is None) != (real is None):
+                    return f"{ns}: the model has {row}, the store {real}"
+                continue
+            want = (row.state.value, row.attempt, row.token, row.vendor_attempt, row.result,
+                    row.pruned is not None)
+            got = (real.state.value, real.attempt, real.token, real.vendor_attempt,
+                   real.result, real.pruned_at is not None)
+            if want != got:
+                return (f"{ns}: the model's row (state, attempt, token, vendor attempt, result, "
+                        f"pruned) is {want}, the store's {got}")
+        from sqlalchemy import text
+
+        with self.r.store.engine.connect() as conn:
+            for ns, name in self.names.items():
+                real_spend = sorted(tuple(r) for r in conn.execute(text(
+                    "SELECT scope_key, spent_micros FROM effectgate_budgets WHERE namespace = :ns"
+                ), {"ns": name}))
+                model_spend = sorted((k, v) for n, k, v in self.state.spend if n == ns)
+                if real_spend != model_spend:
+                    return f"{ns}: the model's spend is {model_spend}, the store's {real_spend}"
+        return None
+
+    def _invariants(self) -> str | None:
+        for ns, name in self.names.items():
+            real = self.r.store.get(name, KEY)
+            if real is None:
+                continue
+            if name in self.committed:
+                if real.state.value != "committed" or (
+                    real.result != self.committed[name] and real.pruned_at is None
+                ):
+                    return f"VIOLATION: {ns}'s COMMITTED effect changed"
+            elif real.state.value == "committed":
+                self.committed[name] = real.result
+        return None
+
+
+def _hook(record: Any) -> str:
+    """The reconcile hook of a replay: the verdict the schedule chose for this begin."""
+    runner: _Runner | None = getattr(_local, "runner", None)
+    return (runner.verdict if runner is not None else None) or "unknown"
