@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import hashlib
+import json
 import logging
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -67,6 +70,8 @@ class EffectKind(NamedTuple):
     max_attempts: int
     reconcile_grace_seconds: float
     redact_arguments: tuple[str, ...] = ()
+    store_result: bool = True
+    redact_result: tuple[str, ...] = ()
 
 
 class Gate:
@@ -115,6 +120,7 @@ class Gate:
             log.info("policy in force: %s", self.policy_source,
                      extra={"reason": f"policy {self.policy_source}"})
         self._store = Store(url, durability=durability, read_only=read_only)
+        self._note_policy()
         self._memo = CommittedMemo(memo_size)
         self._reconcilers: Registry[Reconciler] = Registry()
         self._compensators: Registry[Compensator] = Registry()
@@ -159,6 +165,36 @@ class Gate:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _note_policy(self) -> None:
+        """Compare the policy in force with the one last recorded for this namespace in the
+        store: a difference is logged as a warning (a gate started elsewhere, or with no
+        policy file, must not run with other approvals and ceilings unnoticed), then recorded.
+        Nothing is written while no policy was ever recorded and none is in force."""
+        name = _policy_meta_name(self.namespace)
+        digest = policy_digest(self.policy)
+        raw = self._store.meta.get(name)
+        recorded: dict[str, Any] = {}
+        if raw is not None:
+            try:
+                loaded = json.loads(raw)
+                recorded = loaded if isinstance(loaded, dict) else {}
+            except ValueError:
+                recorded = {}
+        if recorded.get("digest") == digest or (raw is None and self.policy is None):
+            return
+        if raw is not None:
+            was = recorded.get("source") or "no policy"
+            now = self.policy_source or "no policy"
+            message = (f"namespace {self.namespace!r} runs with a policy that differs from the "
+                       f"one last recorded for it in the store (then: {was}; now: {now}): "
+                       "approvals, denials and ceilings may not be what its other gates apply")
+            log.warning("%s", bound(message, 600),
+                        extra={"reason": "policy differs from the one last recorded"})
+        if not self._store.read_only:
+            self._store.put_meta(name, json.dumps(
+                {"digest": digest, "source": self.policy_source, "namespace": self.namespace},
+                sort_keys=True))
+
     def _redact(self, text: str | None) -> str | None:
         if text is None:
             return None
@@ -180,6 +216,8 @@ class Gate:
         effect_type = validate.text(effect_type, "effect_type", 200, required=True) or ""
         rule = self.policy.rule_for(effect_type) if self.policy is not None else None
         redact_arguments: tuple[str, ...] = ()
+        redact_result: tuple[str, ...] = ()
+        store_result = True
         if rule is not None:
             vendor = vendor if vendor is not None else rule.vendor
             lease_seconds = lease_seconds if lease_seconds is not None else rule.lease_seconds
@@ -187,6 +225,7 @@ class Gate:
             if reconcile_grace_seconds is None:
                 reconcile_grace_seconds = rule.reconcile_grace_seconds
             redact_arguments = rule.redact_arguments
+            store_result, redact_result = rule.store_result, rule.redact_result
         if vendor is not None:
             rule_for(vendor)
         attempts = self.max_attempts if max_attempts is None else validate.whole(
@@ -195,7 +234,8 @@ class Gate:
             lease_seconds, "lease_seconds")
         grace = lease if reconcile_grace_seconds is None else validate.seconds(
             reconcile_grace_seconds, "reconcile_grace_seconds")
-        return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments)
+        return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments,
+                          store_result, redact_result)
 
     def request(
         self,
@@ -365,15 +405,26 @@ class Gate:
         cost = None if actual_cost_micros is None else validate.micros(
             actual_cost_micros, "actual_cost_micros")
         ambiguous = parsed is Outcome.AMBIGUOUS
-        return lease, parsed, {
+        fields: dict[str, Any] = {
             "result": text, "error": error,
             "reason": (error or "reported ambiguous") if ambiguous else None,
             "note": bound(error, 200) if ambiguous and error else None,
             "actual_cost_micros": cost, "spends": spends,
         }
+        if cost is not None and spends is not False and self.policy is not None and (
+                parsed is Outcome.COMMITTED):
+            fields["overspend"] = _Overspend(self.policy, cost, held)
+        return lease, parsed, fields
 
     def _reported(self, held: BeginDecision | Lease, lease: Lease, parsed: Outcome,
                   text: str | None, done: Recorded) -> None:
+        if done.overspent is not None:
+            from .decorator import OverspendWarning
+
+            log.warning("%s: %s", lease.key, done.overspent,
+                        extra={"key": lease.key, "state": parsed.value,
+                               "reason": done.overspent})
+            warnings.warn(f"{lease.key!r}: {done.overspent}", OverspendWarning, stacklevel=3)
         if done.late:
             log.warning("late report settled %s: %s", lease.key, parsed.value,
                         extra={"key": lease.key, "state": parsed.value,
@@ -714,6 +765,56 @@ def _load_policy(policy: object) -> tuple[Policy | None, str | None]:
     if isinstance(policy, Mapping):
         return Policy.from_dict(policy), "<dict>"
     raise ConfigError("policy must be an eg.Policy, a path, a mapping, or False for none")
+
+
+class _Overspend:
+    """Asked by the store after an actual cost above the estimate raised spend counters: the
+    text recorded (and warned) when one of them is now past its ceiling, else None."""
+
+    __slots__ = ("_actual", "_held", "_policy")
+
+    def __init__(self, policy: Policy, actual: int, held: BeginDecision | Lease) -> None:
+        self._policy, self._actual, self._held = policy, actual, held
+
+    def __call__(self, spent: list[tuple[str, int]]) -> str | None:
+        from .governance import dollars
+
+        ceilings = [(pattern, scope, limit)
+                    for pattern, rule in self._policy.effects.items() if rule.budget
+                    for scope, limit in rule.budget.ceilings()]
+        if self._policy.budget is not None:
+            ceilings += [("*", scope, limit) for scope, limit in self._policy.budget.ceilings()]
+        over = []
+        for scope_key, total in spent:
+            for pattern, scope, limit in ceilings:
+                if scope_key.startswith(f"{pattern}|{scope}|") and total > limit:
+                    over.append(f"the {scope} ceiling of {dollars(limit)} on {pattern} is at "
+                                f"{dollars(total)}")
+                    break
+        if not over:
+            return None
+        estimate = getattr(self._held, "estimated_cost_micros", None)
+        than = f" (estimated {dollars(estimate)})" if estimate is not None else ""
+        return bound(f"overspent: the actual cost {dollars(self._actual)}{than} was spent, and "
+                     + "; ".join(over), 1000)
+
+
+def policy_digest(policy: Policy | None) -> str:
+    """A short digest of what a policy says (None: ``"none"``): equal for two policies that
+    say the same thing, whatever their file's order or spelling."""
+    if policy is None:
+        return "none"
+    text = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _policy_meta_name(namespace: str) -> str:
+    """The ``effectgate_meta`` row that holds a namespace's last recorded policy (at most 64
+    characters: a long namespace goes by its digest)."""
+    name = f"policy:{namespace}"
+    if len(name) <= 64 and name.isascii() and name.isprintable():
+        return name
+    return "policy:#" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:48]
 
 
 def _effective_state(row: EffectRow | EffectHead) -> State:

@@ -10,12 +10,15 @@ bound is applied after it either way.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .keys import is_utf8
 
-__all__ = ["TextRedactor", "bound", "redact_text"]
+__all__ = ["REDACTED", "TextRedactor", "bound", "redact_fields", "redact_text"]
+
+REDACTED = "[redacted]"
 
 TextRedactor = Callable[[str], str]
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]{1,15}://[^\s'\"<>`]+")
@@ -57,3 +60,24 @@ def redact_text(text: str) -> str:
     if "://" in text:
         text = _URL.sub(_clean_url, text)
     return bound(text)
+
+
+def redact_fields(value: Any, names: Iterable[str]) -> Any:
+    """``value`` in its JSON form with every mapping entry named in ``names`` (at any depth)
+    replaced by ``"[redacted]"``: the policy's ``redact_result``. :class:`PayloadError` when
+    ``value`` has no JSON form."""
+    from .errors import PayloadError
+    from .payload import to_canonical  # payload builds on keys, as this does
+
+    try:
+        return _replace(to_canonical(value, "result"), frozenset(names))
+    except RecursionError:
+        raise PayloadError("result: nested too deeply to be stored") from None
+
+
+def _replace(value: Any, names: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: (REDACTED if k in names else _replace(v, names)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace(v, names) for v in value]
+    return value
