@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -57,6 +58,7 @@ __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
+_GATES: weakref.WeakSet[Gate] = weakref.WeakSet()  # whose memos a prune clears
 _MAX_STEPS = 16
 _REDACTED = "[redacted]"
 
@@ -122,6 +124,7 @@ class Gate:
         self._store = Store(url, durability=durability, read_only=read_only)
         self._note_policy()
         self._memo = CommittedMemo(memo_size)
+        _GATES.add(self)
         self._reconcilers: Registry[Reconciler] = Registry()
         self._compensators: Registry[Compensator] = Registry()
         self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact)
@@ -135,6 +138,7 @@ class Gate:
         other.__dict__.update(self.__dict__)
         other.namespace = validate.text(namespace, "namespace", 128, required=True) or ""
         other._memo = CommittedMemo(self._memo.size)
+        _GATES.add(other)
         other._reconcilers = self._reconcilers.copy()
         other._compensators = self._compensators.copy()
         other._flow = BeginFlow(other._store, other._memo, other._reconcilers, other._redact)
@@ -710,7 +714,9 @@ class Gate:
         compensation, so a pruned key still refuses a duplicate and can still be unwound.
         Returns how many were pruned (with ``dry_run=True``: how many would be, writing
         nothing). Never touches an effect that is in flight, AMBIGUOUS or waiting for
-        approval. This gate forgets its memo of committed results."""
+        approval. Every gate of this process on this store and namespace forgets its memo of
+        committed results (another process's memo keeps what it saw until it prunes or
+        restarts: ``memo_size=0`` where results must leave memory with the store's copy)."""
         if not isinstance(older_than, datetime.timedelta) or older_than.total_seconds() < 0:
             raise ConfigError("older_than must be a non-negative datetime.timedelta")
         if not isinstance(dry_run, bool):
@@ -719,7 +725,9 @@ class Gate:
         if dry_run:
             return self._store.prune(self.namespace, seconds, dry_run=True)
         count = self._store.prune(self.namespace, seconds)
-        self._memo.clear()
+        for gate in list(_GATES):  # every gate of this process on this store and namespace
+            if gate.namespace == self.namespace and gate._store.url == self._store.url:
+                gate._memo.clear()
         log.info("pruned %d effects older than %s", count, older_than)
         return count
 

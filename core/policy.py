@@ -117,7 +117,7 @@ class EffectRule(_Strict):
     on_ambiguous: Literal["block", "reconcile"] = "reconcile"
     reconcile_grace_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
     redact_arguments: tuple[str, ...] = ()
-    store_result: bool = True
+    store_result: bool = Field(default=True, strict=True)
     redact_result: tuple[str, ...] = ()
 
     @field_validator("redact_arguments", "redact_result")

@@ -101,8 +101,8 @@ def unwind(gate: Gate, group_key: str, by: str) -> UnwindReport:
         try:
             _unwind_step(gate, record, by, report, step)
         except EffectGateError as err:
-            report.failed.append(UnwindStep(**step, detail=f"{type(err).__name__}: "
-                                            f"{err.message}"))
+            report.failed.append(UnwindStep(**step, detail=_text(
+                gate, f"{type(err).__name__}: {err.message}")))
     return report
 
 
@@ -177,8 +177,9 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
         if not isinstance(exc, Exception):
             raise
         target = report.failed if outcome is Outcome.FAILED else report.unresolved
-        target.append(UnwindStep(**step, detail=f"compensation {outcome.value}: {exc}",
-                                 compensation_effect_id=d.effect_id))
+        target.append(UnwindStep(
+            **step, detail=_text(gate, f"compensation {outcome.value}: {type(exc).__name__}: "
+                                 f"{exc}"), compensation_effect_id=d.effect_id))
         return
     detail = "compensated"
     try:
@@ -188,3 +189,9 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
         detail, result = "compensated (its result has no JSON form and was not stored)", None
     report.compensated.append(UnwindStep(**step, detail=detail,
                                          compensation_effect_id=d.effect_id, result=result))
+
+
+def _text(gate: Gate, text: str) -> str:
+    """Free text for the report (shown by the CLI, returned over MCP): through the gate's
+    redactor, as every stored error is."""
+    return gate._redact(text) or ""

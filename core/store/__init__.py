@@ -27,7 +27,15 @@ from ..errors import ConfigError, StoreError
 from ..request import secret_hash
 from ..states import ApprovalState, Outcome, State
 from . import history
-from .connections import Connections, Durability, Rollback, Transaction, make_engine, safe_url
+from .connections import (
+    Connections,
+    Durability,
+    Rollback,
+    Transaction,
+    driver_text,
+    make_engine,
+    safe_url,
+)
 from .rows import (
     ROW_COLUMNS,
     ApprovalRow,
@@ -93,7 +101,7 @@ class Store:
             raise
         except Exception as err:
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
-                             f"{type(err).__name__}: {err}") from err
+                             f"{type(err).__name__}: {driver_text(err)}") from err
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         if self.is_sqlite:
             from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
@@ -106,7 +114,8 @@ class Store:
             try:
                 self.sql.reserve_function.install(engine)
             except Exception as err:
-                raise StoreError(f"cannot install the reserve function: {err}") from err
+                raise StoreError("cannot install the reserve function: "
+                                 f"{driver_text(err)}") from err
         self._reserve_sync = self._conns.sync_reserve
         self._outcome_sync = self._conns.sync_outcome
 
