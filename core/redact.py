@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from .keys import is_utf8
 
@@ -29,19 +29,21 @@ def _clean_url(match: re.Match[str]) -> str:
     raw = match.group(0)
     try:
         parts = urlsplit(raw)
+        port = parts.port
     except ValueError:
         return "[url]"
+    has_credentials = parts.username is not None or parts.password is not None
+    if not (has_credentials or parts.query or parts.fragment):
+        return raw  # nothing to remove: the URL as it was written (sqlite:////abs/path)
     host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    if parts.username is not None or parts.password is not None:
+    if ":" in host:  # an IPv6 address keeps its brackets
+        host = f"[{host}]"
+    if port is not None:
+        host = f"{host}:{port}"
+    if has_credentials:
         host = "[credentials]@" + host
-    query = "[redacted]" if parts.query else ""
-    fragment = "[redacted]" if parts.fragment else ""
-    try:
-        return urlunsplit((parts.scheme, host, parts.path, query, fragment))
-    except ValueError:
-        return "[url]"
+    return (f"{parts.scheme}://{host}{parts.path}" + ("?[redacted]" if parts.query else "")
+            + ("#[redacted]" if parts.fragment else ""))
 
 
 def bound(text: str, limit: int = _LIMIT) -> str:

@@ -377,3 +377,25 @@ def test_store_error_text_keeps_no_written_values() -> None:
     wrapped = store_error(err, writing=True)
     assert isinstance(wrapped, eg.StoreError) and secret not in wrapped.message
     assert "value too long" in wrapped.message
+
+
+def test_verify_on_a_url_with_no_store_is_an_error_and_creates_nothing(
+        backend: str, tmp_path: Path) -> None:
+    """A mistyped URL must not pass for an empty store: exit 3, nothing made; ``--create``
+    makes one on purpose. The policy a gate would load here is shown."""
+    if backend == "sqlite":
+        path = tmp_path / "typo" / "efects.db"
+        url = f"sqlite:///{path}"
+    else:
+        from .conftest import PG_URL
+
+        url = PG_URL.rsplit("/", 1)[0] + f"/eg_missing_{uuid.uuid4().hex[:8]}"
+    result = CliRunner().invoke(main, ["verify", "--only", "G1", "--url", url])
+    assert result.exit_code == 3, result.output
+    assert "--create" in result.stderr and result.stderr.count("\n") == 1
+    if backend == "sqlite":
+        assert not path.parent.exists()
+        path.parent.mkdir()
+        made = CliRunner().invoke(main, ["verify", "--only", "G1", "--url", url, "--create"])
+        assert made.exit_code == 0, made.output
+        assert path.exists() and "policy in force here:" in made.stdout

@@ -26,8 +26,12 @@ _LABEL = {"passed": "pass", "failed": "FAIL", "not_applicable": "n/a"}
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               default=None, help="Also write a JUnit XML report to this file.")
+@click.option("--create", is_flag=True,
+              help="Create the store at --url if there is none (otherwise a URL with no "
+                   "effectgate store is an error: a typo must not pass for an empty store).")
 @handle_errors
-def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None) -> None:
+def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None,
+           create: bool) -> None:
     """Check G1–G12 of the design against the store, in a scratch namespace.
 
     Your data is not touched: every check writes under a fresh namespace that is deleted
@@ -43,10 +47,14 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None)
     parse_only(only)  # bad input fails before the store is opened
     out = console()
     target = resolve_url(url)
+    if not create:
+        _require_store(target)
+    policy = _policy_in_force()
     if not as_json:
         from rich.markup import escape
 
         out.print(f"effectgate verify — {escape(_safe(target))}")
+        out.print(f"[dim]policy in force here: {escape(policy)}[/]")
 
     def show(result: CheckResult) -> None:
         if as_json:
@@ -67,7 +75,8 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None)
         junit.write_text(junit_xml(results))
     failed = [r.id for r in results if r.status == "failed"]
     if as_json:
-        print_json({"url": _safe(target), "namespace": scratch, "passed": not failed,
+        print_json({"url": _safe(target), "namespace": scratch, "policy": policy,
+                    "passed": not failed,
                     "results": [r.as_dict() for r in results]})
     else:
         _summary(out, results, failed)
@@ -91,3 +100,29 @@ def _safe(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return url
+
+
+def _policy_in_force() -> str:
+    """The policy a ``Gate()`` started here would load (the checks run without it)."""
+    from ..discovery import find_policy
+    from ..errors import PolicyError
+    from ._safe import plain
+
+    try:
+        found = find_policy()
+    except PolicyError as err:
+        return plain(err.message)
+    return plain(str(found)) if found is not None else "none"
+
+
+def _require_store(url: str) -> None:
+    """Exit 3 when ``url`` holds no effectgate store (opened read-only: nothing is made)."""
+    from ..errors import StoreError
+    from ..gate import Gate
+    from ._common import EXIT_STORE, fail
+
+    try:
+        Gate(url, policy=False, read_only=True).close()
+    except StoreError as err:
+        fail(f"{err.message.splitlines()[0]} (verify checks an existing store; --create makes "
+             "one)", EXIT_STORE)
