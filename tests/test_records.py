@@ -10,6 +10,9 @@ import asyncio
 import datetime
 import gc
 import logging
+import os
+import threading
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -399,3 +402,140 @@ def test_verify_on_a_url_with_no_store_is_an_error_and_creates_nothing(
         made = CliRunner().invoke(main, ["verify", "--only", "G1", "--url", url, "--create"])
         assert made.exit_code == 0, made.output
         assert path.exists() and "policy in force here:" in made.stdout
+
+
+# -- history that no text can break -------------------------------------------------------------
+
+SEPARATORS = "a\u2028b\u2029c\x85d\te\nf\x1b[2Jg\\h\"i"
+
+
+def test_separators_in_ids_notes_and_errors_keep_every_record_readable(
+        store_url: str, gate: eg.Gate) -> None:
+    """U+2028, U+2029, U+0085, tab, line feed, an escape sequence, a backslash and a quote in
+    an agent id, an error, a resolve's ``by`` and ``note``: ``get``, ``show``, ``ls`` and
+    ``unwind`` read them back exactly (escaped on the terminal), and ``resolve`` completes."""
+    d = gate.begin(effect_type="t", key="sep:1", payload={}, agent_id="agent" + SEPARATORS,
+                   group_key="g", compensation={"undo": True})
+    gate.report(d, "ambiguous", error="boom" + SEPARATORS)
+    done = gate.resolve("sep:1", "committed", by="op" + SEPARATORS, note="n" + SEPARATORS,
+                        force=True)
+    assert done.state is eg.State.COMMITTED
+    history = gate.get("sep:1").history
+    assert [h.by for h in history] == ["agent" + SEPARATORS, None, "op" + SEPARATORS]
+    assert history[-1].note == "n" + SEPARATORS
+    assert history[1].note is not None and history[1].note.startswith("boom")
+    where = ["--url", store_url, "--namespace", gate.namespace]
+    for args in (["show", "sep:1"], ["show", "sep:1", "--json"], ["ls"], ["ls", "--plain"]):
+        result = CliRunner().invoke(main, [*args, *where], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert not any(ch in result.output for ch in ("\u2028", "\u2029", "\x85", "\x1b"))
+    result = CliRunner().invoke(main, ["show", "sep:1", "--json", *where])
+    import json
+
+    assert json.loads(result.output)["agent_id"] == "agent" + SEPARATORS
+    report = gate.unwind("g")
+    assert [s.key for s in report.failed] == ["sep:1"]  # no compensator: reported, not raised
+
+
+# -- prune keeps what an unwind and an open approval still need ------------------------------
+
+
+def test_prune_keeps_compensations_and_approvals_still_needed(make_gate: Any) -> None:
+    gate = make_gate(policy={"effects": {"payment.big": {"approval": "always"}}})
+    undone: list[Any] = []
+    d = gate.begin(effect_type="booking.hotel", key="hotel:1", payload={}, group_key="trip",
+                   compensation={"cancel": "H1"})
+    gate.report(d, "committed", result={"booked": True})
+    pending = gate.begin(effect_type="payment.big", key="big:1", payload={"cents": 5})
+    stuck = gate.begin(effect_type="payment.big", key="big:2", payload={"cents": 6})
+    gate.approve(stuck.approval_id or "", by="alice")
+    held = gate.begin(effect_type="payment.big", key="big:2", payload={"cents": 6})
+    assert held.decision is eg.Decision.EXECUTE
+    gate.report(held, "ambiguous", error="timeout")
+    assert gate.prune(datetime.timedelta(0)) == 1
+    assert gate.get("hotel:1").compensation == {"cancel": "H1"}
+    assert gate.approval(pending.approval_id or "").state.value == "pending"
+    assert gate.get("big:2").state is eg.State.AMBIGUOUS
+    assert gate.approval(stuck.approval_id or "")  # the AMBIGUOUS effect's approval is kept
+
+    @gate.compensator("booking.hotel")
+    def cancel(record: eg.EffectRecord, compensation: Any) -> None:
+        undone.append(compensation)
+
+    report = gate.unwind("trip")
+    assert report.complete and undone == [{"cancel": "H1"}]
+    assert [s.key for s in report.compensated] == ["hotel:1"]
+
+
+# -- who may approve ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["agent-1", "Agent-1", "agent-1 ", "\uff41gent-1",
+                                      "agent\u200b-1", "\u202eagent-1", "AGENT-1"])
+def test_self_approval_is_refused_in_every_spelling(make_gate: Any, spelling: str) -> None:
+    gate = make_gate(policy={"effects": {"payment.*": {"approval": "always"}}})
+    d = gate.begin(effect_type="payment.refund", key="refund:1", payload={},
+                   agent_id="agent-1")
+    with pytest.raises(eg.InvalidTransition, match="own request"):
+        gate.approve(d.approval_id or "", by=spelling)
+    assert gate.approval(d.approval_id or "").state.value == "pending"
+    gate.approve(d.approval_id or "", by="alice")
+
+
+def test_an_unattributed_request_is_flagged_for_the_approver(make_gate: Any) -> None:
+    gate = make_gate(policy={"effects": {"payment.*": {"approval": "always"}}})
+    d = gate.begin(effect_type="payment.refund", key="refund:1", payload={})
+    approval = gate.approval(d.approval_id or "")
+    assert approval.unattributed and approval.requested_by is None
+    attributed = gate.begin(effect_type="payment.refund", key="refund:2", payload={},
+                            agent_id="agent-1")
+    assert not gate.approval(attributed.approval_id or "").unattributed
+
+
+# -- a child forked while a thread writes -------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_another_thread_writes_can_write(tmp_path: Path) -> None:
+    """SQLite: a fork waits until no thread is inside a write, so the child can always take
+    the write lock (it used to inherit a held lock and see "database is locked" forever)."""
+    gate = eg.Gate(f"sqlite:///{tmp_path / 'e.db'}", namespace="fork", policy=False)
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            d = gate.begin(effect_type="t", key=f"w:{n}", payload={})
+            gate.report(d, "committed")
+            n += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for i in range(4):
+            time.sleep(0.02)
+            pid = os.fork()
+            if pid == 0:  # the child: one reservation and its outcome, then out
+                code = 1
+                try:
+                    d = gate.begin(effect_type="t", key=f"child:{i}", payload={})
+                    gate.report(d, "committed")
+                    code = 0
+                finally:
+                    os._exit(code)
+            deadline = time.monotonic() + 30
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    pytest.fail("the forked child could not write")
+                time.sleep(0.02)
+            assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        stop.set()
+        thread.join()
+    assert {gate.get(f"child:{i}").state for i in range(4)} == {eg.State.COMMITTED}
+    gate.close()
