@@ -31,7 +31,7 @@ from .errors import (
 )
 from .keys import KeyTemplate
 from .records import BeginDecision
-from .redact import redact_fields
+from .redact import describe, redact_fields
 from .states import Decision, Outcome
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ class EffectSpec:
         outcome = classify(exc, self.classifiers)
         if outcome is Outcome.COMMITTED:  # an exception cannot prove the effect happened
             outcome = Outcome.AMBIGUOUS
-        return outcome, f"{type(exc).__name__}: {exc}"
+        return outcome, describe(exc)
 
     def _unfinished(self, d: BeginDecision, value: Any) -> None:
         """A sync body that handed back a coroutine or generator has not done its work: that

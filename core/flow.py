@@ -24,7 +24,7 @@ from .memo import CommittedMemo, MemoEntry
 from .payload import canonical_json, result_json
 from .reconcile import Reconciler, verdict
 from .records import BeginDecision
-from .redact import redact_text
+from .redact import describe, redact_text
 from .registry import Registry
 from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
@@ -296,7 +296,7 @@ class BeginFlow:
 
     def _hook_failed(self, fn: Reconciler, row: EffectHead, err: BaseException) -> None:
         log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
-                    self._redact(f"{type(err).__name__}: {err}"),
+                    self._redact(describe(err)),
                     extra={"key": row.key, "reason": "reconcile hook raised"})
         return None
 
@@ -361,7 +361,7 @@ def _run_hook(fn: Reconciler, row: EffectHead, coro: Any) -> Any:
         return asyncio.run(coro)
     except Exception as err:
         log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
-                    redact_text(f"{type(err).__name__}: {err}"),
+                    redact_text(describe(err)),
                     extra={"key": row.key, "reason": "reconcile hook raised"})
         return None
 

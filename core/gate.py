@@ -203,9 +203,13 @@ class Gate:
         if text is None:
             return None
         if self._text_redactor is not None:
-            text = self._text_redactor(text)
-            if not isinstance(text, str):
-                raise ConfigError("text_redactor must return a str")
+            try:
+                mine = self._text_redactor(text)
+            except Exception as err:  # never store what the user's redactor did not see
+                mine = f"[redacted: the text_redactor raised {type(err).__name__}]"
+            if not isinstance(mine, str):
+                mine = "[redacted: the text_redactor did not return a str]"
+            text = mine
         return redact_text(text)
 
     # -- requests ----------------------------------------------------------------------------

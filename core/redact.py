@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from .keys import is_utf8
 
-__all__ = ["REDACTED", "TextRedactor", "bound", "redact_fields", "redact_text"]
+__all__ = ["REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text"]
 
 REDACTED = "[redacted]"
 
@@ -83,3 +83,13 @@ def _replace(value: Any, names: frozenset[str]) -> Any:
     if isinstance(value, list):
         return [_replace(v, names) for v in value]
     return value
+
+
+def describe(exc: BaseException) -> str:
+    """``"TypeName: message"`` for an exception, even one whose ``__str__`` raises (the
+    outcome must still be recorded); redact before storing it."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its message could not be read)"
+    return f"{type(exc).__name__}: {text}"

@@ -19,6 +19,7 @@ from .classify import classify
 from .context import current_effect_scope
 from .errors import EffectGateError, PayloadError
 from .keys import MAX_KEY_LENGTH
+from .redact import describe
 from .states import Decision, Outcome, State
 
 if TYPE_CHECKING:
@@ -171,15 +172,15 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
         outcome = classify(exc, gate.classifiers)
         outcome = Outcome.FAILED if outcome is Outcome.FAILED else Outcome.AMBIGUOUS
         try:
-            gate.report(d, outcome, error=f"{type(exc).__name__}: {exc}")
+            gate.report(d, outcome, error=describe(exc))
         except EffectGateError as err:
             exc.add_note(f"effectgate could not record {outcome.value}: {err}")
         if not isinstance(exc, Exception):
             raise
         target = report.failed if outcome is Outcome.FAILED else report.unresolved
         target.append(UnwindStep(
-            **step, detail=_text(gate, f"compensation {outcome.value}: {type(exc).__name__}: "
-                                 f"{exc}"), compensation_effect_id=d.effect_id))
+            **step, detail=_text(gate, f"compensation {outcome.value}: {describe(exc)}"),
+            compensation_effect_id=d.effect_id))
         return
     detail = "compensated"
     try:

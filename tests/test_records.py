@@ -539,3 +539,39 @@ def test_a_child_forked_while_another_thread_writes_can_write(tmp_path: Path) ->
         thread.join()
     assert {gate.get(f"child:{i}").state for i in range(4)} == {eg.State.COMMITTED}
     gate.close()
+
+
+def test_an_unprintable_exception_and_a_failing_redactor_still_record_the_outcome(
+        make_gate: Any) -> None:
+    """An exception whose ``__str__`` raises, and a ``text_redactor`` that raises: the outcome
+    is still recorded (AMBIGUOUS), and nothing the redactor did not see is stored."""
+
+    class Weird(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message for you")
+
+    def redactor(text: str) -> str:
+        if "secret" in text:
+            raise ValueError("cannot parse")
+        return text
+
+    gate = make_gate(text_redactor=redactor)
+
+    @gate.effect("w:{n}", effect_type="t")
+    def weird(n: int) -> None:
+        raise Weird()
+
+    @gate.effect("s:{n}", effect_type="t")
+    def secret(n: int) -> None:
+        raise RuntimeError("the secret is 1234")
+
+    with pytest.raises(Weird):
+        weird(1)
+    with pytest.raises(RuntimeError):
+        secret(1)
+    first = gate.get("w:1")
+    assert first.state is eg.State.AMBIGUOUS and first.error == (
+        "Weird: (its message could not be read)")
+    second = gate.get("s:1")
+    assert second.state is eg.State.AMBIGUOUS and second.error is not None
+    assert "1234" not in second.error and "text_redactor raised ValueError" in second.error

@@ -522,8 +522,13 @@ class Store:
         with self._conns.write_lock, self.engine.connect() as conn:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
             try:
-                conn.execute(delete(meta).where(c.name == name))
-                conn.execute(meta.insert().values(name=name, value=value))
+                import importlib  # only the dialect in use
+
+                dialect: Any = importlib.import_module(
+                    "sqlalchemy.dialects." + ("sqlite" if self.is_sqlite else "postgresql"))
+                upsert = dialect.insert(meta).values(name=name, value=value)
+                conn.execute(upsert.on_conflict_do_update(index_elements=[c.name],
+                                                          set_={"value": value}))
                 conn.exec_driver_sql("COMMIT")
             except BaseException as err:
                 conn.exec_driver_sql("ROLLBACK")
