@@ -247,13 +247,15 @@ class KeyTemplate:
     ``fields`` are the field expressions without their filters (``{content|sha256}`` gives
     ``content``); ``roots`` the argument names they start from."""
 
-    __slots__ = ("_literal", "_normalisers", "_parts", "fields", "roots", "template")
+    __slots__ = ("_literal", "_normalisers", "_parts", "_walks", "fields", "roots",
+                 "template")
 
     def __init__(self, template: str) -> None:
         if not isinstance(template, str):
             raise EffectKeyError(f"a key template must be a str, not {type(template).__name__}")
         self.template = template
         parts: list[tuple[str, str | None, str, tuple[tuple[str, KeyFilter], ...]]] = []
+        walks: list[tuple[str, tuple[tuple[bool, Any], ...]] | None] = []
         try:
             parsed = list(_FORMATTER.parse(template))
         except ValueError as err:
@@ -272,9 +274,13 @@ class KeyTemplate:
                     )
                 if "|" in field:
                     field, filters = _split_filters(template, field)
-                _walk_of(template, field)
+                root, steps = _walk_of(template, field)
+                walks.append((root, tuple(steps)))
+            else:
+                walks.append(None)
             parts.append((literal, field, spec or "", filters))
         self._parts = tuple(parts)
+        self._walks = tuple(walks)
         self.fields = tuple(f for _, f, _, _ in parts if f is not None)
         normal: dict[str, tuple[tuple[str, KeyFilter], ...]] = {}
         for _, field, _, filters in parts:
@@ -314,7 +320,7 @@ class KeyTemplate:
         if not self.fields:
             return self._literal
         out: list[str] = []
-        for literal, field, spec, filters in self._parts:
+        for (literal, field, spec, filters), walk in zip(self._parts, self._walks, strict=True):
             out.append(literal)
             if field is None:
                 continue
@@ -324,7 +330,8 @@ class KeyTemplate:
                 if (kind is str and raw.strip()) or (kind is int and -_BIG < raw < _BIG):
                     out.append(raw if kind is str else str(raw))
                     continue
-            raw = _resolve(self.template, field, arguments)
+            assert walk is not None
+            raw = _resolve(self.template, field, walk, arguments)
             if filters:
                 raw = _filtered(self.template, field, raw, filters)
             value = _field_value(raw, field)
@@ -403,10 +410,11 @@ def _walkable(value: Any) -> bool:
     return not (callable(value) or isinstance(value, (types.ModuleType, type)))
 
 
-def _resolve(template: str, field: str, arguments: Mapping[str, Any]) -> Any:
+def _resolve(template: str, field: str, walk: tuple[str, tuple[tuple[bool, Any], ...]],
+             arguments: Mapping[str, Any]) -> Any:
     """The value of ``field`` (``name``, ``name.attr``, ``name[item]``...) in ``arguments``:
     items of mappings and sequences, plain attributes of data objects; nothing else."""
-    root, steps = _walk_of(template, field)
+    root, steps = walk
 
     def refuse(why: str) -> EffectKeyError:
         return EffectKeyError(f"key template {template!r}: cannot resolve {{{field}}} ({why})")
