@@ -12,8 +12,9 @@ one of those. ``None``, empty strings, floats, containers and anything else rais
 :class:`~effectgate.EffectKeyError` before anything runs. Keys are NFC-normalised, at most
 :data:`MAX_KEY_LENGTH` characters, and printable: control characters, line and paragraph
 separators (U+2028, U+2029, U+0085), invisible format characters (zero-width space,
-bidirectional overrides, BOM), spaces other than U+0020, unassigned and private-use code points
-are refused, so two keys that look alike are alike.
+bidirectional overrides, BOM) and spaces other than U+0020 are refused, so two keys that look
+alike are alike. (Unassigned and private-use code points pass: which code points are assigned
+depends on the Python's Unicode version, and a key must mean the same on every host.)
 
 **Filters** turn a large or messy argument into a key part: ``{field|filter}``, chained left to
 right (``{path|path|sha256}``), before the format spec (``{content|sha256:.16}``):
@@ -61,6 +62,9 @@ _FORMATTER = string.Formatter()
 _BIG = 10**100  # an int field past this takes the careful path (and its clear errors)
 
 
+# Refused in keys: controls, invisible format characters, line and paragraph separators, and
+# spaces other than U+0020 (each makes look-alike keys distinct or breaks a line).
+_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
 _ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _MAX_WALK = 8  # attribute and item steps in one field
 
@@ -95,7 +99,9 @@ def check_key(key: object) -> str:
             key=key[:80] + "…",
         )
     if not key.isprintable():
-        bad = next(ch for ch in key if not ch.isprintable() and ch != " ")
+        bad = next((ch for ch in key if ch != " " and unicodedata.category(ch) in _UNSEEN), "")
+        if not bad:  # unassigned or private-use code points only: accepted (they are visible,
+            return key  # and which are unassigned depends on this Python's Unicode version)
         kind = unicodedata.category(bad)
         what = {"Cc": "a control character", "Cf": "an invisible format character",
                 "Zl": "a line separator", "Zp": "a paragraph separator",

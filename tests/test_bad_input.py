@@ -134,7 +134,7 @@ INVISIBLE = {
     "U+00A0 no-break space": "\xa0", "U+3000 ideographic space": "\u3000",
     "ESC [2J (clear screen)": "\x1b[2J", "ESC ] title BEL": "\x1b]0;owned\x07",
     "U+009B CSI": "\x9b31m", "DEL": "\x7f", "tab": "\t", "carriage return": "\r",
-    "U+E000 private use": "\ue000", "U+0378 unassigned": "\u0378",
+    "U+2007 figure space": "\u2007", "U+180E Mongolian vowel separator": "\u180e",
 }
 
 
