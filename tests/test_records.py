@@ -575,3 +575,22 @@ def test_an_unprintable_exception_and_a_failing_redactor_still_record_the_outcom
     second = gate.get("s:1")
     assert second.state is eg.State.AMBIGUOUS and second.error is not None
     assert "1234" not in second.error and "text_redactor raised ValueError" in second.error
+
+
+def test_mcp_serve_started_below_the_policy_finds_it_and_says_so(tmp_path: Path) -> None:
+    """``mcp serve`` started in a subdirectory loads the effectgate.toml above it (it used to
+    look only in ./) and names it on stderr."""
+    pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
+    import subprocess
+    import sys
+
+    (tmp_path / "effectgate.toml").write_text(POLICY_TOML, encoding="utf-8")
+    sub = tmp_path / "service"
+    sub.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECTGATE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "effectgate.cli", "mcp", "serve", "--url",
+         f"sqlite:///{tmp_path / 'e.db'}"], cwd=sub, env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"policy {tmp_path / 'effectgate.toml'}" in done.stderr
