@@ -40,7 +40,7 @@ from .memo import CommittedMemo
 from .payload import canonical_json, payload_hash, result_json
 from .reconcile import Reconciled, Reconciler
 from .records import ApprovalRecord, BeginDecision, EffectRecord
-from .redact import TextRedactor, bound, redact_text
+from .redact import TextRedactor, bound, redact_fields, redact_text
 from .registry import Registry
 from .request import Lease, Request
 from .sagas import Compensator, UnwindReport
@@ -118,6 +118,8 @@ class Gate:
             raise ConfigError("text_redactor must be a function of a str")
         self._text_redactor = text_redactor
         self.policy, self.policy_source = _load_policy(policy)
+        self._result_rules = self.policy is not None and any(
+            not rule.store_result or rule.redact_result for rule in self.policy.effects.values())
         if self.policy_source is not None:
             log.info("policy in force: %s", self.policy_source,
                      extra={"reason": f"policy {self.policy_source}"})
@@ -377,6 +379,8 @@ class Gate:
         lease lapsed while nobody acted still records its outcome, late. :class:`PayloadError`
         when ``result`` has no JSON form (nothing written).
         """
+        if result is not None and self._result_rules:
+            result = self._kept(self._effect_type_of(held), result)
         lease, parsed, fields = self._report_fields(held, outcome, result, error,
                                                     actual_cost_micros)
         done = self._store.record_outcome(self.namespace, lease, parsed, **fields)
@@ -391,6 +395,13 @@ class Gate:
                       actual_cost_micros: int | None = None) -> None:
         """:meth:`report` for async callers: natively async on Postgres, on a worker thread
         on SQLite; the event loop never waits on the database."""
+        if result is not None and self._result_rules:
+            if isinstance(held, Lease):
+                row = await self._flow.astore.fetch(self.namespace, check_key(held.key))
+                effect_type = None if row is None else row.effect_type
+            else:
+                effect_type = held.effect_type
+            result = self._kept(effect_type, result)
         lease, parsed, fields = self._report_fields(held, outcome, result, error,
                                                     actual_cost_micros)
         done = await self._flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
@@ -399,6 +410,24 @@ class Gate:
                 return
             raise await asyncio.to_thread(self._stale, lease, f"report {parsed.value}")
         self._reported(held, lease, parsed, fields["result"], done)
+
+    def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
+        if isinstance(held, Lease):
+            row = self._store.fetch(self.namespace, check_key(held.key))
+            return None if row is None else row.effect_type
+        return held.effect_type if isinstance(held, BeginDecision) else None
+
+    def _kept(self, effect_type: str | None, result: Any) -> Any:
+        """What the policy lets the store keep of a reported result: nothing under
+        ``store_result = false``, the ``redact_result`` fields replaced — whoever reports (the
+        decorator, a wrapper, a protocol caller, an agent over MCP)."""
+        rule = None if effect_type is None or self.policy is None else (
+            self.policy.rule_for(effect_type))
+        if rule is None:
+            return result
+        if not rule.store_result:
+            return None
+        return redact_fields(result, rule.redact_result) if rule.redact_result else result
 
     def _report_fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                        error: str | None, actual_cost_micros: int | None,

@@ -594,3 +594,22 @@ def test_mcp_serve_started_below_the_policy_finds_it_and_says_so(tmp_path: Path)
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"policy {tmp_path / 'effectgate.toml'}" in done.stderr
+
+
+def test_policy_result_rules_apply_to_protocol_reports_too(make_gate: Any) -> None:
+    """A holder reporting over the protocol (its decision, or only its Lease as the MCP server
+    does; sync and async) gets the same store_result / redact_result as the decorator."""
+    gate = make_gate(policy={"effects": {"sms.send": {"redact_result": ["to"]},
+                                         "kyc.lookup": {"store_result": False}}})
+    d = gate.begin(effect_type="sms.send", key="sms:1", payload={})
+    gate.report(d, "committed", result={"sid": "S1", "to": "+1555"})
+    d = gate.begin(effect_type="sms.send", key="sms:2", payload={})
+    gate.report(d.lease, "committed", result=[{"to": "+1555"}])
+    d = gate.begin(effect_type="kyc.lookup", key="kyc:1", payload={})
+    asyncio.run(gate.areport(d.lease, "committed", result={"dob": "1990-01-01"}))
+    d = gate.begin(effect_type="other", key="other:1", payload={})
+    asyncio.run(gate.areport(d, "committed", result={"to": "kept"}))
+    assert gate.get("sms:1").result == {"sid": "S1", "to": "[redacted]"}
+    assert gate.get("sms:2").result == [{"to": "[redacted]"}]
+    assert gate.get("kyc:1").result is None
+    assert gate.get("other:1").result == {"to": "kept"}
