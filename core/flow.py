@@ -43,8 +43,10 @@ class BeginFlow:
     """One namespace's way through ``begin``: the store, the memo and the reconcile hooks."""
 
     def __init__(self, store: Store, memo: CommittedMemo, reconcilers: Registry[Reconciler],
-                 redact: Callable[[str | None], str | None]) -> None:
+                 redact: Callable[[str | None], str | None],
+                 kept: Callable[[str | None, Any], Any] = lambda _type, result: result) -> None:
         self._store = store
+        self._kept = kept
         self.astore = store.async_face()
         self.memo = memo
         self._reconcilers = reconcilers
@@ -306,7 +308,8 @@ class BeginFlow:
             if found is None:
                 return None
             outcome = Outcome(found.outcome)
-            text = result_json(found.result) if outcome is Outcome.COMMITTED else None
+            text = result_json(self._kept(row.effect_type, found.result)) if (
+                outcome is Outcome.COMMITTED and found.result is not None) else None
             note = self._redact(validate.text(found.note, "note", validate.MAX_TEXT))
             res = decide.resolution(row, outcome)
         except (ConfigError, PayloadError, InvalidTransition) as err:

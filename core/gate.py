@@ -129,7 +129,8 @@ class Gate:
         _GATES.add(self)
         self._reconcilers: Registry[Reconciler] = Registry()
         self._compensators: Registry[Compensator] = Registry()
-        self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact)
+        self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact,
+                               self._kept)
         self._telemetry = telemetry()
 
     def in_namespace(self, namespace: str) -> Gate:
@@ -143,7 +144,8 @@ class Gate:
         _GATES.add(other)
         other._reconcilers = self._reconcilers.copy()
         other._compensators = self._compensators.copy()
-        other._flow = BeginFlow(other._store, other._memo, other._reconcilers, other._redact)
+        other._flow = BeginFlow(other._store, other._memo, other._reconcilers, other._redact,
+                                other._kept)
         return other
 
     # -- properties ------------------------------------------------------------------------
@@ -553,6 +555,8 @@ class Gate:
                 raise UnknownEffect(f"no effect with key {key!r}", key=key)
             res = decide.resolution(row, parsed, force=force)
             how = "force-resolved" if res.forced else "resolved"
+            if text is not None and self._result_rules:
+                text = result_json(self._kept(row.effect_type, result))
             done = self._store.resolve(row, res, result=text,
                                        reason=f"{how} {parsed.value} by {actor}", actor=actor,
                                        note=note)

@@ -613,3 +613,20 @@ def test_policy_result_rules_apply_to_protocol_reports_too(make_gate: Any) -> No
     assert gate.get("sms:2").result == [{"to": "[redacted]"}]
     assert gate.get("kyc:1").result is None
     assert gate.get("other:1").result == {"to": "kept"}
+
+
+def test_policy_result_rules_apply_to_resolutions_and_reconcile_hooks(make_gate: Any) -> None:
+    gate = make_gate(policy={"effects": {"sms.*": {"redact_result": ["to"]}}})
+
+    @gate.reconciler("sms.hooked")
+    def ask(record: eg.EffectRecord) -> eg.Reconciled:
+        return eg.Reconciled("committed", result={"to": "+1555", "sid": "S2"})
+
+    for effect_type, key in (("sms.send", "sms:1"), ("sms.hooked", "sms:2")):
+        d = gate.begin(effect_type=effect_type, key=key, payload={})
+        gate.report(d, "ambiguous", error="timeout")
+    gate.resolve("sms:1", "committed", by="ops", result={"to": "+1555", "sid": "S1"})
+    assert gate.get("sms:1").result == {"to": "[redacted]", "sid": "S1"}
+    again = gate.begin(effect_type="sms.hooked", key="sms:2", payload={})
+    assert again.decision is eg.Decision.DUPLICATE
+    assert again.result == {"to": "[redacted]", "sid": "S2"}
