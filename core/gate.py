@@ -176,8 +176,8 @@ class Gate:
     def _note_policy(self) -> None:
         """Compare the policy in force with the one last recorded for this namespace in the
         store: a difference is logged as a warning (a gate started elsewhere, or with no
-        policy file, must not run with other approvals and ceilings unnoticed), then recorded.
-        Nothing is written while no policy was ever recorded and none is in force."""
+        policy file, must not run with other approvals and ceilings unnoticed); a policy in
+        force is then recorded (no policy never replaces the record)."""
         name = _policy_meta_name(self.namespace)
         digest = policy_digest(self.policy)
         raw = self._store.meta.get(name)
@@ -198,7 +198,9 @@ class Gate:
                        "approvals, denials and ceilings may not be what its other gates apply")
             log.warning("%s", bound(message, 600),
                         extra={"reason": "policy differs from the one last recorded"})
-        if not self._store.read_only:
+        if self.policy is not None and not self._store.read_only:
+            # Only a policy is recorded: an operator's CLI (no policy file where it runs) or a
+            # gate started elsewhere warns, but does not replace what the application runs.
             self._store.put_meta(name, json.dumps(
                 {"digest": digest, "source": self.policy_source, "namespace": self.namespace},
                 sort_keys=True))

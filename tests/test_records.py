@@ -102,8 +102,11 @@ def test_a_gate_with_another_policy_than_its_namespace_last_ran_warns(
     assert repr(namespace) in _policy_warnings(caplog)[0]
     eg.Gate(store_url, namespace=namespace, policy=False).close()
     assert len(_policy_warnings(caplog)) == 2 and "now: no policy" in _policy_warnings(caplog)[1]
+    # No policy (an operator's CLI somewhere else) warns but never replaces the record:
     eg.Gate(store_url, namespace=namespace, policy=False).close()
-    assert len(_policy_warnings(caplog)) == 2
+    assert len(_policy_warnings(caplog)) == 3
+    eg.Gate(store_url, namespace=namespace, policy=other).close()
+    assert len(_policy_warnings(caplog)) == 3
 
 
 # -- what the policy keeps out of the store ---------------------------------------------------
