@@ -50,6 +50,17 @@ SECRETS = {
 }
 SECRET_PATTERN = re.compile(r"sk_live_\w+")
 
+POLICY_TOML = """
+[effects."sms.send"]
+redact_result = ["phone"]
+
+[effects."kyc.lookup"]
+store_result = false
+
+[effects."payment.big"]
+approval = "always"
+redact_arguments = ["card"]
+"""
 POLICY = {
     "effects": {
         "sms.send": {"redact_result": ["phone"]},
@@ -257,9 +268,13 @@ def test_no_secret_in_mcp_answers(planted: dict[str, Any], tmp_path: Path) -> No
     pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
     script = tmp_path / "client.py"
     script.write_text(_MCP_CLIENT, encoding="utf-8")
+    policy = tmp_path / "effectgate.toml"
+    policy.write_text(POLICY_TOML, encoding="utf-8")
+    assert eg.Policy.load(policy) == eg.Policy.from_dict(POLICY)  # the gate's own policy
     env = {**os.environ, "EG_URL": planted["url"], "EG_NS": planted["ns"],
            "EG_TOKEN": SECRETS["error_url"], "EG_PASSWORD": SECRETS["url_password"],
-           "EG_PAYLOAD": SECRETS["payload"]}
+           "EG_PAYLOAD": SECRETS["payload"], "EG_PHONE": SECRETS["result_field"],
+           "EG_POLICY": str(policy)}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -268,7 +283,10 @@ def test_no_secret_in_mcp_answers(planted: dict[str, Any], tmp_path: Path) -> No
     assert answers["duplicate"]["result"]["to"]["phone"] == "[redacted]"
     assert answers["blocked"]["decision"] == "blocked"
     assert leaks(done.stdout) == [], done.stdout
+    assert "differs" not in done.stderr  # the server runs the namespace's own policy
     assert answers["report"]["recorded"] == "failed"
+    assert answers["sms_again"]["result"] == {"sid": "SM9", "phone": "[redacted]"}
+    assert planted["gate"].get("sms:mcp").result == {"sid": "SM9", "phone": "[redacted]"}
     record = planted["gate"].get("mcp:1")
     assert record.state is eg.State.FAILED and record.error and "[redacted]" in record.error
     assert leaks(record.error) == []
@@ -283,7 +301,8 @@ async def main():
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "effectgate.cli", "mcp", "serve", "--url", os.environ["EG_URL"],
-              "--namespace", os.environ["EG_NS"]], env=dict(os.environ))
+              "--namespace", os.environ["EG_NS"], "--policy", os.environ["EG_POLICY"]],
+        env=dict(os.environ))
     out = {}
     async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
         await s.initialize()
@@ -304,6 +323,13 @@ async def main():
             lease_secret=first["lease_secret"], outcome="failed",
             error="401 for https://u:" + os.environ["EG_PASSWORD"] + "@api.test/v1?token="
                   + os.environ["EG_TOKEN"])
+        sms = await call("begin_effect", effect_type="sms.send", key="sms:mcp", payload={})
+        out["sms"] = await call(
+            "report_effect", key=sms["key"], lease_token=sms["lease_token"],
+            lease_secret=sms["lease_secret"], outcome="committed",
+            result={"sid": "SM9", "phone": os.environ["EG_PHONE"]})
+        out["sms_again"] = await call("begin_effect", effect_type="sms.send", key="sms:mcp",
+                                      payload={})
     print(json.dumps(out))
 
 asyncio.run(main())
