@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from .classify import Classifier, classify, classify_httpx, classify_requests
 from .context import current_effect, current_effect_scope, effect_context
-from .decorator import BudgetWarning, EffectSpec, ResultNotStoredWarning, refusal
+from .decorator import (
+    BudgetWarning,
+    EffectSpec,
+    OverspendWarning,
+    ResultNotStoredWarning,
+    refusal,
+)
 from .errors import (
     ApprovalRequired,
     ConfigError,
@@ -116,6 +122,7 @@ __all__ = [
     "Lease",
     "NotExecuted",
     "Outcome",
+    "OverspendWarning",
     "PayloadError",
     "PayloadMismatch",
     "Policy",

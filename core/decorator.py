@@ -31,6 +31,7 @@ from .errors import (
 )
 from .keys import KeyTemplate
 from .records import BeginDecision
+from .redact import describe, redact_fields
 from .states import Decision, Outcome
 
 if TYPE_CHECKING:
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BudgetWarning",
-    "EffectSpec", "ResultNotStoredWarning", "current_effect", "current_effect_scope",
-    "gate_function", "refusal",
+    "EffectSpec", "OverspendWarning", "ResultNotStoredWarning", "current_effect",
+    "current_effect_scope", "gate_function", "refusal",
 ]
 
 log = logging.getLogger("effectgate")
@@ -50,6 +51,11 @@ _NOT_STARTED = "cancelled before the body started"
 
 class BudgetWarning(UserWarning):
     """A spend ceiling applies to this effect but the call declared no cost: it cannot fire."""
+
+
+class OverspendWarning(UserWarning):
+    """A committed effect's actual cost exceeded its estimate and pushed a spend counter past
+    its ceiling: the money was spent (recorded as the effect's ``reason``)."""
 
 
 class ResultNotStoredWarning(UserWarning):
@@ -123,14 +129,20 @@ class EffectSpec:
         self.compensation = compensation
         self.lease_seconds = lease_seconds
         self.max_attempts = max_attempts
+        if redact is not None and not callable(redact):
+            raise ConfigError("redact must be a function of the result")
+        if not isinstance(store_result, bool):
+            raise ConfigError("store_result must be a bool")
         self.redact = redact
-        self.store_result = store_result
         self.classifiers = tuple(classifiers) + tuple(gate.classifiers)
         self.result_type = result_type
         self._adapter: Any = None
         # Validate the options now, not at the first refund.
         self.kind = gate.kind(effect_type, vendor=vendor, lease_seconds=lease_seconds,
                               max_attempts=max_attempts)
+        # The policy can only keep more out of the store, never put more in.
+        self.store_result = store_result and self.kind.store_result
+        self.redact_result = self.kind.redact_result
 
     def check_names(self, names: Any, where: str) -> None:
         """Raise :class:`EffectKeyError` if a template names an argument ``where`` lacks."""
@@ -182,42 +194,52 @@ class EffectSpec:
         except Exception:  # the stored JSON is still the truth; hand it back as is
             return stored
 
+    def stored_form(self, result: Any) -> Any:
+        """What is stored of ``result``: None unless ``store_result`` (and the policy's
+        ``store_result``) allow it, else ``redact(result)`` with the policy's
+        ``redact_result`` fields replaced. :class:`PayloadError` when that has no JSON form
+        or ``redact`` raised."""
+        if not self.store_result:
+            return None
+        value = result
+        if self.redact is not None:
+            try:
+                value = self.redact(result)
+            except Exception as err:
+                raise PayloadError(f"redact raised {type(err).__name__}") from None
+        if self.redact_result:
+            value = redact_fields(value, self.redact_result)
+        return value
+
+    def _not_stored(self, d: BeginDecision, err: PayloadError) -> None:
+        warnings.warn(
+            f"{d.key!r} committed, but its result is not stored ({err.message}); a "
+            "duplicate will return None. Pass redact= to store a JSON form.",
+            ResultNotStoredWarning, stacklevel=5,
+        )
+
     def _commit(self, d: BeginDecision, result: Any) -> None:
         """Report COMMITTED with the result as stored JSON (or none, with a warning, when it
         has no JSON form: the effect did happen)."""
-        value = None
-        if self.store_result:
-            value = self.redact(result) if self.redact is not None else result
         try:
-            self.gate.report(d, Outcome.COMMITTED, result=value)
+            self.gate.report(d, Outcome.COMMITTED, result=self.stored_form(result))
         except PayloadError as err:  # raised before anything was written
-            warnings.warn(
-                f"{d.key!r} committed, but its result is not stored ({err.message}); a "
-                "duplicate will return None. Pass redact= to store a JSON form.",
-                ResultNotStoredWarning, stacklevel=4,
-            )
+            self._not_stored(d, err)
             self.gate.report(d, Outcome.COMMITTED, result=None)
 
     async def _acommit(self, d: BeginDecision, result: Any) -> None:
         """:meth:`_commit` for async bodies (natively async on Postgres)."""
-        value = None
-        if self.store_result:
-            value = self.redact(result) if self.redact is not None else result
         try:
-            await self.gate.areport(d, Outcome.COMMITTED, result=value)
+            await self.gate.areport(d, Outcome.COMMITTED, result=self.stored_form(result))
         except PayloadError as err:  # raised before anything was written
-            warnings.warn(
-                f"{d.key!r} committed, but its result is not stored ({err.message}); a "
-                "duplicate will return None. Pass redact= to store a JSON form.",
-                ResultNotStoredWarning, stacklevel=4,
-            )
+            self._not_stored(d, err)
             await self.gate.areport(d, Outcome.COMMITTED, result=None)
 
     def _failure(self, exc: BaseException) -> tuple[Outcome, str]:
         outcome = classify(exc, self.classifiers)
         if outcome is Outcome.COMMITTED:  # an exception cannot prove the effect happened
             outcome = Outcome.AMBIGUOUS
-        return outcome, f"{type(exc).__name__}: {exc}"
+        return outcome, describe(exc)
 
     def _unfinished(self, d: BeginDecision, value: Any) -> None:
         """A sync body that handed back a coroutine or generator has not done its work: that

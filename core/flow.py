@@ -25,7 +25,7 @@ from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, not
 from .payload import canonical_json, result_json
 from .reconcile import Reconciler, verdict
 from .records import BeginDecision
-from .redact import redact_text
+from .redact import describe, redact_text
 from .registry import Registry
 from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
@@ -45,9 +45,11 @@ class BeginFlow:
 
     def __init__(self, store: Store, memo: CommittedMemo, reconcilers: Registry[Reconciler],
                  redact: Callable[[str | None], str | None],
-                 observe: Observer | None = None) -> None:
+                 observe: Observer | None = None,
+                 kept: Callable[[str | None, Any], Any] = lambda _type, result: result) -> None:
         self._store = store
         self.observe = observe  # told of approvals requested, lapses, budget warnings
+        self._kept = kept
         self.astore = store.async_face()
         self.memo = memo
         self._reconcilers = reconcilers
@@ -354,7 +356,7 @@ class BeginFlow:
 
     def _hook_failed(self, fn: Reconciler, row: EffectHead, err: BaseException) -> None:
         log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
-                    self._redact(f"{type(err).__name__}: {err}"),
+                    self._redact(describe(err)),
                     extra={"key": row.key, "reason": "reconcile hook raised"})
         return None
 
@@ -365,7 +367,8 @@ class BeginFlow:
             if found is None:
                 return None
             outcome = Outcome(found.outcome)
-            text = result_json(found.result) if outcome is Outcome.COMMITTED else None
+            text = result_json(self._kept(row.effect_type, found.result)) if (
+                outcome is Outcome.COMMITTED and found.result is not None) else None
             note = self._redact(validate.text(found.note, "note", validate.MAX_TEXT))
             res = decide.resolution(row, outcome)
         except (ConfigError, PayloadError, InvalidTransition) as err:
@@ -421,7 +424,7 @@ def _run_hook(fn: Reconciler, row: EffectHead, coro: Any) -> Any:
         return asyncio.run(coro)
     except Exception as err:
         log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
-                    redact_text(f"{type(err).__name__}: {err}"),
+                    redact_text(describe(err)),
                     extra={"key": row.key, "reason": "reconcile hook raised"})
         return None
 

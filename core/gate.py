@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import hashlib
+import json
 import logging
 import os
+import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -37,7 +41,7 @@ from .notices import reported
 from .payload import canonical_json, payload_hash, result_json
 from .reconcile import Reconciled, Reconciler
 from .records import ApprovalRecord, BeginDecision, EffectRecord
-from .redact import TextRedactor, bound, redact_text
+from .redact import TextRedactor, bound, redact_fields, redact_text
 from .registry import Registry
 from .request import Lease, Request
 from .sagas import Compensator, UnwindReport
@@ -57,6 +61,7 @@ __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
+_GATES: weakref.WeakSet[Gate] = weakref.WeakSet()  # whose memos a prune clears
 _MAX_STEPS = 16
 _REDACTED = "[redacted]"
 
@@ -70,6 +75,8 @@ class EffectKind(NamedTuple):
     max_attempts: int
     reconcile_grace_seconds: float
     redact_arguments: tuple[str, ...] = ()
+    store_result: bool = True
+    redact_result: tuple[str, ...] = ()
 
 
 class Gate:
@@ -122,16 +129,21 @@ class Gate:
             raise ConfigError("text_redactor must be a function of a str")
         self._text_redactor = text_redactor
         self.policy, self.policy_source = _load_policy(policy)
+        self._result_rules = self.policy is not None and any(
+            not rule.store_result or rule.redact_result for rule in self.policy.effects.values())
         if self.policy_source is not None:
             log.info("policy in force: %s", self.policy_source,
                      extra={"reason": f"policy {self.policy_source}"})
         self._store = Store(url, durability=durability, read_only=read_only)
+        self._note_policy()
         self._memo = CommittedMemo(memo_size)
+        _GATES.add(self)
         self._reconcilers: Registry[Reconciler] = Registry()
         self._compensators: Registry[Compensator] = Registry()
         self._webhooks = _webhooks(webhooks)
         self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact,
-                               None if self._webhooks is None else self._webhooks.notify)
+                               None if self._webhooks is None else self._webhooks.notify,
+                               self._kept)
         self._telemetry = _telemetry(telemetry)
         if self._telemetry is not None:
             self._telemetry.watch(self)
@@ -144,10 +156,11 @@ class Gate:
         other.__dict__.update(self.__dict__)
         other.namespace = validate.text(namespace, "namespace", 128, required=True) or ""
         other._memo = CommittedMemo(self._memo.size)
+        _GATES.add(other)
         other._reconcilers = self._reconcilers.copy()
         other._compensators = self._compensators.copy()
         other._flow = BeginFlow(other._store, other._memo, other._reconcilers, other._redact,
-                                self._flow.observe)
+                                self._flow.observe, other._kept)
         return other
 
     # -- properties ------------------------------------------------------------------------
@@ -177,13 +190,49 @@ class Gate:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _note_policy(self) -> None:
+        """Compare the policy in force with the one last recorded for this namespace in the
+        store: a difference is logged as a warning (a gate started elsewhere, or with no
+        policy file, must not run with other approvals and ceilings unnoticed); a policy in
+        force is then recorded (no policy never replaces the record)."""
+        name = _policy_meta_name(self.namespace)
+        digest = policy_digest(self.policy)
+        raw = self._store.meta.get(name)
+        recorded: dict[str, Any] = {}
+        if raw is not None:
+            try:
+                loaded = json.loads(raw)
+                recorded = loaded if isinstance(loaded, dict) else {}
+            except ValueError:
+                recorded = {}
+        if recorded.get("digest") == digest or (raw is None and self.policy is None):
+            return
+        if raw is not None:
+            was = recorded.get("source") or "no policy"
+            now = self.policy_source or "no policy"
+            message = (f"namespace {self.namespace!r} runs with a policy that differs from the "
+                       f"one last recorded for it in the store (then: {was}; now: {now}): "
+                       "approvals, denials and ceilings may not be what its other gates apply")
+            log.warning("%s", bound(message, 600),
+                        extra={"reason": "policy differs from the one last recorded"})
+        if self.policy is not None and not self._store.read_only:
+            # Only a policy is recorded: an operator's CLI (no policy file where it runs) or a
+            # gate started elsewhere warns, but does not replace what the application runs.
+            self._store.put_meta(name, json.dumps(
+                {"digest": digest, "source": self.policy_source, "namespace": self.namespace},
+                sort_keys=True))
+
     def _redact(self, text: str | None) -> str | None:
         if text is None:
             return None
         if self._text_redactor is not None:
-            text = self._text_redactor(text)
-            if not isinstance(text, str):
-                raise ConfigError("text_redactor must return a str")
+            try:
+                mine = self._text_redactor(text)
+            except Exception as err:  # never store what the user's redactor did not see
+                mine = f"[redacted: the text_redactor raised {type(err).__name__}]"
+            if not isinstance(mine, str):
+                mine = "[redacted: the text_redactor did not return a str]"
+            text = mine
         return redact_text(text)
 
     # -- requests ----------------------------------------------------------------------------
@@ -198,6 +247,8 @@ class Gate:
         effect_type = validate.text(effect_type, "effect_type", 200, required=True) or ""
         rule = self.policy.rule_for(effect_type) if self.policy is not None else None
         redact_arguments: tuple[str, ...] = ()
+        redact_result: tuple[str, ...] = ()
+        store_result = True
         if rule is not None:
             vendor = vendor if vendor is not None else rule.vendor
             lease_seconds = lease_seconds if lease_seconds is not None else rule.lease_seconds
@@ -205,6 +256,7 @@ class Gate:
             if reconcile_grace_seconds is None:
                 reconcile_grace_seconds = rule.reconcile_grace_seconds
             redact_arguments = rule.redact_arguments
+            store_result, redact_result = rule.store_result, rule.redact_result
         if vendor is not None:
             rule_for(vendor)
         attempts = self.max_attempts if max_attempts is None else validate.whole(
@@ -213,7 +265,8 @@ class Gate:
             lease_seconds, "lease_seconds")
         grace = lease if reconcile_grace_seconds is None else validate.seconds(
             reconcile_grace_seconds, "reconcile_grace_seconds")
-        return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments)
+        return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments,
+                          store_result, redact_result)
 
     def request(
         self,
@@ -364,6 +417,8 @@ class Gate:
 
     def _report(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                 error: str | None, actual_cost_micros: int | None) -> None:
+        if result is not None and self._result_rules:
+            result = self._kept(self._effect_type_of(held), result)
         lease, parsed, fields = self._report_fields(held, outcome, result, error,
                                                     actual_cost_micros)
         done = self._store.record_outcome(self.namespace, lease, parsed, **fields)
@@ -385,6 +440,13 @@ class Gate:
 
     async def _areport(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                        error: str | None, actual_cost_micros: int | None) -> None:
+        if result is not None and self._result_rules:
+            if isinstance(held, Lease):
+                row = await self._flow.astore.fetch(self.namespace, check_key(held.key))
+                effect_type = None if row is None else row.effect_type
+            else:
+                effect_type = held.effect_type
+            result = self._kept(effect_type, result)
         lease, parsed, fields = self._report_fields(held, outcome, result, error,
                                                     actual_cost_micros)
         done = await self._flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
@@ -393,6 +455,24 @@ class Gate:
                 return
             raise await asyncio.to_thread(self._stale, lease, f"report {parsed.value}")
         self._reported(held, lease, parsed, fields["result"], done, fields["reason"])
+
+    def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
+        if isinstance(held, Lease):
+            row = self._store.fetch(self.namespace, check_key(held.key))
+            return None if row is None else row.effect_type
+        return held.effect_type if isinstance(held, BeginDecision) else None
+
+    def _kept(self, effect_type: str | None, result: Any) -> Any:
+        """What the policy lets the store keep of a reported result: nothing under
+        ``store_result = false``, the ``redact_result`` fields replaced — whoever reports (the
+        decorator, a wrapper, a protocol caller, an agent over MCP)."""
+        rule = None if effect_type is None or self.policy is None else (
+            self.policy.rule_for(effect_type))
+        if rule is None:
+            return result
+        if not rule.store_result:
+            return None
+        return redact_fields(result, rule.redact_result) if rule.redact_result else result
 
     def _report_fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                        error: str | None, actual_cost_micros: int | None,
@@ -410,15 +490,26 @@ class Gate:
                 parsed, held.estimated_cost_micros, cost):
             spends = False  # the counters stay as charged: one statement, no transaction
         ambiguous = parsed is Outcome.AMBIGUOUS
-        return lease, parsed, {
+        fields: dict[str, Any] = {
             "result": text, "error": error,
             "reason": (error or "reported ambiguous") if ambiguous else None,
             "note": bound(error, 200) if ambiguous and error else None,
             "actual_cost_micros": cost, "spends": spends,
         }
+        if cost is not None and spends is not False and self.policy is not None and (
+                parsed is Outcome.COMMITTED):
+            fields["overspend"] = _Overspend(self.policy, cost, held)
+        return lease, parsed, fields
 
     def _reported(self, held: BeginDecision | Lease, lease: Lease, parsed: Outcome,
                   text: str | None, done: Recorded, reason: str | None = None) -> None:
+        if done.overspent is not None:
+            from .decorator import OverspendWarning
+
+            log.warning("%s: %s", lease.key, done.overspent,
+                        extra={"key": lease.key, "state": parsed.value,
+                               "reason": done.overspent})
+            warnings.warn(f"{lease.key!r}: {done.overspent}", OverspendWarning, stacklevel=3)
         if done.late:
             log.warning("late report settled %s: %s", lease.key, parsed.value,
                         extra={"key": lease.key, "state": parsed.value,
@@ -512,6 +603,8 @@ class Gate:
                 raise UnknownEffect(f"no effect with key {key!r}", key=key)
             res = decide.resolution(row, parsed, force=force)
             how = "force-resolved" if res.forced else "resolved"
+            if text is not None and self._result_rules:
+                text = result_json(self._kept(row.effect_type, result))
             done = self._store.resolve(row, res, result=text,
                                        reason=f"{how} {parsed.value} by {actor}", actor=actor,
                                        note=note)
@@ -706,7 +799,9 @@ class Gate:
         compensation, so a pruned key still refuses a duplicate and can still be unwound.
         Returns how many were pruned (with ``dry_run=True``: how many would be, writing
         nothing). Never touches an effect that is in flight, AMBIGUOUS or waiting for
-        approval. This gate forgets its memo of committed results."""
+        approval. Every gate of this process on this store and namespace forgets its memo of
+        committed results (another process's memo keeps what it saw until it prunes or
+        restarts: ``memo_size=0`` where results must leave memory with the store's copy)."""
         if not isinstance(older_than, datetime.timedelta) or older_than.total_seconds() < 0:
             raise ConfigError("older_than must be a non-negative datetime.timedelta")
         if not isinstance(dry_run, bool):
@@ -715,7 +810,9 @@ class Gate:
         if dry_run:
             return self._store.prune(self.namespace, seconds, dry_run=True)
         count = self._store.prune(self.namespace, seconds)
-        self._memo.clear()
+        for gate in list(_GATES):  # every gate of this process on this store and namespace
+            if gate.namespace == self.namespace and gate._store.url == self._store.url:
+                gate._memo.clear()
         log.info("pruned %d effects older than %s", count, older_than)
         return count
 
@@ -851,6 +948,56 @@ def _load_policy(policy: object) -> tuple[Policy | None, str | None]:
     if isinstance(policy, Mapping):
         return Policy.from_dict(policy), "<dict>"
     raise ConfigError("policy must be an eg.Policy, a path, a mapping, or False for none")
+
+
+class _Overspend:
+    """Asked by the store after an actual cost above the estimate raised spend counters: the
+    text recorded (and warned) when one of them is now past its ceiling, else None."""
+
+    __slots__ = ("_actual", "_held", "_policy")
+
+    def __init__(self, policy: Policy, actual: int, held: BeginDecision | Lease) -> None:
+        self._policy, self._actual, self._held = policy, actual, held
+
+    def __call__(self, spent: list[tuple[str, int]]) -> str | None:
+        from .governance import dollars
+
+        ceilings = [(pattern, scope, limit)
+                    for pattern, rule in self._policy.effects.items() if rule.budget
+                    for scope, limit in rule.budget.ceilings()]
+        if self._policy.budget is not None:
+            ceilings += [("*", scope, limit) for scope, limit in self._policy.budget.ceilings()]
+        over = []
+        for scope_key, total in spent:
+            for pattern, scope, limit in ceilings:
+                if scope_key.startswith(f"{pattern}|{scope}|") and total > limit:
+                    over.append(f"the {scope} ceiling of {dollars(limit)} on {pattern} is at "
+                                f"{dollars(total)}")
+                    break
+        if not over:
+            return None
+        estimate = getattr(self._held, "estimated_cost_micros", None)
+        than = f" (estimated {dollars(estimate)})" if estimate is not None else ""
+        return bound(f"overspent: the actual cost {dollars(self._actual)}{than} was spent, and "
+                     + "; ".join(over), 1000)
+
+
+def policy_digest(policy: Policy | None) -> str:
+    """A short digest of what a policy says (None: ``"none"``): equal for two policies that
+    say the same thing, whatever their file's order or spelling."""
+    if policy is None:
+        return "none"
+    text = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _policy_meta_name(namespace: str) -> str:
+    """The ``effectgate_meta`` row that holds a namespace's last recorded policy (at most 64
+    characters: a long namespace goes by its digest)."""
+    name = f"policy:{namespace}"
+    if len(name) <= 64 and name.isascii() and name.isprintable():
+        return name
+    return "policy:#" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:48]
 
 
 def _effective_state(row: EffectRow | EffectHead) -> State:

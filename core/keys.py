@@ -2,11 +2,19 @@
 
 A field is a parameter name, optionally followed by attribute or item access
 (``{order.id}``, ``{order[id]}``, ``{items[0]}``) and a format spec (``{n:05d}``).
-A field must resolve to a non-empty ``str``, an ``int`` (not ``bool``), a ``uuid.UUID``, a
+Attributes are plain names (no ``_`` prefix, so no dunders: ``{order.__class__}`` is refused
+when the template is parsed, in code and in policy files alike) and a step may never land on a
+module, a class or anything callable: a template reads the call's data, it cannot walk into the
+program (``{order.__init__.__globals__[...]}``) or call anything. A field must resolve to a
+non-empty ``str``, an ``int`` (not ``bool``), a ``uuid.UUID``, a
 ``datetime.date`` (not a datetime: its timezone would be a guess) or an ``Enum`` whose value is
 one of those. ``None``, empty strings, floats, containers and anything else raise
 :class:`~effectgate.EffectKeyError` before anything runs. Keys are NFC-normalised, at most
-:data:`MAX_KEY_LENGTH` characters, and may not contain control characters.
+:data:`MAX_KEY_LENGTH` characters, and printable: control characters, line and paragraph
+separators (U+2028, U+2029, U+0085), invisible format characters (zero-width space,
+bidirectional overrides, BOM) and spaces other than U+0020 are refused, so two keys that look
+alike are alike. (Unassigned and private-use code points pass: which code points are assigned
+depends on the Python's Unicode version, and a key must mean the same on every host.)
 
 **Filters** turn a large or messy argument into a key part: ``{field|filter}``, chained left to
 right (``{path|path|sha256}``), before the format spec (``{content|sha256:.16}``):
@@ -37,6 +45,7 @@ import hashlib
 import posixpath
 import re
 import string
+import types
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -53,7 +62,11 @@ _FORMATTER = string.Formatter()
 _BIG = 10**100  # an int field past this takes the careful path (and its clear errors)
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Refused in keys: controls, invisible format characters, line and paragraph separators, and
+# spaces other than U+0020 (each makes look-alike keys distinct or breaks a line).
+_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
+_ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_MAX_WALK = 8  # attribute and item steps in one field
 
 
 def is_utf8(text: str) -> bool:
@@ -85,8 +98,17 @@ def check_key(key: object) -> str:
             f"an effect key is at most {MAX_KEY_LENGTH} characters; this one has {len(key)}",
             key=key[:80] + "…",
         )
-    if _CONTROL.search(key):
-        raise EffectKeyError("an effect key must not contain control characters", key=repr(key))
+    if not key.isprintable():
+        bad = next((ch for ch in key if ch != " " and unicodedata.category(ch) in _UNSEEN), "")
+        if not bad:  # unassigned or private-use code points only: accepted (they are visible,
+            return key  # and which are unassigned depends on this Python's Unicode version)
+        kind = unicodedata.category(bad)
+        what = {"Cc": "a control character", "Cf": "an invisible format character",
+                "Zl": "a line separator", "Zp": "a paragraph separator",
+                "Zs": "a space other than U+0020"}.get(kind, "a character that is not printable")
+        raise EffectKeyError(
+            f"an effect key must be printable; it has {what} (U+{ord(bad):04X}), which would "
+            "make look-alike keys distinct or break a record", key=repr(key), reason=what)
     return key
 
 
@@ -231,13 +253,15 @@ class KeyTemplate:
     ``fields`` are the field expressions without their filters (``{content|sha256}`` gives
     ``content``); ``roots`` the argument names they start from."""
 
-    __slots__ = ("_literal", "_normalisers", "_parts", "fields", "roots", "template")
+    __slots__ = ("_literal", "_normalisers", "_parts", "_walks", "fields", "roots",
+                 "template")
 
     def __init__(self, template: str) -> None:
         if not isinstance(template, str):
             raise EffectKeyError(f"a key template must be a str, not {type(template).__name__}")
         self.template = template
         parts: list[tuple[str, str | None, str, tuple[tuple[str, KeyFilter], ...]]] = []
+        walks: list[tuple[str, tuple[tuple[bool, Any], ...]] | None] = []
         try:
             parsed = list(_FORMATTER.parse(template))
         except ValueError as err:
@@ -256,8 +280,13 @@ class KeyTemplate:
                     )
                 if "|" in field:
                     field, filters = _split_filters(template, field)
+                root, steps = _walk_of(template, field)
+                walks.append((root, tuple(steps)))
+            else:
+                walks.append(None)
             parts.append((literal, field, spec or "", filters))
         self._parts = tuple(parts)
+        self._walks = tuple(walks)
         self.fields = tuple(f for _, f, _, _ in parts if f is not None)
         normal: dict[str, tuple[tuple[str, KeyFilter], ...]] = {}
         for _, field, _, filters in parts:
@@ -297,7 +326,7 @@ class KeyTemplate:
         if not self.fields:
             return self._literal
         out: list[str] = []
-        for literal, field, spec, filters in self._parts:
+        for (literal, field, spec, filters), walk in zip(self._parts, self._walks, strict=True):
             out.append(literal)
             if field is None:
                 continue
@@ -307,13 +336,8 @@ class KeyTemplate:
                 if (kind is str and raw.strip()) or (kind is int and -_BIG < raw < _BIG):
                     out.append(raw if kind is str else str(raw))
                     continue
-            try:
-                raw, _ = _FORMATTER.get_field(field, (), arguments)
-            except (KeyError, AttributeError, IndexError, TypeError) as err:
-                raise EffectKeyError(
-                    f"key template {self.template!r}: cannot resolve {{{field}}} "
-                    f"({type(err).__name__}: {err})"
-                ) from None
+            assert walk is not None
+            raw = _resolve(self.template, field, walk, arguments)
             if filters:
                 raw = _filtered(self.template, field, raw, filters)
             value = _field_value(raw, field)
@@ -327,6 +351,95 @@ class KeyTemplate:
 
     def __repr__(self) -> str:
         return f"KeyTemplate({self.template!r})"
+
+
+def _walk_of(template: str, field: str) -> tuple[str, list[tuple[bool, Any]]]:
+    """The root name and the (is attribute, name or index) steps of ``field``; an
+    :class:`EffectKeyError` for anything but plain attribute names and item indexes."""
+    root, steps = _split_field(template, field)
+    if not isinstance(root, str) or not root or not root.isprintable():
+        raise EffectKeyError(
+            f"bad key template {template!r}: {{{field}}} must start with an argument name")
+    if len(steps) > _MAX_WALK:
+        raise EffectKeyError(
+            f"bad key template {template!r}: {{{field}}} has more than {_MAX_WALK} steps")
+    for is_attribute, name in steps:
+        if is_attribute and not _ATTRIBUTE.match(name):
+            raise EffectKeyError(
+                f"bad key template {template!r}: {{{field}}}: attribute {name!r} is not "
+                "allowed (plain names only: no _private or __dunder__ attributes)",
+                reason="attribute not allowed")
+        if not is_attribute and isinstance(name, str) and (
+                not name or len(name) > 128 or not name.isprintable()):
+            raise EffectKeyError(
+                f"bad key template {template!r}: {{{field}}}: bad item index {name!r}")
+    return root, steps
+
+
+def _split_field(template: str, field: str) -> tuple[str, list[tuple[bool, Any]]]:
+    """``name.attr[item][0]`` as ``name`` and its steps, read as ``str.format`` reads them
+    (an all-digit item is an int index)."""
+    cut = min((i for i in (field.find("."), field.find("[")) if i >= 0), default=len(field))
+    root, rest = field[:cut], field[cut:]
+    steps: list[tuple[bool, Any]] = []
+    while rest:
+        if rest[0] == ".":
+            end = min((i for i in (rest.find(".", 1), rest.find("[", 1)) if i >= 0),
+                      default=len(rest))
+            name = rest[1:end]
+            if not name:
+                raise EffectKeyError(f"bad key template {template!r}: {{{field}}}: empty "
+                                     "attribute")
+            steps.append((True, name))
+            rest = rest[end:]
+        elif rest[0] == "[":
+            end = rest.find("]")
+            if end < 0:
+                raise EffectKeyError(f"bad key template {template!r}: {{{field}}}: missing ']'")
+            item = rest[1:end]
+            if not item:
+                raise EffectKeyError(f"bad key template {template!r}: {{{field}}}: empty "
+                                     "item")
+            steps.append((False, int(item) if item.isdigit() and item.isascii() else item))
+            rest = rest[end + 1:]
+        else:
+            raise EffectKeyError(f"bad key template {template!r}: {{{field}}}: only '.' or "
+                                 "'[' may follow an item")
+    return root, steps
+
+
+def _walkable(value: Any) -> bool:
+    """False for what a template must never step onto: modules, classes, functions, methods
+    and any other callable (a template reads data; it never calls or walks the program)."""
+    if isinstance(value, (str, int, float, bool, type(None), Mapping, list, tuple)):
+        return True
+    return not (callable(value) or isinstance(value, (types.ModuleType, type)))
+
+
+def _resolve(template: str, field: str, walk: tuple[str, tuple[tuple[bool, Any], ...]],
+             arguments: Mapping[str, Any]) -> Any:
+    """The value of ``field`` (``name``, ``name.attr``, ``name[item]``...) in ``arguments``:
+    items of mappings and sequences, plain attributes of data objects; nothing else."""
+    root, steps = walk
+
+    def refuse(why: str) -> EffectKeyError:
+        return EffectKeyError(f"key template {template!r}: cannot resolve {{{field}}} ({why})")
+
+    if root not in arguments:
+        raise refuse(f"no argument {root!r}")
+    value = arguments[root]
+    for is_attribute, name in steps:
+        if not _walkable(value):
+            raise refuse(f"it steps onto a {type(value).__name__}, which a key cannot read")
+        try:
+            value = getattr(value, name) if is_attribute else value[name]
+        except (KeyError, AttributeError, IndexError, TypeError) as err:
+            raise refuse(f"{type(err).__name__}: {err}") from None
+        except Exception as err:  # a property or __getitem__ of the caller's that raised
+            raise refuse(f"{type(err).__name__} while reading {name!r}") from None
+    if not _walkable(value):
+        raise refuse(f"it is a {type(value).__name__}, which a key cannot read")
+    return value
 
 
 def _root(field: str) -> str:

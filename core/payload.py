@@ -43,7 +43,7 @@ from typing import Any
 from .errors import PayloadError
 from .keys import is_utf8
 
-__all__ = ["canonical_json", "payload_hash", "result_json", "to_canonical"]
+__all__ = ["MAX_RESULT_DEPTH", "canonical_json", "payload_hash", "result_json", "to_canonical"]
 
 _EXACT_FLOAT_LIMIT = 2**53
 _MAX_DIGITS = 4300  # Python's own limit for int <-> str conversion
@@ -184,4 +184,35 @@ def result_json(result: Any) -> str | None:
         raise PayloadError(f"the result cannot be stored as JSON: {err}") from None
     if not text.isascii() and not is_utf8(text):
         raise PayloadError(_SURROGATE.format("result"))
+    if text.count("[") + text.count("{") > MAX_RESULT_DEPTH and (
+            _depth(text) > MAX_RESULT_DEPTH):
+        raise PayloadError(f"the result is nested more than {MAX_RESULT_DEPTH} deep; it could "
+                           "be stored but not read back everywhere")
     return text
+
+
+MAX_RESULT_DEPTH = 200
+"""How deep a stored result may nest: what every reader (a duplicate's ``json.loads``, a
+database's JSON functions) reads back without recursing out."""
+
+
+def _depth(text: str) -> int:
+    """The nesting depth of JSON ``text`` (brackets inside strings not counted)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest

@@ -20,6 +20,8 @@
     on_ambiguous = "reconcile"           # or "block": never consult a reconcile hook
     reconcile_grace_seconds = 60         # after a lapsed lease (default: the lease again)
     redact_arguments = ["card_number"]   # an approver sees these as "[redacted]"
+    store_result = true                  # false: a duplicate returns None, nothing is kept
+    redact_result = ["card", "phone"]    # result fields (at any depth) stored as "[redacted]"
     deny = false                         # or a reason: every call is denied
 
     [upstreams."secure-filesystem-server"]   # an MCP upstream, by its server name (the name it
@@ -115,6 +117,16 @@ class EffectRule(_Strict):
     on_ambiguous: Literal["block", "reconcile"] = "reconcile"
     reconcile_grace_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
     redact_arguments: tuple[str, ...] = ()
+    store_result: bool = Field(default=True, strict=True)
+    redact_result: tuple[str, ...] = ()
+
+    @field_validator("redact_arguments", "redact_result")
+    @classmethod
+    def _field_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not name.strip() or len(name) > 200 or not name.isprintable():
+                raise ValueError(f"names fields (printable, at most 200 characters), not {name!r}")
+        return value
 
     @field_validator("approval", mode="before")
     @classmethod

@@ -10,12 +10,15 @@ bound is applied after it either way.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
 
 from .keys import is_utf8
 
-__all__ = ["TextRedactor", "bound", "redact_text"]
+__all__ = ["REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text"]
+
+REDACTED = "[redacted]"
 
 TextRedactor = Callable[[str], str]
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]{1,15}://[^\s'\"<>`]+")
@@ -26,19 +29,21 @@ def _clean_url(match: re.Match[str]) -> str:
     raw = match.group(0)
     try:
         parts = urlsplit(raw)
+        port = parts.port
     except ValueError:
         return "[url]"
+    has_credentials = parts.username is not None or parts.password is not None
+    if not (has_credentials or parts.query or parts.fragment):
+        return raw  # nothing to remove: the URL as it was written (sqlite:////abs/path)
     host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    if parts.username is not None or parts.password is not None:
+    if ":" in host:  # an IPv6 address keeps its brackets
+        host = f"[{host}]"
+    if port is not None:
+        host = f"{host}:{port}"
+    if has_credentials:
         host = "[credentials]@" + host
-    query = "[redacted]" if parts.query else ""
-    fragment = "[redacted]" if parts.fragment else ""
-    try:
-        return urlunsplit((parts.scheme, host, parts.path, query, fragment))
-    except ValueError:
-        return "[url]"
+    return (f"{parts.scheme}://{host}{parts.path}" + ("?[redacted]" if parts.query else "")
+            + ("#[redacted]" if parts.fragment else ""))
 
 
 def bound(text: str, limit: int = _LIMIT) -> str:
@@ -57,3 +62,34 @@ def redact_text(text: str) -> str:
     if "://" in text:
         text = _URL.sub(_clean_url, text)
     return bound(text)
+
+
+def redact_fields(value: Any, names: Iterable[str]) -> Any:
+    """``value`` in its JSON form with every mapping entry named in ``names`` (at any depth)
+    replaced by ``"[redacted]"``: the policy's ``redact_result``. :class:`PayloadError` when
+    ``value`` has no JSON form."""
+    from .errors import PayloadError
+    from .payload import to_canonical  # payload builds on keys, as this does
+
+    try:
+        return _replace(to_canonical(value, "result"), frozenset(names))
+    except RecursionError:
+        raise PayloadError("result: nested too deeply to be stored") from None
+
+
+def _replace(value: Any, names: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: (REDACTED if k in names else _replace(v, names)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace(v, names) for v in value]
+    return value
+
+
+def describe(exc: BaseException) -> str:
+    """``"TypeName: message"`` for an exception, even one whose ``__str__`` raises (the
+    outcome must still be recorded); redact before storing it."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(its message could not be read)"
+    return f"{type(exc).__name__}: {text}"

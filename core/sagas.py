@@ -19,6 +19,7 @@ from .classify import classify
 from .context import current_effect_scope
 from .errors import EffectGateError, PayloadError
 from .keys import MAX_KEY_LENGTH
+from .redact import describe
 from .states import Decision, Outcome, State
 
 if TYPE_CHECKING:
@@ -101,8 +102,8 @@ def unwind(gate: Gate, group_key: str, by: str) -> UnwindReport:
         try:
             _unwind_step(gate, record, by, report, step)
         except EffectGateError as err:
-            report.failed.append(UnwindStep(**step, detail=f"{type(err).__name__}: "
-                                            f"{err.message}"))
+            report.failed.append(UnwindStep(**step, detail=_text(
+                gate, f"{type(err).__name__}: {err.message}")))
     return report
 
 
@@ -171,14 +172,15 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
         outcome = classify(exc, gate.classifiers)
         outcome = Outcome.FAILED if outcome is Outcome.FAILED else Outcome.AMBIGUOUS
         try:
-            gate.report(d, outcome, error=f"{type(exc).__name__}: {exc}")
+            gate.report(d, outcome, error=describe(exc))
         except EffectGateError as err:
             exc.add_note(f"effectgate could not record {outcome.value}: {err}")
         if not isinstance(exc, Exception):
             raise
         target = report.failed if outcome is Outcome.FAILED else report.unresolved
-        target.append(UnwindStep(**step, detail=f"compensation {outcome.value}: {exc}",
-                                 compensation_effect_id=d.effect_id))
+        target.append(UnwindStep(
+            **step, detail=_text(gate, f"compensation {outcome.value}: {describe(exc)}"),
+            compensation_effect_id=d.effect_id))
         return
     detail = "compensated"
     try:
@@ -188,3 +190,9 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
         detail, result = "compensated (its result has no JSON form and was not stored)", None
     report.compensated.append(UnwindStep(**step, detail=detail,
                                          compensation_effect_id=d.effect_id, result=result))
+
+
+def _text(gate: Gate, text: str) -> str:
+    """Free text for the report (shown by the CLI, returned over MCP): through the gate's
+    redactor, as every stored error is."""
+    return gate._redact(text) or ""

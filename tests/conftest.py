@@ -91,6 +91,13 @@ def delete_namespaces(url: str, prefix: str) -> int:
         for table in tables:
             cur = conn.execute(f'DELETE FROM "{table}" WHERE namespace LIKE %s', (pattern,))
             deleted += cur.rowcount or 0
+        # The policy each namespace last ran with (effectgate_meta rows "policy:<namespace>").
+        has_meta = conn.execute("SELECT 1 FROM information_schema.tables WHERE table_name = "
+                                "'effectgate_meta' AND table_schema = current_schema()").fetchone()
+        if has_meta:
+            cur = conn.execute("DELETE FROM effectgate_meta WHERE name LIKE %s",
+                               ("policy:" + pattern,))
+            deleted += cur.rowcount or 0
     return deleted
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import effectgate as eg
 
-from .conftest import PG_URL, require_postgres, snapshot
+from .conftest import PG_URL, TEST_PREFIX, require_postgres, snapshot
 
 PAYLOAD = {"txn_id": "txn_1", "amount_cents": 500}
 
@@ -28,8 +28,9 @@ PAYLOAD = {"txn_id": "txn_1", "amount_cents": 500}
 class Seeded:
     """A gate whose namespace holds a committed effect and, per case, one in flight."""
 
-    def __init__(self, gate: eg.Gate) -> None:
+    def __init__(self, gate: eg.Gate, tmp: Path) -> None:
         self.gate = gate
+        self.tmp = tmp
         done = gate.begin(effect_type="payment.refund", key="refund:done", payload=PAYLOAD)
         gate.report(done, "committed", result={"refund_id": "re_1"})
         self.done = done
@@ -82,6 +83,59 @@ def _deep() -> dict[str, Any]:
     for _ in range(20_000):
         value = [value]
     return {"deep": value}
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class _Order:
+    """A data object a template may read plain attributes of (and nothing else)."""
+
+    def __init__(self) -> None:
+        self.id = "o_1"
+        self._secret = "s3cr3t"
+        self.items = ["a", "b"]
+
+    def total(self) -> int:
+        return 5
+
+
+def _policy_file(tmp: Path, text: str) -> Path:
+    path = tmp / f"effectgate-{uuid.uuid4().hex[:8]}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _generator(x: Any) -> Any:
+    yield x
+
+
+async def _async_generator(x: Any) -> Any:
+    yield x
+
+
+def _spec(s: Seeded, **options: Any) -> Any:
+    return eg.EffectSpec(s.gate, "refund:{txn_id}", effect_type="payment.refund", **options)
+
+
+# Characters that must never be part of a key: each would make a look-alike key distinct, or
+# break a line of a record or a terminal.
+INVISIBLE = {
+    "U+2028 line separator": "\u2028", "U+2029 paragraph separator": "\u2029",
+    "U+0085 next line": "\x85", "U+200B zero-width space": "\u200b",
+    "U+200C zero-width non-joiner": "\u200c", "U+200D zero-width joiner": "\u200d",
+    "U+200E left-to-right mark": "\u200e", "U+202E right-to-left override": "\u202e",
+    "U+2066 left-to-right isolate": "\u2066", "U+2060 word joiner": "\u2060",
+    "U+FEFF byte order mark": "\ufeff", "U+00AD soft hyphen": "\xad",
+    "U+00A0 no-break space": "\xa0", "U+3000 ideographic space": "\u3000",
+    "ESC [2J (clear screen)": "\x1b[2J", "ESC ] title BEL": "\x1b]0;owned\x07",
+    "U+009B CSI": "\x9b31m", "DEL": "\x7f", "tab": "\t", "carriage return": "\r",
+    "U+2007 figure space": "\u2007", "U+180E Mongolian vowel separator": "\u180e",
+}
 
 
 Case = Callable[[Seeded], Any]
@@ -271,6 +325,161 @@ CASES: list[tuple[str, Case, type[eg.EffectGateError]]] = [
      E.ConfigError),
 ]
 
+# -- issue 11: Unicode separators, format characters and escapes in keys ----------------------
+for _what, _char in INVISIBLE.items():
+    CASES.append((f"key with {_what}",
+                  lambda s, c=_char: s.begin(key=f"refund:a{c}b"), E.EffectKeyError))
+    CASES.append((f"template field renders {_what}",
+                  lambda s, c=_char: s.run("refund:{t}", {"t": f"a{c}b"}), E.EffectKeyError))
+for _what, _char in list(INVISIBLE.items())[:6]:
+    CASES.append((f"get with {_what} in the key",
+                  lambda s, c=_char: s.gate.get(f"refund:done{c}"), E.EffectKeyError))
+    CASES.append((f"resolve with {_what} in the key",
+                  lambda s, c=_char: s.gate.resolve(f"{s.held.key}{c}", "failed", by="ops",
+                                                    force=True), E.EffectKeyError))
+CASES += [
+    ("template literal with a zero-width space",
+     lambda s: s.run("refund:\u200b{txn_id}", PAYLOAD), E.EffectKeyError),
+    ("template literal with U+2028", lambda s: s.run("refund\u2028{txn_id}", PAYLOAD),
+     E.EffectKeyError),
+    ("literal template with a BOM", lambda s: s.run("\ufeffrefund:x", {}), E.EffectKeyError),
+    ("report proof whose key has a bidi override",
+     lambda s: s.report(s.held.lease._replace(key=s.held.key + "\u202e"), "committed"),
+     E.EffectKeyError),
+    ("list effects by a key prefix with a NUL",
+     lambda s: s.gate.list_effects(key_prefix="refund:\x00"), E.ConfigError),
+    ("agent id with a NUL and an escape", lambda s: s.begin(agent_id="a\x1b[2J\x00"),
+     E.ConfigError),
+    ("resolve note with a NUL",
+     lambda s: s.gate.resolve(s.held.key, "failed", by="ops", note="n\x00", force=True),
+     E.ConfigError),
+    ("resolve by with a lone surrogate",
+     lambda s: s.gate.resolve(s.held.key, "failed", by="op\ud800", force=True), E.ConfigError),
+    ("resolve note of 10,000 characters",
+     lambda s: s.gate.resolve(s.held.key, "failed", by="ops", note="n" * 10_000, force=True),
+     E.ConfigError),
+    # -- integers of 2**63 and more (what a BIGINT column cannot hold) ------------------------
+    ("estimated cost of 2**63", lambda s: s.begin(estimated_cost_micros=2**63), E.ConfigError),
+    ("estimated cost of 10**30", lambda s: s.begin(estimated_cost_micros=10**30),
+     E.ConfigError),
+    ("actual cost of 2**63 at report",
+     lambda s: s.report(s.held, "committed", actual_cost_micros=2**63), E.ConfigError),
+    ("actual cost of 10**40 at a failed report",
+     lambda s: s.report(s.held, "failed", actual_cost_micros=10**40), E.ConfigError),
+    ("actual cost as a float", lambda s: s.report(s.held, "committed", actual_cost_micros=1.0),
+     E.ConfigError),
+    ("compensates_effect_id of 2**63", lambda s: s.begin(compensates_effect_id=2**63),
+     E.ConfigError),
+    ("compensates_effect_id of 0", lambda s: s.begin(compensates_effect_id=0), E.ConfigError),
+    ("get by an id of 2**63", lambda s: s.gate.get_by_id(2**63), E.ConfigError),
+    ("get by an id of -1", lambda s: s.gate.get_by_id(-1), E.ConfigError),
+    ("list with a limit of 2**63", lambda s: s.gate.list_effects(limit=2**63), E.ConfigError),
+    ("list before an id of 2**64", lambda s: s.gate.list_effects(before_id=2**64),
+     E.ConfigError),
+    ("max_attempts of 2**63", lambda s: s.begin(max_attempts=2**63), E.ConfigError),
+    ("lease of 2**63 seconds", lambda s: s.begin(lease_seconds=2**63), E.ConfigError),
+    ("lease of 10**400 seconds (float overflow)", lambda s: s.begin(lease_seconds=10**400),
+     E.ConfigError),
+    ("extend lease by 2**63 seconds", lambda s: s.gate.extend_lease(s.held, 2**63),
+     E.ConfigError),
+    ("report with a token of -1",
+     lambda s: s.report(s.held.lease._replace(token=-1), "committed"), E.ConfigError),
+    ("report with a token of 2**64",
+     lambda s: s.report(s.held.lease._replace(token=2**64), "committed"), E.ConfigError),
+    ("cost function returns 2**63",
+     lambda s: s.run("refund:{txn_id}", PAYLOAD, cost_micros=lambda txn_id: 2**63),
+     E.ConfigError),
+    ("cost function returns a float",
+     lambda s: s.run("refund:{txn_id}", PAYLOAD, cost_micros=lambda txn_id: 1.5),
+     E.ConfigError),
+    ("spec cost of 2**63", lambda s: s.run("refund:{txn_id}", PAYLOAD, cost_micros=2**63),
+     E.ConfigError),
+    # -- deep results (stored only when every reader can read them back) ---------------------
+    ("result nested 201 deep", lambda s: s.report(s.held, "committed", result=_nested(201)),
+     E.PayloadError),
+    ("result nested 900 deep", lambda s: s.report(s.held, "committed", result=_nested(900)),
+     E.PayloadError),
+    ("result nested 5,000 deep",
+     lambda s: s.report(s.held, "committed", result={"r": _nested(5_000)}), E.PayloadError),
+    ("resolve with a result nested 900 deep",
+     lambda s: s.gate.resolve(s.held.key, "committed", by="ops", result=_nested(900),
+                              force=True), E.PayloadError),
+    ("compensation nested 5,000 deep", lambda s: s.begin(compensation=_nested(5_000)),
+     E.PayloadError),
+    # -- key templates that walk into the program ---------------------------------------------
+    ("template reads a dunder attribute",
+     lambda s: s.run("refund:{order.__class__}", {"order": _Order()}), E.EffectKeyError),
+    ("template walks to globals (the issue's exploit)",
+     lambda s: s.run("k:{order.__init__.__globals__[sys].modules[os].environ[HOME]}",
+                     {"order": _Order()}), E.EffectKeyError),
+    ("template reads a _private attribute",
+     lambda s: s.run("refund:{order._secret}", {"order": _Order()}), E.EffectKeyError),
+    ("template dunder after an item",
+     lambda s: s.run("refund:{order[0].__doc__}", {"order": ["x"]}), E.EffectKeyError),
+    ("template dunder deep in a walk",
+     lambda s: s.run("refund:{order.items.__len__}", {"order": _Order()}), E.EffectKeyError),
+    ("template reads a method (a callable)",
+     lambda s: s.run("refund:{order.total}", {"order": _Order()}), E.EffectKeyError),
+    ("template reads a str method", lambda s: s.run("refund:{t.upper}", {"t": "abc"}),
+     E.EffectKeyError),
+    ("template steps onto a module",
+     lambda s: s.run("refund:{m.sep}", {"m": __import__("os")}), E.EffectKeyError),
+    ("template field is a module",
+     lambda s: s.run("refund:{m}", {"m": __import__("os")}), E.EffectKeyError),
+    ("template steps onto a class", lambda s: s.run("refund:{c.x}", {"c": _Order}),
+     E.EffectKeyError),
+    ("template field is a function", lambda s: s.run("refund:{f}", {"f": len}),
+     E.EffectKeyError),
+    ("template walk of nine steps",
+     lambda s: s.run("k:{a[0][0][0][0][0][0][0][0][0]}", {"a": _nested(9)}), E.EffectKeyError),
+    ("template empty item", lambda s: s.run("refund:{order[]}", {"order": {}}),
+     E.EffectKeyError),
+    ("template empty attribute", lambda s: s.run("refund:{order..id}", {"order": {}}),
+     E.EffectKeyError),
+    ("template attribute with a dash", lambda s: s.run("refund:{order.a-b}", {"order": {}}),
+     E.EffectKeyError),
+    ("group template with a dunder",
+     lambda s: s.run("refund:{txn_id}", PAYLOAD, group_key="g:{txn_id.__class__}"),
+     E.EffectKeyError),
+    ("decorator with an attribute-walk template",
+     lambda s: s.gate.effect("k:{o.__init__.__globals__}", effect_type="x")(lambda o: None),
+     E.EffectKeyError),
+    ("policy key template with an attribute walk",
+     lambda s: eg.Policy.from_dict({"effects": {"t": {
+         "key": "k:{o.__init__.__globals__[sys]}", "tools": ["t"]}}}), E.PolicyError),
+    ("policy file with an attribute-walk template",
+     lambda s: eg.Policy.load(_policy_file(s.tmp, '[effects."sms.send"]\n'
+                                           'key = "sms:{to.__class__.__mro__}"\n'
+                                           'tools = ["send_sms"]\n')), E.PolicyError),
+    ("policy file key with a zero-width space",
+     lambda s: eg.Policy.load(_policy_file(s.tmp, '[effects.t]\nkey = "k\u200b:x"\n')),
+     E.PolicyError),
+    ("gate with a policy whose template walks",
+     lambda s: eg.Gate(s.gate.url, policy={"effects": {"t": {"key": "{a._b}", "tools": ["t"]}}}),
+     E.PolicyError),
+    # -- what is stored of results, per effect type in the policy --------------------------------
+    ("policy store_result not a bool",
+     lambda s: eg.Policy.from_dict({"effects": {"t": {"store_result": "no"}}}), E.PolicyError),
+    ("policy redact_result not a list",
+     lambda s: eg.Policy.from_dict({"effects": {"t": {"redact_result": 5}}}), E.PolicyError),
+    ("policy redact_result with a blank name",
+     lambda s: eg.Policy.from_dict({"effects": {"t": {"redact_result": [" "]}}}), E.PolicyError),
+    ("policy redact with a typo'd field",
+     lambda s: eg.Policy.from_dict({"effects": {"t": {"redact": ["x"]}}}), E.PolicyError),
+    ("spec store_result not a bool", lambda s: _spec(s, store_result="no"), E.ConfigError),
+    ("spec redact not callable", lambda s: _spec(s, redact="card"), E.ConfigError),
+    # -- functions the decorator cannot gate -------------------------------------------------------
+    ("decorating a generator function",
+     lambda s: s.gate.effect("k:{x}", effect_type="x")(_generator), E.ConfigError),
+    ("decorating an async generator function",
+     lambda s: s.gate.effect("k:{x}", effect_type="x")(_async_generator), E.ConfigError),
+    ("decorating a non-callable", lambda s: s.gate.effect("k:{x}", effect_type="x")(42),
+     E.ConfigError),
+    ("decorating a callable object missing the template's argument",
+     lambda s: s.gate.effect("k:{x}", effect_type="x")(type("C", (), {
+         "__call__": lambda self, y: y})()), E.EffectKeyError),
+]
+
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def seeded(request: pytest.FixtureRequest,
@@ -279,14 +488,14 @@ def seeded(request: pytest.FixtureRequest,
         require_postgres()
         url = PG_URL
     else:
-        url = f"sqlite:///{Path(tmp_path_factory.mktemp('bad')) / 'effects.db'}"
-    gate = eg.Gate(url, namespace=f"t-bad-{uuid.uuid4().hex[:12]}")
-    yield Seeded(gate)
+        url = f"sqlite:///{tmp_path_factory.mktemp('bad') / 'effects.db'}"
+    gate = eg.Gate(url, namespace=f"{TEST_PREFIX}bad-{uuid.uuid4().hex[:8]}", policy=False)
+    yield Seeded(gate, tmp_path_factory.mktemp("policies"))
     gate.close()
 
 
-def test_at_least_twenty_kinds_of_bad_input() -> None:
-    assert len(CASES) >= 20
+def test_at_least_150_kinds_of_bad_input() -> None:
+    assert len(CASES) + len(CLI_CASES) >= 150
     assert len({name for name, _, _ in CASES}) == len(CASES)
 
 
@@ -339,3 +548,58 @@ def test_result_with_lone_surrogate_commits_without_storing_it(gate: eg.Gate) ->
         refund("t1")
     assert gate.get("refund:t1").state is eg.State.COMMITTED
     assert refund("t1") is None and calls == ["t1"]
+
+
+# -- the command line: conflicting flags and hostile arguments (exit 2, one line, no write) ----
+
+CLI_CASES: list[tuple[str, list[str]]] = [
+    ("resolve --committed --failed", ["resolve", "{held}", "--committed", "--failed"]),
+    ("resolve --failed --committed", ["resolve", "{held}", "--failed", "--committed"]),
+    ("resolve --failed with --result", ["resolve", "{held}", "--failed", "--result", "{}"]),
+    ("resolve --json --plain", ["resolve", "{held}", "--committed", "--json", "--plain"]),
+    ("resolve with neither outcome", ["resolve", "{held}"]),
+    ("resolve --result not JSON", ["resolve", "{held}", "--committed", "--result", "{x"]),
+    ("resolve --result 900 deep", ["resolve", "{held}", "--committed", "--force",
+                                   "--result", "[" * 900 + "]" * 900]),
+    ("resolve a key with U+2028", ["resolve", "refund:done\u2028", "--failed"]),
+    ("resolve a key with an escape sequence", ["resolve", "refund:\x1b[2J", "--failed"]),
+    ("resolve a key with a zero-width space", ["resolve", "refund:do\u200bne", "--failed"]),
+    ("resolve --note with a NUL", ["resolve", "{held}", "--failed", "--force", "--note",
+                                   "a\x00b"]),
+    ("ls --json --plain", ["ls", "--json", "--plain"]),
+    ("ls --state with an escape", ["ls", "--state", "ambiguous\x1b[0m"]),
+    ("ls --limit 0", ["ls", "--limit", "0"]),
+    ("ls --limit 2**63", ["ls", "--limit", str(2**63)]),
+    ("ls --type with a NUL", ["ls", "--type", "payment\x00"]),
+    ("show --plain --json", ["show", "refund:done", "--plain", "--json"]),
+    ("show a key with a BOM", ["show", "\ufeffrefund:done"]),
+    ("show a key with a bidi override", ["show", "refund:\u202edone"]),
+    ("show a key of 600 characters", ["show", "k" * 600]),
+    ("approve an unknown id", ["approve", "apr_\x1b[2J"]),
+    ("deny an unknown id", ["deny", "apr_nope", "--reason", "x"]),
+    ("prune --json --plain", ["prune", "--older-than", "1d", "--json", "--plain"]),
+    ("prune --older-than 2**63 weeks", ["prune", "--older-than", f"{2**63}w"]),
+    ("prune --older-than with an escape", ["prune", "--older-than", "1d\x1b"]),
+    ("unwind --gate with --url", ["unwind", "g", "--gate", "x:y", "--url", "sqlite:///x.db"]),
+]
+
+
+@pytest.mark.parametrize("args", [a for _, a in CLI_CASES], ids=[n for n, _ in CLI_CASES])
+def test_cli_bad_input_exits_2_with_one_line_and_writes_nothing(seeded: Seeded,
+                                                                args: list[str]) -> None:
+    """Conflicting flags and hostile arguments: one escaped line on stderr, exit 2, and the
+    store exactly as it was."""
+    from click.testing import CliRunner
+
+    from effectgate.cli import main
+
+    gate = seeded.gate
+    held = seeded.hold()
+    args = [a.replace("{held}", held.key) for a in args]
+    where = [] if "--gate" in args else ["--url", gate.url, "--namespace", gate.namespace]
+    before = snapshot(gate)
+    result = CliRunner().invoke(main, [*args, *where], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("effectgate: error:") and result.stderr.count("\n") == 1
+    assert not any(ch in result.stderr for ch in ("\x1b", "\u2028", "\u202e", "\ufeff"))
+    assert snapshot(gate) == before

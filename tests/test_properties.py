@@ -54,9 +54,11 @@ junk = st.recursive(
     | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=3),
     max_leaves=8,
 )
-# Text that may appear in a key: printable, no braces, no control characters.
+# Text that may appear in a key: no braces, no control or invisible format characters, no
+# line or paragraph separators, no space but U+0020 (see effectgate.keys).
 key_text = st.text(
-    st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters="{}"),
+    st.characters(blacklist_categories=("Cc", "Cs", "Cf", "Zl", "Zp", "Zs"),
+                  blacklist_characters="{}") | st.just(" "),
     min_size=1, max_size=30,
 ).filter(lambda s: s.strip() != "")
 field_values = key_text | st.integers() | st.uuids() | st.dates()

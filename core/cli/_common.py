@@ -62,9 +62,10 @@ def print_json(value: Any) -> None:
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``effectgate: error: message`` on stderr (one line, unsafe characters escaped)
     and exit with ``code``."""
+    from ..redact import redact_text
     from ._safe import plain
 
-    click.echo(f"effectgate: error: {plain(message)}", err=True)
+    click.echo(f"effectgate: error: {plain(redact_text(message))}", err=True)
     sys.exit(code)
 
 

@@ -84,8 +84,7 @@ def _describe(gate: Any, policy: Path | None) -> str:
         store = make_url(gate.url).render_as_string(hide_password=True)
     except Exception:
         store = "<unprintable url>"
-    source = str(policy) if policy is not None else (
-        "your gate's" if gate.policy is not None else "none")
+    source = str(policy) if policy is not None else (gate.policy_source or "none")
     return f"store {store}, namespace {gate.namespace!r}, policy {source}"
 
 

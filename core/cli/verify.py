@@ -29,10 +29,13 @@ _LABEL = {"passed": "pass", "failed": "FAIL", "not_applicable": "n/a"}
 @click.option("--exhaustive", is_flag=True,
               help="Also explore every interleaving of the 2-worker bound on the protocol "
                    "model and replay a sample of its schedules on this store.")
+@click.option("--create", is_flag=True,
+              help="Create the store at --url if there is none (otherwise a URL with no "
+                   "effectgate store is an error: a typo must not pass for an empty store).")
 @handle_errors
 def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None,
-           exhaustive: bool) -> None:
-    """Check G1–G12 of the design against the store, in a scratch namespace.
+           exhaustive: bool, create: bool) -> None:
+    """Check G1–G16 of the design against the store, in a scratch namespace.
 
     Your data is not touched: every check writes under a fresh namespace that is deleted
     afterwards. A guarantee that does not apply says why and is not counted as a pass.
@@ -47,10 +50,14 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None,
     parse_only(only)  # bad input fails before the store is opened
     out = console()
     target = resolve_url(url)
+    if not create:
+        _require_store(target)
+    policy = _policy_in_force()
     if not as_json:
         from rich.markup import escape
 
         out.print(f"effectgate verify — {escape(_safe(target))}")
+        out.print(f"[dim]policy in force here: {escape(policy)}[/]")
 
     def show(result: CheckResult) -> None:
         if as_json:
@@ -83,7 +90,7 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None,
         if not report.passed:
             failed.append("exhaustive")
     if as_json:
-        doc: dict[str, Any] = {"url": _safe(target), "namespace": scratch,
+        doc: dict[str, Any] = {"url": _safe(target), "namespace": scratch, "policy": policy,
                                "passed": not failed,
                                "results": [r.as_dict() for r in results]}
         if report is not None:
@@ -126,3 +133,29 @@ def _safe(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return url
+
+
+def _policy_in_force() -> str:
+    """The policy a ``Gate()`` started here would load (the checks run without it)."""
+    from ..discovery import find_policy
+    from ..errors import PolicyError
+    from ._safe import plain
+
+    try:
+        found = find_policy()
+    except PolicyError as err:
+        return plain(err.message)
+    return plain(str(found)) if found is not None else "none"
+
+
+def _require_store(url: str) -> None:
+    """Exit 3 when ``url`` holds no effectgate store (opened read-only: nothing is made)."""
+    from ..errors import StoreError
+    from ..gate import Gate
+    from ._common import EXIT_STORE, fail
+
+    try:
+        Gate(url, policy=False, read_only=True).close()
+    except StoreError as err:
+        fail(f"{err.message.splitlines()[0]} (verify checks an existing store; --create makes "
+             "one)", EXIT_STORE)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,15 @@ from ..errors import ConfigError, StoreError
 from ..request import secret_hash
 from ..states import ApprovalState, Outcome, State
 from . import history
-from .connections import Connections, Durability, Rollback, Transaction, make_engine, safe_url
+from .connections import (
+    Connections,
+    Durability,
+    Rollback,
+    Transaction,
+    driver_text,
+    make_engine,
+    safe_url,
+)
 from .rows import (
     ROW_COLUMNS,
     ApprovalRow,
@@ -39,7 +47,7 @@ from .rows import (
     effect_head,
     effect_row,
 )
-from .schema import approvals, db_now, effects, ensure_schema, read_schema
+from .schema import approvals, db_now, effects, ensure_schema, meta, read_schema
 from .statements import Statements
 from .threaded import ThreadedStore
 
@@ -94,7 +102,7 @@ class Store:
             raise
         except Exception as err:
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
-                             f"{type(err).__name__}: {err}") from err
+                             f"{type(err).__name__}: {driver_text(err)}") from err
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         if self.is_sqlite:
             from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
@@ -109,7 +117,8 @@ class Store:
                 assert self.sql.governed_function is not None
                 self.sql.governed_function.install(engine)
             except Exception as err:
-                raise StoreError(f"cannot install the reserve function: {err}") from err
+                raise StoreError("cannot install the reserve function: "
+                                 f"{driver_text(err)}") from err
         self._reserve_sync = self._conns.sync_reserve
         self._outcome_sync = self._conns.sync_outcome
 
@@ -261,13 +270,17 @@ class Store:
     def record_outcome(self, namespace: str, lease: Lease, outcome: Outcome, *,
                        result: str | None, error: str | None, reason: str | None,
                        note: str | None, actual_cost_micros: int | None,
-                       spends: bool | None) -> Recorded | None:
+                       spends: bool | None,
+                       overspend: Callable[[list[tuple[str, int]]], str | None] | None = None,
+                       ) -> Recorded | None:
         """Record the holder's outcome; None when its proof no longer holds (a newer holder,
         an operator's resolution, or a lease lapsed and acted upon since).
 
         A lease that lapsed while nobody acted still takes the report, late. ``spends``:
         False when the caller knows the attempt charged nothing (one statement), else the
-        outcome and its spend move in one transaction."""
+        outcome and its spend move in one transaction. ``overspend`` is asked, when an actual
+        cost above the estimate raised counters, with each (counter, spent now); a text it
+        returns becomes the effect's ``reason`` in the same transaction."""
         binds, late_binds = self.outcome_binds(
             namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
             actual_cost_micros=actual_cost_micros)
@@ -286,9 +299,13 @@ class Store:
             if found is None:
                 return None
             keys, estimated = found[0], found[1]
-            self._adjust(tx, namespace, keys,
-                         outcome_spend_delta(outcome, estimated, actual_cost_micros))
-            return Recorded(keys, estimated, late)
+            delta = outcome_spend_delta(outcome, estimated, actual_cost_micros)
+            spent = self._adjust(tx, namespace, keys, delta)
+            over = overspend(spent) if overspend is not None and delta > 0 and spent else None
+            if over is not None:
+                tx.all(self.sql.note_reason, {"namespace": namespace, "key": lease.key,
+                                              "token": lease.token, "reason": over})
+            return Recorded(keys, estimated, late, over)
 
     @staticmethod
     def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str | None,
@@ -338,12 +355,17 @@ class Store:
             self._adjust(tx, row.namespace, row.budget_keys, resolution.spend_delta)
             return effect_row(found)
 
-    def _adjust(self, tx: Transaction, namespace: str, keys: str | None, delta: int) -> None:
+    def _adjust(self, tx: Transaction, namespace: str, keys: str | None,
+                delta: int) -> list[tuple[str, int]]:
+        """Move each counter by ``delta``; (counter, spent now) for each."""
         if not delta or not keys:
-            return
+            return []
+        out: list[tuple[str, int]] = []
         for scope_key in json.loads(keys):
-            tx.all(self.sql.adjust, {"namespace": namespace, "scope_key": scope_key,
-                                     "delta": delta})
+            for row in tx.all(self.sql.adjust, {"namespace": namespace, "scope_key": scope_key,
+                                                "delta": delta}):
+                out.append((str(row[0]), int(row[1])))
+        return out
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -505,6 +527,31 @@ class Store:
                 conn.exec_driver_sql("ROLLBACK")
                 raise
         return int(pruned)
+
+
+    def put_meta(self, name: str, value: str) -> None:
+        """Set one ``effectgate_meta`` row (not the schema's own: the policy last recorded
+        for a namespace, for instance)."""
+        if name in ("schema_version", "vendor_secret"):
+            raise ConfigError(f"{name} is the store's own")
+        c = meta.c
+        with self._conns.write_lock, self.engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
+            try:
+                import importlib  # only the dialect in use
+
+                dialect: Any = importlib.import_module(
+                    "sqlalchemy.dialects." + ("sqlite" if self.is_sqlite else "postgresql"))
+                upsert = dialect.insert(meta).values(name=name, value=value)
+                conn.execute(upsert.on_conflict_do_update(index_elements=[c.name],
+                                                          set_={"value": value}))
+                conn.exec_driver_sql("COMMIT")
+            except BaseException as err:
+                conn.exec_driver_sql("ROLLBACK")
+                if isinstance(err, Exception):
+                    raise StoreError(f"cannot record {name}: {type(err).__name__}") from err
+                raise
+        self.meta[name] = value
 
 
 def _late(note: str | None) -> str:

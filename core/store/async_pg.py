@@ -165,13 +165,14 @@ class AsyncPostgres:
     async def record_outcome(self, namespace: str, lease: Lease, outcome: Outcome, *,
                              result: str | None, error: str | None, reason: str | None,
                              note: str | None, actual_cost_micros: int | None,
-                             spends: bool | None) -> Recorded | None:
+                             spends: bool | None, overspend: Any = None) -> Recorded | None:
         """:meth:`Store.record_outcome`; natively when the attempt moves no spend."""
         store = self._store
         if spends is not False:
             return await asyncio.to_thread(
                 store.record_outcome, namespace, lease, outcome, result=result, error=error,
-                reason=reason, note=note, actual_cost_micros=actual_cost_micros, spends=spends)
+                reason=reason, note=note, actual_cost_micros=actual_cost_micros, spends=spends,
+                overspend=overspend)
         binds, late = store.outcome_binds(namespace, lease, outcome, result=result, error=error,
                                           reason=reason, note=note,
                                           actual_cost_micros=actual_cost_micros)

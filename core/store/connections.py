@@ -33,7 +33,7 @@ from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from ..errors import ConfigError, StoreError
 from .statements import Sql
 
-__all__ = ["Connections", "Durability", "make_engine", "safe_url", "store_error"]
+__all__ = ["Connections", "Durability", "driver_text", "make_engine", "safe_url", "store_error"]
 
 Durability = Literal["reserve", "all", "relaxed"]
 _FULL, _NORMAL = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
@@ -351,7 +351,19 @@ def store_error(err: Exception, *, writing: bool) -> StoreError:
     if isinstance(err, StoreError):
         return err
     unknown = writing and is_disconnect(err)
-    return StoreError(f"the store failed: {type(err).__name__}: {err}", outcome_unknown=unknown)
+    return StoreError(f"the store failed: {type(err).__name__}: {driver_text(err)}",
+                      outcome_unknown=unknown)
+
+
+def driver_text(err: BaseException) -> str:
+    """What a driver error may say in a message: its first line only (a driver's DETAIL
+    lines and SQLAlchemy's ``[SQL: ...] [parameters: ...]`` carry the values written, which
+    are results, errors and notes), through the default redactor, bounded."""
+    from ..redact import bound, redact_text
+
+    orig = getattr(err, "orig", None)  # SQLAlchemy's wrapper: the driver's own error
+    first = str(orig if orig is not None else err).strip().split("\n", 1)[0]
+    return bound(redact_text(first), 300)
 
 
 def safe_url(url: str) -> str:

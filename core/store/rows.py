@@ -128,6 +128,7 @@ class Recorded(NamedTuple):
     budget_keys: str | None
     estimated_cost_micros: int | None
     late: bool
+    overspent: str | None = None
 
 
 class Moved(NamedTuple):

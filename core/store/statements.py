@@ -268,7 +268,17 @@ class Statements:
         self.adjust = Sql(
             budgets.update()
             .where((b.namespace == p("namespace")) & (b.scope_key == p("scope_key")))
-            .values(spent_micros=b.spent_micros + p("delta"), updated_at=now),
+            .values(spent_micros=b.spent_micros + p("delta"), updated_at=now)
+            .returning(b.scope_key, b.spent_micros),
+            dialect,
+        )
+        # A committed attempt that cost more than its estimate and pushed a counter past its
+        # ceiling says so in its record (the money was spent; nobody may miss it).
+        self.note_reason = Sql(
+            effects.update()
+            .where((t.namespace == p("namespace")) & (t.key == p("key"))
+                   & (t.token == p("token")))
+            .values(reason=p("reason")),
             dialect,
         )
 
