@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,25 @@ def book(ledger: Path, txn_id: str, amount_cents: int) -> str:
     finally:
         os.close(fd)
     return f"refunded {amount_cents} on {txn_id}"
+
+
+def lines(ledger: Path) -> list[str]:
+    """The refunds the ledger recorded, one line each."""
+    return ledger.read_text().splitlines() if ledger.exists() else []
+
+
+def in_new_process(framework: str, store_url: str, namespace: str, tmp: Path, step: str,
+                   answer: Any = None) -> dict[str, Any]:
+    """Run one ``step`` of ``framework``'s paused run in a fresh OS process; what it printed."""
+    argv = [sys.executable, "-m", "tests.hitl_worker", framework, store_url, namespace,
+            str(tmp / "ledger"), str(tmp / "state.json"), step]
+    if answer is not None:
+        argv.append(json.dumps(answer))
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(argv, cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def make_gate(url: str, namespace: str) -> eg.Gate:

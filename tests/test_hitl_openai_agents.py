@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,8 +25,7 @@ from . import hitl_worker as worker
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def lines(ledger: Path) -> list[str]:
-    return ledger.read_text().splitlines() if ledger.exists() else []
+lines = worker.lines
 
 
 @pytest.fixture
@@ -43,14 +41,7 @@ def in_process(gate: eg.Gate, tmp: Path, name: str, answer: Any = None) -> dict[
 
 def in_new_process(store_url: str, namespace: str, tmp: Path, name: str,
                    answer: Any = None) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "tests.hitl_worker", "openai_agents", store_url, namespace,
-            str(tmp / "ledger"), str(tmp / "state.json"), name]
-    if answer is not None:
-        argv.append(json.dumps(answer))
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return worker.in_new_process("openai_agents", store_url, namespace, tmp, name, answer)
 
 
 def test_paused_run_state_approved_in_another_process_executes_once(

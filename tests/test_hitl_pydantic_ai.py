@@ -24,8 +24,7 @@ from . import hitl_worker as worker
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def lines(ledger: Path) -> list[str]:
-    return ledger.read_text().splitlines() if ledger.exists() else []
+lines = worker.lines
 
 
 @pytest.fixture

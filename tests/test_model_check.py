@@ -65,6 +65,20 @@ def test_every_interleaving_of_the_two_worker_bound_keeps_every_invariant(
     assert found.states > 1000  # the bound really branches
 
 
+@pytest.mark.parametrize("config", [c for c in BOUNDS["2-worker"] if c.approval or c.budget],
+                         ids=lambda c: c.name)
+def test_the_governed_bounds_in_the_postgres_shape_keep_every_invariant(
+        config: Config, record_property: Any) -> None:
+    """On Postgres a governed begin's first store call is one move that reads first, then
+    charges and inserts (no read before it): the same invariants hold in that shape too."""
+    shaped = replace(config, one_call=True, name=f"{config.name}, one-call begin")
+    found = explore(shaped)
+    _report(record_property, "2-worker", found)
+    assert found.violation is None, found.violation.format()
+    plain = explore(config)
+    assert found.states != plain.states  # the shape really changes the interleavings
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", BOUNDS["3-worker"], ids=lambda c: c.name)
 def test_every_interleaving_of_the_three_worker_bound_keeps_every_invariant(

@@ -12,6 +12,7 @@ both stores. Counts and time are printed
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -30,8 +31,10 @@ from .conftest import PG_URL, TEST_PREFIX, require_postgres
 
 
 @functools.cache
-def _cover() -> list[tuple[Any, ...]]:
-    return covering_schedules(BOUNDS["replay"][0])
+def _cover(one_call: bool = False) -> list[tuple[Any, ...]]:
+    """Schedules taking every transition of the replay bound, in a store shape (SQLite, or
+    Postgres: a governed begin's first call is its one-call move)."""
+    return covering_schedules(dataclasses.replace(BOUNDS["replay"][0], one_call=one_call))
 
 
 def _prefix() -> str:
@@ -71,14 +74,14 @@ def test_replays_agree_with_the_model_on_both_stores(replayer: Replayer,
     """SQLite: every covering schedule of the replay bound (each of its transitions at least
     once); Postgres: an even sample of them. Both: a seeded sample of each 2-worker config."""
     backend = replayer.store.dialect_name
-    every = _cover()
+    every = _cover(not replayer.store.is_sqlite)
     cover = len(every) if replayer.store.is_sqlite else 150
     per_config = 60 if replayer.store.is_sqlite else 15
     report = ReplayReport()
     step = max(1, len(every) // cover)
     chosen = every[::step][:cover]
-    replayer.replay_all(BOUNDS["replay"][0], chosen, report)
-    for config in BOUNDS["2-worker"]:
+    replayer.replay_all(replayer.shaped(BOUNDS["replay"][0]), chosen, report)
+    for config in map(replayer.shaped, BOUNDS["2-worker"]):
         replayer.replay_all(config, sample_schedules(config, per_config), report)
     _show(f"{backend}: {len(chosen)} of the {len(every)} covering schedules + "
           f"{per_config} per 2-worker config", report, record_property)
@@ -90,9 +93,9 @@ def test_replays_agree_with_the_model_on_both_stores(replayer: Replayer,
 @pytest.mark.slow
 def test_more_covering_schedules_on_postgres(record_property: Any) -> None:
     require_postgres()
-    every = _cover()
+    every = _cover(True)
     with Replayer(PG_URL, prefix=_prefix()) as r:
-        report = r.replay_all(BOUNDS["replay"][0], every[1::3])
+        report = r.replay_all(r.shaped(BOUNDS["replay"][0]), every[1::3])
     _show(f"postgresql: every third covering schedule ({len(every[1::3])})", report,
           record_property)
     _assert_ok(report)
@@ -103,7 +106,7 @@ def test_a_random_sample_of_the_three_worker_bound(replayer: Replayer,
                                                     record_property: Any) -> None:
     count = 150 if replayer.store.is_sqlite else 30
     report = ReplayReport()
-    for config in BOUNDS["3-worker"]:
+    for config in map(replayer.shaped, BOUNDS["3-worker"]):
         replayer.replay_all(config, sample_schedules(config, count, seed=23), report)
     _show(f"{replayer.store.dialect_name}: 3-worker sample", report, record_property)
     _assert_ok(report)
@@ -113,7 +116,8 @@ def test_a_replay_notices_when_the_store_and_the_model_disagree(replayer: Replay
     """With the namespace fix reverted in the model only (the store's SQL keeps it), a report
     with another namespace's lease lands in the model and is refused by the store: the replay
     says so (the comparison can fail)."""
-    config = next(c for c in BOUNDS["2-worker"] if c.name.endswith("two namespaces"))
+    config = replayer.shaped(next(c for c in BOUNDS["2-worker"]
+                                  if c.name.endswith("two namespaces")))
     schedule = (("begin", 0), ("step", 0, False, None), ("borrow", 1, 0))
     with mutation("namespace"):
         problems, _ = replayer.replay(config, schedule)
@@ -124,7 +128,7 @@ def test_a_replay_notices_when_the_store_and_the_model_disagree(replayer: Replay
 def test_a_replay_leaves_nothing_behind(replayer: Replayer) -> None:
     from sqlalchemy import text
 
-    config = BOUNDS["2-worker"][0]
+    config = replayer.shaped(BOUNDS["2-worker"][0])
     problems, steps = replayer.replay(config, sample_schedules(config, 1, seed=5)[0])
     assert problems == [] and steps > 0
     with replayer.store.engine.connect() as conn:

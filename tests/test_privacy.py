@@ -178,13 +178,7 @@ def _metrics(gate: eg.Gate) -> Any:
 
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-
-    class Metrics:
-        @staticmethod
-        def get_meter(name: str) -> Any:
-            return provider.get_meter(name)
-
-    gate._telemetry = Telemetry(Metrics)
+    gate._telemetry = Telemetry(meter_provider=provider)
     return reader
 
 

@@ -14,22 +14,12 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from ..errors import ConfigError
+from ..validate import is_loopback
 
 if TYPE_CHECKING:
     from ..gate import Gate
 
 __all__ = ["check_console_bind", "serve"]
-
-
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_console_bind(host: str, port: int, *, tls_cert: str | None = None,
@@ -46,12 +36,12 @@ def check_console_bind(host: str, port: int, *, tls_cert: str | None = None,
         if path is not None and not os.path.isfile(path):
             raise ConfigError(f"no such file: {path}")
     tls = tls_cert is not None
-    if not _loopback(host) and not tls and not insecure_bind:
+    if not is_loopback(host) and not tls and not insecure_bind:
         raise ConfigError(
             f"refusing to listen on {host!r} without TLS: off localhost an operator's token "
             "and session would cross the network in clear. Give --tls-cert and --tls-key, "
             "listen on 127.0.0.1, or pass --insecure-bind if a TLS proxy you trust fronts it.")
-    return tls or not _loopback(host)
+    return tls or not is_loopback(host)
 
 
 def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,

@@ -71,11 +71,11 @@ def run_exhaustive(url: str, *, cover: int = 120, sample: int = 30,
         say(found.summary())
     prefix = f"verify-{uuid.uuid4().hex[:8]}-"
     with Replayer(url, prefix=prefix) as replayer:
-        small = BOUNDS["replay"][0]
+        small = replayer.shaped(BOUNDS["replay"][0])
         every = covering_schedules(small)
         step = max(1, len(every) // max(cover, 1))
         replayer.replay_all(small, every[::step][:cover], out.replay)
-        for config in configs:
+        for config in map(replayer.shaped, configs):
             replayer.replay_all(config, sample_schedules(config, sample), out.replay)
         say(f"replayed {out.replay.schedules} schedules ({out.replay.steps} steps) on the store")
     out.seconds = time.perf_counter() - started

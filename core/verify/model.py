@@ -81,6 +81,10 @@ class Config:
     """A policy asks a human to approve every effect of the first worker's type (the operator
     approves or denies)."""
     name: str = ""
+    one_call: bool = False
+    """The store's shape: it inserts a new key in one call that reads first (Postgres), so a
+    governed begin starts with that move, not a read (:meth:`effectgate.store.Store.one_call`).
+    Schedules replayed on a store are explored in its shape (:meth:`Replayer.shaped`)."""
 
     def request(self, worker: int) -> Request:
         """The ``begin`` worker ``worker`` makes (in ticks)."""
@@ -271,7 +275,7 @@ class Model:
                 verdicts: tuple[str | None, ...] = (None,)
                 if w.call == "get":
                     verdicts = self._verdicts(s, w)
-                writes = w.call in ("reserve", "lapse", "move", "resolve")
+                writes = w.call in ("reserve", "lapse", "move", "first", "resolve")
                 for v in verdicts:
                     for x in (lost if writes else (False,)):
                         out.append(("step", i, x, v))
@@ -378,9 +382,20 @@ class Model:
 
     def _do_begin(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
-        first = "reserve" if self.requests[i].governance is None else "fetch"
-        nw = Worker("begin", w.begins - 1, w.forged, first, seen_token=w.seen_token)
+        req = self.requests[i]
+        first, step = ("reserve" if req.governance is None else "fetch"), None
+        if req.governance is not None and self.config.one_call:
+            move = decide.begin_step(None, req)
+            if isinstance(move, decide.Move) and self._reads_first(move):
+                first, step = "first", move
+        nw = Worker("begin", w.begins - 1, w.forged, first, step=step, seen_token=w.seen_token)
         return Step(_set_worker(s, i, nw), f"begin starts: {first}", ())
+
+    def _reads_first(self, move: decide.Move) -> bool:
+        """As :meth:`effectgate.store.Store.one_call`: the insert of a new key by ``move``
+        reads first, in the same call."""
+        return self.config.one_call and not (
+            move.consume_approval or move.forget_approval or move.request_approval)
 
     def _secret(self, s: ModelState, i: int) -> str:
         return secret_hash(f"w{i}b{s.workers[i].begins}")
@@ -411,8 +426,20 @@ class Model:
             if w.call == "recover" and head is not None and head.lease_secret == mine:
                 return self._finish(s, i, Decision.EXECUTE, head, "recovered: the row is ours")
             return self._after_read(s, i, head, "fetched")
-        if w.call == "move" and w.row is None:  # a governed begin inserts the key
+        if w.call in ("move", "first") and w.row is None:  # a governed begin inserts the key
             insert: decide.Move = w.step
+            first = w.call == "first"  # a lost reply here is recovered, as a reservation's
+            if self._reads_first(insert):  # one call: read; else charges, then the insert
+                existing = self._row(s, req.namespace)
+                if existing is not None:
+                    if lost and first:
+                        s = s._replace(faults=s.faults - 1)
+                        return self._next(s, i, w._replace(call="recover"), "read (reply lost)")
+                    if lost:
+                        return self._error(s._replace(faults=s.faults - 1), i,
+                                           "read (reply lost)")
+                    return self._after_read(s, i, self.head(existing, now),
+                                            "read the existing key")
             # The store's order, all or nothing: charges, then the insert.
             charged, keys, over = self._charge(s, req.namespace, insert)
             if over is not None:
@@ -435,6 +462,9 @@ class Model:
                        new_approval.id if new_approval else None, keys,
                        req.estimated_cost_micros)
             s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
+            if lost and first:
+                s = s._replace(faults=s.faults - 1)
+                return self._next(s, i, w._replace(call="recover"), "inserted (reply lost)")
             if lost:
                 return self._error(s._replace(faults=s.faults - 1), i, "inserted (reply lost)")
             return self._finish(s, i, insert.decision, self.head(new, now),

@@ -15,6 +15,7 @@ namespaces, deleted afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import queue
@@ -149,6 +150,11 @@ class Replayer:
 
     # -- schedules -------------------------------------------------------------------------------
 
+    def shaped(self, config: Config) -> Config:
+        """``config`` in this store's shape (:attr:`Config.one_call`): explore and replay the
+        schedules of the result."""
+        return dataclasses.replace(config, one_call=not self.store.is_sqlite)
+
     def replay_all(self, config: Config, schedules: Iterable[tuple[Action, ...]],
                    report: ReplayReport | None = None) -> ReplayReport:
         """Replay each schedule; their mismatches and violations."""
@@ -186,12 +192,15 @@ class _Run:
     def __init__(self, replayer: Replayer, config: Config) -> None:
         self.r = replayer
         self.config = config
+        base = replayer.base_for(config)
+        if config.one_call == base.store.is_sqlite:
+            raise ValueError(f"{config.name or 'this config'} was explored for the other store "
+                             "shape: replay the schedules of replayer.shaped(config)")
         self.model = Model(config)
         self.state: ModelState = self.model.initial()
         tag = uuid.uuid4().hex[:10]
         spaces = sorted({ns for ns, _ in config.workers})
         self.names = {ns: f"{replayer.prefix}{tag}-{ns}" for ns in spaces}
-        base = replayer.base_for(config)
         self.gates = {ns: base.in_namespace(name) for ns, name in self.names.items()}
         lease = (config.lease_ticks - 0.5) * TICK_SECONDS
         grace = config.grace_ticks * TICK_SECONDS
@@ -269,7 +278,7 @@ class _Run:
         w = self.state.workers[i]
         kind, value = event
         if w.phase == "begin":
-            want = "fetch" if w.call == "recover" else w.call
+            want = {"recover": "fetch", "first": "move"}.get(w.call or "", w.call)
             if kind != "call" or value != want:
                 return f"the model's next store call is {want}, the real flow's {event!r}"
             return None

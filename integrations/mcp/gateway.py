@@ -611,7 +611,7 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
     (URL mode) to the console's approval page (:mod:`.elicit`). HTTP requires a bearer token
     of an agent principal (:func:`.transport.bearer_guard`) unless ``auth=False``, which only
     a loopback address may use."""
-    from .transport import bearer_guard, check_bind, is_loopback, listen
+    from .transport import check_bind, http_auth, listen
 
     out = out if out is not None else sys.stderr
     sock = None
@@ -619,13 +619,8 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
         said = None
         if transport == "http":
             check_bind(host, port, allow_remote=allow_remote, guard=guard)
-            if not auth and not is_loopback(host):
-                raise eg.ConfigError("--no-auth only on localhost: off it, any client could "
-                                     "call the upstream's tools through the gate")
-            said = "off (--no-auth, localhost only)" if not auth else (
-                "bearer tokens of agent principals" if guard is None else "your guard")
-            if auth and guard is None:
-                guard = bearer_guard(gate)
+            guard, said = http_auth(gate, host, auth=auth, guard=guard,
+                                    what="call the upstream's tools through the gate")
             sock = listen(host, port)
         errors: Literal["ambiguous", "failed"] = (
             "failed" if tool_errors == "failed" else "ambiguous")

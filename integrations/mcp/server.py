@@ -33,9 +33,8 @@ from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
 from .transport import (
     HttpGuard,
     agent_for,
-    bearer_guard,
     check_bind,
-    is_loopback,
+    http_auth,
     listen,
     operator_only,
     require_holds,
@@ -373,13 +372,8 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
         server.run("stdio")
         return
     check_bind(host, port, allow_remote=allow_remote, guard=guard)
-    if not auth and not is_loopback(host):
-        raise eg.ConfigError("--no-auth only on localhost: off it, any client could report, "
-                             "extend or unwind another's effects")
-    said = "off (--no-auth, localhost only)" if not auth else (
-        "bearer tokens of agent principals" if guard is None else "your guard")
-    if auth and guard is None:
-        guard = bearer_guard(gate)
+    guard, said = http_auth(gate, host, auth=auth, guard=guard,
+                            what="report, extend or unwind another's effects")
     sock = listen(host, port)
     try:
         anyio.run(functools.partial(serve_http, server.streamable_http_app(host=host), sock,

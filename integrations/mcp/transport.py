@@ -14,7 +14,6 @@ session is bound to the principal that opened it: another token cannot read or p
 from __future__ import annotations
 
 import contextvars
-import ipaddress
 import json
 import socket
 from collections.abc import Callable
@@ -22,29 +21,20 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import effectgate as eg
 from effectgate.principals import AGENT, Principal, require_holder, require_operator
+from effectgate.validate import is_loopback
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
-    "HttpGuard", "agent_for", "bearer_guard", "caller", "check_bind", "is_loopback", "listen",
-    "operator_only", "require_holds", "serve_http",
+    "HttpGuard", "agent_for", "bearer_guard", "caller", "check_bind", "http_auth", "is_loopback",
+    "listen", "operator_only", "require_holds", "serve_http",
 ]
 
 HttpGuard = Callable[["ASGIApp"], "ASGIApp"]
 """Wraps the HTTP app with authentication (the operators issue's bearer tokens plug in here)."""
 
 MCP_PATH = "/mcp"
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (``127.0.0.0/8``, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, port: int, *, allow_remote: bool = False,
@@ -124,6 +114,21 @@ def operator_only(what: str) -> None:
     who = caller()
     if who is not None:
         require_operator(who, what)
+
+
+def http_auth(gate: eg.Gate, host: str, *, auth: bool, guard: HttpGuard | None,
+              what: str) -> tuple[HttpGuard | None, str]:
+    """The guard an HTTP server on ``host`` runs behind, and how its start line says it
+    authenticates: bearer tokens of agent principals (:func:`bearer_guard`) unless ``auth``
+    is False, which only a loopback address may use (:class:`~effectgate.ConfigError`), or
+    the caller's own ``guard``. ``what``: what any client could do without it."""
+    if not auth and not is_loopback(host):
+        raise eg.ConfigError(f"--no-auth only on localhost: off it, any client could {what}")
+    if not auth:
+        return guard, "off (--no-auth, localhost only)"
+    if guard is not None:
+        return guard, "your guard"
+    return bearer_guard(gate), "bearer tokens of agent principals"
 
 
 def bearer_guard(gate: eg.Gate) -> HttpGuard:
