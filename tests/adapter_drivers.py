@@ -3,8 +3,9 @@ tool, gate it, and run the framework's real agent loop offline with a scripted m
 
 A driver's ``run(tools, turns, run_id=...)`` plays ``turns`` (each a list of
 ``(call_id, arguments)``: the tool calls the model makes in that turn, then a final text turn)
-and returns the tool results the model saw, as ``{call_id: text}``. Adding a framework (the MCP
-gateway next) is one more class here.
+and returns the tool results the model saw, as ``{call_id: text}``. Adding a framework is one
+more class here. (The MCP driver also takes a call naming its tool, ``(call_id, arguments,
+name)``; every call is to ``refund`` otherwise.)
 
 No ``from __future__ import annotations``: LlamaIndex reads annotations at runtime.
 """
@@ -48,6 +49,14 @@ class Driver:
 
     name = ""
     gated_form = "gate_tool"
+    # Where a framework's gating legitimately differs, the contract asks it what to expect:
+    coerces_arguments = True  # "500" for an integer is coerced (pydantic), not refused
+    strict_refuses_at = "setup"  # strict: ConfigError when gating ("setup") or per call ("call")
+    carries_ids = True  # the run id and agent name of the framework's loop reach the record
+    # What the model is told of a body that raised TimeoutError, and of the call after it:
+    unknown_says: tuple[str, ...] = ("OUTCOME UNKNOWN", "TimeoutError")
+    blocked_says = "Do not call this tool again"
+    conflict_says = "CONFLICT"  # a call under a key first used with another payload
 
     def available(self) -> bool:
         raise NotImplementedError
@@ -303,4 +312,147 @@ class PydanticAI(Driver):
         return out
 
 
-DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI()]
+class _Gated:
+    """The MCP driver's gated form: what an ``effectgate mcp gateway`` is started with."""
+
+    def __init__(self, tools: list[Any], effects: Any, gate: eg.Gate, strict: bool) -> None:
+        from effectgate.integrations.mcp.gateway import tool_specs
+
+        names = {t.__name__ for t in tools}
+        effects = dict(effects)
+        # The contract's ``None`` (declared read-only) is, for the gateway, the policy's
+        # ``read_only`` for this upstream; a template is a ``key`` of effect type = tool name.
+        self.read_only = tuple(n for n, e in effects.items() if e is None)
+        self.tools = tools
+        self.gate = gate
+        self.strict = strict
+        self.specs = tool_specs(gate, {n: {"key": e, "effect_type": n} if isinstance(e, str) else e
+                                       for n, e in effects.items() if e is not None})
+        unknown = sorted(set(self.specs) - names)
+        if unknown:
+            raise eg.ConfigError(f"no upstream tool named {unknown[0]!r}")
+
+
+class McpGateway(Driver):
+    """The effectgate MCP gateway (``integrations/mcp/gateway.py``) in front of an upstream
+    MCP server (the mcp package's ``MCPServer``, its tools the contract's functions), both in
+    this process over the mcp package's in-memory transport, driven by the mcp package's own
+    ``Client`` as a model's host would: ``tools/list``, then each turn's calls at once.
+
+    Where it differs from a framework adapter (and the contract asks):
+
+    * arguments are validated against the tool's JSON schema before anything is sent, so
+      ``"500"`` for an integer is refused (``InvalidArguments``, nothing ran) rather than
+      coerced: the gateway cannot know how a given upstream would coerce it;
+    * a body that raises is the upstream's tool error (``isError``), passed on with the
+      gateway's note (AMBIGUOUS; the protocol voice of ``_kernel/vocabulary.py``, not the tool
+      texts); ``MCPServer`` reports only "Error executing tool refund", not the exception;
+    * ``strict`` does not refuse to start: an ungated write is listed on stderr and each call
+      of it is refused (``UngatedTool``);
+    * an MCP call carries no run id and the gateway records none; the client's name
+      (``clientInfo``, here ``billing``) is not taken as an agent id either: the record has
+      neither (over HTTP the authenticated principal is checked, not recorded).
+    """
+
+    name = "mcp_gateway"
+    gated_form = "Gateway"
+    coerces_arguments = False
+    strict_refuses_at = "call"
+    carries_ids = False
+    unknown_says = ("outcome is unknown", "AMBIGUOUS", "Error executing tool refund")
+    blocked_says = "do not retry it"
+    conflict_says = '"error": "PayloadMismatch"'
+
+    def available(self) -> bool:
+        return _importable("mcp.server.mcpserver") and _importable(
+            "effectgate.integrations.mcp.gateway")
+
+    def tool(self, fn: Callable[..., Any]) -> Any:
+        return fn  # an upstream tool: served by the MCPServer each run builds
+
+    def gate_tool(self, tool: Any, key: str, gate: eg.Gate) -> Any:
+        return _Gated([tool], {tool.__name__: key}, gate, strict=False)
+
+    def gate_tools(self, tools: list[Any], effects: Any, gate: eg.Gate,
+                   strict: bool = False) -> list[Any]:
+        return [_Gated(tools, effects, gate, strict)]
+
+    def definitions(self, tools: list[Any]) -> str:
+        async def listed(client: Any) -> str:
+            page = await client.list_tools()
+            return json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                               for t in page.tools])
+
+        return self._session(tools, listed)
+
+    def run(self, tools: list[Any], turns: Turns, *, run_id: str) -> dict[str, str]:
+        import anyio
+        from mcp import types
+
+        async def play(client: Any) -> dict[str, str]:
+            await client.list_tools()
+            out: dict[str, str] = {}
+
+            async def call(call_id: str, args: dict[str, Any], name: str) -> None:
+                result = await client.call_tool(name, dict(args))
+                out[call_id] = "\n".join(c.text for c in result.content
+                                         if isinstance(c, types.TextContent))
+
+            for turn in turns:
+                async with anyio.create_task_group() as tg:
+                    for call_id, args, *named in turn:
+                        tg.start_soon(call, call_id, args, named[0] if named else "refund")
+            return out
+
+        return self._session(tools, play)
+
+    def _session(self, tools: list[Any], use: Callable[[Any], Any]) -> Any:
+        """``await use(client)`` with a client session on the gateway (a gated form) or on the
+        upstream directly (plain tools)."""
+        import io
+
+        import anyio
+        from mcp import Client, types
+        from mcp.client._memory import InMemoryTransport
+        from mcp.server.mcpserver import MCPServer
+
+        from effectgate.integrations.mcp.gateway import Gateway
+        from effectgate.integrations.mcp.upstream import Upstream
+
+        gated = next((t for t in tools if isinstance(t, _Gated)), None)
+        upstream = MCPServer("billing-upstream")
+        for fn in gated.tools if gated is not None else tools:
+            upstream.add_tool(fn)
+
+        class InProcess(Upstream):
+            """The upstream over the in-memory transport (instead of a command's stdio)."""
+
+            def _transport(self) -> Any:
+                return InMemoryTransport(upstream)
+
+        def factory(caps: types.ClientCapabilities, peer: Any) -> Upstream:
+            return InProcess("in-memory", capabilities=caps, peer=peer)
+
+        me = types.Implementation(name="billing", version="1")
+
+        async def go() -> Any:
+            if gated is None:
+                async with Client(upstream, mode="legacy", client_info=me) as client:
+                    return await use(client)
+            rule = eg.UpstreamRule(name="billing-upstream", read_only=gated.read_only)
+            gw = Gateway(gated.gate, factory, gated.specs, strict=gated.strict, rule=rule,
+                         out=io.StringIO())
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    await gw.start(tg)
+                    try:
+                        async with Client(gw.server(), mode="legacy", client_info=me) as client:
+                            return await use(client)
+                    finally:
+                        await gw.aclose()
+                        tg.cancel_scope.cancel()
+
+        return anyio.run(go)
+
+
+DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway()]

@@ -1,6 +1,8 @@
 """The adapter contract, once for every framework (LangChain, OpenAI Agents, LlamaIndex,
-pydantic-ai), each in its real agent loop driven offline by a scripted model, on SQLite and
-Postgres. A framework joins by adding a driver to ``tests/adapter_drivers.py``."""
+pydantic-ai), each in its real agent loop driven offline by a scripted model, and for the MCP
+gateway (a real upstream MCP server behind it, a real MCP client in front), on SQLite and
+Postgres. A framework joins by adding a driver to ``tests/adapter_drivers.py``; where the
+gateway legitimately differs (its driver's docstring says how), the contract asks the driver."""
 
 from __future__ import annotations
 
@@ -37,8 +39,12 @@ def test_a_duplicate_gets_the_stored_result(driver: Driver, gate: eg.Gate) -> No
     ledger: list[Any] = []
     tools = gated(driver, gate, ledger)
     first = driver.run(tools, [[("call_1", ARGS)]], run_id="run-1")
-    again = driver.run(tools, [[("call_2", {"txn_id": "T1", "amount_cents": "500"})]],
-                       run_id="run-2")
+    if not driver.coerces_arguments:  # the gateway refuses "500" against the schema; nothing ran
+        [text] = driver.run(tools, [[("call_0", {"txn_id": "T1", "amount_cents": "500"})]],
+                            run_id="run-2").values()
+        assert "InvalidArguments" in text and "nothing ran" in text
+    again = driver.run(tools, [[("call_2", {"txn_id": "T1", "amount_cents": (
+        "500" if driver.coerces_arguments else 500)})]], run_id="run-2")
     assert ledger == [("T1", 500)]
     assert first == {"call_1": "refunded 500 on T1 (#1)"}
     assert again == {"call_2": "refunded 500 on T1 (#1)"}
@@ -50,8 +56,8 @@ def test_a_body_error_is_outcome_unknown_and_not_retried(driver: Driver, gate: e
     tools = gated(driver, gate, ledger, "lost")
     out = driver.run(tools, [[("call_1", ARGS)], [("call_2", ARGS)]], run_id="run-1")
     assert ledger == [("T1", 500)]
-    assert "OUTCOME UNKNOWN" in out["call_1"] and "TimeoutError" in out["call_1"]
-    assert "Do not call this tool again" in out["call_2"]
+    assert all(words in out["call_1"] for words in driver.unknown_says), out["call_1"]
+    assert driver.blocked_says in out["call_2"], out["call_2"]
     assert "try again" not in out["call_1"].lower()
     assert gate.get("refund:T1").state is eg.State.AMBIGUOUS
 
@@ -59,10 +65,17 @@ def test_a_body_error_is_outcome_unknown_and_not_retried(driver: Driver, gate: e
 def test_strict_mode_refuses_ungated_tools(driver: Driver, gate: eg.Gate) -> None:
     ledger: list[Any] = []
     tools = [driver.tool(refund_body(ledger, "ok")), driver.tool(send_mail)]
-    with pytest.raises(eg.ConfigError, match="send_mail"):
+    if driver.strict_refuses_at == "setup":
+        with pytest.raises(eg.ConfigError, match="send_mail"):
+            wrapped = driver.gate_tools(tools, {"refund": "refund:{txn_id}"}, gate, strict=True)
+            driver.run(wrapped, [[("call_1", ARGS)]], run_id="run-1")
+        assert ledger == []
+    else:  # the gateway starts, lists send_mail, and refuses each call of it
         wrapped = driver.gate_tools(tools, {"refund": "refund:{txn_id}"}, gate, strict=True)
-        driver.run(wrapped, [[("call_1", ARGS)]], run_id="run-1")
-    assert ledger == []
+        out = driver.run(wrapped, [[("call_0", {"to": "a@example.com"}, "send_mail")]],
+                         run_id="run-1")
+        assert "UngatedTool" in out["call_0"] and "send_mail" in out["call_0"]
+        assert "sent" not in out["call_0"] and ledger == []  # send_mail answers "sent"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         relaxed = driver.gate_tools(tools, {"refund": "refund:{txn_id}", "send_mail": None},
@@ -72,11 +85,16 @@ def test_strict_mode_refuses_ungated_tools(driver: Driver, gate: eg.Gate) -> Non
 
 
 def test_run_and_agent_ids_arrive(driver: Driver, gate: eg.Gate) -> None:
+    """The framework's run id and agent name reach the record. An MCP call carries neither
+    (the gateway driver's client names itself ``billing`` in ``clientInfo``, which is not an
+    agent id): the gateway records none, and this says so."""
     ledger: list[Any] = []
     run_id = f"conversation-{uuid.uuid4().hex[:8]}"
     driver.run(gated(driver, gate, ledger), [[("call_1", ARGS)]], run_id=run_id)
     record = gate.get("refund:T1")
-    assert (record.run_id, record.agent_id) == (run_id, "billing")
+    expected = (run_id, "billing") if driver.carries_ids else (None, None)
+    assert (record.run_id, record.agent_id) == expected
+    assert record.state is eg.State.COMMITTED
 
 
 def test_two_identical_calls_in_one_turn_execute_once_and_both_get_the_result(
@@ -98,7 +116,7 @@ def test_a_twin_with_other_arguments_gets_the_stores_conflict(
     [(_, amount)] = ledger  # whichever reserved first ran; the other was refused
     winner, loser = ("call_1", "call_2") if amount == 500 else ("call_2", "call_1")
     assert out[winner] == f"refunded {amount} on T1 (#1)"
-    assert "CONFLICT" in out[loser]
+    assert driver.conflict_says in out[loser], out[loser]
 
 
 def test_the_model_sees_byte_identical_tool_definitions(driver: Driver, gate: eg.Gate) -> None:

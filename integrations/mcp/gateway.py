@@ -32,7 +32,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TextIO, TypeVar
 
 import anyio
@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 import effectgate as eg
 
+from .._kernel.twins import registry as twins
 from .._kernel.vocabulary import UPSTREAM_AMBIGUOUS, UPSTREAM_FAILED
 from .relay import (
     Ctx,
@@ -455,13 +456,16 @@ class Gateway:
             ran.append(eg.current_effect())
             return await self._execute(link, ctx, request, lease)
 
-        try:
+        async def attempt() -> Any:
             try:
-                stored = await spec.arun(keyed, body)
+                return await spec.arun(keyed, body)
             except eg.ApprovalRequired as err:
                 if not await self._elicit(ctx, err):
                     raise
-                stored = await spec.arun(keyed, body)  # decided on the console: ask again
+                return await spec.arun(keyed, body)  # decided on the console: ask again
+
+        try:
+            stored = await self._once(spec, keyed, lease, attempt)
         except UpstreamToolError as err:
             return _with_note(err.result, _FAILED_HINT if self.tool_errors == "failed"
                               else _AMBIGUOUS_HINT, ran)
@@ -483,6 +487,25 @@ class Gateway:
              "attempt": ran[0].attempt} if ran
             else {"decision": "duplicate", "key": spec.template.render(keyed)})
         return result.model_copy(update={"meta": out_meta})
+
+    async def _once(self, spec: eg.EffectSpec, keyed: dict[str, Any], lease: float,
+                    attempt: Callable[[], Awaitable[Any]]) -> Any:
+        """``await attempt()``, once for identical calls in flight in this process: a twin
+        (same effect, same payload, e.g. a model's parallel tool calls in one turn) waits for
+        the call it repeats, at most the lease, and gets its answer (:mod:`.._kernel.twins`)
+        rather than the store's "in flight"."""
+        try:
+            key = spec.template.render(keyed)
+        except Exception:  # the gated call itself reports it
+            return await attempt()
+        slot, leading = twins.claim(
+            (self.gate.url, self.gate.namespace, spec.effect_type, key), keyed)
+        if slot is None:
+            return await attempt()
+        if leading:
+            return await twins.alead(slot, attempt)
+        answer = await slot.await_answer(lease)
+        return answer.give() if answer is not None else await attempt()
 
     async def _elicit(self, ctx: Ctx | None, err: eg.ApprovalRequired) -> bool:
         """Send the client to the console's approval page (URL-mode elicitation) and wait for
