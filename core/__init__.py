@@ -15,7 +15,6 @@ atomic write before the action runs, and answers every repeat from the store::
 from __future__ import annotations
 
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from .classify import Classifier, classify, classify_httpx, classify_requests
@@ -88,6 +87,8 @@ def __getattr__(name: str) -> Any:
 logging.getLogger("effectgate").addHandler(logging.NullHandler())
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("effectgate")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree

@@ -103,7 +103,9 @@ def test_import_effectgate_is_light() -> None:
     done = python("""
         import json, sys
         import effectgate
-        print(json.dumps(sorted(n for n in sys.modules if n.startswith(("httpx", "requests")))))
+        print(json.dumps(sorted(n for n in sys.modules if n.startswith(
+            ("httpx", "requests", "sqlalchemy", "pydantic", "importlib.metadata",
+             "opentelemetry")))))
     """)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
