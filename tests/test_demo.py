@@ -1,6 +1,6 @@
 """``effectgate demo``: both passes of every scene, counted at the vendor — the without/with
-figures asserted, offline (its speed is measured, not asserted), readable at 80 columns with hints you can copy, and
-the LangChain agent told exactly what the plain loop is told."""
+figures asserted, offline (its speed is measured, not asserted), readable at 80 columns with
+hints you can copy, and the LangChain agent told exactly what the plain loop is told."""
 
 from __future__ import annotations
 
