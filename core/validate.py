@@ -11,8 +11,8 @@ from .errors import ConfigError, InvalidTransition
 from .keys import is_utf8
 from .states import Outcome
 
-__all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "is_loopback", "micros",
-           "parse_outcome", "seconds", "text", "whole"]
+__all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "micros", "parse_outcome", "seconds",
+           "text", "whole"]
 
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0
 MAX_TEXT = 2000
@@ -89,16 +89,3 @@ def parse_outcome(outcome: object, allowed: tuple[Outcome, ...] = tuple(Outcome)
         names = ", ".join(repr(o.value) for o in allowed)
         raise InvalidTransition(f"outcome must be one of {names}, not {outcome!r}")
     return parsed
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (``127.0.0.0/8``, ``::1``): where a
-    server may listen without authentication or TLS."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import effectgate as eg
 
@@ -54,3 +55,40 @@ def test_errors_share_one_root_with_structured_fields() -> None:
     assert err.fields()["key"] == "k" and err.fields()["decision"] == "blocked"
     assert issubclass(eg.PolicyError, eg.ConfigError)
     assert issubclass(eg.EffectInFlight, eg.EffectRefused)
+
+
+def _natural(name: str) -> tuple[int, list[Any]]:
+    """ruff's order for ``__all__``: CONSTANTS, then Classes, then functions, digits as
+    numbers (``check_g2`` before ``check_g12``)."""
+    import re
+
+    core = name.lstrip("_")
+    rank = 0 if core.isupper() and len(core) > 1 else 1 if core[:1].isupper() else 2
+    return rank, [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def test_every_module_has_a_sorted_all_of_names_it_defines() -> None:
+    """Every module of ``effectgate`` and ``effectgate.integrations`` declares ``__all__``,
+    sorted as ruff sorts it, and each name in it exists."""
+    import importlib
+    import pkgutil
+
+    import effectgate.integrations as integrations
+
+    seen = 0
+    for package in (eg, integrations):
+        assert isinstance(getattr(package, "__all__", None), list), package.__name__
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith("__main__"):
+                continue
+            try:
+                module = importlib.import_module(info.name)
+            except ImportError:  # a framework's extra is not installed
+                continue
+            names = getattr(module, "__all__", None)
+            assert isinstance(names, list), f"{info.name} has no __all__"
+            assert names == sorted(names, key=_natural), info.name
+            missing = [n for n in names if not hasattr(module, n)]
+            assert not missing, (info.name, missing)
+            seen += 1
+    assert seen > 80  # really walked the tree

@@ -9,12 +9,11 @@ served over TLS or off localhost.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from typing import TYPE_CHECKING, TextIO
 
 from ..errors import ConfigError
-from ..validate import is_loopback
+from ..net import is_loopback, listen
 
 if TYPE_CHECKING:
     from ..gate import Gate
@@ -55,19 +54,7 @@ def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
     out = out if out is not None else sys.stderr
     secure = check_console_bind(host, port, tls_cert=tls_cert, tls_key=tls_key,
                                 insecure_bind=insecure_bind)
-    try:
-        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as err:
-        raise ConfigError(f"cannot resolve --host {host!r}: {err}") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as err:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+    sock = listen(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     scheme = "https" if tls_cert else "http"

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 import effectgate as eg
+from effectgate.net import is_loopback, listen
 from effectgate.principals import AGENT, Principal, require_holder, require_operator
-from effectgate.validate import is_loopback
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,24 +50,6 @@ def check_bind(host: str, port: int, *, allow_remote: bool = False,
             f"refusing to listen on {host!r}: off localhost anyone who can reach the port could "
             "act through this server, and it has no authentication yet. Listen on 127.0.0.1, "
             "or pass --allow-remote if a network boundary you trust protects it.")
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 picks a free one."""
-    try:
-        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as err:
-        raise eg.ConfigError(f"cannot resolve --host {host!r}: {err}") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as err:
-        sock.close()
-        raise eg.ConfigError(f"cannot listen on {host}:{port}: {err.strerror}") from None
-    return sock
 
 
 def url_of(sock: socket.socket) -> str:
