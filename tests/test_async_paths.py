@@ -87,3 +87,50 @@ def test_a_governed_async_begin_on_postgres_is_native_too(make_gate: Any, backen
     assert gate.get("p:2").state is eg.State.DENIED
     if backend == "postgres":
         assert hops == [], hops
+
+
+def _connections(app: str) -> int:
+    import psycopg
+
+    from .conftest import PG_URL
+
+    with psycopg.connect(PG_URL.replace("+psycopg", ""), autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                           (app,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_gates_in_other_namespaces_share_the_async_connections_and_close_closes_them(
+        namespace: str) -> None:
+    """Every gate on one store (``in_namespace`` ones too) shares the store's async pool,
+    and ``close`` closes its idle async connections as well as the sync ones: a worker that
+    makes a namespaced gate per tenant must not leave a connection behind per tenant."""
+    from .conftest import PG_URL, require_postgres
+
+    require_postgres()
+    app = f"eg-{namespace[-12:]}"
+    gate = eg.Gate(f"{PG_URL}?application_name={app}", namespace=namespace)
+    loop = asyncio.new_event_loop()
+    try:
+        for i in range(6):
+            tenant = gate.in_namespace(f"{namespace}-{i}")
+            d = loop.run_until_complete(tenant.abegin(effect_type="t", key="k:1", payload={}))
+            loop.run_until_complete(tenant.areport(d, "committed"))
+        # One async connection (the calls ran one after another) beside the sync store's.
+        assert _connections(app) <= 2, _connections(app)
+        gate.close()
+        for _ in range(100):
+            if _connections(app) == 0:
+                break
+            loop.run_until_complete(asyncio.sleep(0.05))
+        assert _connections(app) == 0
+        # A closed store opens again on the next call, as the sync one does.
+        d = loop.run_until_complete(gate.in_namespace(f"{namespace}-0").abegin(
+            effect_type="t", key="k:1", payload={}))
+        assert d.decision is eg.Decision.DUPLICATE
+    finally:
+        gate.close()
+        loop.close()
+        from .conftest import delete_namespaces
+
+        delete_namespaces(PG_URL, namespace)

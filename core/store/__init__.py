@@ -121,15 +121,22 @@ class Store:
                                  f"{driver_text(err)}") from err
         self._reserve_sync = self._conns.sync_reserve
         self._outcome_sync = self._conns.sync_outcome
+        self._async_face: ThreadedStore | AsyncPostgres | None = None
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
 
     def async_face(self) -> ThreadedStore | AsyncPostgres:
-        """The operations for async callers: natively async on Postgres (psycopg's
+        """The operations for async callers, one per store (every gate on this store, in any
+        namespace, shares its connections): natively async on Postgres (psycopg's
         ``AsyncConnection``, one small pool per event loop); on SQLite, reads on the loop
         itself (microseconds, never waiting on a writer in WAL mode) and writes on a worker
         thread."""
+        if self._async_face is None:
+            self._async_face = self._make_async_face()
+        return self._async_face
+
+    def _make_async_face(self) -> ThreadedStore | AsyncPostgres:
         if self.is_sqlite:
             return ThreadedStore(self)
         from .async_pg import AsyncPostgres
@@ -149,7 +156,9 @@ class Store:
             yield conn
 
     def close(self) -> None:
-        """Close every connection this store opened."""
+        """Close every connection this store opened (the async callers' idle ones too)."""
+        if self._async_face is not None:
+            self._async_face.close_idle()
         self._conns.close()
 
     dispose = close

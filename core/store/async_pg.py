@@ -118,6 +118,18 @@ class AsyncPostgres:
             for conn in self._pools.pop(asyncio.get_running_loop(), []):
                 await _close(conn)
 
+    def close_idle(self) -> None:
+        """Close the idle connections of every event loop, from any thread (``Store.close``).
+        An idle connection is in no loop's hands, and closing one is a libpq call that
+        awaits nothing. As with the sync store, the next call opens a new one."""
+        if self._pid != os.getpid():
+            return  # a forked child holds its parent's sockets: never close those
+        pools, self._pools = self._pools, weakref.WeakKeyDictionary()
+        for pool in list(pools.values()):
+            while pool:
+                with contextlib.suppress(Exception):
+                    pool.pop().pgconn.finish()
+
     # -- the operations the async begin loop and report use -----------------------------------
 
     async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:

@@ -24,6 +24,9 @@ class ThreadedStore:
     def __init__(self, store: Store) -> None:
         self._store = store
 
+    def close_idle(self) -> None:
+        """Nothing to close: the sync store's connections are the only ones."""
+
     async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:
         """:meth:`Store.reserve`: a repeat is answered by a read on the loop; only a new key
         goes to a worker thread to be written."""
