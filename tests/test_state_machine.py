@@ -21,11 +21,15 @@ Four keys share one saga group: ``a`` (ungoverned), ``g`` (approval always), ``p
 declares no compensation: irreversible). Two payload variants make ``PayloadMismatch`` happen.
 Each example runs in a fresh namespace of one shared store (``effectgate.testing.in_namespace``).
 ``EFFECTGATE_STATEFUL_EXAMPLES`` and ``EFFECTGATE_STATEFUL_STEPS`` tune the size (default 1000
-examples of 15 steps each, per backend).
+examples of 15 steps each, per backend). The same machine drives the gate's async twins
+(``abegin``, ``areport``, ``aextend_lease``, ``aresolve``, …) on one event loop, over
+``EFFECTGATE_STATEFUL_ASYNC_EXAMPLES`` examples (default 250): on Postgres that is the native
+async driver, another code path to the same store, checked against the same model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import os
@@ -52,6 +56,7 @@ from effectgate.testing import in_namespace, lapse_leases
 
 EXAMPLES = int(os.environ.get("EFFECTGATE_STATEFUL_EXAMPLES", "1000"))
 STEPS = int(os.environ.get("EFFECTGATE_STATEFUL_STEPS", "15"))
+ASYNC_EXAMPLES = int(os.environ.get("EFFECTGATE_STATEFUL_ASYNC_EXAMPLES", "250"))
 
 IN_FLIGHT, COMMITTED, FAILED = "in_flight", "committed", "failed"
 AMBIGUOUS, PENDING, DENIED = "ambiguous", "pending_approval", "denied"
@@ -133,14 +138,46 @@ class Eff:
         self.lapsed = self.reported = self.pruned = self.by_lease = self.recent = False
 
 
+_TWINS = frozenset({"begin", "report", "extend_lease", "resolve", "get", "approve", "deny",
+                    "unwind", "prune"})
+
+
+class AsyncCaller:
+    """A gate whose calls go through their async twins (``begin`` → ``await abegin``), each
+    run to completion on one event loop: the async caller's path, asserted like the sync."""
+
+    def __init__(self, gate: eg.Gate, loop: asyncio.AbstractEventLoop) -> None:
+        self._gate, self._loop = gate, loop
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _TWINS:
+            return getattr(self._gate, name)
+        twin = getattr(self._gate, f"a{name}")
+        return lambda *args, **kwargs: self._loop.run_until_complete(twin(*args, **kwargs))
+
+    def in_namespace(self, namespace: str) -> AsyncCaller:
+        return AsyncCaller(self._gate.in_namespace(namespace), self._loop)
+
+    @property
+    def gate(self) -> eg.Gate:
+        return self._gate
+
+
+def _gate_of(gate: Any) -> eg.Gate:
+    return gate.gate if isinstance(gate, AsyncCaller) else gate  # type: ignore[no-any-return]
+
+
 class GateMachine(RuleBasedStateMachine):
     """The gate against the reference model, one fresh namespace per example."""
 
-    def __init__(self, base: eg.Gate, other: eg.Gate, prefix: str, runs: list[int]) -> None:
+    def __init__(self, base: eg.Gate, other: eg.Gate, prefix: str, runs: list[int],
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__()
         runs[0] += 1
-        self.gate = in_namespace(base, f"{prefix}{runs[0]}")
-        self.other = in_namespace(other, self.gate.namespace)  # no memo: reads the store
+        self.gate: Any = in_namespace(base, f"{prefix}{runs[0]}")
+        self.other: Any = in_namespace(other, self.gate.namespace)  # no memo: reads the store
+        if loop is not None:
+            self.gate, self.other = AsyncCaller(self.gate, loop), AsyncCaller(self.other, loop)
         self.foreign = self.gate.in_namespace(f"{self.gate.namespace}-x")  # empty, and apart
         self.gate.compensator("plain.*")(self._undo)
         self.gate.compensator("gov.*")(self._undo)
@@ -476,7 +513,7 @@ class GateMachine(RuleBasedStateMachine):
         e = self.effects.get(key)
         moves = e is not None and (e.state == IN_FLIGHT or (e.state == AMBIGUOUS
                                                             and e.by_lease))
-        count = lapse_leases(self.gate, key, seconds_ago=1.0 if recent else None)
+        count = lapse_leases(_gate_of(self.gate), key, seconds_ago=1.0 if recent else None)
         assert count == int(moves), (key, e, count)
         if e is not None and moves:
             e.recent = recent if e.state == IN_FLIGHT or e.recent else False
@@ -752,20 +789,21 @@ class GateMachine(RuleBasedStateMachine):
         assert self.spent <= CEILING or self.over_ok, "spend passed the ceiling"
 
 
-def _run(url: str, runs: list[int]) -> None:
+def _run(url: str, runs: list[int], *, caller: str = "sync", examples: int = EXAMPLES) -> None:
     prefix = f"sm-{uuid.uuid4().hex[:12]}-"  # this run's namespaces: one per example
+    loop = asyncio.new_event_loop() if caller == "async" else None
     base = eg.Gate(url, policy=POLICY, namespace=f"{prefix}base", lease_seconds=3600,
                    max_attempts=MAX_ATTEMPTS)
     other = eg.Gate(url, policy=POLICY, namespace=f"{prefix}base", lease_seconds=3600,
                     max_attempts=MAX_ATTEMPTS, memo_size=0)
     factory: Callable[[], GateMachine] = lambda: GateMachine(  # noqa: E731
-        base, other, prefix, runs)
+        base, other, prefix, runs, loop)
     log = logging.getLogger("effectgate")
     level = log.level
     log.setLevel(logging.ERROR)  # thousands of expected refusals: keep them out of the capture
     try:
         run_state_machine_as_test(factory, settings=settings(  # type: ignore[arg-type]
-            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+            max_examples=examples, stateful_step_count=STEPS, deadline=None,
             derandomize=True, database=None, print_blob=True,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                    HealthCheck.data_too_large],
@@ -776,8 +814,10 @@ def _run(url: str, runs: list[int]) -> None:
             for table in ("effectgate_approvals", "effectgate_budgets", "effectgate_effects"):
                 conn.execute(text(f"DELETE FROM {table} WHERE namespace LIKE :prefix"),
                              {"prefix": f"{prefix}%"})
-        base.close()
+        base.close()  # the async callers' connections too
         other.close()
+        if loop is not None:
+            loop.close()
 
 
 EDGES = (
@@ -789,16 +829,18 @@ EDGES = (
 )
 
 
-def test_random_sequences_match_the_reference_model(store_url: str) -> None:
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_random_sequences_match_the_reference_model(store_url: str, caller: str) -> None:
     """Random begin/report/extend/lapse/resolve/approve/deny/prune/unwind sequences — with
     late reports, borrowed proofs, other namespaces and effect types, live-lease resolves and
     reconcile inside and after the grace period — zero divergences from the reference model,
     over EXAMPLES sequences; and every one of those edges was reached."""
+    examples = EXAMPLES if caller == "sync" else ASYNC_EXAMPLES
     runs = [0]
     SEEN.clear()
-    _run(store_url, runs)
-    assert runs[0] >= EXAMPLES
+    _run(store_url, runs, caller=caller, examples=examples)
+    assert runs[0] >= examples
     print(f"edges reached: {dict(sorted(SEEN.items()))}")
-    if EXAMPLES >= 500:
+    if examples >= 250:
         missed = [edge for edge in EDGES if not SEEN.get(edge)]
         assert not missed, f"never reached: {missed} ({SEEN})"
