@@ -166,8 +166,8 @@ class EffectSpec:
         compensation = self.compensation
         if callable(compensation):
             compensation = compensation(**arguments)
-        return self.gate.request(
-            effect_type=self.kind, key=key, payload=self.template.normalise(arguments),
+        return self.gate._checked_request(
+            self.kind, key, self.template.normalise(arguments),
             group_key=self.group_template.render(arguments) if self.group_template else None,
             compensation=compensation, estimated_cost_micros=cost,
         )

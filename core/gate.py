@@ -288,7 +288,21 @@ class Gate:
         kind = effect_type if isinstance(effect_type, EffectKind) else self.kind(
             effect_type, vendor=vendor, lease_seconds=lease_seconds, max_attempts=max_attempts
         )
-        key = check_key(key)
+        return self._checked_request(
+            kind, check_key(key), payload, run_id=run_id, agent_id=agent_id,
+            group_key=group_key, compensation=compensation,
+            compensates_effect_id=compensates_effect_id,
+            estimated_cost_micros=estimated_cost_micros)
+
+    def _checked_request(
+        self, kind: EffectKind, key: str, payload: Mapping[str, Any], *,
+        run_id: str | None = None, agent_id: str | None = None, group_key: str | None = None,
+        compensation: Any = None, compensates_effect_id: int | None = None,
+        estimated_cost_micros: int | None = None,
+    ) -> Request:
+        """:meth:`request` for a ``key`` already checked (a key template renders checked
+        keys) and a ``kind`` from :meth:`kind`: the decorator's path, without the second
+        check."""
         digest = payload_hash(payload)
         if run_id is None or agent_id is None:
             ctx_run, ctx_agent = run_context()

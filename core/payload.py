@@ -144,16 +144,36 @@ def canonical_json(value: Any, path: str = "payload") -> str:
 
 
 _FLAT = frozenset((str, int, bool, type(None)))
+_KEYS = frozenset((str,))
+
+
+def _flat_encoder(fallback: Any, *, sort_keys: bool) -> Any:
+    """``fallback`` (an encoder's ``encode``) for a flat dict of plain values, with the same
+    output: the C encoder itself, without the per-call set-up of ``encode`` (there is no
+    container to recurse into, so no circular check to set up)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # a Python without the _json accelerator
+        return fallback
+    encode = make(None, None, json.encoder.encode_basestring, None, ":", ",", sort_keys,
+                  False, False)
+    return lambda flat: "".join(encode(flat, 0))
+
+
+def _is_flat(value: Any) -> bool:
+    """A dict of str keys to str, int, bool or None values: canonical JSON as it stands."""
+    return type(value) is dict and _FLAT.issuperset(map(type, value.values())) and (
+        _KEYS.issuperset(map(type, value)))
+
+
+_dumps_flat = _flat_encoder(_dumps, sort_keys=True)
 _SURROGATE = "{}: a str with a lone surrogate is not valid Unicode and has no JSON form"
 
 
 def payload_hash(payload: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of a payload, which must be a mapping."""
-    if type(payload) is dict and all(
-        type(k) is str and type(v) in _FLAT for k, v in payload.items()
-    ):  # the common tool call: flat, plain values; already canonical
+    if _is_flat(payload):  # the common tool call: flat, plain values; already canonical
         try:
-            text = _dumps(payload)
+            text = _dumps_flat(payload)
         except ValueError as err:  # an int of more than 4300 digits
             raise PayloadError(f"payload: {err}") from None
     elif not isinstance(payload, Mapping):
@@ -174,12 +194,15 @@ _encode_result = json.JSONEncoder(
 ).encode
 
 
+_encode_flat_result = _flat_encoder(_encode_result, sort_keys=False)
+
+
 def result_json(result: Any) -> str | None:
     """A result as JSON text (None stays None); :class:`PayloadError` if it has no JSON form."""
     if result is None:
         return None
     try:
-        text = _encode_result(result)
+        text = _encode_flat_result(result) if _is_flat(result) else _encode_result(result)
     except (ValueError, TypeError, RecursionError) as err:
         raise PayloadError(f"the result cannot be stored as JSON: {err}") from None
     if not text.isascii() and not is_utf8(text):

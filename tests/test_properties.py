@@ -265,3 +265,25 @@ def test_key_field_types_follow_the_documented_rules() -> None:
     for bad in (None, "", " ", 1.0, True, b"x", [1], {"a": 1}, datetime.datetime(2026, 1, 1)):
         with pytest.raises(eg.EffectKeyError):
             tpl.render({"v": bad})
+
+
+_FLAT_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text())
+
+
+@settings(max_examples=400)
+@given(st.dictionaries(st.text(), _FLAT_VALUES, max_size=8))
+def test_the_flat_fast_paths_write_exactly_what_the_general_encoders_write(
+        flat: dict[str, Any]) -> None:
+    """A flat tool call is hashed, and a flat result stored, by the C encoder directly: the
+    text (so every stored payload hash) is the general canonical form's, byte for byte."""
+    from effectgate import payload
+
+    try:
+        canonical = canonical_json(flat)
+    except eg.PayloadError:  # a lone surrogate: refused on both paths
+        with pytest.raises(eg.PayloadError):
+            payload_hash(flat)
+        return
+    assert payload_hash(flat) == hashlib.sha256(canonical.encode()).hexdigest()
+    assert payload._dumps_flat(flat) == canonical
+    assert payload.result_json(flat) == payload._encode_result(flat)
