@@ -14,6 +14,7 @@ from typing import Any
 from ..gate import Gate
 from .baseline import Cycle, KeySource, RawPostgres, RawSqlite, batch, calling, timed_calls
 from .measure import Figure, Ratio, Report, interleave
+from .replay import Replay
 from .stores import Scratch
 from .trace import PgTrace, SqliteTrace, pg_fingerprint
 
@@ -52,20 +53,35 @@ def bench_core(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
         gate = Gate(s.url(name), namespace=s.namespace(name), durability=durability,  # type: ignore[arg-type]
                     policy=False)
         raw = s.raw(name, syncs=syncs) if s.backend == "sqlite" else s.raw(name)
+        replay: Replay | None = None
         try:
             fn = gated(gate)
             gate_keys, raw_keys = KeySource(""), KeySource("bench:")
-            times = interleave({"raw": batch(raw.execute, raw_keys),
-                                "gate": calling(fn, gate_keys)}, total=n, chunks=chunks)
+            runners = {"raw": batch(raw.execute, raw_keys), "gate": calling(fn, gate_keys)}
+            if variant == "default":  # the gate's statements without its Python: the floor
+                replay = Replay(gate, fn, "probe", render="bench:{}".format,
+                                where=s.path(name) if s.backend == "sqlite" else s.dsn(name))
+                runners["replay"] = batch(replay.execute, KeySource("replay-"))
+            times = interleave(runners, total=n, chunks=chunks)
             title, base = _LABELS[(s.backend, variant)]
             report.ratios.append(Ratio("core", s.backend, title, times["gate"], times["raw"],
                                        base, EFFECT_TARGETS[(s.backend, variant)],
                                        times.spread("gate", "raw")))
+            if replay is not None:
+                report.ratios += [
+                    Ratio("core", s.backend, "  its statements alone", times["replay"],
+                          times["raw"], base, None, times.spread("replay", "raw")),
+                    Ratio("core", s.backend, "  its Python per call", times["gate"],
+                          times["replay"], "its statements alone", None,
+                          times.spread("gate", "replay")),
+                ]
             if variant == "default":
                 _count_effect(s, report, gate, fn, raw, gate_keys, raw_keys)
                 _refusals(s, report, gate, fn, raw, gate_keys.issued, raw_keys.issued,
                           n=n, chunks=chunks)
         finally:
+            if replay is not None:
+                replay.close()
             gate.close()
             raw.close()
 

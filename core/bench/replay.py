@@ -1,0 +1,74 @@
+"""The floor under the gate's Python: the gate's own statements for one executed effect,
+captured once from a real gated call and replayed by the bare driver with only the key
+changed.
+
+Beside the raw baseline (the fewest writes an idempotent effect needs) and the gate, it splits
+the gap in two: what the gate's statements cost the database (a wider row, its history, the
+lease secret and fencing token, the read before the insert on SQLite, a function call on
+Postgres) and what the gate's Python costs per call (everything else).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..gate import Gate
+
+__all__ = ["Replay"]
+
+
+class Replay:
+    """The statements ``fn(probe)`` sent to ``gate``'s store, replayed per key on a connection
+    of its own (``connect``: a ``sqlite3`` file path or a libpq connection string)."""
+
+    def __init__(self, gate: Gate, fn: Callable[[str], Any], probe: str, *,
+                 render: Callable[[str], str], where: str) -> None:
+        conns = gate.store._conns
+        captured: list[tuple[str, dict[str, Any], str | None]] = []
+        real = conns.run
+
+        def spy(sql: Any, binds: Any, sync: str | None = None) -> list[Any]:
+            captured.append((sql.text, dict(binds), sync))
+            return real(sql, binds, sync)
+
+        conns.run = spy  # type: ignore[method-assign]
+        try:
+            fn(probe)
+        finally:
+            del conns.run
+        rendered = render(probe)
+        if not captured or any(binds.get("key") != rendered for _, binds, _ in captured):
+            raise RuntimeError(f"the probe's statements do not all name its key: {captured}")
+        self.statements = captured
+        self.render = render
+        self.is_sqlite = gate.store.is_sqlite
+        if self.is_sqlite:
+            self.conn: Any = sqlite3.connect(where, isolation_level=None, timeout=60.0)
+            self.conn.execute("PRAGMA busy_timeout=60000")
+            self.conn.execute("PRAGMA journal_mode=WAL")
+        else:
+            import psycopg
+
+            self.conn = psycopg.connect(where, autocommit=True)
+        self.sync: str | None = None
+
+    def execute(self, keys: list[str]) -> float:
+        """The captured statements once per key, in order; seconds taken."""
+        conn, render, statements = self.conn, self.render, self.statements
+        start = time.perf_counter()
+        for key in keys:
+            rendered = render(key)
+            for text, binds, sync in statements:
+                if sync is not None and self.is_sqlite and sync != self.sync:
+                    conn.execute(sync)  # the durability of this commit, as the gate sets it
+                    self.sync = sync
+                binds["key"] = rendered
+                conn.execute(text, binds).fetchall()
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        """Close the replay's connection."""
+        self.conn.close()
