@@ -133,3 +133,39 @@ def test_bad_urls_are_config_errors(tmp_path: Path) -> None:
     for url in ("sqlite://", "sqlite:///:memory:", "mysql://x/y", "not a url"):
         with pytest.raises(eg.ConfigError):
             eg.Gate(url)
+
+
+def test_a_fresh_store_has_the_partial_group_index(store_url: str) -> None:
+    """The saga index (namespace, group_key) WHERE group_key IS NOT NULL, on both backends,
+    written as SQL rather than as dialect arguments."""
+    from sqlalchemy import inspect
+
+    gate = eg.Gate(store_url, namespace="schema-index")
+    try:
+        indexes = {ix["name"]: ix for ix in inspect(gate.store.engine).get_indexes(
+            "effectgate_effects")}
+        group = indexes["ix_effectgate_effects_group"]
+        assert group["column_names"] == ["namespace", "group_key"]
+        with gate.store.connection() as conn:
+            if gate.store.is_sqlite:
+                sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?",
+                                   ("ix_effectgate_effects_group",)).fetchone()[0]
+            else:
+                sql = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s "
+                                   "AND schemaname = current_schema()",
+                                   ("ix_effectgate_effects_group",)).fetchone()[0]
+        assert "group_key IS NOT NULL" in sql, sql
+    finally:
+        gate.close()
+
+
+def test_opening_a_sqlite_store_imports_no_postgres_dialect(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, effectgate as eg\n"
+            f"eg.Gate('sqlite:///{tmp_path / 'x.db'}', namespace='n', policy=False).close()\n"
+            "print(sorted(m for m in sys.modules if 'dialects.postgresql' in m))\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout
+    assert out.strip() == "[]", out
