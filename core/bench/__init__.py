@@ -85,8 +85,10 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
 
 def _core(s: Scratch, report: Report, config: BenchConfig) -> None:
     from .core_paths import bench_core
+    from .startup import bench_startup
 
     bench_core(s, report, n=config.n, chunks=config.chunks)
+    bench_startup(s, report)
 
 
 def _async(s: Scratch, report: Report, config: BenchConfig) -> None:
