@@ -52,6 +52,11 @@ def _assert_core(report: dict[str, Any], backend: str) -> None:
     assert python["base_us"] == alone["gate_us"]
     figures = _figures(report, backend)
     assert figures["rows written by refusals"]["value"] == 0
+    # Start-up, in fresh processes: the import is part of the way to the first begin.
+    assert 0 < figures["import effectgate, ms"]["value"]
+    assert figures["import effectgate, ms"]["value"] < figures[
+        "  to a worker's first begin, ms"]["value"]
+    assert figures["import effectgate, ms"]["passed"] in (True, False)
 
 
 def test_bench_sqlite_reports_every_core_ratio_and_leaves_no_files(tmp_path: Path) -> None:
