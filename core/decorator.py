@@ -8,7 +8,6 @@ the body and the store are awaited differs between :meth:`EffectSpec.run` and
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
@@ -35,6 +34,8 @@ from .redact import describe, redact_fields
 from .states import Decision, Outcome
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .gate import Gate
     from .request import Request
 
@@ -283,6 +284,8 @@ class EffectSpec:
     async def arun(self, arguments: Mapping[str, Any], body: Callable[[], Awaitable[T]]) -> T:
         """Gate one asynchronous call; the store is reached off the event loop. A call
         cancelled before its body started is recorded FAILED: it provably never ran."""
+        import asyncio  # here: a program with no async tool never pays for importing it
+
         gate = self.gate
         req = self.request(arguments)
         begun = asyncio.ensure_future(gate.abegin(req))
@@ -319,6 +322,8 @@ async def _settle_unstarted(gate: Gate, begun: asyncio.Future[BeginDecision]) ->
     """The caller was cancelled while its ``begin`` was in flight. The begin cannot be taken
     back once sent: let it finish, and if it reserved the effect, record FAILED — the body
     never started. Cancelled again while waiting, it finishes in the background."""
+    import asyncio
+
     try:
         d = await asyncio.shield(begun)
     except asyncio.CancelledError:
@@ -339,6 +344,8 @@ def _report_unstarted_later(gate: Gate, begun: asyncio.Future[BeginDecision]) ->
         return
     d = begun.result()
     if d.decision is Decision.EXECUTE:
+        import asyncio
+
         task = asyncio.ensure_future(_report_quietly(gate, d))
         _background.add(task)
         task.add_done_callback(_background.discard)
