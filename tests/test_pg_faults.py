@@ -6,6 +6,11 @@ with ``pg_terminate_backend`` at a moment the test controls: while the report's 
 a row lock (its commit cannot have happened), or after the commit, with the reply held back by
 a loopback proxy (the commit reached the server; the client never heard). The server itself is
 never restarted here: other suites share it.
+
+The tests that drive the gate's begin/report path run for a sync caller and an async one
+(``caller``): the async one awaits ``abegin``/``areport`` (or an ``async def`` under
+``@gate.effect``) on an event loop of its own, and the connection killed, traced or inspected is
+the async store's ``AsyncConnection`` for that loop, the one those calls run on.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import effectgate as eg
 
 from .conftest import PG_URL, require_postgres
 from .workers import TIMEOUT, spawn, stop
+from .workers.callers import CALLERS, Caller, making
 
 pytestmark = pytest.mark.slow
 LIBPQ_URL = PG_URL.replace("+psycopg", "")
@@ -53,10 +59,18 @@ def pg_gate(namespace: str) -> Iterator[eg.Gate]:
     gate.close()
 
 
-def _backend_pid(gate: eg.Gate) -> int:
-    """The server process of this thread's gate connection (the one begin/report use)."""
-    with gate.store.connection() as conn:
-        return int(conn.info.backend_pid)
+@pytest.fixture(params=CALLERS)
+def caller(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def drive(caller: str) -> Iterator[Callable[[eg.Gate], Caller]]:
+    """Makes a :class:`Caller` of this test's kind for a gate (closed after the test). Its
+    ``backend_pid()`` is the server process of the connection its begin/report calls use:
+    this thread's sync connection, or the async store's connection on its event loop."""
+    with making(caller) as make:
+        yield make
 
 
 def _until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
@@ -118,6 +132,13 @@ class ReplyHoldingProxy:
             self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
 
+    def cut(self) -> None:
+        """Refuse new connections and cut every open one (both of its ends see it closed)."""
+        self.refuse_new()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     def close(self) -> None:
         self.refuse_new()
         for sock in self._sockets:
@@ -135,14 +156,15 @@ def proxy() -> Iterator[ReplyHoldingProxy]:
 
 
 def test_connection_killed_before_report_commits_leaves_effect_ambiguous_never_failed(
-    pg_gate: eg.Gate, admin: psycopg.Connection[Any]
+    pg_gate: eg.Gate, admin: psycopg.Connection[Any], drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """pg_terminate_backend while the report's UPDATE waits (so its commit never happens):
     the caller gets a StoreError saying the outcome is unknown, the effect stays IN_FLIGHT
     and reads AMBIGUOUS once its lease lapses (never FAILED, never lost), a retry is refused,
     and the gate's next call works on a fresh connection."""
     gate = pg_gate
-    pid = _backend_pid(gate)
+    c = drive(gate)
+    pid = c.backend_pid()
     killed: list[bool] = []
     lock = psycopg.connect(LIBPQ_URL)  # holds the effect's row lock while the report waits
 
@@ -154,7 +176,7 @@ def test_connection_killed_before_report_commits_leaves_effect_ambiguous_never_f
             killed.append(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
         lock.rollback()  # let go (and unblock a report that was never killed)
 
-    @gate.effect("refund:{txn_id}", effect_type="payment.refund", lease_seconds=1.5)
+    @c.effect("refund:{txn_id}", effect_type="payment.refund", lease_seconds=1.5)
     def refund(txn_id: str) -> dict[str, str]:
         # The reservation is committed; lock its row so the coming report has to wait.
         lock.execute("SELECT id FROM effectgate_effects WHERE namespace = %s AND key = %s "
@@ -174,7 +196,7 @@ def test_connection_killed_before_report_commits_leaves_effect_ambiguous_never_f
     assert raised.value.outcome_unknown
     record = gate.get("refund:txn_1")  # the next call works: a fresh connection
     assert record.state in (eg.State.IN_FLIGHT, eg.State.AMBIGUOUS)
-    assert _backend_pid(gate) != pid
+    assert c.backend_pid() != pid
     record = _wait_for_state(gate, "refund:txn_1", eg.State.AMBIGUOUS)
     assert record.state is eg.State.AMBIGUOUS and record.reason == "lease lapsed"
     with pytest.raises(eg.EffectAmbiguous):
@@ -184,7 +206,8 @@ def test_connection_killed_before_report_commits_leaves_effect_ambiguous_never_f
 
 
 def test_connection_killed_after_report_committed_leaves_effect_committed(
-    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any]
+    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any],
+    drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """The report's commit reached the server but its reply never came back (held by a
     proxy) when pg_terminate_backend killed the connection: the caller gets a StoreError
@@ -192,17 +215,18 @@ def test_connection_killed_after_report_committed_leaves_effect_committed(
     the stored result without running, and the gate recovers on the next call."""
     url = make_url(PG_URL).set(host="127.0.0.1", port=proxy.port)
     gate = eg.Gate(url.render_as_string(hide_password=False), namespace=namespace)
+    c = drive(gate)
     calls: list[str] = []
     try:
 
-        @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+        @c.effect("refund:{txn_id}", effect_type="payment.refund")
         def refund(txn_id: str) -> dict[str, str]:
             calls.append(txn_id)
             proxy.hold.set()  # from now on the server's replies are held back
             terminator.start()
             return {"refund_id": "re_1"}
 
-        pid = _backend_pid(gate)
+        pid = c.backend_pid()
         killed: list[bool] = []
 
         def terminate_once_committed() -> None:
@@ -229,19 +253,24 @@ def test_connection_killed_after_report_committed_leaves_effect_committed(
 
 
 def test_connection_killed_between_calls_is_reopened(
-    pg_gate: eg.Gate, admin: psycopg.Connection[Any]
+    pg_gate: eg.Gate, admin: psycopg.Connection[Any], drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """A connection the server dropped while idle fails at most the one call that finds it
     dead (with a typed StoreError); the gate reconnects and nothing is lost."""
     gate = pg_gate
-    d = gate.begin(effect_type="x", key="k:1", payload={})
-    admin.execute("SELECT pg_terminate_backend(%s)", (_backend_pid(gate),))
+    c = drive(gate)
+    d = c.begin(effect_type="x", key="k:1", payload={})
+    pid = c.backend_pid()
+    assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    assert _until(lambda: admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                                        (pid,)).fetchone() is None)
     try:
-        gate.report(d, "committed", result=1)
+        c.report(d, "committed", result=1)
     except eg.StoreError as err:  # the dead connection is noticed by this call
         assert err.outcome_unknown
-        gate.report(d, "committed", result=1)  # nothing reached the server: report again
+        c.report(d, "committed", result=1)  # nothing reached the server: report again
     assert gate.get("k:1").state is eg.State.COMMITTED
+    assert c.backend_pid() != pid
 
 
 # -- clocks --------------------------------------------------------------------------------
@@ -250,14 +279,14 @@ def test_connection_killed_between_calls_is_reopened(
 class Worker:
     """A skewed_clock.py process: one JSON command in, one JSON answer out."""
 
-    def __init__(self, namespace: str, offset: float) -> None:
+    def __init__(self, namespace: str, offset: float, caller: str = "sync") -> None:
         prefix: tuple[str, ...] = ()
         python_offset = offset
         if shutil.which("faketime"):  # the whole process's clock, C library included
             prefix = ("env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-f",
                       f"{offset:+.0f}s")
             python_offset = 0.0
-        self.proc = spawn("skewed_clock.py", PG_URL, namespace, str(python_offset),
+        self.proc = spawn("skewed_clock.py", PG_URL, namespace, str(python_offset), caller,
                           prefix=prefix)
 
     def ask(self, **cmd: Any) -> dict[str, Any]:
@@ -269,13 +298,14 @@ class Worker:
         return json.loads(line)  # type: ignore[no-any-return]
 
 
-def test_worker_clock_an_hour_off_changes_no_lease_decision(pg_gate: eg.Gate,
-                                                            namespace: str) -> None:
+def test_worker_clock_an_hour_off_changes_no_lease_decision(pg_gate: eg.Gate, namespace: str,
+                                                            caller: str) -> None:
     """Two workers whose clocks are an hour fast and an hour slow (Python's clock shifted,
     and the C library's too under faketime when it is installed) make exactly the lease
-    decisions a correct clock makes: leases are measured on the database's clock."""
+    decisions a correct clock makes: leases are measured on the database's clock. An async
+    worker awaits abegin/aextend_lease/aget."""
     gate = pg_gate
-    fast, slow = Worker(namespace, 3600), Worker(namespace, -3600)
+    fast, slow = Worker(namespace, 3600, caller), Worker(namespace, -3600, caller)
     try:
         for worker, offset in ((fast, 3600), (slow, -3600)):
             clock = worker.ask(op="clock")
@@ -406,12 +436,14 @@ def test_server_restart_mid_run_loses_nothing_and_the_gate_recovers(namespace: s
             gate.close()
 
 
-def _lose_the_reservation_reply(proxy: ReplyHoldingProxy, gate: eg.Gate,
+def _lose_the_reservation_reply(proxy: ReplyHoldingProxy, c: Caller,
                                 admin: psycopg.Connection[Any], key: str,
                                 after: Callable[[], None]) -> threading.Thread:
     """Hold back the server's replies, and once the reservation of ``key`` is committed, kill
-    the gate's backend (its reply never arrives); then ``after()``."""
-    pid = _backend_pid(gate)
+    the backend of the connection ``c``'s next call runs on (its reply never arrives); then
+    ``after()``."""
+    gate = c.gate
+    pid = c.backend_pid()
     proxy.hold.set()
 
     def kill_once_reserved() -> None:
@@ -427,42 +459,50 @@ def _lose_the_reservation_reply(proxy: ReplyHoldingProxy, gate: eg.Gate,
 
 
 def test_a_lost_reservation_reply_is_recovered_by_its_lease_secret(
-    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any]
+    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any],
+    drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """The reserving INSERT committed but its reply was lost: the gate reads the key again on
     a fresh connection, finds its own lease secret there, and holds the effect — the body runs
     once, and a retry is a duplicate."""
     url = make_url(PG_URL).set(host="127.0.0.1", port=proxy.port)
     gate = eg.Gate(url.render_as_string(hide_password=False), namespace=namespace)
+    c = drive(gate)
     try:
-        killer = _lose_the_reservation_reply(proxy, gate, admin, "refund:lost",
-                                             proxy.hold.clear)
-        d = gate.begin(effect_type="payment.refund", key="refund:lost", payload={"n": 1})
+        killer = _lose_the_reservation_reply(proxy, c, admin, "refund:lost", proxy.hold.clear)
+        d = c.begin(effect_type="payment.refund", key="refund:lost", payload={"n": 1})
         killer.join(WAIT)
+        assert not killer.is_alive()
         assert d.decision is eg.Decision.EXECUTE and d.lease_secret
-        gate.report(d, "committed", result={"refund_id": "re_1"})
-        again = gate.begin(effect_type="payment.refund", key="refund:lost", payload={"n": 1})
+        c.report(d, "committed", result={"refund_id": "re_1"})
+        again = c.begin(effect_type="payment.refund", key="refund:lost", payload={"n": 1})
         assert again.decision is eg.Decision.DUPLICATE and again.result == {"refund_id": "re_1"}
     finally:
         gate.close()
 
 
 def test_a_lost_reservation_reply_that_cannot_be_checked_is_outcome_unknown(
-    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any]
+    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any],
+    drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """The reply is lost and the store cannot be reached to check: StoreError with
     outcome_unknown=True (it may have been written), and the body never ran."""
     url = make_url(PG_URL).set(host="127.0.0.1", port=proxy.port)
     gate = eg.Gate(url.render_as_string(hide_password=False), namespace=namespace)
+    c = drive(gate)
     ran: list[int] = []
 
-    @gate.effect("refund:{n}", effect_type="payment.refund")
+    @c.effect("refund:{n}", effect_type="payment.refund")
     def refund(n: int) -> int:
         ran.append(n)
         return n
 
     try:
-        killer = _lose_the_reservation_reply(proxy, gate, admin, "refund:7", proxy.refuse_new)
+        # The store out of reach: new connections refused and every open one through the
+        # proxy cut. (Refusing new ones is not enough for an async caller: its check runs on
+        # the sync store, off the loop, and may take an idle sync connection that is still
+        # open, whose replies the proxy holds back for ever.)
+        killer = _lose_the_reservation_reply(proxy, c, admin, "refund:7", proxy.cut)
         with pytest.raises(eg.StoreError) as err:
             refund(7)
         killer.join(WAIT)
@@ -473,21 +513,30 @@ def test_a_lost_reservation_reply_that_cannot_be_checked_is_outcome_unknown(
         assert direct.get("refund:7").state is eg.State.IN_FLIGHT  # lapses to AMBIGUOUS
 
 
-def test_the_reserving_commit_is_synchronous_whatever_the_server_says(namespace: str) -> None:
+def test_the_reserving_commit_is_synchronous_whatever_the_server_says(
+    namespace: str, drive: Callable[[eg.Gate], Caller]
+) -> None:
     """A session whose default is synchronous_commit=off (as a server may be configured)
-    still reserves with a synchronous commit."""
+    still reserves with a synchronous commit (on the async store's connection too)."""
     require_postgres()
     url = make_url(PG_URL).update_query_dict({"options": "-c synchronous_commit=off"})
+    with psycopg.connect(LIBPQ_URL, options="-c synchronous_commit=off") as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "off"  # the premise
     with eg.Gate(url.render_as_string(hide_password=False), namespace=namespace) as gate:
-        gate.begin(effect_type="t", key="k:1", payload={})
-        with gate.store.connection() as conn:
-            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        c = drive(gate)
+        d = c.begin(effect_type="t", key="k:1", payload={})
+        assert d.decision is eg.Decision.EXECUTE
+        assert c.show("synchronous_commit") == "on"
+        c.report(d, "committed", result=1)
+        assert c.show("synchronous_commit") == "on"
     with psycopg.connect(LIBPQ_URL, options="-c synchronous_commit=remote_apply") as conn:
         # a stronger setting is not lowered (the hook only raises 'off')
         assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "remote_apply"
 
 
-def test_outcomes_ride_on_the_next_sync_and_reservations_never_do(namespace: str) -> None:
+def test_outcomes_ride_on_the_next_sync_and_reservations_never_do(
+    namespace: str, drive: Callable[[eg.Gate], Caller]
+) -> None:
     """By default a holder's report (and a lapse, a heartbeat) commits asynchronously for its
     own transaction only — a lost outcome decays to AMBIGUOUS, never to a second execution —
     while every reservation commits synchronously; durability="all" makes outcomes wait for
@@ -499,10 +548,11 @@ def test_outcomes_ride_on_the_next_sync_and_reservations_never_do(namespace: str
                                                      sql.extend))
         assert not any("set_config" in s.text for s in (sql.reserve, sql.take, sql.insert,
                                                         sql.resolve))
-        d = gate.begin(effect_type="t", key="k:1", payload={})
-        gate.report(d, "committed", result=1)
-        with gate.store.connection() as conn:  # the setting did not outlive its transaction
-            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        c = drive(gate)
+        d = c.begin(effect_type="t", key="k:1", payload={})
+        c.report(d, "committed", result=1)
+        # the setting did not outlive its transaction (on the connection the calls ran on)
+        assert c.show("synchronous_commit") == "on"
         assert gate.get("k:1").state is eg.State.COMMITTED
     with eg.Gate(PG_URL, namespace=namespace, durability="all") as gate:
         assert "set_config" not in gate.store.sql.report.text
@@ -516,26 +566,31 @@ def _governed_gate(namespace: str, limit: int) -> eg.Gate:
     return eg.Gate(PG_URL, namespace=namespace, policy=policy)
 
 
-def test_governed_begin_is_one_round_trip_and_its_charges_all_or_nothing(namespace: str) -> None:
+def test_governed_begin_is_one_round_trip_and_its_charges_all_or_nothing(
+    namespace: str, drive: Callable[[eg.Gate], Caller]
+) -> None:
     """A begin under a ceiling and an approval rule: the read, both charges and the insert are
-    one call; a ceiling that refuses rolls back the other's charge; a repeat reads only."""
+    one call; a ceiling that refuses rolls back the other's charge; a repeat reads only. The
+    round trips are counted on the connection the caller's begin runs on (for an async caller,
+    the async store's connection of its event loop)."""
     require_postgres()
     from effectgate.bench.trace import PgTrace
 
     gate = _governed_gate(namespace, 1_000)
+    c = drive(gate)
     try:
-        with gate.store.connection() as conn, PgTrace(conn) as trace:
-            d = gate.begin(effect_type="pay.out", key="gov:1", payload={"n": 1}, run_id="r",
-                           estimated_cost_micros=600)
+        with c.connection() as conn, PgTrace(conn) as trace:
+            d = c.begin(effect_type="pay.out", key="gov:1", payload={"n": 1}, run_id="r",
+                        estimated_cost_micros=600)
         assert d.decision is eg.Decision.EXECUTE
         assert trace.round_trips == 1
-        gate.report(d, "committed", result={"ok": 1})
-        with gate.store.connection() as conn, PgTrace(conn) as trace:
-            again = gate.begin(effect_type="pay.out", key="gov:1", payload={"n": 1},
-                               run_id="r", estimated_cost_micros=600)
+        c.report(d, "committed", result={"ok": 1})
+        with c.connection() as conn, PgTrace(conn) as trace:
+            again = c.begin(effect_type="pay.out", key="gov:1", payload={"n": 1},
+                            run_id="r", estimated_cost_micros=600)
         assert again.decision is eg.Decision.DUPLICATE and trace.round_trips <= 1
-        over = gate.begin(effect_type="pay.out", key="gov:2", payload={"n": 2}, run_id="r",
-                          estimated_cost_micros=600)
+        over = c.begin(effect_type="pay.out", key="gov:2", payload={"n": 2}, run_id="r",
+                       estimated_cost_micros=600)
         assert over.decision is eg.Decision.DENIED
         assert "spend ceiling reached" in (over.reason or "")
         with gate.store.connection() as conn:
@@ -543,8 +598,8 @@ def test_governed_begin_is_one_round_trip_and_its_charges_all_or_nothing(namespa
                 "SELECT spent_micros FROM effectgate_budgets WHERE namespace = %s",
                 (namespace,)).fetchall())
         assert spent == [600, 600]  # the refused begin charged neither ceiling
-        fits = gate.begin(effect_type="pay.out", key="gov:3", payload={"n": 3}, run_id="r",
-                          estimated_cost_micros=400)
+        fits = c.begin(effect_type="pay.out", key="gov:3", payload={"n": 3}, run_id="r",
+                       estimated_cost_micros=400)
         assert fits.decision is eg.Decision.EXECUTE
         assert gate.get("gov:3").state is eg.State.IN_FLIGHT
     finally:
