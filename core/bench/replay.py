@@ -21,8 +21,9 @@ __all__ = ["Replay"]
 
 
 class Replay:
-    """The statements ``fn(probe)`` sent to ``gate``'s store, replayed per key on a connection
-    of its own (``connect``: a ``sqlite3`` file path or a libpq connection string)."""
+    """The statements ``fn(probe)`` sent to ``gate``'s store, replayed per key (its key
+    ``render(key)``) on a connection of its own to the same store (``where``: the SQLite file
+    path, or a libpq connection string)."""
 
     def __init__(self, gate: Gate, fn: Callable[[str], Any], probe: str, *,
                  render: Callable[[str], str], where: str) -> None:

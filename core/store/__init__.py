@@ -121,7 +121,7 @@ class Store:
                                  f"{driver_text(err)}") from err
         self._reserve_sync = self._conns.sync_reserve
         self._outcome_sync = self._conns.sync_outcome
-        self._async_face: ThreadedStore | AsyncPostgres | None = None
+        self._async_face = self._make_async_face()  # one per store: every gate shares it
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
@@ -132,8 +132,6 @@ class Store:
         ``AsyncConnection``, one small pool per event loop); on SQLite, reads on the loop
         itself (microseconds, never waiting on a writer in WAL mode) and writes on a worker
         thread."""
-        if self._async_face is None:
-            self._async_face = self._make_async_face()
         return self._async_face
 
     def _make_async_face(self) -> ThreadedStore | AsyncPostgres:
@@ -157,8 +155,7 @@ class Store:
 
     def close(self) -> None:
         """Close every connection this store opened (the async callers' idle ones too)."""
-        if self._async_face is not None:
-            self._async_face.close_idle()
+        self._async_face.close_idle()
         self._conns.close()
 
     dispose = close
