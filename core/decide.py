@@ -48,6 +48,7 @@ __all__ = [
     "Reconcile",
     "Resolution",
     "Step",
+    "adopts_lost_reservation",
     "approval_status",
     "begin_step",
     "check_approval",
@@ -286,6 +287,18 @@ def outcome_spend_delta(outcome: Outcome, estimated: int | None, actual: int | N
     if outcome is Outcome.COMMITTED and actual is not None:
         return actual - held
     return 0
+
+
+def adopts_lost_reservation(row: EffectHead, secret_hash: str) -> bool:
+    """Whether a begin whose reserving insert's reply was lost may take ``row`` as its own
+    reservation: the row still carries the secret issued with that insert, and nobody has
+    acted since — it is IN_FLIGHT at the attempt and token the insert wrote (1 and 1), under
+    a live lease. An operator's resolve or a lapse keeps the secret but moves the row on (a
+    new token, another state, or the lease past its end): such a row is decided on afresh,
+    never executed as though the lost insert still held it."""
+    return (row.lease_secret is not None and row.lease_secret == secret_hash
+            and row.state is State.IN_FLIGHT and row.attempt == 1 and row.token == 1
+            and row.lease_expires_at is not None and row.lease_expires_at >= row.now)
 
 
 def report_standing(row: EffectHead, namespace: str, key: str, token: int,

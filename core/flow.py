@@ -176,7 +176,8 @@ class BeginFlow:
 
     def _recover(self, req: Request, secret: LeaseSecret, err: StoreError) -> EffectHead | None:
         """A reservation whose reply was lost may have committed: read the key once more;
-        if it holds our lease secret, the reservation is ours."""
+        the reservation is ours only if nobody has acted on it since
+        (:func:`effectgate.decide.adopts_lost_reservation`); any other row is decided on."""
         if not err.outcome_unknown:
             raise err
         try:
@@ -186,7 +187,8 @@ class BeginFlow:
                 f"the reservation of {req.key!r} may or may not have been written (the store's "
                 "reply was lost); the body has not run", outcome_unknown=True, key=req.key,
             ) from err
-        if row is not None and secret._raw is not None and row.lease_secret == secret.hash:
+        if row is not None and secret._raw is not None and decide.adopts_lost_reservation(
+                row, secret.hash):
             return row._replace(inserted=True)
         return row
 

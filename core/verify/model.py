@@ -423,7 +423,8 @@ class Model:
         if w.call in ("fetch", "recover"):
             row = self._row(s, req.namespace)
             head = None if row is None else self.head(row, now)
-            if w.call == "recover" and head is not None and head.lease_secret == mine:
+            if w.call == "recover" and head is not None and decide.adopts_lost_reservation(
+                    head, mine):
                 return self._finish(s, i, Decision.EXECUTE, head, "recovered: the row is ours")
             return self._after_read(s, i, head, "fetched")
         if w.call in ("move", "first") and w.row is None:  # a governed begin inserts the key
