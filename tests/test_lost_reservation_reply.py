@@ -137,3 +137,51 @@ def test_a_lease_that_lapsed_meanwhile_is_not_adopted(make_gate: Any, caller: st
     assert fired
     assert d.decision is eg.Decision.BLOCKED, d
     assert gate.get(KEY).state is eg.State.AMBIGUOUS
+
+
+def test_a_governed_reservation_resolved_failed_is_not_adopted(
+        make_gate: Any, backend: str, caller: str) -> None:
+    """The same for a governed begin (a spend ceiling): on Postgres its insert and charges are
+    one call that the gate recovers like a plain reservation; on SQLite the move is not
+    recovered at all — the begin raises ``outcome_unknown`` and nothing runs. Either way the
+    operator's FAILED is never executed as attempt 1."""
+    policy = {"effects": {"payment.refund": {"budget": {"per_effect_type_micros": 10**9}}}}
+    gate = make_gate(lease_seconds=30, policy=policy)
+    store, face = gate.store, gate.store.async_face()
+    sync_move, async_move = store.move, face.move_new
+    fired: list[str] = []
+
+    def operator() -> eg.StoreError:
+        fired.append("move")
+        lapse_leases(gate)
+        gate.resolve(KEY, "failed", by="ops")
+        return eg.StoreError("the reply was lost (test)", outcome_unknown=True)
+
+    def move(*args: Any, **kwargs: Any) -> Any:
+        store.move = sync_move  # type: ignore[method-assign]
+        sync_move(*args, **kwargs)
+        raise operator()
+
+    async def move_new(*args: Any, **kwargs: Any) -> Any:
+        face.move_new = async_move  # type: ignore[method-assign]
+        await async_move(*args, **kwargs)
+        raise operator()
+
+    if caller == "async" and not store.is_sqlite:
+        face.move_new = move_new  # type: ignore[method-assign]
+    else:  # SQLite's async face moves through the sync store, on a worker thread
+        store.move = move  # type: ignore[method-assign]
+    kw: dict[str, Any] = {"effect_type": "payment.refund", "key": KEY, "payload": PAYLOAD,
+                          "estimated_cost_micros": 1000}
+    answers: list[Any] = []
+    for _ in range(2):
+        try:
+            answers.append(asyncio.run(gate.abegin(**kw)) if caller == "async"
+                           else gate.begin(**kw))
+        except eg.StoreError as err:
+            assert err.outcome_unknown and backend == "sqlite"
+            answers.append(err)
+    executed = [d for d in answers
+                if isinstance(d, eg.BeginDecision) and d.decision is eg.Decision.EXECUTE]
+    assert fired and len(executed) == 1, answers
+    assert (executed[0].attempt, executed[0].lease_token) == (2, 3)
