@@ -48,7 +48,9 @@ as approver, default the ``approver=`` option, else :data:`DEFAULT_APPROVER`) an
   approval, which is recorded as approved by the reviewer who sent the edit: sending the edit
   *is* that reviewer's approval of those arguments. They execute once and the original
   request is denied ("replaced by an edit"), so the model's arguments never run. The model
-  gets the result behind a note saying a reviewer replaced its call.
+  gets the result behind a note saying a reviewer replaced its call; a replayed resume (the
+  paused checkpoint resumed again, whatever it answers) gets the edit's stored result behind
+  the same note, never a denial.
 * ``{"type": "reject", "message": ...}`` — denied in the store; nothing executes, ever.
 
 The store is the one source of truth: the resumed call is gated again *before* the answer is
@@ -92,7 +94,17 @@ from ._kernel import (
 )
 from ._kernel import gate_tools as _gate_tools
 from ._kernel.call import keep_refusal
-from ._kernel.review import DECISIONS, Review, Verdict, aapply, apply, review_of
+from ._kernel.review import (
+    DECISIONS,
+    Replacement,
+    Review,
+    Verdict,
+    aapply,
+    apply,
+    areplacement,
+    replacement,
+    review_of,
+)
 from ._kernel.vocabulary import TOOL_TEXTS
 
 with requires_extra("langchain", "langchain"):
@@ -168,6 +180,12 @@ _EDITED = (
     "Note: a human reviewer replaced this tool call before it ran. The call recorded in your "
     "message is the one you produced, not the one that executed. Do not re-issue your original "
     "call. Executed instead: {name} with arguments {args}.\n\nTool response:\n"
+)
+_REPLAYED_EDIT = (
+    "Note: a human reviewer replaced this tool call before it ran. The call recorded in your "
+    "message is the one you produced, not the one that executed. Do not re-issue your original "
+    "call. Executed instead: {name} as the reviewer edited it (effect {key}).\n\n"
+    "Tool response:\n"
 )
 
 
@@ -260,7 +278,10 @@ class _Pauser:
                                                              Any],
                validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None) -> Any:
         """``out`` as the call's answer: an ``approval_required`` refusal pauses the run
-        (``interrupt``) and, once resumed, the human's decision is carried out."""
+        (``interrupt``) and, once resumed, the human's decision is carried out; a request a
+        reviewer's edit replaced is answered with what the edit did."""
+        if isinstance(out, Refused) and out.kind == "denied":
+            return self._replaced(gated, out, replacement(gated, out, arguments))
         if not isinstance(out, Refused) or out.kind != "approval_required":
             return out
         if not _can_pause(self.pause, config):
@@ -276,6 +297,8 @@ class _Pauser:
                       config: Mapping[str, Any] | None, run: Callable[..., Any],
                       validate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None) -> Any:
         """:meth:`settle` for async callers."""
+        if isinstance(out, Refused) and out.kind == "denied":
+            return self._replaced(gated, out, await areplacement(gated, out, arguments))
         if not isinstance(out, Refused) or out.kind != "approval_required":
             return out
         if not _can_pause(self.pause, config):
@@ -296,6 +319,16 @@ class _Pauser:
                 return _verdict(interrupt(request), review, self.approver)
             except ConfigError as err:
                 request = {**hitl_request(review), "error": str(err)}
+
+    @staticmethod
+    def _replaced(gated: GatedCall, denied: Refused, edit: Replacement | None) -> Any:
+        """A denied call: what the edit that replaced it did (a replayed resume), behind the
+        reviewer's note; else the denial."""
+        if edit is None:
+            return gated.refuse(denied)
+        if isinstance(edit.answer, Refused):
+            return gated.refuse(edit.answer)
+        return _noted(edit.answer, _REPLAYED_EDIT.format(name=gated.tool_name, key=edit.key))
 
     @staticmethod
     def _finish(gated: GatedCall, answer: Any, verdict: Verdict) -> Any:

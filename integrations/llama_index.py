@@ -21,15 +21,19 @@ approval waits with ``ctx.wait_for_event(HumanResponseEvent, waiter_event=InputR
 ``prefix`` (a description), ``tool``, ``arguments`` (the normalised arguments that would
 execute), ``allowed_decisions`` and the approval's ``approval_id``, ``payload_hash``, ``key``.
 Answer with ``handler.ctx.send_event(HumanResponseEvent(response="approve" | "edit" |
-"reject", approval_id=..., by=..., arguments={...} for an edit, message=...))``; an event
-without the matching ``approval_id`` is ignored. The decision is recorded in the store and
-carried out as LangChain's is (approve → executes once; edit → its own effect and approval,
-recorded as approved by the reviewer, the original denied; reject → denied). The workflow
-``Context`` can be serialised (``handler.ctx.to_dict()``) while it waits and restored in
-another process (``Context.from_dict(agent, d)``, ``agent.run(ctx=restored)``; restore
+"reject", approval_id=..., by=..., arguments={...} for an edit, message=...))``. The adapter
+checks ``approval_id`` itself (a Context restored by ``Context.from_dict`` forgets the waiter's
+filter until its step runs again): an event naming another approval, or none, is not taken —
+the call goes on waiting and its ``InputRequiredEvent`` is streamed again — so with two
+pending approvals, approving one never executes the other. The decision is recorded in the
+store and carried out as LangChain's is (approve → executes once; edit → its own effect and
+approval, recorded as approved by the reviewer, the original denied; reject → denied). The
+workflow ``Context`` can be serialised (``handler.ctx.to_dict()``) while it waits and restored
+in another process (``Context.from_dict(agent, d)``, ``agent.run(ctx=restored)``; restore
 FunctionAgent's memory yourself, see docs/adapters.md): the tool's code before the wait re-runs
 on restore and on the answer — it only reads the store — and the refund executes once; a
-HumanResponseEvent delivered twice gets the stored result the second time. The store comes
+HumanResponseEvent delivered twice gets the stored result the second time, and a replayed
+edit gets the edit's stored result (not a denial of the original it replaced). The store comes
 first: a request decided in the CLI or the console meanwhile is executed or refused at the
 replay, whatever the answer says. The wait needs the workflow's ``Context``: the tool's own
 ``ctx`` parameter, or :class:`EffectGateAgentMixin` / :class:`EffectGateFunctionAgent`;
@@ -74,7 +78,15 @@ from ._kernel import (
 )
 from ._kernel import gate_tools as _gate_tools
 from ._kernel.call import keep_refusal
-from ._kernel.review import DECISIONS, Review, Verdict, aapply, review_of
+from ._kernel.review import (
+    DECISIONS,
+    Review,
+    Verdict,
+    aapply,
+    areplacement,
+    replacement,
+    review_of,
+)
 from ._kernel.vocabulary import model_message
 
 with requires_extra("llama_index", "llama-index"):
@@ -162,9 +174,31 @@ def _verdict(event: Any) -> Verdict | None:
     arguments = event.get("arguments") if kind == "edit" else None
     try:
         return Verdict(kind, by=event.get("by") or DEFAULT_APPROVER, arguments=arguments,
-                       message=event.get("message"), payload_hash=event.get("payload_hash"))
+                       message=event.get("message"), payload_hash=event.get("payload_hash"),
+                       approval_id=event.get("approval_id"))
     except ConfigError:
         return None
+
+
+def _still_waiting(waiter_id: str, requirements: dict[str, Any], timeout: float | None,
+                   waiter_event: Any) -> BaseException | None:
+    """The workflow's own "this step waits" signal, to go back to waiting after an event that
+    was not this call's answer; None when this llama-index-workflows has none.
+
+    A waiter restored by ``Context.from_dict`` has lost its ``requirements`` until its step
+    runs again, so any ``HumanResponseEvent`` resolves it. Raising ``WaitingForEvent`` with
+    the same waiter id puts the waiter back, unresolved and with its requirements (the
+    workflow publishes no second ``waiter_event`` for a waiter it already has; the caller
+    streams the request again). llama-index's own agent re-raises this signal the same way
+    (``_get_waiting_for_event_exception`` in ``base_agent.py``)."""
+    try:
+        from llama_index.core.workflow import HumanResponseEvent
+        from workflows.runtime.types.results import AddWaiter, WaitingForEvent
+    except ImportError:  # pragma: no cover - llama-index-workflows before 2.9
+        return None
+    return WaitingForEvent(AddWaiter(waiter_id=waiter_id, requirements=requirements,
+                                     timeout=timeout, event_type=HumanResponseEvent,
+                                     waiter_event=waiter_event))
 
 
 class GatedFunctionTool(FunctionTool):
@@ -255,8 +289,15 @@ class GatedFunctionTool(FunctionTool):
             return prepared
         arguments, call_kwargs = prepared
         inner = self.inner
+        gated = self.gated_call
         with framework_context(_run_id()):
-            out = self.gated_call.run(arguments, lambda: _Output(inner.call(**call_kwargs)))
+            out = gated.run(arguments, lambda: _Output(inner.call(**call_kwargs)))
+            if isinstance(out, Refused):  # the pause hook hands refusals back: no wait here
+                edit = replacement(gated, out, arguments)
+                if edit is not None:
+                    out = edit.answer
+                if isinstance(out, Refused):
+                    out = gated.refuse(out)
         return self._answer(_unwrap(out), {"args": (), "kwargs": arguments})
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
@@ -286,8 +327,13 @@ class GatedFunctionTool(FunctionTool):
 
     async def _settle(self, out: Any, arguments: Mapping[str, Any], workflow: Any,
                       run: Any) -> Any:
-        """An ``approval_required`` answer waits for a human's ``HumanResponseEvent``."""
+        """An ``approval_required`` answer waits for a human's ``HumanResponseEvent``; a
+        request a reviewer's edit replaced is answered with what the edit did."""
         gated = self.gated_call
+        if isinstance(out, Refused) and out.kind == "denied":
+            edit = await areplacement(gated, out, arguments)
+            answer = out if edit is None else edit.answer
+            return gated.refuse(answer) if isinstance(answer, Refused) else answer
         if not isinstance(out, Refused) or out.kind != "approval_required":
             return out
         if not self.pause or workflow is None or not hasattr(workflow, "wait_for_event"):
@@ -295,10 +341,21 @@ class GatedFunctionTool(FunctionTool):
         from llama_index.core.workflow import HumanResponseEvent
 
         review = await asyncio.to_thread(review_of, gated, out, arguments)
+        waiter_id = f"effectgate:{review.approval_id}"
+        requirements = {"approval_id": review.approval_id}
+        asked = _input_required(review)
         event = await workflow.wait_for_event(
-            HumanResponseEvent, waiter_id=f"effectgate:{review.approval_id}",
-            waiter_event=_input_required(review),
-            requirements={"approval_id": review.approval_id}, timeout=self.pause_timeout)
+            HumanResponseEvent, waiter_id=waiter_id, waiter_event=asked,
+            requirements=requirements, timeout=self.pause_timeout)
+        if event.get("approval_id") != review.approval_id:
+            # Not this call's answer (a restored waiter forgets its filter): wait on, and
+            # show the request again so whoever answered sees which one still waits.
+            waiting = _still_waiting(waiter_id, requirements, self.pause_timeout, asked)
+            if waiting is None:
+                return gated.refuse(out)
+            if hasattr(workflow, "write_event_to_stream"):
+                workflow.write_event_to_stream(asked)
+            raise waiting
         verdict = _verdict(event)
         if verdict is None:
             return gated.refuse(out)

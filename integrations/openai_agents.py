@@ -53,12 +53,15 @@ the store (``gate.approve`` for the payload hash of the call's arguments, checke
 ``gate.deny``) and then tell the ``RunState``. The
 state survives ``to_json`` / ``RunState.from_json`` in another process; ``Runner.run(agent,
 state)`` executes the approved call once. A human who decided in the CLI or the console
-instead: :func:`apply_store_decisions` moves those decisions into the state. A ``RunState``
+instead: :func:`apply_store_decisions` moves those decisions into the state (an interruption
+the store has no decision for — pending, or raised by the tool's own ``needs_approval`` — stays
+waiting: only a human's approval in the store approves it there). A ``RunState``
 approved without the store (bare ``state.approve``) does not execute: the gate still answers
 "waiting for approval"; a replayed approved state (the SDK's snapshots are not single-use)
 gets the stored result, not a second refund. The SDK offers no edit: to change the arguments,
 reject and let the model call again. ``pause=False`` keeps the old answer (text with the
-approval id). A ``needs_approval`` of the tool's own (True or a function) still applies.
+approval id). A ``needs_approval`` of the tool's own (True or a function) still applies, and
+pauses alongside the policy: the policy's request is recorded whichever asked first.
 
 This is **prevention**: the SDK binds the approval to the call id and an arguments
 fingerprint, and the gate binds it to the payload hash it checks when the call begins.
@@ -102,6 +105,7 @@ from ._kernel import (
     resolve_gate,
 )
 from ._kernel import gate_tools as _gate_tools
+from ._kernel.review import store_decision
 
 with requires_extra("openai_agents", "openai-agents"):
     from agents import AgentsException, FunctionTool, RunHooks
@@ -305,23 +309,23 @@ def _approval_bridge(invocation: _Invocation, own: Any) -> NeedsApproval:
     gate = spec.gate
 
     async def needs_approval(ctx: Any, params: dict[str, Any], call_id: str) -> bool:
-        if own is True:
-            return True
-        if callable(own) and await own(ctx, params, call_id):
-            return True
+        # The tool's own setting pauses too; the policy's request is recorded either way, so
+        # a human sees it in the CLI or the console and the store can wake the run.
+        own_says = own is True or (callable(own) and bool(await own(ctx, params, call_id)))
         policy = gate.policy
         rule = policy.rule_for(spec.effect_type) if policy is not None else None
         if rule is None or rule.approval is None:
-            return False  # no approval rule: no store read
+            return own_says  # no approval rule: no store read
         checked = invocation.validate_data(params)
         if checked is None:
-            return False  # the tool's own invocation answers invalid arguments
+            return own_says  # the tool's own invocation answers invalid arguments
         with framework_context(*_context(ctx)):
             try:
                 request = spec.request(checked[0])
             except EffectGateError:
-                return False  # the gated call reports it
-        return await asyncio.to_thread(_record_request, gate, request) is not None
+                return own_says  # the gated call reports it
+        recorded = await asyncio.to_thread(_record_request, gate, request)
+        return own_says or recorded is not None
 
     return needs_approval
 
@@ -523,8 +527,11 @@ def reject(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
 
 def apply_store_decisions(state: Any) -> list[Any]:
     """Move decisions made in the store (the CLI, the console) into a paused ``RunState``:
-    each interruption whose request was approved is approved, each denied one rejected.
-    Returns the interruptions still waiting for a human."""
+    each interruption whose request a human approved there (for exactly its arguments) is
+    approved, each one the store denies is rejected. Every other interruption — pending, or
+    one the store has no request for (the tool's own ``needs_approval``, a call the policy
+    lets run without a human) — is left waiting for a human, never approved. Returns the
+    interruptions still waiting."""
     waiting: list[Any] = []
     for item in state.get_interruptions():
         try:
@@ -536,12 +543,12 @@ def apply_store_decisions(state: Any) -> list[Any]:
             waiting.append(item)
             continue
         _, spec, request = pending
-        head = spec.gate.preview(request)
-        if head.decision is Decision.APPROVAL_REQUIRED:
+        decided = store_decision(spec.gate, request)
+        if decided is None:
             waiting.append(item)
-        elif head.decision is Decision.DENIED:
-            state.reject(item, rejection_message=f"DENIED: {head.reason or 'denied'}. It has "
-                         "not been carried out. Do not retry it; tell the user why.")
-        else:  # approved (executes once), or settled (answered from the store)
+        elif decided.kind == "denied":
+            state.reject(item, rejection_message=f"DENIED: {decided.reason or 'denied'}. It "
+                         "has not been carried out. Do not retry it; tell the user why.")
+        else:  # approved: executes once (or, run already, answered from the store)
             state.approve(item)
     return waiting

@@ -37,16 +37,26 @@ metadata={call_id: <that metadata>})`` (in any process: the pause is message his
 
 * ``True`` — the approval is recorded in the store for that payload hash (read from the store
   by the approval id the metadata names; the metadata itself is not trusted) and the call
-  executes once. A replayed resume gets the stored result.
-* ``ToolApproved(override_args={...})`` — the edited arguments are their own effect (their
-  template key, or ``<key>~edit:<hash16>``) with their own approval, recorded as approved by
-  the resuming human; they execute once, the original request is denied.
-* ``ToolDenied`` — pydantic-ai never calls the tool, so record the denial yourself:
-  ``gate.deny(metadata["effectgate"]["approval_id"], by=...)``.
+  executes once. A replayed resume gets the stored result. A call whose request is still
+  pending after the resume (the metadata named another approval) pauses again on it.
+* Arguments other than the ones the approval binds — ``ToolApproved(override_args={...})``,
+  or the call's arguments changed in the saved history (pydantic-ai passes both to the tool
+  alike, so they cannot be told apart) — are an edit no human has approved yet: they are their
+  own effect (their template key, or ``<key>~edit:<hash16>``) with their own approval request,
+  left **pending**, and the run pauses again on it (``metadata["arguments"]`` shows the edited
+  arguments). The original request is denied ("replaced by an edit"). Approving that second
+  pause — resume it with the same ``override_args``, or ``effectgate approve`` / the console,
+  then resume with them — executes the edited arguments once. A replayed resume of the first
+  pause gets what the edit's effect answers (its stored result once it ran).
+* a rejection — pydantic-ai never calls a denied tool, so record it through the adapter:
+  ``DeferredToolResults(approvals={call_id: reject(metadata[call_id], by=..., reason=...)})``
+  (:func:`reject` returns the ``ToolDenied``). A replayed rejection is the same answer and
+  writes nothing.
 
 Who approves: ``approver=`` (default :data:`DEFAULT_APPROVER`). The store comes first: a
 request approved or denied in the CLI or the console meanwhile is executed or refused. This is
-**prevention**: the arguments that execute are the ones whose payload hash the approval binds.
+**prevention**: the arguments that execute are the ones whose payload hash a human's approval
+binds.
 
 A sync function tool's reservation, body and outcome run in one hop off the event loop, through
 pydantic-ai's own executor (so its thread settings hold), where pydantic-ai would run the body
@@ -62,7 +72,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from effectgate import ApprovalState, ConfigError, EffectSpec, Gate
+from effectgate import (
+    ApprovalState,
+    ConfigError,
+    EffectGateError,
+    EffectRefused,
+    EffectSpec,
+    Gate,
+    InvalidTransition,
+    validate,
+)
 
 from ._kernel import (
     GatedCall,
@@ -76,17 +95,25 @@ from ._kernel import (
     resolve_gate,
 )
 from ._kernel.call import keep_refusal
-from ._kernel.review import Review, Verdict, aapply, edited_call, review_of
+from ._kernel.review import Review, Verdict, aapply, areplacement, edited_call, review_of
+from ._kernel.vocabulary import model_message
 
 with requires_extra("pydantic_ai", "pydantic-ai"):
-    from pydantic_ai import ApprovalRequired, ModelRetry, RunContext, Tool, ToolFailed
+    from pydantic_ai import (
+        ApprovalRequired,
+        ModelRetry,
+        RunContext,
+        Tool,
+        ToolDenied,
+        ToolFailed,
+    )
     from pydantic_ai._function_schema import FunctionSchema
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
     from pydantic_ai.toolsets.function import FunctionToolsetTool
 
 __all__ = ["DEFAULT_APPROVER", "EffectGateToolset", "UngatedToolWarning", "gate_tool",
-           "is_gated"]
+           "is_gated", "reject"]
 
 DEFAULT_APPROVER = "pydantic-ai-resume"
 """Who a resumed approval is recorded as approved by unless ``approver=`` says."""
@@ -145,27 +172,45 @@ def _paused_approval(ctx: RunContext[Any]) -> str | None:
 
 async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
                    run: Callable[[GatedCall, Any], Awaitable[Any]], approver: str) -> Any:
-    """A call a human approved through ``DeferredToolResults``: decided against the store."""
+    """A call a human approved through ``DeferredToolResults``: decided against the store.
+
+    The approval the metadata names binds a payload hash. Arguments with that hash are the
+    approved call (approved now, by ``approver``, if still pending). Other arguments — a
+    ``ToolApproved(override_args=...)`` edit, or the call's arguments changed in the history:
+    pydantic-ai cannot tell them apart — are an edit no human has approved: their own request,
+    left pending (the run pauses again on it), and the original denied, replaced."""
     gate = gated.spec.gate
     try:
         record = await asyncio.to_thread(gate.approval, approval_id)
-    except Exception:
+    except EffectGateError:
         record = None
     if record is None or record.effect_type != gated.spec.effect_type:
         return await run(gated, args)  # not this tool's request: the store answers the call
+    try:
+        same = gated.spec.request(args).payload_hash == record.payload_hash
+        original = args if same or not isinstance(record.arguments, dict) else record.arguments
+        # The call whose key is the request's: the tool's own, or an edit's (~edit:).
+        own = gated if gated.spec.request(original).key == record.key else \
+            edited_call(gated, record.key)
+    except EffectGateError:
+        return await run(gated, args)  # arguments that name no effect: the call says so
     if record.state is not ApprovalState.PENDING:
         # Decided already (the CLI, the console, an earlier resume): the store answers — the
         # edited arguments under their own key, the original under its own.
-        same = gated.spec.request(args).payload_hash == record.payload_hash
-        return await run(gated if same else edited_call(gated, record.key), args)
-    same = gated.spec.request(args).payload_hash == record.payload_hash
-    original = args if same or not isinstance(record.arguments, dict) else record.arguments
+        return await run(own if same else edited_call(gated, record.key), args)
     review = Review(approval_id=record.approval_id, payload_hash=record.payload_hash,
                     key=record.key, effect_type=record.effect_type, tool_name=gated.tool_name,
                     arguments=original)
     verdict = Verdict("approve" if same else "edit", by=approver,
-                      arguments=None if same else args)
-    return await aapply(gated, review, verdict, original, run)
+                      arguments=None if same else args, approves_edit=False)
+    return await aapply(own, review, verdict, original, run)
+
+
+def _pause(review: Review) -> ApprovalRequired:
+    """The pause on one approval request: what the human is shown, and what binds it."""
+    return ApprovalRequired(metadata={"effectgate": review.as_dict(),
+                                      "arguments": review.arguments,
+                                      "description": review.description()})
 
 
 async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
@@ -185,16 +230,55 @@ async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
             out = await _resumed(gated, approval_id, args, run, approver)
         else:
             out = await run(gated, args)
-            if isinstance(out, Refused) and out.kind == "approval_required" \
-                    and _defers(ctx, pause):
-                review = await asyncio.to_thread(review_of, gated, out, args)
-                raise ApprovalRequired(metadata={"effectgate": review.as_dict(),
-                                                 "arguments": review.arguments,
-                                                 "description": review.description()})
+        edit = await areplacement(gated, out, args)  # a request a reviewer's edit replaced
+        if edit is not None:
+            out = edit.answer
+        if isinstance(out, Refused) and out.kind == "approval_required" \
+                and _defers(ctx, pause):
+            raise _pause(await asyncio.to_thread(review_of, gated, out, args))
     if isinstance(out, Refused):
         out = gated.refuse(out)
         raise _answer(out)
     return out
+
+
+def reject(metadata: Any, *, by: str, reason: str | None = None,
+           gate: Gate | None = None) -> ToolDenied:
+    """Record a human's rejection of a paused call and return the ``ToolDenied`` to resume
+    with (``DeferredToolResults(approvals={call_id: reject(metadata[call_id], by=...)})``):
+    pydantic-ai never calls a denied tool, so the store hears of it here.
+
+    ``metadata`` is the call's ``DeferredToolRequests.metadata`` entry. A replayed rejection
+    is the same answer and changes nothing; a request the store denied otherwise (the CLI,
+    the console) answers with that denial. :class:`InvalidTransition` when the store approved
+    it (the approval stands; nothing recorded), :class:`UnknownEffect` for an approval that is
+    not there, :class:`ConfigError` for metadata that names none."""
+    actor = validate.text(by, "by", 256, required=True) or ""
+    why = validate.text(reason, "reason", validate.MAX_TEXT)
+    inner = metadata.get("effectgate") if isinstance(metadata, dict) else None
+    approval_id = inner.get("approval_id") if isinstance(inner, dict) else None
+    if not isinstance(approval_id, str):
+        raise ConfigError("reject takes the paused call's metadata, as DeferredToolRequests "
+                          'gave it: {"effectgate": {"approval_id": ...}, ...}')
+    store = resolve_gate(gate)
+    record = store.approval(approval_id)
+    if record.state is ApprovalState.PENDING:
+        try:
+            record = store.deny(approval_id, by=actor, reason=why)
+        except InvalidTransition:  # decided meanwhile: that decision stands
+            record = store.approval(approval_id)
+    if record.state in (ApprovalState.APPROVED, ApprovalState.CONSUMED):
+        raise InvalidTransition(
+            f"approval {approval_id} was approved by {record.decided_by}; it cannot be "
+            "rejected now", key=record.key, state=record.state.value,
+            effect_id=record.effect_id)
+    if record.state is ApprovalState.DENIED:
+        text = f"rejected by {record.decided_by}" + (f": {record.reason}" if record.reason
+                                                      else "")
+    else:
+        text = "the approval request expired"
+    error = EffectRefused(text, key=record.key, decision="denied", reason=text)
+    return ToolDenied(model_message("denied", record.key, error))
 
 
 def _spec(gate: Gate, key: str, name: str, parameters: Mapping[str, Any],

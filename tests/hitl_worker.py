@@ -8,11 +8,18 @@ answers "All done.". The refund appends one line to LEDGER (``O_APPEND``: the si
 parent counts). STATE is where the framework keeps the paused run (a LangGraph SqliteSaver
 file). STEP ``start`` runs until the pause and prints ``{"interrupts": [...]}``; ``resume``
 resumes with ANSWER_JSON and prints ``{"tool_results": [...]}``.
+
+``$HITL_VARIANT`` (JSON, read by both steps, so a new process builds the same run) changes the
+run: ``calls`` (a list of argument dicts: the tool calls of the model's first turn), for
+OpenAI Agents ``own_approval`` (the tool declares ``needs_approval=True`` itself), for
+LangChain ``at_pause`` (resume the checkpoint that paused, as a replayed or racing resume does,
+instead of the thread's head).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -59,6 +66,17 @@ def in_new_process(framework: str, store_url: str, namespace: str, tmp: Path, st
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def variant() -> dict[str, Any]:
+    """The run's variant (``$HITL_VARIANT``), ``{}`` by default."""
+    raw = os.environ.get("HITL_VARIANT")
+    return dict(json.loads(raw)) if raw else {}
+
+
+def calls() -> list[dict[str, Any]]:
+    """The tool calls of the model's first turn: ``[ARGS]`` unless the variant says."""
+    return [dict(c) for c in variant().get("calls", [ARGS])]
 
 
 def make_gate(url: str, namespace: str) -> eg.Gate:
@@ -127,7 +145,11 @@ def langchain_step(gate: eg.Gate, ledger: Path, state: Path, step: str, answer: 
             out = agent.invoke({"messages": [{"role": "user", "content": "refund T1"}]},
                                config=config)
         else:
-            out = agent.invoke(Command(resume=answer), config=config)
+            at = config
+            if variant().get("at_pause"):  # a replayed (or racing) resume of the pause itself
+                at = next(dict(snap.config) for snap in agent.get_state_history(config)
+                          if snap.next == ("tools",))
+            out = agent.invoke(Command(resume=answer), config=at)
         return {
             "interrupts": [i.value for i in out.get("__interrupt__", [])],
             "tool_results": [m.content for m in out["messages"]
@@ -147,14 +169,15 @@ def openai_agent(gate: eg.Gate, ledger: Path, step: str) -> Any:
 
     set_tracing_disabled(True)
 
-    @function_tool
+    @function_tool(needs_approval=bool(variant().get("own_approval")))
     def refund(txn_id: str, amount_cents: int) -> str:
         """Refund a card transaction. Irreversible."""
         return book(ledger, txn_id, amount_cents)
 
     done = [assistant_message("All done.")]
     turns = [done] if step != "start" else [
-        [function_call("refund", ARGS, call_id="call_1")], done]
+        [function_call("refund", args, call_id=f"call_{n}")
+         for n, args in enumerate(calls(), 1)], done]
     gated = eg_oa.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
     return Agent(name="billing", model=ScriptedModel(turns), tools=[gated])
 
@@ -206,13 +229,14 @@ def llama_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None)
 
     from effectgate.integrations import llama_index as eg_li
 
-    wanted = dict(args or ARGS)
+    wanted = [dict(args)] if args is not None else calls()
 
     def answer(messages: Any, **kwargs: Any) -> ChatMessage:
         if messages and messages[-1].role == MessageRole.TOOL:
             return ChatMessage(role=MessageRole.ASSISTANT, content="All done.")
         return ChatMessage(role=MessageRole.ASSISTANT, blocks=[ToolCallBlock(
-            tool_call_id="call_1", tool_name="refund", tool_kwargs=wanted)])
+            tool_call_id=f"call_{n}", tool_name="refund", tool_kwargs=one)
+            for n, one in enumerate(wanted, 1)])
 
     def refund(txn_id: str, amount_cents: int) -> str:
         """Refund a card transaction. Irreversible."""
@@ -225,10 +249,19 @@ def llama_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None)
         system_prompt="You refund things.")
 
 
+LLAMA_FIELDS = ("approval_id", "payload_hash", "key", "tool", "arguments", "allowed_decisions",
+                "prefix")
+SETTLE_SECONDS = 5.0  # how long the resume waits for one answer's effect before the next
+
+
 async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
                      answer: Any) -> dict[str, Any]:
-    """``start``: run to the InputRequiredEvent, save the Context (and the agent's memory, which
-    the JSON serializer skips) and cancel; ``resume``: restore it and send the answer."""
+    """``start``: run until every call waits behind its InputRequiredEvent, save the Context
+    (and the agent's memory, which the JSON serializer skips) and cancel; ``resume``: restore
+    it and send the answer — one ``HumanResponseEvent`` (its ``approval_id`` defaults to the
+    first pause's), or ``{"events": [...]}``, each naming its pause by index (``"for"``) or
+    ``approval_id``; after each but the last the resume waits for that answer to show (a tool
+    result, or its pause asked again) for up to :data:`SETTLE_SECONDS`."""
     from llama_index.core.agent.workflow import ToolCallResult
     from llama_index.core.base.llms.types import ChatMessage
     from llama_index.core.memory import ChatMemoryBuffer
@@ -237,13 +270,14 @@ async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
     agent = llama_agent(gate, ledger)
     if step == "start":
         handler = agent.run(user_msg="Refund T1")
-        asked: dict[str, Any] = {}
+        asked: list[dict[str, Any]] = []
         async for event in handler.stream_events():
             if isinstance(event, InputRequiredEvent):
-                asked = {k: event.get(k) for k in ("approval_id", "payload_hash", "key", "tool",
-                                                   "arguments", "allowed_decisions", "prefix")}
+                asked.append({k: event.get(k) for k in LLAMA_FIELDS})
+                if len(asked) < len(calls()):
+                    continue
                 memory = await handler.ctx.store.get("memory")
-                saved = {"ctx": handler.ctx.to_dict(), "event": asked,
+                saved = {"ctx": handler.ctx.to_dict(), "events": asked,
                          "memory": [m.model_dump(mode="json") for m in await memory.aget_all()]}
                 state_file.write_text(json.dumps(saved))
                 await handler.cancel_run()
@@ -253,25 +287,39 @@ async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
         except BaseException as err:  # the cancelled run
             if type(err).__name__ != "WorkflowCancelledByUser":
                 raise
-        return {"event": asked}
+        return {"event": asked[0], "events": asked}
     saved = json.loads(state_file.read_text())
     restored = Context.from_dict(agent, saved["ctx"])
     handler = agent.run(ctx=restored)
     await handler.ctx.store.set("memory", ChatMemoryBuffer.from_defaults(
         chat_history=[ChatMessage.model_validate(m) for m in saved["memory"]]))
     outputs: list[str] = []
+    reasked: list[str] = []
+    progress = asyncio.Event()
 
     async def consume() -> None:
         async for event in handler.stream_events():
             if isinstance(event, ToolCallResult):
                 outputs.append(str(event.tool_output.content))
+                progress.set()
+            elif isinstance(event, InputRequiredEvent):
+                reasked.append(str(event.get("approval_id")))
+                progress.set()
 
     consumer = asyncio.create_task(consume())
-    fields = {"approval_id": saved["event"]["approval_id"], **answer}
-    handler.ctx.send_event(HumanResponseEvent(**fields))
+    answers = answer.get("events", [answer])
+    for n, one in enumerate(answers):
+        fields = dict(one)
+        pause = saved["events"][fields.pop("for", 0)]
+        fields.setdefault("approval_id", pause["approval_id"])
+        progress.clear()
+        handler.ctx.send_event(HumanResponseEvent(**fields))
+        if n < len(answers) - 1:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(progress.wait(), timeout=SETTLE_SECONDS)
     result = await asyncio.wait_for(handler, timeout=30)
     await consumer
-    return {"tool_results": outputs, "final": str(result.response.content)}
+    return {"tool_results": outputs, "reasked": reasked, "final": str(result.response.content)}
 
 
 # -- pydantic-ai --------------------------------------------------------------------------------
@@ -304,28 +352,48 @@ def pydantic_agent(gate: eg.Gate, ledger: Path) -> Any:
 def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
                   answer: Any) -> dict[str, Any]:
     """``start``: run to the DeferredToolRequests and save the history and the request's
-    metadata; ``resume``: run on with ``answer`` as the approval (True, or override args)."""
+    metadata; ``resume``: run on from them with ``answer``: ``{}`` (approve), ``{"args":
+    {...}}`` (``ToolApproved(override_args=...)``), ``{"history_args": {...}}`` (approve, the
+    call's arguments changed in the saved history itself) or ``{"reject": {"by", "reason"}}``
+    (``eg_pa.reject``, then ``ToolDenied``). A resume that pauses again returns the new pause
+    under ``"paused"`` (in the saved form)."""
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved
-    from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolReturnPart
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolCallPart, ToolReturnPart
+
+    from effectgate.integrations import pydantic_ai as eg_pa
 
     agent = pydantic_agent(gate, ledger)
+
+    def pause(output: DeferredToolRequests, messages: bytes) -> dict[str, Any]:
+        return {"history": messages.decode(), "metadata": output.metadata,
+                "approvals": [p.tool_call_id for p in output.approvals]}
+
     if step == "start":
         result = agent.run_sync("refund T1")
         assert isinstance(result.output, DeferredToolRequests)
-        saved = {"history": result.all_messages_json().decode(),
-                 "metadata": result.output.metadata,
-                 "approvals": [p.tool_call_id for p in result.output.approvals]}
+        saved = pause(result.output, result.all_messages_json())
         state_file.write_text(json.dumps(saved))
         return {"metadata": saved["metadata"], "approvals": saved["approvals"]}
     saved = json.loads(state_file.read_text())
     history = ModelMessagesTypeAdapter.validate_json(saved["history"])
-    decision: Any = True if answer.get("args") is None else ToolApproved(
-        override_args=answer["args"])
+    if answer.get("history_args") is not None:
+        for message in history:
+            for part in message.parts:
+                if isinstance(part, ToolCallPart) and part.tool_call_id == "call_1":
+                    part.args = dict(answer["history_args"])
+    decision: Any = True
+    if answer.get("args") is not None:
+        decision = ToolApproved(override_args=answer["args"])
+    if answer.get("reject") is not None:
+        decision = eg_pa.reject(saved["metadata"]["call_1"], gate=gate, **answer["reject"])
     results = DeferredToolResults(approvals={"call_1": decision}, metadata=saved["metadata"])
     result = agent.run_sync(message_history=history, deferred_tool_results=results)
     returns = [str(p.content) for m in result.new_messages() for p in m.parts
                if isinstance(p, ToolReturnPart)]
-    return {"tool_results": returns, "output": str(result.output)}
+    out: dict[str, Any] = {"tool_results": returns, "output": str(result.output)}
+    if isinstance(result.output, DeferredToolRequests):
+        out["paused"] = pause(result.output, result.all_messages_json())
+    return out
 
 
 def main(argv: list[str]) -> int:

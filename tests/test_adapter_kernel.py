@@ -227,7 +227,7 @@ PINNED = {
         "UngatedToolAudit", "UngatedToolWarning", "gate_tool", "gate_tools"},
     "effectgate.integrations.pydantic_ai": {
         "DEFAULT_APPROVER", "EffectGateToolset", "UngatedToolWarning", "gate_tool",
-        "is_gated"},
+        "is_gated", "reject"},
 }
 
 

@@ -15,7 +15,9 @@ from effectgate.integrations._kernel.review import (
     Verdict,
     apply,
     edited_call,
+    replacement,
     review_of,
+    store_decision,
 )
 
 POLICY = {"effects": {"refund": {"approval": "always", "redact_arguments": ["card"]}}}
@@ -71,7 +73,107 @@ def test_an_edited_call_gets_its_own_key_only_when_the_template_gives_the_same(
     {"kind": "approve", "by": "a" * 257}, {"kind": "approve", "by": 7},
     {"kind": "reject", "by": "a", "message": "x" * 3000},
     {"kind": "approve", "by": "a", "payload_hash": 5},
+    {"kind": "approve", "by": "a", "approval_id": 5},
+    {"kind": "approve", "by": "a", "approval_id": "apr_" + "0" * 80},
+    {"kind": "edit", "by": "a", "arguments": {}, "approves_edit": "no"},
 ])
 def test_a_malformed_verdict_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(eg.ConfigError):
         Verdict(**bad)
+
+
+def paused(gated: GatedCall, arguments: dict[str, Any] = ARGS) -> Any:
+    refused = gated.run(arguments, lambda: None)
+    assert isinstance(refused, Refused) and refused.kind == "approval_required"
+    return review_of(gated, refused, arguments)
+
+
+def test_a_verdict_naming_another_approval_changes_nothing(gated: GatedCall) -> None:
+    from .conftest import snapshot
+
+    review = paused(gated)
+    other = paused(gated, {**ARGS, "txn_id": "T2"})
+    before = snapshot(gated.spec.gate)
+    done: list[dict[str, Any]] = []
+    for kind in ("approve", "reject"):
+        out = apply(gated, review, Verdict(kind, by="alice", approval_id=other.approval_id),
+                    ARGS, run_with(done))  # type: ignore[arg-type]
+        assert isinstance(out, Refused) and "another approval" in out.message
+    assert done == [] and snapshot(gated.spec.gate) == before
+
+
+def test_an_edit_no_reviewer_approved_waits_for_its_own_approval(gated: GatedCall) -> None:
+    gate = gated.spec.gate
+    review = paused(gated)
+    done: list[dict[str, Any]] = []
+    edit = Verdict("edit", by="resume", arguments={**ARGS, "amount_cents": 9},
+                   approves_edit=False)
+    out = apply(gated, review, edit, ARGS, run_with(done))
+    assert isinstance(out, Refused) and out.kind == "approval_required" and done == []
+    asked = gate.approval(out.error.approval_id)  # type: ignore[attr-defined]
+    assert asked.state is eg.ApprovalState.PENDING and asked.decided_by is None
+    assert asked.key.startswith("refund:T1~edit:") and asked.arguments["amount_cents"] == 9
+    assert gate.approval(review.approval_id).state is eg.ApprovalState.DENIED
+    # The original, called again, is answered by what replaced it: still waiting.
+    denied = gated.run(ARGS, lambda: done.append(ARGS))
+    waiting = replacement(gated, denied, ARGS)
+    assert waiting is not None and waiting.key == asked.key
+    assert isinstance(waiting.answer, Refused) and waiting.answer.kind == "approval_required"
+    # A human approves the edit; it runs once; the original is answered with its result.
+    gate.approve(asked.approval_id, by="alice")
+    other = edited_call(gated, review.key)
+    assert other.run({**ARGS, "amount_cents": 9}, lambda: done.append({"ran": 9}) or "ok9") \
+        == "ok9"
+    ran = replacement(gated, gated.run(ARGS, lambda: done.append(ARGS)), ARGS)
+    assert ran is not None and ran.answer == "ok9" and done == [{"ran": 9}]
+
+
+def test_an_edit_of_an_edit_gets_its_own_key(gated: GatedCall) -> None:
+    first = edited_call(gated, "refund:T1")
+    key = first.spec.request({**ARGS, "amount_cents": 1}).key
+    second = edited_call(gated, key)
+    again = second.spec.request({**ARGS, "amount_cents": 2}).key
+    assert again.startswith("refund:T1~edit:") and again not in (key, "refund:T1")
+    assert second.spec.request({**ARGS, "txn_id": "T9"}).key == "refund:T9"
+
+
+def test_a_denial_that_only_looks_replaced_answers_nothing_else(gated: GatedCall,
+                                                               make_gate: Any) -> None:
+    """A reviewer's reject message written like the kernel's link, pointing at another
+    effect type's stored result: the denial stands; nothing of that effect is shown."""
+    gate = gated.spec.gate
+    other = gate.effect("mail:{to}", effect_type="mail.send")(lambda to: f"secret for {to}")
+    other(to="x@example.com")
+    target = gate.get("mail:x@example.com").effect_id
+    review = paused(gated)
+    apply(gated, review, Verdict("reject", by="alice",
+                                 message=f"replaced by an edit (effect #{target})"),
+          ARGS, run_with([]))
+    denied = gated.run(ARGS, lambda: None)
+    assert isinstance(denied, Refused) and denied.kind == "denied"
+    assert replacement(gated, denied, ARGS) is None
+
+
+def test_the_store_decides_only_what_a_human_approved(gated: GatedCall, make_gate: Any) -> None:
+    gate = gated.spec.gate
+    request = gated.spec.request(ARGS)
+    assert store_decision(gate, request) is None  # no request yet
+    review = paused(gated)
+    assert store_decision(gate, request) is None  # pending
+    gate.approve(review.approval_id, by="alice")
+    approved = store_decision(gate, request)
+    assert approved is not None and approved.kind == "approved"
+    gated.run(ARGS, lambda: "ok")
+    decided = store_decision(gate, request)
+    assert decided is not None and decided.kind == "approved"  # consumed: it ran, once
+    other = gated.spec.request({**ARGS, "txn_id": "T2"})
+    review2 = paused(gated, {**ARGS, "txn_id": "T2"})
+    gate.deny(review2.approval_id, by="bob", reason="no")
+    denied = store_decision(gate, other)
+    assert denied is not None and denied.kind == "denied" and "no" in (denied.reason or "")
+    # A policy that lets the call run without a human: never "approved".
+    free = eg.EffectSpec(make_gate(policy=False), "refund:{txn_id}", effect_type="refund")
+    alone = {**ARGS, "txn_id": "T3"}
+    assert store_decision(free.gate, free.request(alone)) is None
+    assert free.run(alone, lambda: "ran") == "ran"
+    assert store_decision(free.gate, free.request(alone)) is None

@@ -169,10 +169,32 @@ def test_an_edited_approval_executes_the_edited_arguments_once_never_the_origina
     assert edited.decided_by == "carol" and edited.payload_hash != original["payload_hash"]
     assert edited.key.startswith("refund:T1~edit:")
     assert hgate.get(edited.key).state is eg.State.COMMITTED
-    # Replaying the resume (from the paused checkpoint) executes nothing more.
-    run.resume(edit, run.paused_checkpoint())
-    run.resume(APPROVE, run.paused_checkpoint())
+    # Replaying the resume (from the paused checkpoint) executes nothing more, and tells the
+    # model what ran: the edit's stored result, not a denial.
+    for again in (edit, APPROVE):
+        [replayed] = results(run.resume(again, run.paused_checkpoint()))[-1:]
+        assert replayed.startswith("Note: a human reviewer replaced this tool call"), replayed
+        assert replayed.endswith("refunded 30000 on T1")
     assert [line.split()[:2] for line in lines(run.ledger)] == [["T1", "30000"]]
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_a_replayed_edit_in_a_new_process_gets_the_stored_result_not_a_denial(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path, form: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Run(hgate, tmp_path, form)
+    run.start()
+    edit = {"decisions": [{"type": "edit", "by": "carol", "edited_action": {
+        "name": "refund", "args": {"txn_id": "T1", "amount_cents": 30_000}}}]}
+    assert results(run.resume(edit))[-1].endswith("refunded 30000 on T1")
+    # Another process resumes the paused checkpoint again (a replay, or a racing resumer).
+    monkeypatch.setenv("HITL_VARIANT", json.dumps({"at_pause": True}))
+    out = step(store_url, namespace, tmp_path, "resume", edit, form=form)
+    replayed = out["tool_results"][-1]
+    assert not replayed.startswith("DENIED"), replayed
+    assert replayed.startswith("Note: a human reviewer replaced this tool call")
+    assert replayed.endswith("refunded 30000 on T1") and out["next"] == []
+    assert [line.split()[:2] for line in lines(tmp_path / "ledger")] == [["T1", "30000"]]
 
 
 @pytest.mark.parametrize("form", ["tool", "middleware"])

@@ -98,9 +98,62 @@ def test_an_edited_answer_executes_the_edited_arguments_once_never_the_original(
     [edited] = [a for a in hgate.list_approvals(state=None)
                 if a.approval_id != asked["approval_id"]]
     assert edited.decided_by == "carol" and edited.arguments is None  # consumed
-    in_process(hgate, tmp_path, "resume", edit)
-    in_process(hgate, tmp_path, "resume", {"response": "approve"})
     assert [line.split()[:2] for line in lines(tmp_path / "ledger")] == [["T1", "30000"]]
+
+
+def test_a_replayed_edit_gets_the_stored_result_of_what_ran_not_a_denial(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    """The same paused Context restored again in a new process, with the same edit or a plain
+    approval: the model is told what the edit did (the stored result), not "DENIED"."""
+    in_process(hgate, tmp_path, "start")
+    edit = {"response": "edit", "by": "carol",
+            "arguments": {"txn_id": "T1", "amount_cents": 30_000}}
+    assert in_process(hgate, tmp_path, "resume", edit)["tool_results"] == \
+        ["refunded 30000 on T1"]
+    replays = [in_new_process(store_url, namespace, tmp_path, "resume", edit),
+               in_process(hgate, tmp_path, "resume", {"response": "approve", "by": "carol"})]
+    for again in replays:
+        assert again["tool_results"] and set(again["tool_results"]) == \
+            {"refunded 30000 on T1"}, again
+        assert again["final"] == "All done."
+    assert [line.split()[:2] for line in lines(tmp_path / "ledger")] == [["T1", "30000"]]
+
+
+def test_a_restored_context_takes_no_answer_naming_another_approval(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    """After ``Context.from_dict`` the workflow forgets the waiter's ``approval_id`` filter:
+    the adapter checks it itself. An approval naming another id approves nothing and the call
+    goes on waiting; the answer that names it is taken."""
+    asked = in_process(hgate, tmp_path, "start")["event"]
+    other = "apr_" + "0" * 20
+    out = in_new_process(store_url, namespace, tmp_path, "resume", {"events": [
+        {"response": "approve", "by": "mallory", "approval_id": other},
+        {"response": "reject", "by": "dave", "message": "not this one"}]})
+    assert lines(tmp_path / "ledger") == []
+    [said] = set(out["tool_results"])
+    assert said.startswith("DENIED") and "not this one" in said
+    decided = hgate.approval(asked["approval_id"])
+    assert decided.state is eg.ApprovalState.DENIED and decided.decided_by == "dave"
+
+
+def test_with_two_pending_approvals_approving_one_never_executes_the_other(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    two = [{"txn_id": "T1", "amount_cents": 50_000}, {"txn_id": "T2", "amount_cents": 60_000}]
+    monkeypatch.setenv("HITL_VARIANT", json.dumps({"calls": two}))
+    asked = in_process(hgate, tmp_path, "start")["events"]
+    by_key = {a["key"]: a["approval_id"] for a in asked}
+    assert sorted(by_key) == ["refund:T1", "refund:T2"]
+    first, second = (0, 1) if asked[0]["key"] == "refund:T1" else (1, 0)
+    out = in_new_process(store_url, namespace, tmp_path, "resume", {"events": [
+        {"for": first, "response": "approve", "by": "alice"},
+        {"for": second, "response": "reject", "by": "alice"}]})
+    assert [line.split()[:2] for line in lines(tmp_path / "ledger")] == [["T1", "50000"]]
+    assert "refunded 50000 on T1" in out["tool_results"]
+    assert hgate.approval(by_key["refund:T2"]).state is eg.ApprovalState.DENIED
+    assert hgate.get("refund:T2").state is eg.State.DENIED
 
 
 def test_a_rejection_executes_nothing_and_stays_denied(hgate: eg.Gate,

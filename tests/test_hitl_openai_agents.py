@@ -156,3 +156,48 @@ def test_below_the_threshold_there_is_no_pause_and_no_request(
     result = Runner.run_sync(Agent(name="billing", model=model, tools=[tool]), "refund T2")
     assert result.interruptions == [] and len(lines(tmp_path / "ledger")) == 1
     assert hgate.list_approvals(state=None) == []
+
+
+# -- the tool's own needs_approval (issue 25, item 2) --------------------------------------------
+
+
+def test_the_tools_own_pause_is_never_approved_by_a_store_that_decided_nothing(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refund below the policy's threshold, paused by the tool's own ``needs_approval=True``:
+    the store has no request and no decision, so ``apply_store_decisions`` leaves it waiting
+    (it used to approve it, and the refund ran with no human)."""
+    small = {"txn_id": "T2", "amount_cents": 500}
+    monkeypatch.setenv("HITL_VARIANT", json.dumps({"own_approval": True, "calls": [small]}))
+    first = in_process(hgate, tmp_path, "start")
+    [item] = first["interruptions"]
+    assert json.loads(item["arguments"]) == small
+    assert hgate.list_approvals(state=None) == []  # nothing the store could decide
+    out = in_new_process(store_url, namespace, tmp_path, "resume", {"decision": "store"})
+    assert out["interruptions"] == ["call_1"] and out["tool_results"] == []
+    assert lines(tmp_path / "ledger") == []
+    with pytest.raises(eg.UnknownEffect):
+        hgate.get("refund:T2")
+    # A human's answer through the adapter runs it, once.
+    done = in_process(hgate, tmp_path, "resume", {"decision": "approve", "by": "alice"})
+    assert done["tool_results"] == ["refunded 500 on T2"] and len(lines(tmp_path / "ledger")) == 1
+
+
+def test_the_tools_own_pause_over_the_threshold_records_the_request_and_waits_for_it(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool pauses by itself and the policy wants a human too: the request is recorded
+    (so the CLI and the console show it), the run waits until it is decided there, and then
+    the store's approval wakes the run, which executes once."""
+    monkeypatch.setenv("HITL_VARIANT", json.dumps({"own_approval": True}))
+    in_process(hgate, tmp_path, "start")
+    [approval] = hgate.list_approvals()
+    assert approval.arguments == worker.ARGS
+    waiting = in_process(hgate, tmp_path, "resume", {"decision": "store"})
+    assert waiting["interruptions"] == ["call_1"] and lines(tmp_path / "ledger") == []
+    hgate.approve(approval.approval_id, by="bob")
+    out = in_new_process(store_url, namespace, tmp_path, "resume", {"decision": "store"})
+    assert out["tool_results"] == ["refunded 50000 on T1"] and out["interruptions"] == []
+    again = in_process(hgate, tmp_path, "resume", {"decision": "store"})
+    assert again["tool_results"] == ["refunded 50000 on T1"]  # the stored result
+    assert len(lines(tmp_path / "ledger")) == 1

@@ -74,21 +74,117 @@ def test_approved_in_the_cli_then_resumed_executes_once(hgate: eg.Gate, tmp_path
     assert len(lines(tmp_path / "ledger")) == 1
 
 
-def test_override_args_execute_the_edited_arguments_once_never_the_original(
-        hgate: eg.Gate, tmp_path: Path) -> None:
+def in_new_process(store_url: str, namespace: str, tmp: Path, name: str,
+                   answer: Any = None) -> dict[str, Any]:
+    return worker.in_new_process("pydantic_ai", store_url, namespace, tmp, name, answer)
+
+
+def pause_again(tmp: Path, out: dict[str, Any]) -> dict[str, Any]:
+    """Save the pause a resume ended in, as the next resume reads it; its metadata."""
+    (tmp / "state.json").write_text(json.dumps(out["paused"]))
+    return out["paused"]["metadata"]["call_1"]  # type: ignore[no-any-return]
+
+
+def test_override_args_pause_again_for_their_own_approval_then_execute_once(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    """``ToolApproved(override_args=...)`` is an edit: the edited arguments are their own
+    request, shown and left pending for a human (the resume cannot tell a reviewer's edit from
+    altered history); the original is denied, replaced. Approving the new pause executes the
+    edited arguments once; replays get the stored result."""
     first = in_process(hgate, tmp_path, "start")
     original = first["metadata"]["call_1"]["effectgate"]["approval_id"]
+    first_pause = (tmp_path / "state.json").read_text()
     edit = {"args": {"txn_id": "T1", "amount_cents": 30_000}}
-    assert in_process(hgate, tmp_path, "resume", edit)["tool_results"] == \
-        ["refunded 30000 on T1"]
+    out = in_new_process(store_url, namespace, tmp_path, "resume", edit)
+    assert out["tool_results"] == [] and lines(tmp_path / "ledger") == []
+    meta = pause_again(tmp_path, out)
+    assert meta["arguments"] == edit["args"]
+    edited = hgate.approval(meta["effectgate"]["approval_id"])
+    assert edited.state is eg.ApprovalState.PENDING and edited.key.startswith("refund:T1~edit:")
+    assert edited.arguments == edit["args"]
     assert hgate.approval(original).state is eg.ApprovalState.DENIED
-    [edited] = [a for a in hgate.list_approvals(state=None) if a.approval_id != original]
-    assert edited.key.startswith("refund:T1~edit:")
-    assert edited.decided_by == "pydantic-ai-resume"
+    # The reviewer approves what the new pause shows: it executes, once.
+    done = in_process(hgate, tmp_path, "resume", edit)
+    assert done["tool_results"] == ["refunded 30000 on T1"]
+    assert hgate.approval(edited.approval_id).decided_by == "pydantic-ai-resume"
     assert in_process(hgate, tmp_path, "resume", edit)["tool_results"] == \
         ["refunded 30000 on T1"]
-    in_process(hgate, tmp_path, "resume", {})  # the original, approved after the edit
+    # The first pause replayed, with the edit or with a plain approval: what ran, stored.
+    (tmp_path / "state.json").write_text(first_pause)
+    assert in_process(hgate, tmp_path, "resume", edit)["tool_results"] == \
+        ["refunded 30000 on T1"]
+    assert in_process(hgate, tmp_path, "resume", {})["tool_results"] == \
+        ["refunded 30000 on T1"]
     assert [line.split()[:2] for line in lines(tmp_path / "ledger")] == [["T1", "30000"]]
+
+
+def test_arguments_changed_in_the_history_are_never_approved_by_the_original_approval(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    """The human approved 50,000; the saved history now says 99,999. The resume executes
+    nothing: 99,999 is its own request, pending until a human decides it in the store."""
+    first = in_process(hgate, tmp_path, "start")
+    original = first["metadata"]["call_1"]["effectgate"]["approval_id"]
+    forged = {"history_args": {"txn_id": "T1", "amount_cents": 99_999}}
+    out = in_new_process(store_url, namespace, tmp_path, "resume", forged)
+    assert lines(tmp_path / "ledger") == [] and out["tool_results"] == []
+    meta = pause_again(tmp_path, out)
+    asked = hgate.approval(meta["effectgate"]["approval_id"])
+    assert asked.state is eg.ApprovalState.PENDING and asked.decided_by is None
+    assert asked.arguments == forged["history_args"] == meta["arguments"]
+    assert hgate.approval(original).state is eg.ApprovalState.DENIED
+    # Decided by a human in the store: denied. The paused run executes nothing, ever.
+    hgate.deny(asked.approval_id, by="dave", reason="not what I approved")
+    [said] = in_process(hgate, tmp_path, "resume", {})["tool_results"]
+    assert said.startswith("DENIED") and lines(tmp_path / "ledger") == []
+
+
+def test_a_documented_reject_replayed_is_the_same_answer_and_changes_nothing(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    from .conftest import snapshot
+
+    first = in_process(hgate, tmp_path, "start")
+    approval_id = first["metadata"]["call_1"]["effectgate"]["approval_id"]
+    reject = {"reject": {"by": "dave", "reason": "not this one"}}
+    [said] = in_process(hgate, tmp_path, "resume", reject)["tool_results"]
+    assert said.startswith("DENIED") and "not this one" in said
+    decided = hgate.approval(approval_id)
+    assert decided.state is eg.ApprovalState.DENIED and decided.decided_by == "dave"
+    before = snapshot(hgate)
+    again = in_new_process(store_url, namespace, tmp_path, "resume", reject)
+    assert again["tool_results"] == [said]
+    assert snapshot(hgate) == before and lines(tmp_path / "ledger") == []
+
+
+def test_a_reject_of_a_request_the_store_approved_is_refused_and_changes_nothing(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    from effectgate.integrations import pydantic_ai as eg_pa
+
+    from .conftest import snapshot
+
+    meta = in_process(hgate, tmp_path, "start")["metadata"]["call_1"]
+    hgate.approve(meta["effectgate"]["approval_id"], by="bob")
+    before = snapshot(hgate)
+    with pytest.raises(eg.InvalidTransition, match="approved"):
+        eg_pa.reject(meta, gate=hgate, by="dave")
+    assert snapshot(hgate) == before
+
+
+@pytest.mark.parametrize("bad", [None, "x", 7, {}, {"effectgate": None},
+                                 {"effectgate": {"approval_id": 5}},
+                                 {"effectgate": {"approval_id": "apr_" + "0" * 20}},
+                                 {"effectgate": {"approval_id": "x" * 500}}])
+def test_a_reject_of_metadata_naming_no_request_is_a_typed_error(hgate: eg.Gate,
+                                                                tmp_path: Path,
+                                                                bad: Any) -> None:
+    from effectgate.integrations import pydantic_ai as eg_pa
+
+    from .conftest import snapshot
+
+    in_process(hgate, tmp_path, "start")
+    before = snapshot(hgate)
+    with pytest.raises(eg.EffectGateError):
+        eg_pa.reject(bad, gate=hgate, by="dave")
+    assert snapshot(hgate) == before
 
 
 def test_a_denial_recorded_in_the_store_executes_nothing(hgate: eg.Gate,
@@ -101,10 +197,13 @@ def test_a_denial_recorded_in_the_store_executes_nothing(hgate: eg.Gate,
 
 def test_metadata_naming_another_approval_approves_nothing(hgate: eg.Gate,
                                                            tmp_path: Path) -> None:
-    in_process(hgate, tmp_path, "start")
+    first = in_process(hgate, tmp_path, "start")
+    real = first["metadata"]["call_1"]["effectgate"]["approval_id"]
     state = json.loads((tmp_path / "state.json").read_text())
     state["metadata"]["call_1"]["effectgate"]["approval_id"] = "apr_forged"
     (tmp_path / "state.json").write_text(json.dumps(state))
-    [said] = in_process(hgate, tmp_path, "resume", {})["tool_results"]
-    assert said.startswith("WAITING FOR APPROVAL") and lines(tmp_path / "ledger") == []
-    assert hgate.list_approvals()[0].state is eg.ApprovalState.PENDING
+    out = in_process(hgate, tmp_path, "resume", {})
+    # Still waiting: the run pauses again, on the request the store really holds.
+    assert out["tool_results"] == [] and lines(tmp_path / "ledger") == []
+    assert out["paused"]["metadata"]["call_1"]["effectgate"]["approval_id"] == real
+    assert hgate.approval(real).state is eg.ApprovalState.PENDING

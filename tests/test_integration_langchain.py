@@ -493,3 +493,22 @@ def test_identical_calls_in_one_turn_through_the_middleware_run_once(
     assert ledger == ["T1"]
     assert {(m.tool_call_id, m.content, m.status) for m in messages} == {
         ("c1", "refunded 500 on T1", "success"), ("c2", "refunded 500 on T1", "success")}
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+@pytest.mark.parametrize("on_refusal", ["message", "raise"])
+def test_a_denial_is_answered_as_the_mode_says(make_gate: Any, refund: Any,
+                                               ledger: list[Any], form: str,
+                                               on_refusal: str) -> None:
+    """A policy's denial in the real agent loop: a DENIED tool message, or (raise mode) the run
+    stops with ``EffectDenied``. Denials pass through the adapter's pause hook, which must not
+    turn a raise into text; nothing runs either way."""
+    deny = make_gate(policy={"effects": {"refund": {"deny": "no refunds today"}}})
+    agent = gated_agent(form, refund, deny, script(call("call_1")), on_refusal=on_refusal)
+    if on_refusal == "raise":
+        with pytest.raises(eg.EffectDenied, match="no refunds today"):
+            run(agent)
+    else:
+        [said] = run(agent)
+        assert said.status == "error" and str(said.content).startswith("DENIED")
+    assert ledger == []

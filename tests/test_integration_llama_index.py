@@ -282,3 +282,30 @@ def test_a_repeat_keeps_every_content_block(gate: eg.Gate, ledger: list[Any]) ->
     assert ledger == ["T1"]
     assert again.blocks == first.blocks and len(again.blocks) == 2
     assert isinstance(again.blocks[1], ImageBlock)
+
+
+@pytest.mark.parametrize("on_refusal", ["message", "raise"])
+def test_a_denial_is_answered_as_the_mode_says_sync_and_async(
+        make_gate: Any, ledger: list[Any], on_refusal: str) -> None:
+    """A policy's denial through ``call`` and ``acall``: text in message mode, raised
+    ``EffectDenied`` in raise mode — either way nothing runs. (Denials pass through the
+    adapter's pause hook, which must not turn a raise into text.)"""
+    deny = make_gate(policy={"effects": {"refund": {"deny": "no refunds today"}}})
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund."""
+        ledger.append((txn_id, amount_cents))
+        return "ran"
+
+    gated = gate_tool(FunctionTool.from_defaults(fn=refund), "refund:{txn_id}", gate=deny,
+                      on_refusal=on_refusal)
+    calls = [lambda: gated.call(txn_id="T1", amount_cents=5),
+             lambda: asyncio.run(gated.acall(txn_id="T1", amount_cents=5))]
+    for one in calls:
+        if on_refusal == "raise":
+            with pytest.raises(eg.EffectDenied, match="no refunds today"):
+                one()
+        else:
+            out = one()
+            assert out.is_error and out.content.startswith("DENIED")
+    assert ledger == []

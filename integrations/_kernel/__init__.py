@@ -9,8 +9,13 @@ and the gate. What is common to all of them lives here, one module per concern:
   the report of ungated tools;
 * :mod:`.call` — one gated call (:class:`GatedCall`) and its answer (:class:`Refused`), with
   the one place an ``approval_required`` decision becomes the model's answer;
-* :mod:`.review` — a framework's own pause for a human: what the reviewer is shown, and what
-  approve / edit / reject do in the store;
+* :mod:`.review` — a framework's own pause for a human: what the reviewer is shown, what
+  approve / edit / reject do in the store (an edit either approved by its reviewer or left
+  pending), what a replayed call of a request an edit replaced is answered
+  (:func:`~.review.replacement`), and what the store decided for a call a framework paused
+  outside it (:func:`~.review.store_decision`). A new adapter with a pause uses these, never
+  ``gate.approve`` / ``deny`` on its own: the rules (approval id and payload hash checked,
+  single use, replays answered from the store) live there once;
 * :mod:`.twins` — identical calls in one turn share one execution;
 * :mod:`.vocabulary` — every text a model is told, for tool results and for the protocol;
 * :mod:`.context`, :mod:`.gates`, :mod:`.extras` — arguments and run ids in, the default gate,

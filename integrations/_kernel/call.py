@@ -7,7 +7,8 @@ adds what every framework needs around it:
 * every refusal, and every failed body, becomes a :class:`Refused` whose ``message`` tells the
   model what to do (:mod:`.vocabulary`) — or, with ``on_refusal="raise"``, is raised;
 * ``approval_required`` is answered in one place (:meth:`GatedCall.approval`), which a
-  framework's own pause for a human (``pause=``) replaces.
+  framework's own pause for a human (``pause=``) replaces; a ``denied`` answer goes to that
+  pause too, since a reviewer's edit may have replaced the request (:mod:`.review`).
 
 Three drivers: :meth:`~GatedCall.run` (sync body), :meth:`~GatedCall.arun` (async body) and
 :meth:`~GatedCall.arun_sync` (an async caller with a sync body: reservation, body and report in
@@ -75,13 +76,15 @@ Hop = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 Pause = Callable[[Refused], Any]
 """A framework's own pause for a human: given the ``approval_required`` refusal, return the
-call's answer or raise the framework's pause signal."""
+call's answer or raise the framework's pause signal. It is also given a ``denied`` refusal
+(the request may have been replaced by a reviewer's edit: :func:`.review.replacement`), and
+then returns the answer, calling :meth:`GatedCall.refuse` for a refusal that stands."""
 
 
 def keep_refusal(refused: Refused) -> Refused:
-    """A ``pause`` that hands the ``approval_required`` refusal back as the answer, in either
-    ``on_refusal`` mode: the adapter then pauses (see :mod:`.review`) or calls
-    :meth:`GatedCall.refuse`."""
+    """A ``pause`` that hands the ``approval_required`` (or ``denied``) refusal back as the
+    answer, in either ``on_refusal`` mode: the adapter then pauses or answers what replaced it
+    (see :mod:`.review`), or calls :meth:`GatedCall.refuse`."""
     return refused
 
 
@@ -233,7 +236,7 @@ class GatedCall:
             if isinstance(exc, EffectRefused):
                 kind = exc.decision or "blocked"
                 refused = Refused(kind, model_message(kind, exc.key, exc), exc, exc.key)
-                if kind == "approval_required":
+                if kind == "approval_required" or (kind == "denied" and self.pause is not None):
                     return self.approval(refused)
                 return self._refuse(refused)
             if isinstance(exc, (EffectKeyError, PayloadMismatch)):
@@ -262,8 +265,9 @@ class GatedCall:
     def approval(self, refused: Refused) -> Any:
         """The answer to an ``approval_required`` decision — the one place it is made.
 
-        With a ``pause`` (a framework's own way to stop the run for a human), that; else the
-        refusal, as a message or raised like any other.
+        With a ``pause`` (a framework's own way to stop the run for a human), that (which a
+        ``denied`` decision reaches too); else the refusal, as a message or raised like any
+        other.
         """
         if self.pause is not None:
             return self.pause(refused)

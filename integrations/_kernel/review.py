@@ -4,24 +4,37 @@ answer does in the store.
 A gated call whose policy needs approval gets ``approval_required`` from the store, with an
 approval request bound to the effect's key and payload hash. A framework that can pause a run
 (LangGraph ``interrupt()``, OpenAI Agents ``needs_approval``, LlamaIndex
-``ctx.wait_for_event``) shows the human a :class:`Review` of that request and, when the run
-resumes, hands this module the human's :class:`Verdict`:
+``ctx.wait_for_event``, pydantic-ai deferred tools) shows the human a :class:`Review` of that
+request and, when the run resumes, hands this module the human's :class:`Verdict`:
 
 * **approve** — the request is approved in the store (``gate.approve``) *for the payload hash
   the human was shown*, then the call is gated again: it executes once, and a replayed resume
   finds it done (a duplicate, answered from the store).
 * **edit** — the edited arguments are another payload: they are gated as their own effect (the
-  key the template gives them, or, when that is the original key, ``<key>~edit:<hash16>``)
-  with their own approval, recorded as approved by the reviewer who sent the edit; then the
-  original request is denied ("replaced by an edit"). The edited arguments execute, once; the
-  original never does.
+  key the template gives them, or, when that is the original key or an edit of it,
+  ``<key>~edit:<hash16>``) with their own approval. A reviewer's explicit edit
+  (``Verdict.approves_edit``, the default) is that reviewer's approval of exactly those
+  arguments, recorded so; an edit the framework cannot tell from altered history
+  (pydantic-ai's resume) leaves the new request pending for a human, and the call pauses
+  again on it. Either way the original request is then denied, "replaced by an edit", with
+  the id of the edit's effect in the reason: the original never executes.
 * **reject** — the request is denied (``gate.deny``); nothing executes, and it stays denied.
 
 The store is the one source of truth: a resumed call is gated *before* the answer is read, so
 a request a human already approved (or denied) in the CLI or the console is executed (or
 refused) whatever the resume says, and the answer is applied only while the request is still
-pending. An answer that names another payload hash than the call's is refused and changes
-nothing.
+pending. An answer that names another approval id or another payload hash than the call's is
+refused and changes nothing.
+
+A replayed resume (a framework re-running the paused call after it was answered) meets its
+request decided. Approved, the call is a duplicate: the stored result. Replaced by an edit,
+:func:`replacement` answers with what the edit's effect answers (its stored result once it
+ran), so the model is told what ran, never "denied". Frameworks that pause outside the store
+(OpenAI Agents' ``RunState``) ask :func:`store_decision` what the store decided for a call: an
+interruption the store has no decision for stays waiting.
+
+Every function here reads or writes the store synchronously; the ``a``-prefixed twins run them
+off the event loop.
 """
 
 from __future__ import annotations
@@ -29,16 +42,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from effectgate import (
+    ApprovalState,
     ConfigError,
+    Decision,
+    EffectGateError,
     EffectKeyError,
     EffectRefused,
+    Gate,
     InvalidTransition,
+    PayloadMismatch,
+    Request,
+    State,
     UnknownEffect,
+    refusal,
     validate,
 )
 from effectgate.keys import check_key
@@ -49,12 +71,18 @@ from .vocabulary import model_message
 __all__ = [
     "DECISIONS",
     "REDACTED",
+    "Replacement",
     "Review",
+    "StoreDecision",
     "Verdict",
     "aapply",
     "apply",
+    "areplacement",
+    "astore_decision",
     "edited_call",
+    "replacement",
     "review_of",
+    "store_decision",
 ]
 
 DECISIONS: tuple[str, ...] = ("approve", "edit", "reject")
@@ -66,6 +94,10 @@ REDACTED = "[redacted]"
 the original value."""
 
 _EDIT_MARK = "~edit:"
+_MAX_APPROVAL_ID = 64
+_REPLACED = "replaced by an edit"
+_REPLACED_BY = _REPLACED + " (effect #{effect_id})"
+_REPLACED_PATTERN = re.compile(r"replaced by an edit \(effect #([1-9][0-9]{0,17})\)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +130,11 @@ class Review:
 class Verdict:
     """A reviewer's answer: ``approve``, ``edit`` (with ``arguments``) or ``reject``.
 
-    ``by`` names the reviewer (recorded as the approver); ``payload_hash``, when the answer
-    carries it, must be the hash the reviewer was shown.
+    ``by`` names the reviewer (recorded as the approver). ``approval_id`` and
+    ``payload_hash``, when the answer carries them, must be the approval and the hash the
+    reviewer was shown. ``approves_edit``: an edit is the reviewer's approval of the edited
+    arguments (True); False when the framework cannot tell a reviewer's edit from arguments
+    changed on the way (the edited request is then left pending for a human).
     """
 
     kind: Literal["approve", "edit", "reject"]
@@ -108,6 +143,8 @@ class Verdict:
     message: str | None = None
     payload_hash: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    approval_id: str | None = None
+    approves_edit: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in DECISIONS:
@@ -123,6 +160,11 @@ class Verdict:
         if self.payload_hash is not None and (not isinstance(self.payload_hash, str)
                                               or len(self.payload_hash) > 128):
             raise ConfigError("a decision's payload_hash must be the hash it was shown")
+        if self.approval_id is not None and (not isinstance(self.approval_id, str)
+                                             or len(self.approval_id) > _MAX_APPROVAL_ID):
+            raise ConfigError("a decision's approval_id must be the approval it was shown")
+        if self.approves_edit not in (True, False):
+            raise ConfigError("a decision's approves_edit is True or False")
 
 
 def review_of(gated: GatedCall, refused: Refused, arguments: Mapping[str, Any]) -> Review:
@@ -140,13 +182,17 @@ def review_of(gated: GatedCall, refused: Refused, arguments: Mapping[str, Any]) 
 
 
 def edited_call(gated: GatedCall, original_key: str) -> GatedCall:
-    """``gated`` for a reviewer's edited arguments: their own effect (see the module doc)."""
+    """``gated`` for a reviewer's edited arguments: their own effect (see the module doc).
+
+    The key is the template's for the edited arguments, unless that is ``original_key`` or
+    ``original_key`` is itself an edit of it: then ``<key>~edit:<hash16>``, so an edit never
+    shares a key with the call it replaces (nor an edit of an edit with the first edit)."""
     spec = copy.copy(gated.spec)
     base = gated.spec.request
 
     def request(arguments: Mapping[str, Any]) -> Any:
         req = base(arguments)
-        if req.key != original_key:
+        if req.key != original_key and not original_key.startswith(req.key + _EDIT_MARK):
             return req
         return req._replace(key=check_key(f"{req.key}{_EDIT_MARK}{req.payload_hash[:16]}"))
 
@@ -178,10 +224,10 @@ def _refusal(kind: str, key: str, text: str) -> Refused:
     return Refused(kind, model_message(kind, key, error), error, key)
 
 
-def _mismatch(review: Review) -> Refused:
+def _mismatch(review: Review, what: str) -> Refused:
     return _refusal("denied", review.key,
-                    "the reviewer's answer was for other arguments than this call's; nothing "
-                    "was approved")
+                    f"the reviewer's answer was for {what} than this call's; nothing was "
+                    "approved")
 
 
 def _rejected(review: Review, verdict: Verdict) -> Refused:
@@ -207,6 +253,19 @@ def _deny(gated: GatedCall, approval_id: str, by: str, reason: str) -> None:
         gated.spec.gate.deny(approval_id, by=by, reason=reason)
 
 
+def _replaced_reason(gated: GatedCall, arguments: Mapping[str, Any]) -> str:
+    """Why an original request is denied after an edit: naming the edit's effect by id, so a
+    replayed call of the original finds what ran instead (:func:`replacement`)."""
+    try:
+        request = gated.spec.request(arguments)
+        record = gated.spec.gate.get(request.key)
+    except EffectGateError:
+        return _REPLACED  # the edit named no effect (refused as invalid or a conflict)
+    if record.payload_hash != request.payload_hash:
+        return _REPLACED
+    return _REPLACED_BY.format(effect_id=record.effect_id)
+
+
 Run = Callable[[GatedCall, Mapping[str, Any]], Any]
 ARun = Callable[[GatedCall, Mapping[str, Any]], Awaitable[Any]]
 
@@ -217,10 +276,12 @@ Validate = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 def _prepare(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping[str, Any],
              validate: Validate | None) -> tuple[Refused | None, dict[str, Any] | None]:
     """(a refusal to answer with, or None; the edited arguments for an edit)."""
+    if verdict.approval_id is not None and verdict.approval_id != review.approval_id:
+        return _mismatch(review, "another approval"), None
     if verdict.payload_hash is not None and verdict.payload_hash != review.payload_hash:
-        return _mismatch(review), None
+        return _mismatch(review, "other arguments"), None
     if _current_hash(gated, arguments) != review.payload_hash:
-        return _mismatch(review), None
+        return _mismatch(review, "other arguments"), None
     if verdict.kind != "edit":
         return None, None
     assert verdict.arguments is not None
@@ -239,7 +300,9 @@ def _prepare(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapp
 def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping[str, Any],
           run: Run, *, validate: Validate | None = None) -> Any:
     """Carry out ``verdict`` on the paused call (``arguments``); ``run(gated, args)`` gates a
-    call and returns its answer (a result, or a :class:`Refused`). Returns the answer.
+    call and returns its answer (a result, or a :class:`Refused`). Returns the answer: for an
+    edit that leaves its request pending (``approves_edit=False``), that request's
+    ``approval_required`` refusal, for the framework to pause on.
 
     ``validate`` checks an edit's arguments the framework's way (its tool schema) and returns
     them validated; an error refuses the edit as ``invalid`` (nothing recorded)."""
@@ -255,10 +318,10 @@ def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping
     other = edited_call(gated, review.key)
     out = run(other, edited)
     wanted = _approval_id(out)
-    if wanted is not None:
+    if wanted is not None and verdict.approves_edit:
         _approve(other, wanted, verdict.by, f"edited from approval {review.approval_id}")
         out = run(other, edited)
-    _deny(gated, review.approval_id, verdict.by, "replaced by an edit")
+    _deny(gated, review.approval_id, verdict.by, _replaced_reason(other, edited))
     return out
 
 
@@ -280,11 +343,115 @@ async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
     other = edited_call(gated, review.key)
     out = await run(other, edited)
     wanted = _approval_id(out)
-    if wanted is not None:
+    if wanted is not None and verdict.approves_edit:
         await asyncio.to_thread(_approve, other, wanted, verdict.by,
                                 f"edited from approval {review.approval_id}")
         out = await run(other, edited)
-    await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by, "replaced by an edit")
+    reason = await asyncio.to_thread(_replaced_reason, other, edited)
+    await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by, reason)
     return out
 
 
+# -- a replayed call whose request an edit replaced ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """What ran instead of a request a reviewer replaced by an edit.
+
+    ``key``: the edit's effect. ``answer``: what that effect answers now — its stored result
+    (as a duplicate returns it), or a :class:`Refused` while it is in flight, blocked, waiting
+    for approval or denied."""
+
+    key: str
+    answer: Any
+
+
+def replacement(gated: GatedCall, out: Any, arguments: Mapping[str, Any]) -> Replacement | None:
+    """For ``out``, a call's ``denied`` answer: the edit that replaced its request, if a
+    reviewer's edit did (see the module doc); None otherwise, and None while the edit has not
+    run (its arguments are not kept, so it cannot be run from here)."""
+    if not isinstance(out, Refused) or out.kind != "denied" or not out.key:
+        return None
+    gate = gated.spec.gate
+    try:
+        request = gated.spec.request(arguments)
+        record = gate.get(out.key)
+        if (record.state is not State.DENIED or record.approval_id is None
+                or record.payload_hash != request.payload_hash):
+            return None
+        denial = gate.approval(record.approval_id)
+        found = _REPLACED_PATTERN.fullmatch(denial.reason or "")
+        if denial.state is not ApprovalState.DENIED or found is None:
+            return None
+        edit = gate.get_by_id(int(found[1]))
+        if edit.effect_type != record.effect_type or edit.effect_id == record.effect_id:
+            return None
+        head = gate.preview(request._replace(key=edit.key, payload_hash=edit.payload_hash))
+    except (EffectGateError, ValueError):  # a link that leads nowhere: the denial stands
+        return None
+    return _answer_of(gated, head)
+
+
+def _answer_of(gated: GatedCall, head: Any) -> Replacement | None:
+    if head.decision is Decision.DUPLICATE:
+        return Replacement(head.key, gated.spec.answer(head))
+    if head.decision is Decision.EXECUTE:
+        return None
+    error = refusal(head)
+    kind = head.decision.value
+    return Replacement(head.key, Refused(kind, model_message(kind, head.key, error), error,
+                                         head.key))
+
+
+async def areplacement(gated: GatedCall, out: Any,
+                       arguments: Mapping[str, Any]) -> Replacement | None:
+    """:func:`replacement` off the event loop (nothing is read for any other answer)."""
+    if not isinstance(out, Refused) or out.kind != "denied":
+        return None
+    return await asyncio.to_thread(replacement, gated, out, arguments)
+
+
+# -- what the store decided for a call (frameworks that pause outside it) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDecision:
+    """What the store decided for one call: ``approved`` (a human approved exactly this
+    payload: it may run, and runs once) or ``denied`` (``reason``: why)."""
+
+    kind: Literal["approved", "denied"]
+    reason: str | None = None
+
+
+def store_decision(gate: Gate, request: Request) -> StoreDecision | None:
+    """What the store decided for ``request``, or None: no decision yet (pending, or no
+    request for a human at all — a framework's own pause is not the store's to answer).
+
+    ``approved`` only when an approval request bound to exactly this payload hash was
+    approved (or already consumed by the attempt that ran it): an effect the policy lets run
+    without a human is never "approved" here."""
+    try:
+        head = gate.preview(request)
+    except PayloadMismatch:
+        return None  # the key belongs to other arguments: the gated call answers that
+    if head.decision is Decision.DENIED:
+        return StoreDecision("denied", head.reason)
+    if head.decision is Decision.APPROVAL_REQUIRED:
+        return None
+    try:
+        record = gate.get(request.key)
+        if record.payload_hash != request.payload_hash or record.approval_id is None:
+            return None
+        approval = gate.approval(record.approval_id)
+    except UnknownEffect:
+        return None
+    if approval.payload_hash == request.payload_hash and approval.state in (
+            ApprovalState.APPROVED, ApprovalState.CONSUMED):
+        return StoreDecision("approved")
+    return None
+
+
+async def astore_decision(gate: Gate, request: Request) -> StoreDecision | None:
+    """:func:`store_decision` off the event loop."""
+    return await asyncio.to_thread(store_decision, gate, request)
