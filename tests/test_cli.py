@@ -529,3 +529,25 @@ def test_every_option_the_readme_shows_exists_on_its_command() -> None:
         for word in rest:
             if word.startswith("--"):
                 assert word.split("=", 1)[0] in known, (argv, word)
+
+
+def test_the_cli_records_what_operators_do_in_the_audit(store: dict[str, Any]) -> None:
+    from effectgate.audit import list_actions
+
+    a, gate = store["args"], store["gate"]
+    assert cli("resolve", "refund:b", "--failed", "--note", "none seen", "--by", "alice",
+               *a).exit_code == 0
+    assert cli("approve", store["approval"], "--by", "bob", *a).exit_code == 0
+    assert cli("unwind", "trip:1", "--by", "carol", *a).exit_code == 1  # no compensators here
+    assert cli("principals", "add", "ops-1", "--role", "operator", "--by", "dan",
+               *a).exit_code == 0
+    assert cli("principals", "revoke", "ops-1", "--by", "dan", *a).exit_code == 0
+    assert cli("resolve", "refund:a", "--failed", "--by", "eve", *a).exit_code == 1  # refused
+    got = [(e.actor, e.action, e.subject, e.via, e.detail) for e in list_actions(gate)]
+    assert got == [
+        ("dan", "principal.revoke", "ops-1", "cli", "role operator"),
+        ("dan", "principal.add", "ops-1", "cli", "role operator"),
+        ("carol", "unwind", "trip:1", "cli", "2 failed"),
+        ("bob", "approve", "big:c", "cli", f"approval {store['approval']}"),
+        ("alice", "resolve", "refund:b", "cli", "outcome failed; note: none seen"),
+    ]  # the refused resolve is not there

@@ -110,6 +110,22 @@ def test_a_sweep_with_nobody_to_tell_is_refused_and_changes_nothing(gate: eg.Gat
     assert snapshot(gate) == before
 
 
+def test_watch_once_announces_and_prints_each_lapse(store_url: str, namespace: str,
+                                                    receiver: Receiver) -> None:
+    with eg.Gate(store_url, namespace=namespace, webhooks=False) as gate:
+        _lapsing(gate, 2)
+    env = {"EFFECTGATE_WEBHOOK_URL": receiver.url, "EFFECTGATE_WEBHOOK_SECRET": SECRET}
+    where = ["--url", store_url, "--namespace", namespace]
+    result = CliRunner().invoke(main, ["watch", "--once", *where], env=env)
+    assert result.exit_code == 0, result.output
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert sorted(line[2] for line in lines) == ["mail:0", "mail:1"]
+    assert all(line[1] == "lapsed" for line in lines)
+    assert sorted(json.loads(b)["key"] for _, b in receiver.wait(2)) == ["mail:0", "mail:1"]
+    again = CliRunner().invoke(main, ["watch", "--once", *where], env=env)
+    assert again.exit_code == 0 and again.stdout == ""
+
+
 def test_threads_racing_to_sweep_announce_each_lapse_once(make_gate: Any) -> None:
     import threading
 
