@@ -10,13 +10,17 @@ bound is applied after it either way.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 from .keys import is_utf8
 
-__all__ = ["REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text"]
+__all__ = [
+    "REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text",
+    "unsafe_char", "visible",
+]
 
 REDACTED = "[redacted]"
 
@@ -93,3 +97,45 @@ def describe(exc: BaseException) -> str:
     except Exception:
         text = "(its message could not be read)"
     return f"{type(exc).__name__}: {text}"
+
+
+# Characters that draw nothing or move their neighbours: the Unicode categories of controls,
+# format characters (bidi overrides and isolates, zero-width space and joiners, BOM, tags),
+# surrogates, private use, unassigned, line and paragraph separators and spaces other than
+# U+0020 (NBSP, thin, ideographic spaces); plus letters and marks that render blank.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+_BLANK = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0"  # grapheme joiner, fillers, blank braille
+    + "".join(chr(c) for c in range(0xFE00, 0xFE10))  # variation selectors
+    + "".join(chr(c) for c in range(0xE0100, 0xE01F0)))
+_OPEN, _CLOSE = "\u27e8", "\u27e9"  # ⟨ ⟩
+
+
+def unsafe_char(ch: str) -> bool:
+    """True for a character that must never reach a reader raw (see :func:`visible`); the
+    ASCII space is the only space that is not."""
+    return ch != " " and (unicodedata.category(ch) in _HIDDEN_CATEGORIES or ch in _BLANK)
+
+
+def visible(text: object, *, newlines: bool = False) -> str:
+    """``text`` as a person may safely read it: every character for which :func:`unsafe_char`
+    is true becomes ``⟨U+XXXX⟩`` (``⟨U+202E⟩``, ``⟨U+200B⟩``, ``⟨U+000A⟩``), and a literal
+    ``⟨`` becomes ``⟨U+27E8⟩``, so an escape shown is never the same as text typed to look like
+    one. ``newlines=True`` keeps line feeds (a block of indented JSON). ``None`` is ``""``;
+    anything else is ``str()`` first. The one rendering the console, the CLI and webhooks use
+    wherever someone reads arguments, keys or other agent-supplied text."""
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        text = str(text)
+    if text.isprintable() and _OPEN not in text and _BLANK.isdisjoint(text):
+        return text
+    out = []
+    for ch in text:
+        if ch == "\n" and newlines:
+            out.append(ch)
+        elif ch == _OPEN or unsafe_char(ch):
+            out.append(f"{_OPEN}U+{ord(ch):04X}{_CLOSE}")
+        else:
+            out.append(ch)
+    return "".join(out)

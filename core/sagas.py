@@ -36,7 +36,9 @@ Compensator = Callable[["EffectRecord", Any], Any]
 
 @dataclass(frozen=True, slots=True)
 class UnwindStep:
-    """One step of a group and what unwind did with it."""
+    """One step of a group and what unwind did with it. ``earlier`` is True for a compensated
+    step whose undo had already run before this unwind (an earlier unwind, or an agent): this
+    unwind did nothing to it."""
 
     effect_id: int
     key: str
@@ -45,6 +47,7 @@ class UnwindStep:
     detail: str
     compensation_effect_id: int | None = None
     result: Any = None
+    earlier: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready fields."""
@@ -52,6 +55,7 @@ class UnwindStep:
             "effect_id": self.effect_id, "key": self.key, "effect_type": self.effect_type,
             "state": self.state, "detail": self.detail,
             "compensation_effect_id": self.compensation_effect_id, "result": self.result,
+            "earlier": self.earlier,
         }
 
 
@@ -70,6 +74,16 @@ class UnwindReport:
     def complete(self) -> bool:
         """True when nothing is left unresolved or failed."""
         return not (self.unresolved or self.failed)
+
+    @property
+    def compensated_now(self) -> list[UnwindStep]:
+        """The steps this unwind compensated (not those undone before it)."""
+        return [s for s in self.compensated if not s.earlier]
+
+    @property
+    def compensated_earlier(self) -> list[UnwindStep]:
+        """The compensated steps whose undo had already run before this unwind."""
+        return [s for s in self.compensated if s.earlier]
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready fields."""
@@ -158,7 +172,7 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
     if d.decision is Decision.DUPLICATE:
         report.compensated.append(UnwindStep(**step, detail="compensated earlier",
                                              compensation_effect_id=d.effect_id,
-                                             result=d.result))
+                                             result=d.result, earlier=True))
         return
     if d.decision is not Decision.EXECUTE:
         report.unresolved.append(UnwindStep(

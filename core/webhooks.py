@@ -15,7 +15,9 @@ incoming webhook and it posts as is) plus machine fields: ``event``, ``namespace
 bounded), ``run_id``, ``agent_id``, ``estimated_cost_micros``, ``url`` (the console's page:
 ``{console_url}/approvals/{approval_id}`` or ``{console_url}/effects/{effect_id}``),
 ``delivery_id`` and ``occurred_at``. Never a payload, a result, an error's full text or a
-secret.
+secret. In the text people read (``text``, ``blocks``) every invisible or bidirectional
+character of a key, type, id or reason is shown as ``⟨U+202E⟩``
+(:func:`effectgate.redact.visible`); the machine fields carry the values as stored.
 
 Every request is signed like Stripe's and Slack's: ``Effectgate-Timestamp`` (Unix seconds) and
 ``Effectgate-Signature: v1=<hex>``, the HMAC-SHA256 of ``f"{timestamp}.{body}"`` with the shared
@@ -53,7 +55,7 @@ from urllib.parse import quote, urlsplit
 
 from .errors import ConfigError
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, EVENTS, Notice
-from .redact import bound, redact_text
+from .redact import bound, redact_text, visible
 
 __all__ = [
     "EVENTS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WebhookStats", "Webhooks", "from_env",
@@ -476,7 +478,7 @@ class Webhooks:
                 f"{label} `{_code(value)}`" for label, value in
                 (("agent", notice.agent_id), ("run", notice.run_id)) if value))
         if reason:
-            lines.append(f"Reason: {_mrkdwn(reason)}")
+            lines.append(f"Reason: {_mrkdwn(visible(reason))}")
         lines.append(_ASKS.get(notice.event, ""))
         if link:
             lines.append(f"<{_mrkdwn(link)}|Open in the effectgate console>")
@@ -561,7 +563,9 @@ def _filled(notice: Notice) -> Notice:
 
 
 def _plain(text: str) -> str:
-    return " ".join(bound(str(text), 200).split())
+    """Agent-supplied text for people: bounded, on one line, every invisible or bidi character
+    shown as ``⟨U+XXXX⟩`` (:func:`effectgate.redact.visible`)."""
+    return visible(bound(str(text), 200))
 
 
 def _mrkdwn(text: str) -> str:

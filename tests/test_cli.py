@@ -92,15 +92,18 @@ def test_ls_filters_by_state_in_any_case_type_run_and_group(store: dict[str, Any
 
 
 def _check_80_columns(output: str, identifiers: list[str]) -> None:
-    """Every identifier appears whole on one line; a line over 80 columns is one identifier or
-    one command, never text that could have been wrapped."""
+    """Every identifier appears whole on one line; a line over 80 columns is one identifier
+    (alone or after its label, as in ``run <id>``) or one command, never text that could have
+    been wrapped."""
     lines = output.splitlines()
     for ident in identifiers:
         assert any(ident in line for line in lines), f"{ident!r} cut or missing:\n{output}"
     for line in lines:
         if len(line) > 80:
             body = line.strip()
-            assert " " not in body or body.startswith("effectgate "), line
+            label, _, ident = body.partition(" ")
+            assert " " not in body or body.startswith("effectgate ") or (
+                label in ("run", "agent") and " " not in ident), line
 
 
 def test_ls_at_80_columns_never_cuts_a_key_or_an_id(store: dict[str, Any]) -> None:
@@ -179,7 +182,29 @@ def test_agent_supplied_text_never_reaches_the_terminal_raw(
         hostile = next(r for r in rows if r["key"] == "email:hostile")
         assert hostile["run_id"] == "r" + HOSTILE + SEPARATOR  # escaped in the text, intact as JSON
     elif command[0] != "resolve":
-        assert "\\x1b[2J" in result.output and "\\u202e" in result.output
+        assert "⟨U+001B⟩[2J" in result.output and "⟨U+202E⟩⟨U+200B⟩" in result.output
+
+
+def test_the_cli_shows_bidi_text_with_the_kernels_one_rendering(store: dict[str, Any]) -> None:
+    """A run id drawn raw as ``\u202e2345-6789`` reads 9876-5432: ``ls`` and ``show`` print
+    it as the console and webhooks do (effectgate.redact.visible), on every output."""
+    from effectgate.cli._safe import plain
+    from effectgate.redact import visible
+
+    gate = store["gate"]
+    run = "acct\u202e2345-6789\u202c"
+    d = gate.begin(effect_type="payment.refund", key="refund:bidi", payload={}, run_id=run,
+                   agent_id="a\u2066b\u2069")
+    gate.report(d, "committed")
+    shown = "acct⟨U+202E⟩2345-6789⟨U+202C⟩"
+    assert plain(run) == visible(run) == shown
+    for command in (["ls"], ["ls", "--plain"], ["show", "refund:bidi"],
+                    ["show", "refund:bidi", "--plain"]):
+        result = cli(*command, *store["args"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        assert shown in result.output, (command, result.output)
+        assert "\u202e" not in result.output and "\u2066" not in result.output
+    assert "a⟨U+2066⟩b⟨U+2069⟩" in cli("show", "refund:bidi", *store["args"]).output
 
 
 def test_errors_escape_what_the_caller_typed(store: dict[str, Any]) -> None:
@@ -504,3 +529,25 @@ def test_every_option_the_readme_shows_exists_on_its_command() -> None:
         for word in rest:
             if word.startswith("--"):
                 assert word.split("=", 1)[0] in known, (argv, word)
+
+
+def test_the_cli_records_what_operators_do_in_the_audit(store: dict[str, Any]) -> None:
+    from effectgate.audit import list_actions
+
+    a, gate = store["args"], store["gate"]
+    assert cli("resolve", "refund:b", "--failed", "--note", "none seen", "--by", "alice",
+               *a).exit_code == 0
+    assert cli("approve", store["approval"], "--by", "bob", *a).exit_code == 0
+    assert cli("unwind", "trip:1", "--by", "carol", *a).exit_code == 1  # no compensators here
+    assert cli("principals", "add", "ops-1", "--role", "operator", "--by", "dan",
+               *a).exit_code == 0
+    assert cli("principals", "revoke", "ops-1", "--by", "dan", *a).exit_code == 0
+    assert cli("resolve", "refund:a", "--failed", "--by", "eve", *a).exit_code == 1  # refused
+    got = [(e.actor, e.action, e.subject, e.via, e.detail) for e in list_actions(gate)]
+    assert got == [
+        ("dan", "principal.revoke", "ops-1", "cli", "role operator"),
+        ("dan", "principal.add", "ops-1", "cli", "role operator"),
+        ("carol", "unwind", "trip:1", "cli", "2 failed"),
+        ("bob", "approve", "big:c", "cli", f"approval {store['approval']}"),
+        ("alice", "resolve", "refund:b", "cli", "outcome failed; note: none seen"),
+    ]  # the refused resolve is not there

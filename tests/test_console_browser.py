@@ -21,6 +21,7 @@ import pytest
 import effectgate as eg
 from effectgate.console import build_app
 
+from .conftest import snapshot
 from .console_helpers import console_gate
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -173,7 +174,11 @@ def test_approve_in_the_browser_then_the_agents_retry_runs_once(page: Any, live:
     assert approval.decided_by == "alice"
 
 
-def test_resolve_an_ambiguous_effect_with_a_note(page: Any, live: Live, shot: Any) -> None:
+def test_resolve_has_no_default_and_confirms_what_it_records(page: Any, live: Live,
+                                                              shot: Any) -> None:
+    """Resolve is two steps with no default outcome: the form (which writes nothing) leads to
+    a confirmation naming outcome, key and note; only its button writes, and the answer is a
+    redirect, so a reload records nothing again."""
     gate = live.gate
     d = gate.begin(effect_type="payment.charge", key="charge:77", payload={"amount": 9},
                    vendor="stripe")
@@ -185,17 +190,34 @@ def test_resolve_an_ambiguous_effect_with_a_note(page: Any, live: Live, shot: An
     row = page.get_by_role("row").filter(has_text="charge:77")
     expect(row).to_contain_text("read timeout after 30s")
     expect(row).to_contain_text("vendor window still covers it")
+    outcome = row.get_by_role("combobox", name="outcome")
+    expect(outcome).to_have_value("")  # no default verdict
     shot(page, "ambiguous")
-    row.get_by_role("combobox", name="outcome").select_option("failed")
+    row.get_by_role("button", name="Resolve…").click()  # nothing chosen: the browser refuses
+    expect(page).to_have_url(re.compile(r"/ambiguous$"))
+    before = snapshot(gate)
+    outcome.select_option("failed")
     row.get_by_label("note").fill("no charge in the Stripe dashboard")
-    row.get_by_role("button", name="Resolve").click()
+    row.get_by_role("button", name="Resolve…").click()
+    expect(page.get_by_role("heading", name=re.compile("Confirm: resolve effect"))).to_be_visible()
+    told = page.get_by_role("region", name="what will be recorded")
+    expect(told).to_contain_text("failed")
+    expect(told).to_contain_text("charge:77")
+    expect(told).to_contain_text("no charge in the Stripe dashboard")
+    expect(told).to_contain_text("alice")
+    shot(page, "confirm")
+    assert snapshot(gate) == before  # the confirmation wrote nothing
+    assert gate.get("charge:77").state is eg.State.AMBIGUOUS
+    page.get_by_role("button", name="Record failed").click()
+    expect(page).to_have_url(re.compile(r"/ambiguous$"))
     expect(page.get_by_role("status")).to_have_text("Resolved charge:77: failed")
     shot(page, "resolved")
     record = gate.get("charge:77")
     assert record.state is eg.State.FAILED
     assert (record.history[-1].by, record.history[-1].note) == (
         "alice", "no charge in the Stripe dashboard")
-    page.goto("/ambiguous")
+    page.reload()  # a GET: nothing is sent again
+    assert len(gate.get("charge:77").history) == len(record.history)
     other = page.get_by_role("row").filter(has_text="check:1")
     other.get_by_role("button", name="Reconcile now").click()
     expect(page.get_by_role("status")).to_have_text("Reconciled check:1: committed")
@@ -204,25 +226,39 @@ def test_resolve_an_ambiguous_effect_with_a_note(page: Any, live: Live, shot: An
     expect(page.get_by_text("No ambiguous effects")).to_be_visible()
 
 
-def test_a_live_lease_refuses_resolve_and_shows_its_expiry(page: Any, live: Live,
-                                                           shot: Any) -> None:
+def test_a_live_lease_is_offered_only_an_explicit_forced_resolve(page: Any, live: Live,
+                                                                 shot: Any) -> None:
+    """An effect whose holder's lease is live has no Resolve form; a forced resolve is
+    offered apart, says what it risks and the lease's expiry, and is confirmed as forced."""
     gate = live.gate
     d = gate.begin(effect_type="email.send", key="welcome:u1", payload={}, lease_seconds=900)
     sign_in(page, live, shot)
     page.goto(f"/effects/{d.effect_id}")
     expect(page.get_by_role("heading", name=f"Effect #{d.effect_id}")).to_be_visible()
-    shot(page, "effect")
-    page.get_by_role("button", name="Resolve").click()
-    alert = page.get_by_role("alert")
-    expect(alert).to_contain_text("lease is live")
+    expect(page.get_by_role("button", name="Resolve…", exact=True)).to_have_count(0)
+    expect(page.get_by_role("heading", name="Resolve", exact=True)).to_have_count(0)
+    expect(page.get_by_role("heading", name="Force a resolve")).to_be_visible()
     expiry = d.lease_expires_at
     assert expiry is not None
-    expect(alert).to_contain_text(f"until {expiry:%Y-%m-%d %H:%M}")
-    shot(page, "resolve_refused")
+    expect(page.locator(".warning")).to_contain_text(f"live until {expiry:%Y-%m-%d %H:%M}")
+    expect(page.locator(".warning")).to_contain_text("it may still be running")
+    shot(page, "effect")
+    page.get_by_role("combobox", name="outcome").select_option("failed")
+    page.get_by_role("button", name="Force resolve…").click()
+    told = page.get_by_role("region", name="what will be recorded")
+    expect(told).to_contain_text("forced")
+    expect(told).to_contain_text(f"{expiry:%Y-%m-%d %H:%M}")
+    shot(page, "confirm_forced")
     assert gate.get("welcome:u1").state is eg.State.IN_FLIGHT
+    page.get_by_role("button", name="Record failed (forced)").click()
+    expect(page.get_by_role("status")).to_have_text("Resolved welcome:u1: failed")
+    record = gate.get("welcome:u1")
+    assert record.state is eg.State.FAILED
+    assert "force-resolved" in (record.reason or "")
 
 
-def test_unwind_a_saga(page: Any, live: Live, shot: Any) -> None:
+def test_unwind_redirects_marks_undone_steps_and_never_claims_twice(page: Any, live: Live,
+                                                                    shot: Any) -> None:
     gate = live.gate
     for step in ("flight", "hotel"):
         d = gate.begin(effect_type=f"trip.{step}", key=f"trip:9:{step}", payload={},
@@ -233,14 +269,32 @@ def test_unwind_a_saga(page: Any, live: Live, shot: Any) -> None:
     shot(page, "sagas")
     page.get_by_role("link", name="trip:9").click()
     expect(page.get_by_role("heading", name="Saga trip:9")).to_be_visible()
+    expect(page.get_by_role("row").filter(has_text="trip:9:hotel")).to_contain_text("not undone")
     shot(page, "saga")
     page.get_by_role("button", name="Unwind").click()
+    expect(page).to_have_url(re.compile(r"/groups/view\?group=trip%3A9$"))  # a GET
     expect(page.get_by_role("status")).to_have_text("Unwound trip:9: 2 compensated")
+    undo = {s: gate.get(f"compensate:trip:9:{s}").effect_id for s in ("flight", "hotel")}
+    for step, undo_id in undo.items():
+        row = page.get_by_role("row").filter(has_text=f"trip:9:{step}")
+        expect(row).to_contain_text(f"compensated by #{undo_id}")
+        expect(row.get_by_role("link", name=f"#{undo_id}")).to_have_attribute(
+            "href", f"/effects/{undo_id}")
     shot(page, "unwound")
     assert gate.undone == ["trip:9:hotel", "trip:9:flight"]  # type: ignore[attr-defined]
+    page.reload()  # nothing is posted again
+    expect(page.get_by_role("status")).to_have_count(0)
     page.get_by_role("button", name="Unwind").click()  # again: nothing runs twice
-    expect(page.get_by_role("status")).to_contain_text("Unwound trip:9")
+    status = page.get_by_role("status")
+    expect(status).to_have_text(
+        "Unwind of trip:9 did nothing new: 2 steps were compensated earlier")
+    expect(status).not_to_contain_text("2 compensated")
     assert gate.undone == ["trip:9:hotel", "trip:9:flight"]  # type: ignore[attr-defined]
+    page.get_by_role("link", name=f"#{undo['hotel']}").click()
+    expect(page.get_by_text("This is the undo of")).to_be_visible()
+    page.go_back()
+    page.get_by_role("link", name=re.compile(r"^#\d+$")).first.click()
+    expect(page.get_by_role("note")).to_contain_text("compensated by")
 
 
 def test_search_effects_and_open_a_timeline(page: Any, live: Live, shot: Any) -> None:
@@ -266,3 +320,207 @@ def test_search_effects_and_open_a_timeline(page: Any, live: Live, shot: Any) ->
     expect(page.get_by_role("row").filter(has_text="in_flight")).not_to_have_count(0)
     shot(page, "timeline")
     assert len(shot.taken) >= 3
+
+
+def test_approvals_page_searches_pages_and_shows_when_and_which_run(page: Any, live: Live,
+                                                                  shot: Any) -> None:
+    gate = live.gate
+    asked = [gate.begin(effect_type="payment.refund", key=f"refund:{i:03d}",
+                        payload={"amount": i}, agent_id="bot" if i % 2 else "other-bot",
+                        run_id=f"run-{i % 3}") for i in range(55)]
+    sign_in(page, live, shot)
+    page.get_by_role("link", name="Approvals").click()
+    rows = page.get_by_role("row").filter(has_text="refund:")
+    expect(rows).to_have_count(50)  # a page
+    expect(page.get_by_text("55 matches; showing 50, newest first.")).to_be_visible()
+    newest = page.get_by_role("row").filter(has_text="refund:054")
+    created = gate.approval(asked[54].approval_id or "").created_at
+    expect(newest).to_contain_text(f"{created:%Y-%m-%d %H:%M:%S} UTC")  # requested at
+    expect(newest).to_contain_text("run-0")
+    header = page.get_by_role("columnheader")
+    expect(header.filter(has_text="requested at")).to_have_count(1)
+    expect(header.filter(has_text="run")).to_have_count(1)
+    shot(page, "approvals_page_1")
+    page.get_by_role("link", name="Older").click()
+    expect(page.get_by_role("row").filter(has_text="refund:")).to_have_count(5)
+    expect(page.get_by_role("row").filter(has_text="refund:000")).to_have_count(1)
+    expect(page.get_by_role("link", name="Older")).to_have_count(0)
+    page.get_by_role("link", name="Newest").click()
+    expect(page.get_by_role("row").filter(has_text="refund:054")).to_have_count(1)
+    page.get_by_label("run").fill("run-1")
+    page.get_by_label("requested by").fill("bot")
+    page.get_by_role("button", name="Search").click()
+    found = page.get_by_role("row").filter(has_text="refund:")
+    want = [f"refund:{i:03d}" for i in range(55) if i % 3 == 1 and i % 2]
+    expect(found).to_have_count(len(want))
+    shot(page, "approvals_search")
+    page.get_by_label("key starts with").fill(want[0])
+    page.get_by_role("button", name="Search").click()
+    expect(page.get_by_role("row").filter(has_text="refund:")).to_have_count(1)
+    gate.acting_as(gate.add_principal("carol", "operator")[0]).deny(
+        asked[0].approval_id or "", reason="no")
+    page.goto("/approvals")
+    page.get_by_label("state").select_option("denied")
+    page.get_by_label("key starts with").fill("")
+    page.get_by_role("button", name="Search").click()
+    denied = page.get_by_role("row").filter(has_text="refund:")
+    expect(denied).to_have_count(1)
+    expect(denied).to_contain_text("denied by carol")
+
+
+def test_arguments_with_bidi_and_invisible_characters_are_shown_visibly(
+        page: Any, live: Live, shot: Any) -> None:
+    """U+202E drawn raw turns 2345-6789 into 9876-5432 on screen: the approver sees each
+    such character as an escape instead, on the queue and on the approval's page."""
+    gate = live.gate
+    d = gate.begin(effect_type="payment.refund", key="refund:acct",
+                   payload={"to_account": "\u202e2345-6789\u202c", "memo": "pay\u200bme"},
+                   agent_id="bot\u2066x\u2069", run_id="r\u200f1")
+    sign_in(page, live, shot)
+    page.goto("/approvals")
+    row = page.get_by_role("row").filter(has_text="refund:acct")
+    expect(row).to_contain_text('"to_account": "⟨U+202E⟩2345-6789⟨U+202C⟩"')
+    expect(row).to_contain_text('"memo": "pay⟨U+200B⟩me"')
+    expect(row).to_contain_text("bot⟨U+2066⟩x⟨U+2069⟩")
+    expect(row).to_contain_text("r⟨U+200F⟩1")
+    shot(page, "approvals_bidi")
+    for path in ("/approvals", f"/approvals/{d.approval_id}", f"/effects/{d.effect_id}"):
+        page.goto(path)
+        html = page.content()
+        for raw in ("\u202e", "\u202c", "\u200b", "\u2066", "\u200f"):
+            assert raw not in html, (path, hex(ord(raw)))
+    expect(page.get_by_role("cell", name="bot⟨U+2066⟩x⟨U+2069⟩", exact=True)).to_have_count(2)
+    shot(page, "effect_bidi")  # the agent id, and the timeline's "by"
+
+
+def _sign_out(page: Any) -> None:
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.get_by_role("status")).to_have_text("Signed out.")
+
+
+@pytest.mark.slow
+def test_a_copied_session_cookie_is_refused_after_sign_out_by_every_console(
+        browser: Any, page: Any, live: Live, shot: Any, store_url: str) -> None:
+    """Sessions live in the store: a second console process on it accepts the session, and
+    after sign-out in one, a copy of the cookie is refused by both."""
+    import sys
+
+    from .mcp_helpers import serving
+
+    sign_in(page, live, shot)
+    cookies = page.context.cookies()
+    argv = [sys.executable, "-m", "effectgate.cli", "console", "--url", store_url,
+            "--namespace", live.gate.namespace, "--port", "0"]
+    with serving(argv) as other:
+        other_url = other.url.rstrip("/")
+        thief = browser.new_context(base_url=live.url)
+        thief.add_cookies([{**c, "domain": "127.0.0.1"} for c in cookies])
+        stolen = thief.new_page()
+        stolen.goto("/")
+        expect(stolen.get_by_role("heading", name="Overview")).to_be_visible()
+        stolen.goto(other_url + "/")  # the other process: same session (cookies are per host)
+        expect(stolen.get_by_role("heading", name="Overview")).to_be_visible()
+        _sign_out(page)
+        shot(page, "signed_out")
+        for url in (live.url + "/", other_url + "/", live.url + "/approvals"):
+            stolen.goto(url)
+            expect(stolen.get_by_role("heading", name="Sign in")).to_be_visible()
+        r = stolen.request.post(live.url + "/logout", form={"csrf_token": "x"},
+                                max_redirects=0)
+        assert r.status == 401
+        thief.close()
+
+
+def test_principals_add_shows_the_token_once_and_revoke_ends_it(page: Any, live: Live,
+                                                                shot: Any) -> None:
+    gate = live.gate
+    sign_in(page, live, shot)
+    page.get_by_role("link", name="Principals").click()
+    expect(page.get_by_role("row").filter(has_text="alice")).to_contain_text("you")
+    page.get_by_label("name").fill("billing-bot")
+    page.get_by_role("button", name="Add principal").click()  # no role chosen: refused
+    expect(page).to_have_url(re.compile(r"/principals$"))
+    assert [p.name for p in gate.list_principals()] == ["alice"]
+    page.get_by_label("role").select_option("agent")
+    page.get_by_role("button", name="Add principal").click()
+    expect(page).to_have_url(re.compile(r"/principals/created$"))
+    token = page.get_by_label("token").inner_text().strip()
+    assert gate.authenticate(token).name == "billing-bot"
+    shot(page, "token_once")
+    page.reload()  # shown once: never again
+    expect(page.get_by_role("alert")).to_contain_text("cannot be shown again")
+    assert token not in page.content()
+    page.goto("/principals")
+    page.get_by_label("name").fill("Not A Name!")
+    page.get_by_label("role").select_option("operator")
+    page.get_by_role("button", name="Add principal").click()
+    expect(page.get_by_role("alert")).to_contain_text("lower-case letters")
+    assert [p.name for p in gate.list_principals()] == ["alice", "billing-bot"]
+    row = page.get_by_role("row").filter(has_text="billing-bot")
+    expect(row).to_contain_text("active")
+    row.get_by_role("button", name="Revoke billing-bot").click()
+    expect(page.get_by_role("status")).to_have_text("Revoked billing-bot")
+    expect(page.get_by_role("row").filter(has_text="billing-bot")).to_contain_text("revoked")
+    shot(page, "revoked")
+    with pytest.raises(eg.Unauthenticated):
+        gate.authenticate(token)
+    expect(page.get_by_role("button", name="Revoke alice")).to_have_count(0)  # not yourself
+
+
+def test_the_audit_page_says_who_did_what_and_when(page: Any, live: Live, shot: Any) -> None:
+    gate = live.gate
+    asked = [gate.begin(effect_type="payment.refund", key=f"refund:{i}", payload={"i": i},
+                        agent_id="bot") for i in range(2)]
+    d = gate.begin(effect_type="payment.charge", key="charge:5", payload={})
+    gate.report(d, "ambiguous", error="timeout")
+    step = gate.begin(effect_type="trip.car", key="trip:5:car", payload={}, group_key="trip:5",
+                      compensation={"cancel": "car"})
+    gate.report(step, "committed")
+    sign_in(page, live, shot)
+    page.goto(f"/approvals/{asked[0].approval_id}")
+    page.get_by_role("button", name="Approve", exact=True).click()
+    page.goto(f"/approvals/{asked[1].approval_id}")
+    page.get_by_label("reason").fill("too much")
+    page.get_by_role("button", name="Deny", exact=True).click()
+    page.goto(f"/effects/{d.effect_id}")
+    page.get_by_role("combobox", name="outcome").select_option("committed")
+    page.get_by_label("note").fill("in the ledger")
+    page.get_by_role("button", name="Resolve…").click()
+    page.get_by_role("button", name="Record committed").click()
+    page.goto("/groups/view?group=trip%3A5")
+    page.get_by_role("button", name="Unwind").click()
+    page.goto("/principals")
+    page.get_by_label("name").fill("dave")
+    page.get_by_label("role").select_option("operator")
+    page.get_by_role("button", name="Add principal").click()
+    page.goto("/principals")
+    page.get_by_role("button", name="Revoke dave").click()
+    page.get_by_role("link", name="Audit").click()
+    rows = page.get_by_role("row")
+    want = [("principal.revoke", "dave"), ("principal.add", "dave"), ("unwind", "trip:5"),
+            ("resolve", "charge:5"), ("deny", "refund:1"), ("approve", "refund:0"),
+            ("login", "")]
+    expect(rows).to_have_count(len(want) + 1)
+    for i, (action, subject) in enumerate(want, start=1):
+        row = rows.nth(i)
+        expect(row.get_by_role("cell").nth(1)).to_have_text("alice")
+        expect(row.get_by_role("cell").nth(2)).to_have_text(action)
+        expect(row.get_by_role("cell").nth(3)).to_have_text(subject)
+        expect(row.get_by_role("cell").nth(4)).to_have_text("console")
+    expect(rows.nth(4)).to_contain_text("outcome committed; note: in the ledger")
+    expect(rows.nth(5)).to_contain_text("reason: too much")
+    expect(rows.nth(3)).to_contain_text("1 compensated now")
+    shot(page, "audit")
+    page.get_by_label("action").select_option("resolve")
+    page.get_by_role("button", name="Search").click()
+    expect(page.get_by_role("row")).to_have_count(2)
+    page.get_by_role("link", name="charge:5").click()
+    expect(page.get_by_role("heading", name=f"Effect #{d.effect_id}")).to_be_visible()
+    _sign_out(page)
+    from effectgate.audit import list_actions
+
+    entries = list_actions(gate)
+    assert [(e.action, e.actor) for e in entries[:2]] == [("logout", "alice"), (
+        "principal.revoke", "alice")]
+    assert all(e.at.tzinfo is not None for e in entries)

@@ -228,6 +228,28 @@ def test_g10_unwind_compensates_each_step_once_in_reverse(make_gate: Any) -> Non
     gate.report(pending, "committed")
 
 
+def test_a_second_unwind_says_it_compensated_nothing_new(make_gate: Any) -> None:
+    """The report says what *this* unwind did: a step undone by an earlier unwind is marked
+    ``earlier`` (and counted apart), never claimed as compensated again."""
+    gate = make_gate()
+    undone: list[str] = []
+    _trip(gate, undone)
+    first = gate.unwind("trip:1")
+    assert [s.key for s in first.compensated_now] == ["car:trip_1", "hotel:trip_1",
+                                                       "flight:trip_1"]
+    assert first.compensated_earlier == [] and not any(s.earlier for s in first.compensated)
+    d = gate.begin(effect_type="booking.boat", key="boat:trip_1", payload={},
+                   group_key="trip:1", compensation={"cancel": "boat"})
+    gate.report(d, "committed")
+    again = gate.unwind("trip:1")
+    assert [s.key for s in again.compensated_now] == ["boat:trip_1"]
+    assert [s.key for s in again.compensated_earlier] == ["car:trip_1", "hotel:trip_1",
+                                                          "flight:trip_1"]
+    assert undone == ["car", "hotel", "flight", "boat"]
+    shown = again.as_dict()["compensated"]
+    assert [s["earlier"] for s in shown] == [False, True, True, True]
+
+
 def _unwind_worker(url: str, ns: str, side: str, start: Any) -> None:
     gate = eg.Gate(url, namespace=ns)
 

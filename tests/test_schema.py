@@ -20,6 +20,8 @@ def test_fresh_store_is_at_the_latest_version(tmp_path: Path) -> None:
 
 _V1 = """
     DROP TABLE effectgate_principals;
+    DROP TABLE effectgate_sessions;
+    DROP TABLE effectgate_audit;
     ALTER TABLE effectgate_effects DROP COLUMN history;
     ALTER TABLE effectgate_effects DROP COLUMN lease_secret;
     ALTER TABLE effectgate_effects DROP COLUMN vendor_attempt;
@@ -74,6 +76,8 @@ def _as_version_3(path: Path) -> None:
     conn = sqlite3.connect(path)
     conn.executescript("""
         DROP TABLE effectgate_principals;
+        DROP TABLE effectgate_sessions;
+        DROP TABLE effectgate_audit;
         UPDATE effectgate_meta SET value = '3' WHERE name = 'schema_version';
     """)
     conn.commit()
@@ -91,7 +95,7 @@ def test_version_3_store_gains_principals_and_keeps_every_row(tmp_path: Path) ->
     gate.close()
     _as_version_3(path)
     gate = eg.Gate(f"sqlite:///{path}", policy=policy, memo_size=0)
-    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "4"
+    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "5"
     assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
     assert gate.approval(asked.approval_id or "").arguments == {"amount": 3}
     operator, token = gate.add_principal("alice", "operator")
@@ -116,6 +120,56 @@ def test_version_3_store_of_an_unknown_shape_is_refused_unchanged(tmp_path: Path
         "SELECT value FROM effectgate_meta WHERE name = 'schema_version'").fetchone()[0]
     conn.close()
     assert "effectgate_principals" not in names and version == "3"
+
+
+def _as_version_4(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        DROP TABLE effectgate_sessions;
+        DROP TABLE effectgate_audit;
+        UPDATE effectgate_meta SET value = '4' WHERE name = 'schema_version';
+    """)
+    conn.commit()
+    conn.close()
+
+
+def test_version_4_store_gains_sessions_and_the_audit_and_keeps_every_row(
+        tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    gate = eg.Gate(f"sqlite:///{path}")
+    d = gate.begin(effect_type="x", key="k:1", payload={})
+    gate.report(d, "committed", result=7)
+    gate.add_principal("alice", "operator")
+    gate.close()
+    _as_version_4(path)
+    gate = eg.Gate(f"sqlite:///{path}", memo_size=0)
+    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "5"
+    assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
+    assert [p.name for p in gate.list_principals()] == ["alice"]
+    from effectgate.audit import list_actions, record_action
+
+    record_action(gate, "alice", "login", via="console")
+    assert [(a.actor, a.action) for a in list_actions(gate)] == [("alice", "login")]
+    gate.close()
+
+
+def test_version_4_store_with_a_sessions_table_already_is_refused_unchanged(
+        tmp_path: Path) -> None:
+    path = tmp_path / "odd4.db"
+    eg.Gate(f"sqlite:///{path}").close()
+    _as_version_4(path)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE effectgate_sessions (id TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(eg.ConfigError, match="already has a effectgate_sessions"):
+        eg.Gate(f"sqlite:///{path}")
+    conn = sqlite3.connect(path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    version = conn.execute(
+        "SELECT value FROM effectgate_meta WHERE name = 'schema_version'").fetchone()[0]
+    conn.close()
+    assert "effectgate_audit" not in names and version == "4"
 
 
 def test_newer_store_is_refused(tmp_path: Path) -> None:

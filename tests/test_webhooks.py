@@ -226,6 +226,30 @@ def test_a_hostile_key_cannot_make_a_slack_link_or_mention(receiver: Receiver) -
     assert body["key"] == key  # the machine field is the key as it is
 
 
+def test_bidi_and_invisible_characters_are_shown_visibly_to_people(
+        make_gate: Any, receiver: Receiver) -> None:
+    """The text people read shows U+202E, U+200B... as ⟨U+202E⟩ (the one rendering the
+    console and CLI use): a reversed run cannot be drawn as another number. The machine
+    fields stay as stored."""
+    wh = hooks(receiver.url)
+    gate = make_gate(policy=APPROVE, webhooks=wh)
+    agent, run = "bot\u202e2345-6789\u202c", "r\u200b1"
+    d = gate.begin(effect_type="payment.refund", key="refund:9", payload={}, agent_id=agent,
+                   run_id=run)
+    assert d.decision is eg.Decision.APPROVAL_REQUIRED and wh.flush(10)
+    body = bodies(receiver.wait(1))[0]
+    people = body["text"] + json.dumps(body["blocks"], ensure_ascii=False)
+    assert "bot⟨U+202E⟩2345-6789⟨U+202C⟩" in people and "r⟨U+200B⟩1" in people
+    assert not any(ch in people for ch in ("\u202e", "\u202c", "\u200b"))
+    assert (body["agent_id"], body["run_id"]) == (agent, run)  # as stored
+    reason = "timeout \u2067at\u2069 vendor\u00a0x ⟨U+1⟩"
+    shown = wh.message(Notice("ambiguous", "ns\u200d", "refund:9", "payment.refund", 7, 1,
+                              "ambiguous", reason))
+    text = shown["blocks"][0]["text"]["text"] + shown["blocks"][1]["elements"][0]["text"]
+    assert "timeout ⟨U+2067⟩at⟨U+2069⟩ vendor⟨U+00A0⟩x ⟨U+27E8⟩U+1⟩" in text
+    assert "ns⟨U+200D⟩" in text and shown["namespace"] == "ns\u200d"
+
+
 # -- retries, dead receivers ---------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "mcp:mcp",
     "principals": "principals:principals",
     "console": "console:console",
+    "watch": "watch:watch",
 }
 
 

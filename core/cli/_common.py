@@ -28,6 +28,8 @@ __all__ = [
     "EXIT_STORE",
     "BadInput",
     "Command",
+    "actor",
+    "by_option",
     "console",
     "exclusive",
     "fail",
@@ -35,6 +37,7 @@ __all__ = [
     "given",
     "handle_errors",
     "normalise_url",
+    "note_action",
     "open_gate",
     "output_options",
     "print_json",
@@ -57,6 +60,37 @@ def print_json(value: Any) -> None:
     from ._safe import dumps
 
     click.echo(dumps(value))
+
+
+by_option = click.option("--by", default=None, metavar="NAME",
+                         help="Who is acting (default: your login name).")
+
+
+def actor(by: str | None) -> str:
+    """Who acts: ``--by``, else the OS login name."""
+    if by:
+        return by
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "operator"
+
+
+def note_action(gate: Any, actor: str, action: str, **fields: Any) -> None:
+    """Append what ``actor`` just did to the store's audit (:mod:`effectgate.audit`, via
+    ``cli``). The action happened either way: an entry that cannot be written is a warning on
+    stderr, not a failure."""
+    from ..audit import record_action
+    from ..errors import EffectGateError
+    from ._safe import plain
+
+    try:
+        record_action(gate, actor, action, via="cli", **fields)
+    except EffectGateError as err:
+        click.echo(f"effectgate: warning: done, but the audit entry could not be written: "
+                   f"{plain(err.message)}", err=True)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

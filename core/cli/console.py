@@ -22,13 +22,20 @@ __all__ = ["console"]
 @click.option("--tls-key", default=None, metavar="PEM", help="The certificate's private key.")
 @click.option("--insecure-bind", is_flag=True,
               help="Listen off localhost without TLS (only behind a TLS proxy you trust).")
+@click.option("--sweep-interval", default=10.0, show_default=True,
+              type=click.FloatRange(0, 86400),
+              help="With webhooks: seconds between sweeps for leases that lapse with nobody "
+                   "calling begin (their AMBIGUOUS webhook, once each); 0: no sweeping.")
 @handle_errors
 def console(url: str | None, namespace: str, gate_ref: str | None, host: str, port: int,
-            tls_cert: str | None, tls_key: str | None, insecure_bind: bool) -> None:
-    """Serve the operators' web console: approvals, the AMBIGUOUS queue, effects, sagas.
+            tls_cert: str | None, tls_key: str | None, insecure_bind: bool,
+            sweep_interval: float) -> None:
+    """Serve the operators' web console: approvals, the AMBIGUOUS queue, effects, sagas,
+    principals and the audit.
 
     Sign in with an operator's token (effectgate principals add NAME --role operator). Pass
-    --gate MODULE:ATTR so Reconcile now and Unwind find your hooks and compensators."""
+    --gate MODULE:ATTR so Reconcile now and Unwind find your hooks and compensators. With
+    webhooks ($EFFECTGATE_WEBHOOK_URL), it also announces leases that lapse unnoticed."""
     try:
         from ..console import check_console_bind, serve
     except ImportError as err:
@@ -37,4 +44,4 @@ def console(url: str | None, namespace: str, gate_ref: str | None, host: str, po
                        insecure_bind=insecure_bind)  # before the store is opened
     with open_gate(url, namespace, gate_ref) as gate, contextlib.suppress(KeyboardInterrupt):
         serve(gate, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
-              insecure_bind=insecure_bind)
+              insecure_bind=insecure_bind, sweep_interval=sweep_interval)

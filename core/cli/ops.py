@@ -6,7 +6,6 @@ store is opened. Exit codes as in :mod:`effectgate.cli._common`."""
 from __future__ import annotations
 
 import datetime
-import getpass
 import json
 import re
 from typing import Any
@@ -17,11 +16,14 @@ from ._common import (
     EXIT_FAILED,
     BadInput,
     Command,
+    actor,
+    by_option,
     console,
     exclusive,
     fail,
     gate_options,
     handle_errors,
+    note_action,
     open_gate,
     output_options,
     print_json,
@@ -32,19 +34,6 @@ from ._safe import plain, safe
 __all__ = ["approve", "deny", "parse_age", "prune", "resolve", "unwind"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-by_option = click.option("--by", default=None, metavar="NAME",
-                         help="Who is acting (default: your login name).")
-
-
-def _actor(by: str | None) -> str:
-    if by:
-        return by
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "operator"
-
-
 def parse_age(text: str) -> datetime.timedelta:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (any case) as a timedelta; a usage error
     (exit 2) otherwise, and for an age past ten thousand years."""
@@ -98,15 +87,18 @@ def resolve(key: str, committed: bool, failed: bool, note: str | None,
         except ValueError as err:
             raise click.BadParameter(f"not JSON: {err}", param_hint="--result") from None
     with open_gate(url, namespace, gate_ref) as gate:
-        record = gate.resolve(key, outcome, by=_actor(by), note=note, result=result,
+        record = gate.resolve(key, outcome, by=actor(by), note=note, result=result,
                               force=force)
+        note_action(gate, actor(by), "resolve", subject=record.key, effect_id=record.effect_id,
+                    detail=f"outcome {record.state.value}" + ("; forced" if force else "")
+                    + (f"; note: {note}" if note else ""))
     if output == "json":
         print_json(record.as_dict())
     elif output == "plain":
-        click.echo("\t".join(plain(v) for v in (record.key, record.state.value, _actor(by))))
+        click.echo("\t".join(plain(v) for v in (record.key, record.state.value, actor(by))))
     else:
         console().print(f"resolved {safe(record.key)}: {state_label(record.state.value)} "
-                        f"by {safe(_actor(by))}", soft_wrap=True)
+                        f"by {safe(actor(by))}", soft_wrap=True)
 
 
 # -- approvals -----------------------------------------------------------------------------------
@@ -124,7 +116,9 @@ def approve(approval_id: str, note: str | None, by: str | None, url: str | None,
     """Approve a pending request: the next call with exactly that payload runs (once)."""
     with open_gate(url, namespace, gate_ref) as gate:
         _needs(gate, "approve")
-        record = gate.approve(approval_id, by=_actor(by), note=note)
+        record = gate.approve(approval_id, by=actor(by), note=note)
+        note_action(gate, actor(by), "approve", subject=record.key, effect_id=record.effect_id,
+                    detail=f"approval {record.approval_id}" + (f"; note: {note}" if note else ""))
     _approval(record, output)
 
 
@@ -140,7 +134,10 @@ def deny(approval_id: str, reason: str | None, by: str | None, url: str | None,
     """Deny a pending request: its effect becomes DENIED."""
     with open_gate(url, namespace, gate_ref) as gate:
         _needs(gate, "deny")
-        record = gate.deny(approval_id, by=_actor(by), reason=reason)
+        record = gate.deny(approval_id, by=actor(by), reason=reason)
+        note_action(gate, actor(by), "deny", subject=record.key, effect_id=record.effect_id,
+                    detail=f"approval {record.approval_id}"
+                    + (f"; reason: {reason}" if reason else ""))
     _approval(record, output)
 
 
@@ -178,7 +175,13 @@ def unwind(group_key: str, by: str | None, url: str | None, namespace: str,
     """
     with open_gate(url, namespace, gate_ref) as gate:
         _needs(gate, "unwind")
-        report = gate.unwind(group_key, by=_actor(by))
+        report = gate.unwind(group_key, by=actor(by))
+        if any(getattr(report, name) for name in _OUTCOMES):
+            counts = {"compensated now": len(report.compensated_now),
+                      "compensated earlier": len(report.compensated_earlier),
+                      **{name: len(getattr(report, name)) for name in _OUTCOMES[1:]}}
+            note_action(gate, actor(by), "unwind", subject=report.group_key,
+                        detail=", ".join(f"{n} {name}" for name, n in counts.items() if n))
     if not any(getattr(report, name) for name in _OUTCOMES):
         fail(f"no effects in group {group_key!r}")
     steps = [(name, s) for name in _OUTCOMES for s in getattr(report, name)]

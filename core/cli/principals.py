@@ -12,9 +12,12 @@ import click
 
 from ._common import (
     Command,
+    actor,
+    by_option,
     console,
     gate_options,
     handle_errors,
+    note_action,
     open_gate,
     output_options,
     print_json,
@@ -39,14 +42,17 @@ def principals() -> None:
 @click.option("--role", required=True, type=click.Choice(["operator", "agent"]),
               help="operator: approves, denies, resolves, reconciles, unwinds (the console). "
                    "agent: begins, reports and extends what it holds (MCP over HTTP).")
+@by_option
 @gate_options
 @output_options
 @handle_errors
-def add(name: str, role: str, url: str | None, namespace: str, gate_ref: str | None,
-        output: str) -> None:
+def add(name: str, role: str, by: str | None, url: str | None, namespace: str,
+        gate_ref: str | None, output: str) -> None:
     """Add a principal and print its token, once: keep it safe, it cannot be shown again."""
     with open_gate(url, namespace, gate_ref) as gate:
         principal, token = gate.add_principal(name, role)
+        note_action(gate, actor(by), "principal.add", subject=principal.name,
+                    detail=f"role {principal.role}")
     if output == "json":
         print_json(principal.as_dict() | {"token": token})
     elif output == "plain":
@@ -91,14 +97,17 @@ def ls(url: str | None, namespace: str, gate_ref: str | None, output: str) -> No
 
 @principals.command("revoke", cls=Command)
 @click.argument("name")
+@by_option
 @gate_options
 @output_options
 @handle_errors
-def revoke(name: str, url: str | None, namespace: str, gate_ref: str | None,
+def revoke(name: str, by: str | None, url: str | None, namespace: str, gate_ref: str | None,
            output: str) -> None:
     """Revoke a principal: its token stops working at once."""
     with open_gate(url, namespace, gate_ref) as gate:
         principal = gate.revoke_principal(name)
+        note_action(gate, actor(by), "principal.revoke", subject=principal.name,
+                    detail=f"role {principal.role}")
     if output == "json":
         print_json(principal.as_dict())
     elif output == "plain":

@@ -1,8 +1,10 @@
 """``effectgate console``: a small web console for the people the gate leans on.
 
-Overview, the approvals queue (Approve / Deny), the AMBIGUOUS queue (Reconcile now / Resolve),
-effects search and timelines, saga groups (Unwind) — server-rendered pages, no script, every
-action through the Gate API as the signed-in operator (see :mod:`effectgate.console.app`).
+Overview, the approvals queue (search, paging; Approve / Deny), the AMBIGUOUS queue (Reconcile
+now / Resolve, confirmed before anything is written), effects search and timelines, saga
+groups (each step marked with its undo; Unwind), principals (add, revoke) and the audit of
+operators' actions — server-rendered pages, no script, every action through the Gate API as
+the signed-in operator (see :mod:`effectgate.console.app`), sessions kept in the store.
 Needs the ``console`` extra (Starlette, uvicorn, Jinja2)::
 
     effectgate principals add alice --role operator      # prints alice's token once

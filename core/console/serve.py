@@ -4,6 +4,11 @@ Localhost by default. Any other address only with TLS settings (a certificate an
 or an explicit ``insecure_bind``: off localhost a session cookie or an operator's token would
 otherwise cross the network in clear. Cookies are marked ``Secure`` whenever the console is
 served over TLS or off localhost.
+
+While it serves, the console also sweeps for leases that lapse with nobody calling ``begin``
+(:class:`effectgate.sweep.Sweeper`, every ``sweep_interval`` seconds) and sends their
+AMBIGUOUS webhook, when the gate has webhooks; every console and ``effectgate watch`` on the
+store may sweep at once, and each lapse is still announced once.
 """
 
 from __future__ import annotations
@@ -45,15 +50,23 @@ def check_console_bind(host: str, port: int, *, tls_cert: str | None = None,
 
 def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
           tls_cert: str | None = None, tls_key: str | None = None,
-          insecure_bind: bool = False, out: TextIO | None = None) -> None:
-    """Serve the console for ``gate`` until interrupted; print where it listens."""
+          insecure_bind: bool = False, out: TextIO | None = None,
+          sweep_interval: float = 10.0) -> None:
+    """Serve the console for ``gate`` until interrupted; print where it listens. With
+    webhooks on the gate, sweep for lapsed leases every ``sweep_interval`` seconds (0: not)."""
     import uvicorn
 
+    from ..sweep import Sweeper, gate_observer
     from .app import build_app
 
     out = out if out is not None else sys.stderr
     secure = check_console_bind(host, port, tls_cert=tls_cert, tls_key=tls_key,
                                 insecure_bind=insecure_bind)
+    sweeper = None
+    if sweep_interval and gate_observer(gate) is not None:
+        sweeper = Sweeper(gate, interval=sweep_interval)
+        print(f"effectgate: sweeping for lapsed leases every {sweep_interval:g}s (their "
+              "AMBIGUOUS webhook, once each)", file=out, flush=True)
     sock = listen(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
@@ -65,6 +78,10 @@ def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
                             lifespan="off", access_log=False, ssl_certfile=tls_cert,
                             ssl_keyfile=tls_key)
     try:
+        if sweeper is not None:
+            sweeper.start()
         uvicorn.Server(config).run(sockets=[sock])
     finally:
+        if sweeper is not None:
+            sweeper.stop()
         sock.close()

@@ -2,8 +2,10 @@
 
 Each cookie is ``base64url(JSON).base64url(HMAC-SHA256)`` under a key derived from the
 store's own secret (``effectgate_meta``), so a cookie minted for one store is refused by every
-other. A session names the operator by token id and name and carries its CSRF token; it is
-checked against the store on every request (a revoked principal is signed out at once).
+other. A session cookie carries only a random secret: the session itself lives in the store
+(``effectgate_sessions``, under the secret's SHA-256), is read with its principal on every
+request, and ends everywhere when its operator signs out. Its CSRF token is derived from the
+secret (:meth:`Signer.derive`), so it needs no storage and dies with the session.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import secrets
 import time
 from typing import Any
 
-__all__ = ["SESSION_SECONDS", "Signer", "new_csrf"]
+__all__ = ["SESSION_SECONDS", "Signer", "new_csrf", "new_session_secret", "session_id"]
 
 SESSION_SECONDS = 12 * 3600
 
@@ -34,6 +36,16 @@ def new_csrf() -> str:
     return secrets.token_urlsafe(24)
 
 
+def new_session_secret() -> str:
+    """A session's secret (256 random bits): in the cookie only, never in the store."""
+    return secrets.token_urlsafe(32)
+
+
+def session_id(secret: str) -> str:
+    """The store's name for the session ``secret``: its SHA-256 (hex)."""
+    return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
 class Signer:
     """Signs and checks the console's cookies with a key derived from the store's secret.
     ``purpose`` separates cookie kinds: a flash cookie never passes as a session."""
@@ -44,6 +56,11 @@ class Signer:
 
     def _mac(self, purpose: str, body: str) -> str:
         return _b64(hmac.new(self._key, f"{purpose}\x00{body}".encode("ascii"),
+                             hashlib.sha256).digest())
+
+    def derive(self, purpose: str, text: str) -> str:
+        """A value bound to ``text`` under this signer's key (a session's CSRF token)."""
+        return _b64(hmac.new(self._key, f"derive\x00{purpose}\x00{text}".encode(),
                              hashlib.sha256).digest())
 
     def sign(self, purpose: str, value: dict[str, Any], seconds: float) -> str:

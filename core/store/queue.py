@@ -28,10 +28,20 @@ from sqlalchemy import (
 
 from ..errors import StoreError
 from ..states import ApprovalState, State
-from .rows import ROW_COLUMNS, ApprovalRow, EffectRow, approval_row, effect_row
+from .rows import (
+    HEAD_COLUMNS,
+    ROW_COLUMNS,
+    ApprovalRow,
+    EffectHead,
+    EffectRow,
+    approval_row,
+    effect_head,
+    effect_row,
+)
 from .schema import approvals, budgets, db_now, effects
 
-__all__ = ["WINDOW", "QueuePage", "ambiguous_page", "ambiguous_statement", "oldest_ambiguous",
+__all__ = ["WINDOW", "ApprovalsPage", "QueuePage", "ambiguous_page", "ambiguous_statement",
+           "approvals_page", "compensations_of", "lapsed_in_flight", "oldest_ambiguous",
            "pending_approvals", "spend_counters"]
 
 WINDOW = 25_000
@@ -142,3 +152,100 @@ def pending_approvals(engine: Engine, namespace: str, limit: int = 200,
     except Exception as err:
         raise StoreError(f"the store failed: {type(err).__name__}") from err
     return found, total
+
+
+def lapsed_in_flight(engine: Engine, namespace: str, limit: int = 500) -> list[EffectHead]:
+    """IN_FLIGHT effects of ``namespace`` whose lease has lapsed and which nobody has marked
+    AMBIGUOUS yet (oldest first, at most ``limit``): what a sweeper lapses and announces. (A
+    scan of the namespace, as counting by state is: run every few seconds, not per call.)"""
+    t = effects.c
+    now = db_now()
+    stmt = (select(*[t[name] for name in HEAD_COLUMNS], now.label("now"))
+            .where(t.namespace == namespace, t.state == State.IN_FLIGHT.value,
+                   t.lease_expires_at < now)
+            .order_by(t.id).limit(limit))
+    try:
+        with engine.connect() as conn:
+            return [effect_head(r) for r in conn.execute(stmt)]
+    except Exception as err:
+        raise StoreError(f"the store failed: {type(err).__name__}") from err
+
+
+class ApprovalsPage(NamedTuple):
+    """Approval requests newest first; ``total`` how many match in all; ``next_before`` the
+    cursor (requested-at, id) of the next page, None when nothing older is left."""
+
+    rows: list[ApprovalRow]
+    total: int
+    next_before: tuple[float, str] | None
+
+
+def approvals_page(engine: Engine, namespace: str, *, state: ApprovalState | None,
+                   key_prefix: str | None = None, effect_type: str | None = None,
+                   requested_by: str | None = None, run_id: str | None = None,
+                   before: tuple[float, str] | None = None, limit: int = 50) -> ApprovalsPage:
+    """One page of a namespace's approval requests, newest first by the time they were
+    requested. ``state`` as people read it (EXPIRED: pending or approved past its expiry;
+    PENDING and APPROVED: not expired; None: any). ``effect_type`` may be a glob; ``key_prefix``
+    matches the start of the key literally; the others are exact."""
+    from . import _like
+
+    a = approvals.c
+    now = db_now()
+    where: Any = a.namespace == namespace
+    live = (a.state.in_((ApprovalState.PENDING.value, ApprovalState.APPROVED.value)))
+    if state is ApprovalState.EXPIRED:
+        where = where & live & (a.expires_at < now)
+    elif state in (ApprovalState.PENDING, ApprovalState.APPROVED):
+        where = where & (a.state == state.value) & (a.expires_at >= now)
+    elif state is not None:
+        where = where & (a.state == state.value)
+    if key_prefix is not None:
+        where = where & a.key.like(_like(key_prefix, glob=False) + "%", escape="\\")
+    if effect_type is not None:
+        where = where & a.effect_type.like(_like(effect_type), escape="\\")
+    if requested_by is not None:
+        where = where & (a.requested_by == requested_by)
+    if run_id is not None:
+        where = where & (a.run_id == run_id)
+    page = where
+    if before is not None:
+        at, ident = before
+        page = page & ((a.created_at < at) | ((a.created_at == at) & (a.id > ident)))
+    stmt = (select(*approvals.c, now.label("now")).where(page)
+            .order_by(a.created_at.desc(), a.id).limit(limit + 1))
+    try:
+        with engine.connect() as conn:
+            found = [approval_row(r) for r in conn.execute(stmt)]
+            total = int(conn.execute(select(func.count()).where(where)).scalar() or 0)
+    except Exception as err:
+        raise StoreError(f"the store failed: {type(err).__name__}") from err
+    more = len(found) > limit
+    rows = found[:limit]
+    cursor = (rows[-1].created_at, rows[-1].id) if more and rows else None
+    return ApprovalsPage(rows, total, cursor)
+
+
+def compensations_of(engine: Engine, namespace: str,
+                     wanted: dict[str, int]) -> dict[int, EffectRow]:
+    """The undo of saga steps, by the step's id: ``wanted`` maps each undo's key
+    (``compensation_key`` of the step's key) to the step's effect id; an effect found at that
+    key counts only if its ``compensates_effect_id`` is the step (one made there for anything
+    else is not its undo). One read of the unique key per 500 steps."""
+    t = effects.c
+    keys = list(wanted)
+    out: dict[int, EffectRow] = {}
+    try:
+        with engine.connect() as conn:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                stmt = select(*[t[name] for name in ROW_COLUMNS], db_now().label("now")).where(
+                    t.namespace == namespace, t.key.in_(chunk))
+                for r in conn.execute(stmt):
+                    row = effect_row(r)
+                    step = wanted.get(row.key)
+                    if step is not None and row.compensates_effect_id == step:
+                        out[step] = row
+    except Exception as err:
+        raise StoreError(f"the store failed: {type(err).__name__}") from err
+    return out

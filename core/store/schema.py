@@ -4,7 +4,9 @@ Times are seconds since the epoch on the *database's* clock (:class:`db_now`), n
 worker's. Every transition of ``state`` or of the fencing ``token`` appends one line to the
 effect's own ``history`` column in the statement that makes it (see ``statements``), so
 history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema
-version and the store's secret for vendor keys.
+version and the store's secret for vendor keys. Version 5 adds the console's server-side
+sessions (``effectgate_sessions``) and the record of operators' actions
+(``effectgate_audit``).
 
 :func:`ensure_schema` creates a fresh store at the latest version, or migrates an older one
 under a lock, in one transaction: each migration first checks that the store has exactly the
@@ -41,8 +43,8 @@ from sqlalchemy.sql.functions import FunctionElement
 from ..errors import ConfigError, StoreError
 
 __all__ = [
-    "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
-    "literal", "metadata", "principals", "read_schema",
+    "SCHEMA_VERSION", "approvals", "audit", "budgets", "db_day", "db_now", "effects",
+    "ensure_schema", "literal", "metadata", "principals", "read_schema", "sessions",
 ]
 
 metadata = MetaData()
@@ -147,6 +149,41 @@ principals = Table(
     Column("last_used_at", Double),
     Column("revoked_at", Double),
     UniqueConstraint("namespace", "name", name="uq_effectgate_principals_name"),
+)
+
+# v5: the console's sessions, kept in the store so that every console process on it agrees
+# and signing out ends a session everywhere. ``id`` is the SHA-256 of the secret the cookie
+# carries (the store never holds a usable cookie); ``token_id`` names the principal, re-read
+# with the session on every request (a revoked principal is signed out at once).
+sessions = Table(
+    "effectgate_sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("namespace", String(128), nullable=False),
+    Column("token_id", String(16), nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("ended_at", Double),
+)
+
+# v5: what operators did, as the console and the CLI record it — who (``actor``), what
+# (``action``: approve, deny, resolve, reconcile, unwind, principal.add, principal.revoke,
+# login, logout), to what (``subject``: a key, an approval id, a group, a principal's name),
+# through what (``via``), when (the store's clock). Appended once the action succeeded;
+# never updated.
+audit = Table(
+    "effectgate_audit",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("actor", String(256), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("subject", String(512)),
+    Column("effect_id", BigInteger),
+    Column("via", String(16), nullable=False),
+    Column("detail", Text),
 )
 
 meta = Table(
@@ -317,9 +354,26 @@ def _v4(conn: Connection, dialect: str) -> None:
     principals.create(conn)
 
 
+_V4_PRINCIPALS = {c.name for c in principals.c}
+
+
+def _v5(conn: Connection, dialect: str) -> None:
+    """The console's server-side sessions and the record of operators' actions: two new
+    tables; every effect, approval and principal stays as it is."""
+    _expect(conn, 4, "effectgate_effects", _V3_EFFECTS)
+    _expect(conn, 4, "effectgate_approvals", _V3_APPROVALS)
+    _expect(conn, 4, principals.name, _V4_PRINCIPALS)
+    for table in (sessions, audit):
+        if _has_table(conn, table.name):
+            raise ConfigError(
+                f"the store says schema version 4 but already has a {table.name} table; it "
+                "was not written by a released effectgate; nothing was changed")
+        table.create(conn)
+
+
 # MIGRATIONS[n - 1] takes a store from version n - 1 to n, inside one transaction. A fresh
 # store is created at the latest version directly.
-MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -334,7 +388,7 @@ def _check_latest(conn: Connection) -> None:
     """Every table has every column this version reads: a store stamped with this version by
     an earlier development build fails here, at open, not at every call."""
     shape = _shape(conn)
-    for table in (effects, approvals, budgets, principals, meta):
+    for table in (effects, approvals, budgets, principals, sessions, audit, meta):
         if table.name not in shape:
             raise ConfigError(
                 f"the store says schema version {SCHEMA_VERSION} but has no {table.name} table")

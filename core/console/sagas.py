@@ -1,0 +1,122 @@
+"""The saga pages: recent groups, one group's steps — each marked with what undid it (the
+compensation's effect, or why it was not undone) — and Unwind.
+
+Unwind answers with a redirect to the group's page (reloading it runs nothing), with a
+message that says what *this* unwind did: the steps it compensated now, apart from those
+compensated earlier (by an earlier unwind or an agent), and what is left.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..states import State
+
+if TYPE_CHECKING:
+    from ..principals import Principal
+    from ..records import EffectRecord
+    from ..sagas import UnwindReport
+    from .app import Console
+
+__all__ = ["Step", "group", "groups", "steps_of", "summary", "unwind"]
+
+
+class Step(NamedTuple):
+    """A saga step as its page shows it: the step, its undo (if one was begun), whether that
+    undo committed, and otherwise why the step is not undone."""
+
+    e: EffectRecord
+    undo: EffectRecord | None
+    undone: bool
+    note: str
+
+
+def _why_not(c: Console, record: EffectRecord) -> str:
+    state = record.state
+    if state in (State.AMBIGUOUS, State.IN_FLIGHT, State.PENDING_APPROVAL):
+        return f"not undone: the step is {state.value}; resolve it first"
+    if state is not State.COMMITTED:
+        return f"nothing to undo: the step is {state.value}"
+    if record.compensation is None:
+        return "irreversible: no compensation declared"
+    if c.gate.compensator_for(record.effect_type) is None:
+        return f"not undone; no compensator for {record.effect_type} is registered here"
+    return "not undone"
+
+
+def steps_of(c: Console, group_key: str) -> list[Step]:
+    """The group's steps, newest first, each with its undo (one read for all of them)."""
+    from ..sagas import compensation_key
+    from ..store.queue import compensations_of
+    from ..translate import effect_record
+
+    records = c.gate.group_steps(group_key)
+    store = c.gate.store
+    undos = {step: effect_record(row, store.secret, with_history=False)
+             for step, row in compensations_of(store.engine, c.gate.namespace, {
+                 compensation_key(r.key): r.effect_id for r in records
+                 if r.compensation is not None}).items()}
+    out = []
+    for r in records:
+        undo = undos.get(r.effect_id)
+        undone = undo is not None and undo.state is State.COMMITTED
+        out.append(Step(r, undo, undone, "" if undo is not None else _why_not(c, r)))
+    return out
+
+
+def summary(report: UnwindReport) -> tuple[str, str]:
+    """The message (kind, text) for what one unwind did."""
+    now, earlier = len(report.compensated_now), len(report.compensated_earlier)
+    left = [f"{len(getattr(report, name))} {name}" for name in
+            ("unresolved", "failed", "irreversible") if getattr(report, name)]
+    if now:
+        text = f"Unwound {report.group_key}: {now} compensated"
+        if earlier:
+            text += f" ({earlier} compensated earlier)"
+    elif earlier:
+        text = (f"Unwind of {report.group_key} did nothing new: {earlier} "
+                f"step{'s were' if earlier != 1 else ' was'} compensated earlier")
+    else:
+        text = f"Unwind of {report.group_key} compensated nothing"
+    if left:
+        text += "; left: " + ", ".join(left) + " (see each step below)"
+    return ("ok" if report.complete else "error"), text
+
+
+async def groups(c: Console, request: Request, who: Principal) -> Response:
+    """The groups among recent effects."""
+    recent = await run_in_threadpool(lambda: c.gate.list_effects(limit=500))
+    seen: list[str] = []
+    for e in recent:
+        if e.group_key and e.group_key not in seen:
+            seen.append(e.group_key)
+    return c.page(request, "groups", title="Sagas", groups=seen[:100])
+
+
+async def group(c: Console, request: Request, who: Principal) -> Response:
+    """One group's steps, each marked with its undo."""
+    key = request.query_params.get("group") or ""
+    found = await run_in_threadpool(steps_of, c, key)
+    return c.page(request, "group", title=f"Saga {key}", group=key, steps=found)
+
+
+async def unwind(c: Console, request: Request, who: Principal) -> Response:
+    """Unwind the group as the signed-in operator; back to its page with what was done."""
+    import urllib.parse
+
+    key = str(c.form(request).get("group") or "")
+    report = await run_in_threadpool(c.gate.acting_as(who).unwind, key)
+    kind, text = summary(report)
+    detail: dict[str, Any] = {"compensated now": len(report.compensated_now),
+                              "compensated earlier": len(report.compensated_earlier)}
+    for name in ("unresolved", "failed", "irreversible", "skipped"):
+        detail[name] = len(getattr(report, name))
+    warning = await run_in_threadpool(lambda: c.audit(
+        who.name, "unwind", subject=key,
+        detail=", ".join(f"{n} {name}" for name, n in detail.items() if n) or "no steps"))
+    return c.redirect("/groups/view?" + urllib.parse.urlencode({"group": key}),
+                      (kind, text + warning))
