@@ -546,6 +546,7 @@ async def test_two_instances_of_one_server_behind_two_gateways_never_share_keys(
     require_npm("mcp-server-filesystem")
     env = npm_env()
     answers: dict[str, list[str]] = {}
+    bindings: list[bool] = []  # each policy's [upstreams] entry names its own server
     for name in ("a", "b"):
         root = tmp_path / name
         root.mkdir()
@@ -555,7 +556,7 @@ async def test_two_instances_of_one_server_behind_two_gateways_never_share_keys(
                                "-o", str(policy)], env=env, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0, done.stderr
-        assert f"command = {json.dumps(target)}" in policy.read_text(encoding="utf-8")
+        bindings.append(f"command = {json.dumps(target)}" in policy.read_text(encoding="utf-8"))
         args = gateway_args(target, "--policy", str(policy), "--url", store_url,
                             "--namespace", namespace)
         with anyio.fail_after(90):
@@ -568,3 +569,4 @@ async def test_two_instances_of_one_server_behind_two_gateways_never_share_keys(
     assert answers == {"a": ["execute", "duplicate"], "b": ["execute", "duplicate"]}
     assert (tmp_path / "a" / "notes.txt").read_text() == "hello"
     assert (tmp_path / "b" / "notes.txt").read_text() == "hello"
+    assert bindings == [True, True]
