@@ -23,26 +23,30 @@ right (``{path|path|sha256}``), before the format spec (``{content|sha256:.16}``
   bytes (not normalised: other bytes are other content), ``bytes`` as they are, anything else
   (a container, a number) as its canonical JSON. ``"write:{path}:{content|sha256}"`` keys a
   write of any size. An empty string has a digest; ``None`` and a bare ``bool`` do not.
-- ``path``: a POSIX path normalised lexically: ``fs/./a.txt``, ``fs//a.txt`` and
-  ``fs/b/../a.txt`` are all ``fs/a.txt``; a trailing ``/`` is dropped. It never touches the
-  filesystem (no symlinks resolved, relative stays relative), so the key is the same on every
-  host. Register your own (e.g. one that resolves against a root) for more.
+- ``path``: a POSIX path with only the spellings that name one file merged: ``fs/./a.txt``,
+  ``fs//a.txt`` and ``./fs/a.txt`` are all ``fs/a.txt``. ``..`` is kept as written
+  (``fs/b/../a.txt`` is ``fs/a.txt`` only when ``fs/b`` is not a symlink, which only the
+  filesystem knows), and so is a trailing ``/`` after a name (``fs/a/``: on a symlink it
+  names the directory, not the link). It never touches the filesystem (relative stays
+  relative), so the key is the same on every host, and the normalised path names the same
+  file as the caller's. Register your own (e.g. one that resolves against a root) for more.
 - ``lower``: case-folded (``Alice@Example.com`` and ``alice@example.com`` are one key).
 - ``strip``: surrounding whitespace removed.
 
 :func:`register_filter` adds your own; a filter is a function of the field's value that returns
 a ``str`` or ``int`` (then checked like any field). :meth:`KeyTemplate.normalise` applies the
 normalising filters (``path``, ``lower``, ``strip``, and yours registered with
-``normalises=True``) to the arguments themselves, for the payload hash. An unknown filter is an
-:class:`~effectgate.EffectKeyError` when the template is parsed (at decoration, at policy
-load), never at the first call, so register filters before declaring the effects that use them.
+``normalises=True``) to the arguments themselves, for the payload hash; the MCP gateway sends
+the upstream those normalised arguments, so what was keyed, hashed and approved is what runs.
+An unknown filter is an :class:`~effectgate.EffectKeyError` when the template is parsed (at
+decoration, at policy load), never at the first call, so register filters before declaring
+the effects that use them.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
-import posixpath
 import re
 import string
 import types
@@ -153,12 +157,28 @@ def _sha256(value: Any) -> str:
 
 
 def _path(value: Any) -> str:
+    """Only the spellings that name one file whatever the filesystem holds become one: ``.``
+    components and repeated ``/`` go, ``..`` stays (``b/../a`` is ``a`` only if ``b`` is not
+    a symlink), and so does one trailing ``/`` after a name (on a symlink to a directory it
+    means the directory, not the link). ``/..`` is ``/``: the root has no symlink above it."""
     if not isinstance(value, str):
         raise ValueError(f"a path is a str, not {type(value).__name__}")
     if not value.strip():
         raise ValueError("the path is empty")
-    normal = posixpath.normpath(value)
-    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
+    absolute = value.startswith("/")
+    parts: list[str] = []
+    for part in value.split("/"):
+        if part in ("", "."):
+            continue
+        if part == ".." and absolute and not parts:
+            continue  # the root's parent is the root
+        parts.append(part)
+    last = value.rstrip("/").rsplit("/", 1)[-1]
+    directory = value.endswith("/") or last == "."
+    if not parts:
+        return "/" if absolute else "."
+    tail = "/" if directory and parts[-1] != ".." else ""
+    return ("/" if absolute else "") + "/".join(parts) + tail
 
 
 def _text(method: str) -> KeyFilter:
@@ -184,7 +204,10 @@ def register_filter(name: str, func: KeyFilter, *, normalises: bool = False,
 
     ``normalises=True`` says the filter maps spellings of one value to one spelling (as
     ``path``, ``lower`` and ``strip`` do), so :meth:`KeyTemplate.normalise` applies it to the
-    argument itself and two spellings are one payload, not only one key. Replacing an existing
+    argument itself and two spellings are one payload, not only one key. Merge only spellings
+    that mean the same thing to the tool: a decorated body still receives the caller's
+    spelling, and the MCP gateway sends the upstream the normalised one; the filter must give
+    its own output back unchanged. Replacing an existing
     filter changes the keys of effects already recorded, so it needs ``replace=True``;
     templates parsed before keep the filter they were parsed with."""
     if not isinstance(name, str) or not _FILTER_NAME.match(name):

@@ -24,10 +24,16 @@
     redact_result = ["card", "phone"]    # result fields (at any depth) stored as "[redacted]"
     deny = false                         # or a reason: every call is denied
 
-    [upstreams."secure-filesystem-server"]   # an MCP upstream, by its server name (the name it
-                                         # reports, or `mcp gateway --upstream-name`); globs allowed
+    [upstreams.files]                    # an MCP upstream: a label, and which server it is
+    command = "npx @modelcontextprotocol/server-filesystem ./data"   # or url = "https://..."
     read_only = ["read_*", "list_*"]     # its tools that only read (names or globs): never gated
     trust_read_only_hint = true          # also pass its tools annotated readOnlyHint: true
+
+The gateway applies an ``[upstreams]`` entry to the upstream it was started with when the
+entry's ``command`` or ``url`` is that upstream (or when ``mcp gateway --upstream-name LABEL``
+names it) — never because of the name a server reports about itself, which any server can
+claim. An entry with neither applies only by ``--upstream-name``; ``[upstreams."*"]`` applies
+to any upstream no entry names.
 
 Every other tool of an upstream without an effect declared is a write: wrappers print it once
 at start and ``strict`` refuses it. ``idempotentHint`` and ``destructiveHint`` never decide.
@@ -44,10 +50,12 @@ and what is wrong — never at the first refund.
 from __future__ import annotations
 
 import fnmatch
+import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -177,12 +185,58 @@ _GLOB = frozenset("*?[")
 
 
 class UpstreamRule(_Strict):
-    """What the policy knows about one MCP upstream (or a glob of upstream names): which of its
-    tools only read, and whether its own ``readOnlyHint`` annotations are believed."""
+    """What the policy knows about one MCP upstream: which of its tools only read, and whether
+    its own ``readOnlyHint`` annotations are believed.
+
+    ``command`` (a command line, as given to ``mcp gateway --upstream``) or ``url`` (an
+    ``http(s)://host[:port]/path``, without credentials or query) says which upstream that is,
+    as the operator configured it: the gateway applies the rule to the upstream it was started
+    with when that is this command or URL, never because of the name a server reports about
+    itself. ``name`` is the entry's label (``--upstream-name`` selects an entry by it; ``"*"``
+    is the rule for any upstream no entry names)."""
 
     name: str
+    command: str | None = None
+    url: str | None = None
     read_only: tuple[str, ...] = ()
     trust_read_only_hint: bool = False
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise ValueError("command holds a control character")
+        try:
+            argv = shlex.split(value)
+        except ValueError as err:
+            raise ValueError(f"cannot parse the command: {err}") from None
+        if not argv:
+            raise ValueError("command is empty")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - a bad port raises here
+        except ValueError as err:
+            raise ValueError(f"not a URL: {err}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("url is http(s)://host[:port]/path")
+        if parts.username is not None or parts.password is not None or parts.query \
+                or parts.fragment:
+            raise ValueError("url names the server only: keep credentials, query and fragment "
+                             "out of the policy (they are not part of which server it is)")
+        return value.strip()
+
+    def model_post_init(self, _context: Any) -> None:
+        if self.command is not None and self.url is not None:
+            raise ValueError("give a command or a url, not both")
 
     @field_validator("read_only")
     @classmethod

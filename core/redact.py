@@ -9,6 +9,7 @@ bound is applied after it either way.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -70,7 +71,10 @@ def redact_text(text: str) -> str:
 
 def redact_fields(value: Any, names: Iterable[str]) -> Any:
     """``value`` in its JSON form with every mapping entry named in ``names`` (at any depth)
-    replaced by ``"[redacted]"``: the policy's ``redact_result``. :class:`PayloadError` when
+    replaced by ``"[redacted]"``: the policy's ``redact_result``. That includes the entries of
+    a string that is itself a JSON object or array (a tool that answers JSON as text, as MCP
+    servers do beside their structured content): such a string comes back as the redacted
+    JSON, re-serialised; any other string is kept as it is. :class:`PayloadError` when
     ``value`` has no JSON form."""
     from .errors import PayloadError
     from .payload import to_canonical  # payload builds on keys, as this does
@@ -86,7 +90,33 @@ def _replace(value: Any, names: frozenset[str]) -> Any:
         return {k: (REDACTED if k in names else _replace(v, names)) for k, v in value.items()}
     if isinstance(value, list):
         return [_replace(v, names) for v in value]
+    if isinstance(value, str) and names and _JSON_TEXT.match(value):
+        return _replace_in_json_text(value, names)
     return value
+
+
+_JSON_TEXT = re.compile(r"\s*[\[{]")
+
+
+def _replace_in_json_text(text: str, names: frozenset[str]) -> str:
+    """``text`` with the named entries of the JSON it holds redacted (re-serialised); as it
+    was when it is not JSON or has nothing to redact. Every entry of an object counts, even
+    one a later duplicate name would hide from a parser."""
+    named: list[bool] = []
+
+    def entries(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if any(k in names for k, _ in pairs):
+            named.append(True)
+        return dict(pairs)
+
+    try:
+        parsed = json.loads(text, object_pairs_hook=entries)
+    except ValueError:
+        return text
+    redacted = _replace(parsed, names)
+    if not named and redacted == parsed:
+        return text
+    return json.dumps(redacted, ensure_ascii=False, indent=2 if "\n" in text else None)
 
 
 def describe(exc: BaseException) -> str:

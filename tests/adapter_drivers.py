@@ -345,7 +345,7 @@ class McpGateway(Driver):
       ``"500"`` for an integer is refused (``InvalidArguments``, nothing ran) rather than
       coerced: the gateway cannot know how a given upstream would coerce it;
     * a body that raises is the upstream's tool error (``isError``), passed on with the
-      gateway's note (AMBIGUOUS; the protocol voice of ``_kernel/vocabulary.py``, not the tool
+      gateway's note (AMBIGUOUS; the gateway voice of ``_kernel/vocabulary.py``, not the tool
       texts); ``MCPServer`` reports only "Error executing tool refund", not the exception;
     * ``strict`` does not refuse to start: an ungated write is listed on stderr and each call
       of it is refused (``UngatedTool``);
@@ -360,7 +360,7 @@ class McpGateway(Driver):
     strict_refuses_at = "call"
     carries_ids = False
     unknown_says = ("outcome is unknown", "AMBIGUOUS", "Error executing tool refund")
-    blocked_says = "do not retry it"
+    blocked_says = "Do NOT call this tool again"
     conflict_says = '"error": "PayloadMismatch"'
 
     def available(self) -> bool:

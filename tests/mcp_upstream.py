@@ -2,7 +2,10 @@
 
 ``send_message`` appends one line to ``$LEDGER`` per execution: the side effect the tests count.
 ``slow_send`` writes ``$STARTED`` (with this process's id), sleeps, then sends: the tests kill
-the process while it sleeps. ``lookup`` is a read. With ``$REFUSE_START`` naming a file that
+the process while it sleeps. ``write_file`` writes a file through the operating system (so a
+symlink in the path is followed, as a real file server's write would) and appends the path it
+received; ``charge`` answers structured content (and its JSON as text) holding the card it was
+given. ``lookup`` is a read. With ``$REFUSE_START`` naming a file that
 exists, the server exits before answering anything (an upstream that cannot start).
 
 Run: ``python tests/mcp_upstream.py`` (stdio) or ``python tests/mcp_upstream.py --http PORT``.
@@ -45,6 +48,22 @@ async def slow_send(to: str, seconds: float) -> str:
     await asyncio.sleep(seconds)
     _append(f"slow:{to}")
     return f"sent to {to}"
+
+
+@server.tool()
+def write_file(path: str, content: str) -> str:
+    """Write a file (the path exactly as received)."""
+    _append(f"write:{path}")
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(content)
+    return f"wrote {len(content)} characters to {path}"
+
+
+@server.tool()
+def charge(ref: str, card: str) -> dict[str, str]:
+    """Charge a card; the answer names the card."""
+    _append(f"charge:{ref}")
+    return {"charge_id": f"ch_{ref}", "card": card}
 
 
 @server.tool()

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,15 +21,15 @@ WRITE = "write:{path|path}:{content|sha256}"
 
 
 def test_sha256_and_path_render_a_short_key_for_a_large_write() -> None:
-    """A 10 KB content becomes its 64-character digest (of the exact UTF-8 bytes); three
+    """A 10 KB content becomes its 64-character digest (of the exact UTF-8 bytes); four
     spellings of one path are one key."""
     t = KeyTemplate(WRITE)
     digest = hashlib.sha256(BIG.encode("utf-8")).hexdigest()
     keys = {t.render({"path": p, "content": BIG})
-            for p in ("fs/a.txt", "fs/./a.txt", "fs//b/../a.txt/")}
+            for p in ("fs/a.txt", "fs/./a.txt", "fs//a.txt", "./fs/./a.txt")}
     assert keys == {f"write:fs/a.txt:{digest}"}
     assert t.roots == {"path", "content"} and t.fields == ("path", "content")
-    assert KeyTemplate("{p|path}").render({"p": "//srv//x/"}) == "/srv/x"
+    assert KeyTemplate("{p|path}").render({"p": "//srv//x/"}) == "/srv/x/"
     # Unnormalised content is other content: NFC and NFD "é" differ, and so do their keys.
     assert KeyTemplate("{c|sha256}").render({"c": "e\u0301"}) != (
         KeyTemplate("{c|sha256}").render({"c": "\u00e9"}))
@@ -193,3 +194,43 @@ def test_llama_index_gate_tool_uses_the_filters(gate: eg.Gate) -> None:
     assert ran == ["fs/./a.txt"]
     with pytest.raises(eg.EffectKeyError):
         gate_tool(FunctionTool.from_defaults(fn=write_file), "w:{path|nope}", gate=gate)
+
+
+def test_path_merges_only_spellings_that_name_one_file_whatever_the_links() -> None:
+    """``.`` and repeated ``/`` go; ``..`` stays (``b/../a`` is ``a`` only if ``b`` is not a
+    symlink, which a key cannot know), and so does a trailing ``/`` (on a symlink to a
+    directory it means the directory, not the link)."""
+    path = KeyTemplate("{p|path}")
+    for raw, normal in [("fs/./a.txt", "fs/a.txt"), ("fs//a.txt", "fs/a.txt"),
+                        ("./fs/a.txt", "fs/a.txt"), ("fs/b/../a.txt", "fs/b/../a.txt"),
+                        ("../a", "../a"), ("fs/..", "fs/.."), ("/../a", "/a"),
+                        ("fs/a/", "fs/a/"), ("fs/a/.", "fs/a/"), ("fs/a//", "fs/a/"),
+                        ("//srv//x/", "/srv/x/"), (".", "."), ("./", "."), ("/", "/"),
+                        ("/./", "/"), ("a/./../b", "a/../b")]:
+        assert path.render({"p": raw}) == normal, raw
+        assert path.normalise({"p": raw}) == {"p": normal}, raw
+
+
+def test_the_decorator_never_merges_two_files_behind_a_symlink(gate: eg.Gate,
+                                                               tmp_path: Path) -> None:
+    """``link`` points two levels down, so ``link/../a.txt`` is ``real/a.txt``, not ``a.txt``:
+    the two writes are two effects, each runs once, each file is written; the body gets the
+    caller's spelling, which names the file the key names."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub", target_is_directory=True)
+    ran: list[str] = []
+
+    @gate.effect("touch:{path|path}", effect_type="fs.touch")
+    def touch(path: str) -> str:
+        ran.append(path)
+        with open(path, "a", encoding="utf-8") as out:
+            out.write("x")
+        return path
+
+    behind, direct = f"{tmp_path}/link/../a.txt", f"{tmp_path}/a.txt"
+    assert [touch(behind), touch(direct), touch(behind), touch(f"{tmp_path}/./a.txt")] == [
+        behind, direct, behind, direct]
+    assert ran == [behind, direct]
+    assert (tmp_path / "real" / "a.txt").read_text() == "x"
+    assert (tmp_path / "a.txt").read_text() == "x"
+    assert gate.get(f"touch:{behind}").state is eg.State.COMMITTED

@@ -166,8 +166,63 @@ def test_a_policy_that_makes_a_gated_tool_read_only_fails_at_start(tmp_path: Pat
     """A glob in read_only that matches a gated tool is a contradiction the gateway refuses
     to start with (a literal name is refused when the policy loads)."""
     policy = tmp_path / "effectgate.toml"
-    policy.write_text(POLICY + '\n[upstreams.test-upstream]\nread_only = ["send_*"]\n',
-                      encoding="utf-8")
+    policy.write_text(POLICY + '\n[upstreams.test-upstream]\nread_only = ["send_*"]\n'
+                      f"command = {json.dumps(UPSTREAM)}\n", encoding="utf-8")
     done = run("mcp", "gateway", "--upstream", UPSTREAM, "--policy", str(policy), "--url",
                f"sqlite:///{tmp_path / 'effects.db'}", env=ledger_env(tmp_path))
     assert done.returncode == 2 and "one or the other" in done.stderr
+
+
+VETTED = """
+strict = true
+
+[upstreams."secure-filesystem-server"]
+read_only = ["read_text_file", "list_directory"]
+trust_read_only_hint = true
+"""
+
+
+def bound_to(command: str) -> str:
+    """The vetted rule, bound to the upstream ``command`` as the operator configured it."""
+    return VETTED + f"command = {json.dumps(command)}\n"
+
+
+async def test_an_impostor_named_like_a_vetted_server_gets_none_of_its_trust(
+        tmp_path: Path, store_url: str, namespace: str) -> None:
+    """A third-party server that reports itself as the vetted ``secure-filesystem-server``
+    offers a ``read_text_file`` annotated read-only whose calls write. Under --strict it is
+    refused, never run: whether the policy's entry names no command (a name proves nothing),
+    or names the vetted server's command (not this one). Only an entry whose command is
+    this very upstream, as the operator configured it, passes its reads."""
+    env = {**ledger_env(tmp_path), "HOSTILE_NAME": "secure-filesystem-server"}
+    policy = tmp_path / "effectgate.toml"
+    vetted = shlex.join(["npx", "-y", "@modelcontextprotocol/server-filesystem",
+                         str(tmp_path / "data")])
+    errlog = tmp_path / "gateway.err"
+    args = gateway_args(HOSTILE, "--policy", str(policy), "--url", store_url, "--namespace",
+                        namespace, "--strict")
+    for text in (VETTED, bound_to(vetted)):
+        policy.write_text(text, encoding="utf-8")
+        with anyio.fail_after(60):
+            async with stdio_session(sys.executable, args, env=env, errlog=errlog) as s:
+                assert s.server_info is not None
+                assert s.server_info.name.startswith("secure-filesystem-server")
+                for tool in ("read_text_file", "peek"):
+                    for _ in range(2):
+                        answer = await s.call_tool(tool, {"path": "/etc/hosts"}
+                                                   if tool == "read_text_file" else {})
+                        assert answer.is_error, (text, tool)
+                        refusal = json.loads(answer.content[0].text)  # type: ignore[union-attr]
+                        assert refusal["error"] == "UngatedTool", refusal
+        assert lines(tmp_path) == [], text
+        printed = errlog.read_text(encoding="utf-8")
+        assert "refused (strict) tool, no effect declared: read_text_file" in printed
+        assert "policy rule for upstream" not in printed, printed
+
+    policy.write_text(bound_to(HOSTILE), encoding="utf-8")
+    with anyio.fail_after(60):
+        async with stdio_session(sys.executable, args, env=env, errlog=errlog) as s:
+            assert not (await s.call_tool("read_text_file", {"path": "/etc/hosts"})).is_error
+    assert [line[0] for line in lines(tmp_path)] == ["read_text_file"]
+    assert "policy rule for upstream 'secure-filesystem-server' (its command)" in (
+        errlog.read_text(encoding="utf-8"))

@@ -100,6 +100,13 @@ def open_gate(store_url: str, namespace: str) -> eg.Gate:
     return eg.Gate(store_url, namespace=namespace)
 
 
+def scoped(key: str, target: str = UPSTREAM) -> str:
+    """``key`` as the gateway in front of ``target`` records it (its upstream's scope first)."""
+    from effectgate.integrations.mcp.identity import UpstreamIdentity
+
+    return f"{UpstreamIdentity.of(target).key_scope}:{key}"
+
+
 async def test_gateway_runs_a_repeated_call_once_and_refuses_unresolvable_keys(
         upstream: Upstream, store_url: str, namespace: str) -> None:
     """Same tools as the upstream; the same call twice runs upstream once and the second answer
@@ -144,12 +151,12 @@ async def test_gateway_runs_a_repeated_call_once_and_refuses_unresolvable_keys(
     assert not any(line.endswith(("send_message", "slow_send")) for line in printed)
     gate = open_gate(store_url, namespace)
     try:
-        sent = gate.get("sms:+100:shipped")
+        sent = gate.get(scoped("sms:+100:shipped"))
         assert sent.state is eg.State.COMMITTED and sent.attempt == 1
         assert sent.result["content"][0]["text"] == "sent 'shipped' to +100 by sms"
-        assert gate.get("sms:reject:x").state is eg.State.AMBIGUOUS
+        assert gate.get(scoped("sms:reject:x")).state is eg.State.AMBIGUOUS
         with pytest.raises(eg.UnknownEffect):
-            gate.get("sms::x")
+            gate.get(scoped("sms::x"))
     finally:
         gate.close()
 
@@ -173,7 +180,7 @@ async def test_upstream_killed_mid_call_leaves_the_effect_ambiguous(
                     await anyio.sleep(0.05)
                 os.kill(int(upstream.started.read_text()), signal.SIGKILL)
             lost = refusal(answers[0])
-            assert lost["error"] == "UpstreamLost" and lost["key"] == "slow:+7"
+            assert lost["error"] == "UpstreamLost" and lost["key"] == scoped("slow:+7")
             assert "AMBIGUOUS" in lost["what_to_do"]
 
             upstream.started.unlink()
@@ -191,8 +198,8 @@ async def test_upstream_killed_mid_call_leaves_the_effect_ambiguous(
     assert upstream.lines() == ["sms:+8:x"]
     gate = open_gate(store_url, namespace)
     try:
-        assert gate.get("slow:+7").state is eg.State.AMBIGUOUS
-        record = gate.get("sms:+8:x")
+        assert gate.get(scoped("slow:+7")).state is eg.State.AMBIGUOUS
+        record = gate.get(scoped("sms:+8:x"))
         assert record.state is eg.State.COMMITTED and record.attempt == 2
         assert [h.to_state for h in record.history] == [
             eg.State.IN_FLIGHT, eg.State.FAILED, eg.State.IN_FLIGHT, eg.State.COMMITTED]
@@ -220,9 +227,9 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
                 except OSError:
                     assert proc.poll() is None
                     await anyio.sleep(0.1)
+            http = f"http://127.0.0.1:{port}/mcp"
             async with gateway(upstream, "--url", store_url, "--namespace", namespace,
-                               "--policy", str(upstream.policy),
-                               target=f"http://127.0.0.1:{port}/mcp") as s:
+                               "--policy", str(upstream.policy), target=http) as s:
                 for expected in ("execute", "duplicate"):
                     result = await s.call_tool("send_message", {"to": "+9", "text": "hi"})
                     assert decision(result) == expected and text(result).startswith("sent")
@@ -231,7 +238,7 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
         assert upstream.lines() == ["sms:+9:hi", "slow:+10"]
         gate = open_gate(store_url, namespace)
         try:
-            assert gate.get("slow:+10").state is eg.State.COMMITTED
+            assert gate.get(scoped("slow:+10", http)).state is eg.State.COMMITTED
         finally:
             gate.close()
     finally:
@@ -258,7 +265,7 @@ async def test_strict_gateway_refuses_ungated_tools_and_can_trust_tool_errors(
         upstream.stderr().splitlines())
     gate = eg.Gate(url)
     try:
-        record = gate.get("sms:reject:x")
+        record = gate.get(scoped("sms:reject:x"))
         assert record.state is eg.State.FAILED and record.attempt == 2
     finally:
         gate.close()
@@ -366,6 +373,200 @@ async def test_a_cancelled_call_is_cancelled_upstream_and_left_ambiguous(
     assert upstream.lines() == []
     gate = open_gate(store_url, namespace)
     try:
-        assert gate.get("slow:+11").state is eg.State.AMBIGUOUS
+        assert gate.get(scoped("slow:+11")).state is eg.State.AMBIGUOUS
     finally:
         gate.close()
+
+
+# -- what the gateway sends, stores and keys ---------------------------------------------------
+
+FILES_POLICY = """
+[effects."fs.write"]
+key = "write:{path|path}:{content|sha256}"
+tools = ["write_file"]
+approval = "always"
+
+[effects."pay.charge"]
+key = "charge:{ref}"
+tools = ["charge"]
+redact_result = ["card"]
+
+[effects."sms.slow"]
+key = "slow:{to}"
+tools = ["slow_send"]
+approval = "always"
+
+[effects."sms.send"]
+key = "sms:{to}:{text}"
+tools = ["send_message"]
+"""
+
+
+def all_text(result: CallToolResult) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+async def approved_call(s: ClientSession, gate: eg.Gate, tool: str,
+                        arguments: dict[str, Any]) -> tuple[CallToolResult, Any]:
+    """Call ``tool``; it waits for approval: approve it (as a person would, in the store),
+    call again. The answer and the arguments the approver was shown."""
+    waiting = refusal(await s.call_tool(tool, arguments))
+    assert waiting["error"] == "ApprovalRequired", waiting
+    shown = gate.approval(waiting["approval_id"]).arguments
+    gate.approve(waiting["approval_id"], by="alice")
+    return await s.call_tool(tool, arguments), shown
+
+
+async def test_the_upstream_receives_exactly_what_was_approved_and_keyed(
+        upstream: Upstream, store_url: str, namespace: str, tmp_path: Path) -> None:
+    """``{path|path}``: the approver is shown, the key is built from, and the upstream receives
+    one and the same path. Where a symlink precedes ``..`` (``link/../a.txt`` is not
+    ``a.txt`` on the filesystem), the path keeps its ``..``: the write lands where the path
+    says, and a later write of ``a.txt`` is its own effect, not answered as a duplicate."""
+    upstream.policy.write_text(FILES_POLICY, encoding="utf-8")
+    root = tmp_path / "files"
+    (root / "real" / "sub").mkdir(parents=True)
+    (root / "link").symlink_to(root / "real" / "sub", target_is_directory=True)
+    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
+    gate = open_gate(store_url, namespace)
+    try:
+        with anyio.fail_after(60):
+            async with gateway(upstream, *store) as s:
+                answers = []
+                for path in (f"{root}/link/../a.txt", f"{root}/a.txt", f"{root}//./b.txt"):
+                    answer, shown = await approved_call(s, gate, "write_file",
+                                                        {"path": path, "content": "v"})
+                    assert not answer.is_error and decision(answer) == "execute", all_text(answer)
+                    answers.append((shown["path"], upstream.lines()[-1]))
+    finally:
+        gate.close()
+    assert answers == [(f"{root}/link/../a.txt", f"write:{root}/link/../a.txt"),
+                       (f"{root}/a.txt", f"write:{root}/a.txt"),
+                       (f"{root}/b.txt", f"write:{root}/b.txt")]
+    assert (root / "real" / "a.txt").read_text() == "v"  # where link/../a.txt really is
+    assert (root / "a.txt").read_text() == "v" and (root / "b.txt").read_text() == "v"
+
+
+async def test_a_redacted_result_field_is_stored_nowhere_and_never_repeated(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """``redact_result = ["card"]``: the upstream answers the card in its structured content
+    and in the text that carries the same JSON. The store holds neither, and the repeat's
+    answer (from the store) shows the field as redacted in both."""
+    upstream.policy.write_text(FILES_POLICY, encoding="utf-8")
+    card = f"4242-{os.getpid()}-CARD"
+    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
+    with anyio.fail_after(60):
+        async with gateway(upstream, *store) as s:
+            first = await s.call_tool("charge", {"ref": "r1", "card": card})
+            again = await s.call_tool("charge", {"ref": "r1", "card": card})
+    assert decision(first) == "execute" and card in all_text(first)  # the live answer
+    assert decision(again) == "duplicate"
+    assert again.structured_content == {"charge_id": "ch_r1", "card": "[redacted]"}
+    assert card not in all_text(again) and "ch_r1" in all_text(again)
+    assert json.loads(text(again)) == again.structured_content
+    gate = open_gate(store_url, namespace)
+    try:
+        stored = gate.get((first.meta or {})["effectgate"]["key"]).result
+    finally:
+        gate.close()
+    assert card not in json.dumps(stored) and "ch_r1" in json.dumps(stored)
+    assert upstream.lines() == ["charge:r1"]
+
+
+async def test_every_answer_names_only_tools_the_gateway_offers(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """Waiting for approval, in flight, denied, ambiguous, a key mismatch, an unusable key:
+    what the gateway tells the agent to do names this tool (or none), never a tool of
+    ``mcp serve`` (``begin_effect`` ...) that the gateway does not offer."""
+    from effectgate.integrations.mcp import build_server
+
+    upstream.policy.write_text(FILES_POLICY, encoding="utf-8")
+    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
+    gate = open_gate(store_url, namespace)
+    protocol = {t.name for t in await build_server(gate, allow_resolve=True).list_tools()}
+    assert "begin_effect" in protocol
+    answers: dict[str, dict[str, Any]] = {}
+    try:
+        with anyio.fail_after(60):
+            async with gateway(upstream, *store) as s:
+                offered = {t.name for t in (await s.list_tools()).tools}
+                waiting = refusal(await s.call_tool("slow_send", {"to": "+1", "seconds": 0}))
+                answers["approval"] = waiting
+                gate.deny(waiting["approval_id"], by="alice", reason="not today")
+                answers["denied"] = refusal(
+                    await s.call_tool("slow_send", {"to": "+1", "seconds": 0}))
+                first = await s.call_tool("send_message", {"to": "+2", "text": "x"})
+                key = (first.meta or {})["effectgate"]["key"]
+                answers["mismatch"] = refusal(
+                    await s.call_tool("send_message", {"to": "+2", "text": "x",
+                                                       "channel": "fax"}))
+                held = gate.begin(effect_type="sms.send", key=key.replace("+2", "+3"),
+                                  payload={"to": "+3", "text": "x", "channel": "sms"},
+                                  lease_seconds=60)
+                answers["in_flight"] = refusal(
+                    await s.call_tool("send_message", {"to": "+3", "text": "x"}))
+                gate.report(held, "ambiguous", error="lost")
+                answers["blocked"] = refusal(
+                    await s.call_tool("send_message", {"to": "+3", "text": "x"}))
+                answers["key"] = refusal(await s.call_tool("send_message",
+                                                           {"to": " ", "text": "x"}))
+    finally:
+        gate.close()
+    assert [a["error"] for a in answers.values()] == [
+        "ApprovalRequired", "EffectDenied", "PayloadMismatch", "EffectInFlight",
+        "EffectAmbiguous", "EffectKeyError"]
+    for what, answer in answers.items():
+        said = json.dumps(answer)
+        assert not {name for name in protocol - offered if name in said}, (what, said)
+    for what in ("approval", "in_flight"):
+        assert "call this tool again" in answers[what]["what_to_do"], answers[what]
+
+
+async def test_no_gateway_text_names_a_tool_of_mcp_serve() -> None:
+    """Every hint the gateway can send, not only those the test above provokes."""
+    from effectgate.integrations._kernel import vocabulary
+    from effectgate.integrations.mcp import build_server
+    from effectgate.testing import temporary_gate
+
+    with temporary_gate() as gate:
+        protocol = {t.name for t in await build_server(gate, allow_resolve=True).list_tools()}
+    texts = [*vocabulary.GATEWAY_HINTS.values(), vocabulary.UPSTREAM_AMBIGUOUS,
+             vocabulary.UPSTREAM_FAILED]
+    assert protocol and not [t for t in texts if any(name in t for name in protocol)]
+
+
+async def test_two_instances_of_one_server_behind_two_gateways_never_share_keys(
+        tmp_path: Path, store_url: str, namespace: str) -> None:
+    """The reference filesystem server twice, on two roots, each behind its own gateway with
+    its own ``mcp init`` policy, on one store: both report the same name and offer the same
+    tools, and ``write_file`` of ``notes.txt`` means another file behind each. Each write
+    runs (the second root's is not answered as the first's duplicate); each repeats once."""
+    from .mcp_helpers import gateway_args, npm_command, npm_env, require_npm, stdio_session
+
+    require_npm("mcp-server-filesystem")
+    env = npm_env()
+    answers: dict[str, list[str]] = {}
+    bindings: list[bool] = []  # each policy's [upstreams] entry names its own server
+    for name in ("a", "b"):
+        root = tmp_path / name
+        root.mkdir()
+        target = npm_command("mcp-server-filesystem", str(root))
+        policy = tmp_path / f"{name}.toml"
+        done = subprocess.run([sys.executable, *CLI, "mcp", "init", "--upstream", target,
+                               "-o", str(policy)], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        bindings.append(f"command = {json.dumps(target)}" in policy.read_text(encoding="utf-8"))
+        args = gateway_args(target, "--policy", str(policy), "--url", store_url,
+                            "--namespace", namespace)
+        with anyio.fail_after(90):
+            async with stdio_session(sys.executable, args, env=env) as s:
+                for _ in range(2):
+                    answer = await s.call_tool("write_file", {"path": "notes.txt",
+                                                              "content": "hello"})
+                    assert not answer.is_error, all_text(answer)
+                    answers.setdefault(name, []).append(decision(answer))
+    assert answers == {"a": ["execute", "duplicate"], "b": ["execute", "duplicate"]}
+    assert (tmp_path / "a" / "notes.txt").read_text() == "hello"
+    assert (tmp_path / "b" / "notes.txt").read_text() == "hello"
+    assert bindings == [True, True]

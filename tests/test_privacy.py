@@ -341,3 +341,26 @@ def test_pruned_effects_keep_no_result_error_or_note(planted: dict[str, Any]) ->
     d = gate.begin(effect_type="sms.send", key="sms:m1",
                    payload={"msg_id": "m1", "to": SECRETS["payload"], "text": "hi"})
     assert d.decision is eg.Decision.DUPLICATE and d.result is None
+
+
+def test_a_redacted_field_inside_a_json_text_result_is_not_stored(make_gate: Any) -> None:
+    """A tool that answers JSON as text (as MCP servers and many framework tools do):
+    ``redact_result`` reaches the field inside it, at any depth, and the duplicate returns
+    the redacted text; text that is not JSON, or holds no such field, is kept as it was."""
+    gate = make_gate(policy=POLICY)
+    phone = SECRETS["result_field"]
+
+    @gate.effect("sms:{msg_id}", effect_type="sms.send")
+    def send_sms(msg_id: str) -> dict[str, Any]:
+        return {"text": json.dumps({"sid": "SM2", "to": {"phone": phone}}, indent=2),
+                "list": json.dumps([{"phone": phone}]), "plain": "{not json",
+                "other": '{"sid":  "SM2"}', "nested": json.dumps({"t": json.dumps(
+                    {"phone": phone})})}
+
+    assert phone in send_sms("m2")["text"]  # the live answer is the tool's own
+    again = send_sms("m2")
+    assert not leaks(json.dumps(again)) and not leaks(json.dumps(gate.get("sms:m2").result))
+    assert json.loads(again["text"]) == {"sid": "SM2", "to": {"phone": "[redacted]"}}
+    assert json.loads(again["list"]) == [{"phone": "[redacted]"}]
+    assert json.loads(json.loads(again["nested"])["t"]) == {"phone": "[redacted]"}
+    assert (again["plain"], again["other"]) == ("{not json", '{"sid":  "SM2"}')

@@ -131,8 +131,12 @@ _upstream = click.option(
          "http(s) URL (streamable HTTP).")
 _upstream_name = click.option(
     "--upstream-name", default=None, metavar="NAME",
-    help="Which [upstreams.NAME] of the policy applies (default: the name the upstream "
-         "reports).")
+    help="Which [upstreams.NAME] of the policy applies (default: the entry whose command or "
+         "url is --upstream; the name a server reports about itself is never used).")
+_init_upstream_name = click.option(
+    "--upstream-name", default=None, metavar="NAME",
+    help="The label of the [upstreams] entry written (default: the name the server reports); "
+         "the entry is bound to --upstream either way.")
 
 
 @mcp.command(cls=Command)
@@ -187,7 +191,7 @@ def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None
               default=Path("effectgate.toml"), show_default=True,
               help="Where to write the policy.")
 @click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
-@_upstream_name
+@_init_upstream_name
 @handle_errors
 def init(upstream: str, output: Path, force: bool, upstream_name: str | None) -> None:
     """Write a starter policy for an MCP server, to review: its read-only tools listed, and a

@@ -7,7 +7,10 @@ Two voices, one meaning per decision:
   what happened to that call and what to do next.
 * **Protocol answers** (:data:`INSTRUCTIONS`, :data:`ERROR_HINTS`, :func:`error_hint`): what an
   agent that speaks the protocol itself (the MCP server's ``begin_effect`` / ``report_effect``)
-  is told after each decision or error. The MCP server and gateway import these.
+  is told after each decision or error. The MCP server imports these.
+* **Gateway answers** (:data:`GATEWAY_HINTS`, :func:`gateway_hint`, :data:`UPSTREAM_AMBIGUOUS`,
+  :data:`UPSTREAM_FAILED`): what the MCP gateway tells an agent that called an upstream tool.
+  That agent has only the upstream's tools, so these name no tool but "this tool".
 
 Keys are decision values (``execute``, ``duplicate``, ``in_flight``, ``blocked``,
 ``approval_required``, ``denied``), recorded outcomes of a body that raised (``failed``,
@@ -24,11 +27,13 @@ from typing import Any
 __all__ = [
     "DEFAULT_HINT",
     "ERROR_HINTS",
+    "GATEWAY_HINTS",
     "INSTRUCTIONS",
     "TOOL_TEXTS",
     "UPSTREAM_AMBIGUOUS",
     "UPSTREAM_FAILED",
     "error_hint",
+    "gateway_hint",
     "model_message",
     "short_error",
 ]
@@ -170,6 +175,62 @@ UPSTREAM_AMBIGUOUS = (
     "the user this action's outcome is unknown (quote the key)."
 )
 UPSTREAM_FAILED = "The action did not happen; calling the tool again may run it."
+
+
+# -- gateway answers (an upstream tool called through the MCP gateway) ----------------------
+
+GATEWAY_HINTS: Mapping[str, str] = MappingProxyType({
+    "EffectKeyError": (
+        "These arguments cannot name this action (see message). Fix them and call this tool "
+        "again; nothing ran."
+    ),
+    "PayloadError": "These arguments cannot be recorded (see message). Fix them and call "
+                    "this tool again; nothing ran.",
+    "PayloadMismatch": (
+        "This action was already requested with different arguments; this call did not run. "
+        "If it is the same action, call this tool with the same arguments as before; do NOT "
+        "retry it with these. Tell the user if unsure."
+    ),
+    "StaleLease": (
+        "The gateway lost hold of this call while it ran, so its outcome was not recorded. Do "
+        "NOT call this tool again for it; tell the user its outcome must be checked."
+    ),
+    "StoreError": "The effect store could not be reached; nothing ran. Try again later.",
+    "NotExecuted": "The action did not happen; calling this tool again may run it.",
+    "PolicyError": (
+        "This tool is misconfigured in the gateway's policy; nothing ran. Do not call it; tell "
+        "the user."
+    ),
+    "EffectInFlight": (
+        "This action is being carried out right now; this call did not run it. Wait "
+        "retry_after_seconds, then call this tool again with the same arguments to get its "
+        "result."
+    ),
+    "EffectAmbiguous": (
+        "An earlier attempt at this action may or may not have happened. Do NOT call this tool "
+        "again for it, and do not try another way to do the same thing. Tell the user its "
+        "outcome is unresolved (quote the key); a person must check and resolve it."
+    ),
+    "ApprovalRequired": (
+        "A person must approve this action first; it has not run. Tell the user, quoting "
+        "approval_id; once it is approved, call this tool again with the same arguments."
+    ),
+    "EffectDenied": (
+        "Policy or a spending limit refused this action (see reason); it has not run. Do not "
+        "retry it; tell the user why."
+    ),
+    "EffectGateError": "Nothing ran. Tell the user what the message says.",
+})
+
+
+def gateway_hint(error: BaseException) -> str:
+    """What an agent calling an upstream tool through the gateway does after ``error``: the
+    hint of its nearest class in :data:`GATEWAY_HINTS`."""
+    for cls in type(error).__mro__:
+        hint = GATEWAY_HINTS.get(cls.__name__)
+        if hint is not None:
+            return hint
+    return GATEWAY_HINTS["EffectGateError"]
 
 
 def error_hint(error: BaseException) -> str:

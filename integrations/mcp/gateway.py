@@ -9,10 +9,16 @@ that client, and the upstream offers it the tools it would offer it directly.
 
 Tools (see :mod:`.writes`): a tool the policy declares (``tools = [...]`` with a ``key``) is
 gated like a decorated function: the key is rendered from the call's arguments before anything
-is sent, a repeat is answered with the stored result, and a refusal comes back as a tool error
-the model can act on. A read (the policy's ``read_only``, or a trusted ``readOnlyHint``) passes.
-Every other tool is a write with no effect declared: listed on stderr at start and refused with
-``strict``.
+is sent, the upstream receives the arguments as keyed, hashed and approved (normalised by the
+template's filters), a repeat is answered with the stored result (``redact_result`` applied to
+its structured content and to the text that carries it, :mod:`.results`), and a refusal comes
+back as a tool error the model can act on, naming no tool but this one. A read (the policy's
+``read_only``, or a trusted ``readOnlyHint``) passes. Every other tool is a write with no effect
+declared: listed on stderr at start and refused with ``strict``.
+
+Which ``[upstreams]`` rule applies, and the scope every gated key begins with, come from the
+upstream's identity as configured — its command line or URL — never from the name the server
+reports (:mod:`.identity`).
 
 Outcomes of a gated call: the upstream's result → COMMITTED; an upstream that cannot be reached
 before the call is sent → FAILED; one that dies, disconnects or times out after it, or a client
@@ -28,6 +34,7 @@ acted), or FAILED with ``tool_errors="failed"``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import signal
@@ -42,7 +49,8 @@ from pydantic import BaseModel
 import effectgate as eg
 
 from .._kernel.twins import registry as twins
-from .._kernel.vocabulary import UPSTREAM_AMBIGUOUS, UPSTREAM_FAILED
+from .._kernel.vocabulary import UPSTREAM_AMBIGUOUS, UPSTREAM_FAILED, gateway_hint
+from .identity import UpstreamIdentity, choose_rule
 from .relay import (
     Ctx,
     Link,
@@ -54,7 +62,7 @@ from .relay import (
     forwarded_capabilities,
     progress_relay,
 )
-from .server import error_answer
+from .results import stored_result
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 from .writes import Kind, Verdict, classify
 
@@ -113,11 +121,16 @@ def tool_specs(gate: eg.Gate, effects: Any) -> dict[str, eg.EffectSpec]:
 
 class Gateway:
     """The proxy: the upstream's capabilities, its tools gated by ``specs`` (tool name →
-    EffectSpec) and classified by ``rule`` (the policy's :class:`~effectgate.UpstreamRule`).
+    EffectSpec) and classified by ``rule`` (the policy's :class:`~effectgate.UpstreamRule`;
+    default: the ``policy``'s entry for this upstream, :func:`.identity.choose_rule`, with
+    ``upstream_name`` as the operator's ``--upstream-name``).
 
-    ``upstream`` is a command line or URL, or an :data:`UpstreamFactory`. ``await
-    start(tg)`` probes the upstream (its tools, what it serves); ``server()`` is the MCP server
-    to run; each client connection then gets its own upstream session.
+    ``upstream`` is a command line or URL, or an :data:`UpstreamFactory`. ``identity`` is the
+    upstream's :class:`~.identity.UpstreamIdentity` (default: that of the command line or URL;
+    none for a factory): it picks the policy's rule and scopes every gated key
+    (:attr:`key_scope`). ``await start(tg)`` probes the upstream (its tools, what it serves);
+    ``server()`` is the MCP server to run; each client connection then gets its own upstream
+    session.
     """
 
     def __init__(self, gate: eg.Gate, upstream: str | UpstreamFactory,
@@ -125,7 +138,8 @@ class Gateway:
                  tool_errors: Literal["ambiguous", "failed"] = "ambiguous",
                  rule: eg.UpstreamRule | None = None, policy: eg.Policy | None = None,
                  upstream_name: str | None = None, out: TextIO | None = None,
-                 console_url: str | None = None, approval_wait_seconds: float = 300.0) -> None:
+                 console_url: str | None = None, approval_wait_seconds: float = 300.0,
+                 identity: UpstreamIdentity | None = None) -> None:
         from .elicit import ApprovalElicitor, check_console_url
 
         self.gate = gate
@@ -140,12 +154,19 @@ class Gateway:
                 return Upstream(target, capabilities=caps, peer=peer)
 
             self.factory: UpstreamFactory = factory
+            identity = identity or UpstreamIdentity.of(target)
         else:
             self.factory = upstream
-        self.specs = dict(specs)
+        self.identity = identity
+        self.key_scope = identity.key_scope if identity is not None else None
         self.strict = strict
         self.tool_errors = tool_errors
-        self.rule = rule
+        choice = choose_rule(policy, identity, upstream_name) if rule is None else None
+        self.rule = rule if choice is None else choice.rule
+        self.rule_why = (choice.why if choice is not None
+                         else f"policy rule for upstream {rule.name!r}" if rule is not None
+                         else "no policy rule for this upstream")
+        self.rule_warnings = choice.warnings if choice is not None else ()
         self.policy = policy
         self.upstream_name = upstream_name
         self.out = out if out is not None else sys.stderr
@@ -159,14 +180,31 @@ class Gateway:
         self._tg: anyio.abc.TaskGroup | None = None
         self._shared: Link | None = None
         self._lock = anyio.Lock()
-        for spec in self.specs.values():
-            spec.classifiers = (self._classify, *spec.classifiers)
+        self.declared = dict(specs)
+        self.specs = {name: self._own(spec) for name, spec in specs.items()}
+
+    def _own(self, spec: eg.EffectSpec) -> eg.EffectSpec:
+        """The gateway's copy of a declared effect: its key scoped to this upstream, upstream
+        errors classified, and ``redact_result`` applied to what an MCP result carries
+        (:func:`.results.stored_result`) rather than to its envelope."""
+        own = copy.copy(spec)
+        if self.key_scope is not None:
+            own.template = eg.KeyTemplate(f"{self.key_scope}:{spec.template.template}")
+        own.classifiers = (self._classify, *spec.classifiers)
+        if spec.redact_result:
+            names, then = tuple(spec.redact_result), spec.redact
+
+            def redact(result: Any) -> Any:
+                return stored_result(then(result) if then is not None else result, names)
+
+            own.redact, own.redact_result = redact, ()
+        return own
 
     # -- start ---------------------------------------------------------------------------------
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Probe the upstream (declaring every client capability, so it shows every tool it
-        can), pick the policy's rule for it, classify its tools and check every key template
+        can), classify its tools by the policy's rule for it and check every key template
         against its tool's arguments. Raises ``ConnectionError`` or an effectgate error."""
         self._tg = tg
         probe = self.factory(ALL_CAPABILITIES, StartupPeer())
@@ -177,9 +215,6 @@ class Gateway:
         finally:
             probe.close()  # it ends in the background (a server may linger after stdin closes)
         self.init = probe.init
-        if self.rule is None and self.policy is not None:
-            name = self.upstream_name or (probe.server_info.name if probe.server_info else "")
-            self.rule = self.policy.upstream(name)
         self.tools = {tool.name: tool for tool in tools}
         for tool in tools:
             self._verdict(tool)
@@ -229,19 +264,24 @@ class Gateway:
         info = self.init.server_info if self.init else None
         who = f"{info.name} {info.version}".strip() if info else "the upstream"
         if self.rule is None:
-            rule = "no policy rule for this upstream: readOnlyHint not trusted"
+            rule = f"{self.rule_why}: readOnlyHint not trusted"
         else:
             trust = "trusted" if self.rule.trust_read_only_hint else "not trusted"
-            rule = (f"policy rule for upstream {self.rule.name!r}: "
-                    f"{len(self.rule.read_only)} read_only, readOnlyHint {trust}")
+            rule = (f"{_shown(self.rule_why)}: {len(self.rule.read_only)} read_only, "
+                    f"readOnlyHint {trust}")
         self._say(f"effectgate: gateway for {_shown(who)} ({_shown(self.described)}); {rule}")
+        for warning in self.rule_warnings:
+            self._say(f"effectgate: warning: {_shown(warning)}")
+        if self.key_scope is not None:
+            self._say(f"effectgate: gated keys begin with {self.key_scope}: (this upstream's "
+                      "command or URL), so another upstream's effects on this store are others")
         what = "refused (strict)" if self.strict else "ungated"
         for name in self.tools:
             verdict = self.verdicts[name]
             if verdict.kind is Kind.GATED:
                 spec = self.specs[name]
                 self._say(f"effectgate: gated tool {_shown(name)}: {spec.effect_type} key "
-                          f"{spec.template.template!r}")
+                          f"{self.declared[name].template.template!r}")
             elif verdict.kind is Kind.WRITE:
                 self._announced.add(name)
                 self._say(f"effectgate: {what} tool, no effect declared: {_shown(name)}")
@@ -425,7 +465,7 @@ class Gateway:
             verdict = self._announce(tool)
             self._check(tool)
         except eg.EffectGateError as err:
-            return _error(error_answer(err))
+            return _error(_refused(err))
         if verdict.kind is Kind.WRITE and self.strict:
             return _error({"error": "UngatedTool", "message": (
                 f"tool {name!r} writes and has no effect declared, and this gateway is strict"),
@@ -440,17 +480,19 @@ class Gateway:
                      meta: dict[str, Any] | None) -> types.CallToolResult:
         try:
             arguments = self._normalise(tool, arguments)
-            keyed = dict(spec.template.normalise(arguments))
+            keyed = dict(spec.template.normalise(arguments))  # what is hashed, approved, sent
+            if keyed != arguments:
+                self._validate(tool, keyed)
         except jsonschema.ValidationError as err:
             where = "/".join(str(p) for p in err.absolute_path)
             return _error({"error": "InvalidArguments",
                            "message": f"{where}: {err.message}" if where else err.message,
                            "what_to_do": "Fix the arguments and call again; nothing ran."})
         except eg.EffectGateError as err:
-            return _error(error_answer(err))
+            return _error(_refused(err))
         ran: list[eg.BeginDecision] = []
         lease = spec.lease_seconds or self.gate.lease_seconds
-        request = _call_request(tool.name, arguments, meta)
+        request = _call_request(tool.name, keyed, meta)
 
         async def body() -> dict[str, Any]:
             ran.append(eg.current_effect())
@@ -470,7 +512,7 @@ class Gateway:
             return _with_note(err.result, _FAILED_HINT if self.tool_errors == "failed"
                               else _AMBIGUOUS_HINT, ran)
         except eg.EffectGateError as err:
-            return _error(error_answer(err))
+            return _error(_refused(err))
         except Exception as err:
             key = ran[0].key if ran else None
             if self._classify(err) is eg.Outcome.FAILED:
@@ -522,13 +564,18 @@ class Gateway:
         for prop, sub in schema.get("properties", {}).items():
             if prop not in arguments and isinstance(sub, Mapping) and "default" in sub:
                 arguments[prop] = sub["default"]
+        self._validate(tool, arguments)
+        return arguments
+
+    def _validate(self, tool: types.Tool, arguments: dict[str, Any]) -> None:
+        """``jsonschema.ValidationError`` unless ``arguments`` fit the tool's input schema."""
+        schema = tool.input_schema
         mark = json.dumps(schema, sort_keys=True, default=str)
         validator = self._validators.get(mark)
         if validator is None:
             validator = self._validators[mark] = jsonschema.validators.validator_for(schema)(
                 schema)
         validator.validate(arguments)
-        return arguments
 
     async def _execute(self, link: Link, ctx: Ctx | None, request: types.CallToolRequest,
                        lease: float) -> dict[str, Any]:
@@ -577,6 +624,14 @@ class Gateway:
         """Close the shared (stateless) link, if one was opened."""
         if self._shared is not None:
             await self._shared.upstream.aclose()
+
+
+def _refused(err: eg.EffectGateError) -> dict[str, Any]:
+    """An effectgate error as JSON for the agent: its fields and what to do, in the gateway's
+    voice (the agent has this upstream's tools, not ``mcp serve``'s)."""
+    out = {k: v for k, v in err.fields().items() if v is not None}
+    out["what_to_do"] = gateway_hint(err)
+    return out
 
 
 def _call_request(name: str, arguments: dict[str, Any],

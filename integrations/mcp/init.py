@@ -3,8 +3,10 @@
 It connects to the upstream the way the gateway does, lists its tools and writes:
 
 - ``strict = true`` (a tool the server adds later is refused until someone decides about it);
-- ``[upstreams.NAME] read_only = [...]``: every tool the server annotates ``readOnlyHint: true``
-  — listed by name, so a tool the server marks read-only later is not trusted silently;
+- ``[upstreams.NAME]`` with the ``command`` (or ``url``) it was given — what the gateway matches
+  the rule to, never the name a server reports — and ``read_only = [...]``: every tool the
+  server annotates ``readOnlyHint: true``, listed by name, so a tool the server marks
+  read-only later is not trusted silently;
 - one ``[effects."NAME.TOOL"]`` per other tool, with a proposed key template over its
   identifying required parameters: path-like ones through ``|path``, names and ids as they
   are, integers as they are, everything else (free text such as ``content``, arrays, objects,
@@ -143,8 +145,10 @@ def _slug(name: str) -> str:
 
 
 def render_policy(tools: Iterable[types.Tool], *, server: str, version: str = "",
-                  source: str = "") -> str:
-    """The starter policy's TOML text (checked: it loads as a Policy)."""
+                  source: str = "", upstream: str | None = None) -> str:
+    """The starter policy's TOML text (checked: it loads as a Policy). ``upstream`` is the
+    command line or URL the tools were listed from: the ``[upstreams]`` entry is bound to it
+    (a URL without credentials, query or fragment)."""
     tools = list(tools)
     reads = [t for t in tools if t.annotations is not None and t.annotations.read_only_hint]
     writes = [t for t in tools if t not in reads]
@@ -162,6 +166,7 @@ def render_policy(tools: Iterable[types.Tool], *, server: str, version: str = ""
         "strict = true",
         "",
         f"[upstreams.{_toml_string(server)}]",
+        *_bound_to(upstream),
         "# tools the server annotates readOnlyHint: true; they pass without a reservation",
         "read_only = [" + ("" if reads else "]"),
     ]
@@ -195,6 +200,17 @@ def render_policy(tools: Iterable[types.Tool], *, server: str, version: str = ""
     text = "\n".join(lines) + "\n"
     eg.Policy.from_dict(tomllib.loads(text), source="the generated policy", text=text)
     return text
+
+
+def _bound_to(upstream: str | None) -> list[str]:
+    """The lines that bind the ``[upstreams]`` entry to the server it was written from."""
+    if upstream is None:
+        return []
+    target = upstream.strip()
+    kind = "url" if target.startswith(("http://", "https://")) else "command"
+    return ["# this rule applies to this upstream only (a server's own name proves nothing);",
+            "# a gateway started with another command or URL does not trust it",
+            f"{kind} = {_toml_string(redacted(target))}"]
 
 
 async def _list(target: str) -> tuple[list[types.Tool], types.Implementation | None]:
@@ -241,7 +257,7 @@ def write_policy(target: str, path: str | Path, *, force: bool = False,
         raise eg.ConfigError(str(err)) from None
     name = upstream_name or (info.name if info else "") or "mcp"
     text = render_policy(tools, server=name, version=info.version if info else "",
-                         source=redacted(target))
+                         source=redacted(target), upstream=target)
     mode = "w" if force else "x"
     try:
         with path.open(mode, encoding="utf-8") as out:
