@@ -15,11 +15,11 @@ import effectgate as eg
 from tests.conftest import snapshot
 
 pytest.importorskip("temporalio")
-from temporalio import activity  # noqa: E402
-from temporalio.exceptions import ApplicationError  # noqa: E402
-from temporalio.testing import ActivityEnvironment  # noqa: E402
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
-from effectgate.integrations.durable.temporal import effect_activity  # noqa: E402
+from effectgate.integrations.durable.temporal import effect_activity
 
 
 def environment(attempt: int = 1, workflow_id: str = "wf-1") -> ActivityEnvironment:

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "agents", "openai", "llama_index",
-              "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos", "temporalio")
+              "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos",
+              "temporalio")
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:

@@ -126,7 +126,7 @@ def lease_of(gate: Gate, fn: Callable[..., Any], options: dict[str, Any]) -> flo
 def resolve_hint(gate: Gate, key: str) -> str:
     """The operator's next step for an AMBIGUOUS ``key``, as commands to copy."""
     namespace = "" if gate.namespace == "default" else f" -n {shlex.quote(gate.namespace)}"
-    return (f"check with the vendor, then record what happened: effectgate resolve "
+    return (f"Check with the vendor, then record what happened: effectgate resolve "
             f"{shlex.quote(key)} --committed (or --failed){namespace}, or Resolve in the "
             "console (effectgate console)")
 
