@@ -92,3 +92,22 @@ def test_every_module_has_a_sorted_all_of_names_it_defines() -> None:
             assert not missing, (info.name, missing)
             seen += 1
     assert seen > 80  # really walked the tree
+
+
+def test_the_durable_engines_public_names_are_pinned_and_documented() -> None:
+    """Each engine module exports its decorator (and the DBOS wait's default), documented."""
+    import importlib
+
+    import pytest
+
+    expected = {"dbos": ["DEFAULT_WAIT_IN_FLIGHT", "effect_step"],
+                "temporal": ["effect_activity"]}
+    for engine, names in expected.items():
+        try:
+            module = importlib.import_module(f"effectgate.integrations.durable.{engine}")
+        except ImportError:
+            pytest.skip(f"the {engine} extra is not installed")
+        assert module.__all__ == names
+        for name in names:
+            obj = getattr(module, name)
+            assert not inspect.isfunction(obj) or obj.__doc__, name

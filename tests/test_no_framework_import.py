@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "agents", "openai", "llama_index",
-              "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos")
+              "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos",
+              "temporalio")
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
@@ -22,6 +23,7 @@ def test_import_effectgate_imports_no_framework() -> None:
     done = python(f"""
         import json, sys
         import effectgate, effectgate.integrations, effectgate.testing
+        import effectgate.integrations.durable
         roots = {{name.split(".")[0] for name in sys.modules}}
         print(json.dumps(sorted(roots & set({list(FRAMEWORKS)!r}))))
     """)
@@ -47,6 +49,8 @@ def test_langchain_integration_does_not_import_langchain_agents_until_the_middle
     ("openai_agents", "agents", "openai-agents"),
     ("llama_index", "llama_index", "llama-index"),
     ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
+    ("durable.dbos", "dbos", "dbos"),
+    ("durable.temporal", "temporalio", "temporal"),
 ])
 def test_a_missing_extra_raises_import_error_naming_the_pip_command(
         module: str, blocked: str, extra: str) -> None:

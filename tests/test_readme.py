@@ -21,7 +21,8 @@ BLOCKS = re.findall(r"```python\n(.*?)```", TEXT, re.S)
 OFFLINE = ("import socket\n"
            "def _offline(*a, **k): raise RuntimeError('network access attempted')\n"
            "socket.socket.connect = _offline\nsocket.create_connection = _offline\n")
-NEEDS = {"langchain_core": "langchain", "agents": "openai-agents", "llama_index": "llama-index"}
+NEEDS = {"langchain_core": "langchain", "agents": "openai-agents", "llama_index": "llama-index",
+         "dbos": "dbos", "temporalio": "temporal"}
 
 
 def test_readme_has_examples() -> None:

@@ -1,0 +1,212 @@
+"""DBOS: a gated step, at most once where DBOS runs a step at least once.
+
+DBOS records a step's output only after the step returns, so a crash between the side effect
+and that checkpoint runs the step again when the workflow is recovered. :func:`effect_step`
+puts the gate inside the step::
+
+    from dbos import DBOS
+    from effectgate.integrations.durable.dbos import effect_step
+
+    @effect_step(gate, "refund:{txn_id}", effect_type="payment.refund",
+                 step={"retries_allowed": True, "max_attempts": 3})
+    def refund(txn_id: str, amount_cents: int) -> dict: ...
+
+    @DBOS.workflow()
+    def settle(txn_id: str) -> dict:
+        return refund(txn_id, 500)
+
+What the re-run gets:
+
+* the effect committed before the crash: the stored result, and the body does not run;
+* the holder died after the side effect, before its outcome was recorded: the step waits for
+  the lease to lapse (``wait_in_flight``), then raises :class:`~effectgate.EffectAmbiguous`,
+  which DBOS never retries and whose message names the operator's next step (``effectgate
+  resolve KEY --committed|--failed`` or the console, then ``dbos workflow fork WORKFLOW_ID
+  --step N``, whose re-run of this step the gate answers from the store);
+* a body error the gate recorded FAILED (:class:`~effectgate.NotExecuted`, an error raised
+  before a byte left): raised as it is, so ``retries_allowed`` retries it as attempt n+1.
+
+DBOS's own retries (``step={"retries_allowed": True, ...}``) never retry what the gate refuses
+(``effectgate.retry.NEVER_RETRY``: AMBIGUOUS, approvals, denials, key and payload errors),
+whatever ``should_retry`` you pass; an effect in flight elsewhere is waited for first. The
+effect's ``run_id`` is the DBOS workflow id unless an :class:`~effectgate.effect_context` says
+otherwise. The key template is yours: a fork or a new workflow has new DBOS ids, and only a
+key made from the action's own arguments (``refund:{txn_id}``) keeps it one effect across them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from effectgate import (
+    ConfigError,
+    EffectAmbiguous,
+    EffectInFlight,
+    Gate,
+    State,
+)
+from effectgate.integrations._kernel.context import framework_context
+from effectgate.integrations._kernel.extras import requires_extra
+from effectgate.retry import NEVER_RETRY
+
+from ._gated import Attempt, gated, unknown_outcome
+
+with requires_extra("durable.dbos", "dbos"):
+    from dbos import DBOS, StepOptions
+
+__all__ = ["DEFAULT_WAIT_IN_FLIGHT", "effect_step"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_WAIT_IN_FLIGHT = 300.0
+"""Seconds a step waits, at most, for an effect another holder has in flight (a crashed
+holder's lease lapses within its lease; a live one finishes) before raising
+:class:`~effectgate.EffectInFlight`."""
+
+_STEP_OPTIONS = frozenset(StepOptions.__optional_keys__ | StepOptions.__required_keys__)
+
+
+def effect_step(gate: Gate, key: str, *, step: StepOptions | None = None,
+                wait_in_flight: float = DEFAULT_WAIT_IN_FLIGHT,
+                **effect_options: Any) -> Callable[[F], F]:
+    """Decorate a function (sync or async) as a DBOS step gated on the key template ``key``.
+
+    ``effect_options`` are those of :meth:`effectgate.Gate.effect` (``effect_type``,
+    ``vendor``, ``lease_seconds``, ``max_attempts`` of the effect, ...); ``step`` is DBOS's
+    :class:`dbos.StepOptions` (``retries_allowed``, ``max_attempts`` of DBOS's retries,
+    ``should_retry``, ...), passed to ``DBOS.step`` with effectgate's veto added to
+    ``should_retry``. ``wait_in_flight``: seconds to wait, at most, for an effect in flight
+    elsewhere (see :data:`DEFAULT_WAIT_IN_FLIGHT`). Returns the DBOS step.
+    """
+    if not isinstance(gate, Gate):
+        raise ConfigError(f"gate must be an effectgate.Gate, not {type(gate).__name__}")
+    options = _step_options(step)
+    wait = _seconds(wait_in_flight)
+
+    def decorate(fn: F) -> F:
+        if not callable(fn):
+            raise ConfigError(f"effect_step decorates a function, not {type(fn).__name__}")
+        call = gated(gate, fn, key, effect_options)
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def astep(*args: Any, **kwargs: Any) -> Any:
+                deadline = time.monotonic() + wait
+                with framework_context(run_id=DBOS.workflow_id):
+                    while True:
+                        with Attempt.scope() as attempt:
+                            try:
+                                return await call(*args, **kwargs)
+                            except EffectInFlight as err:
+                                pause = _pause(err, deadline)
+                            except Exception as err:
+                                state = await attempt.arecorded(gate, err)
+                                _raise(_translated(gate, err, attempt, state), err)
+                        await asyncio.sleep(pause)
+
+            return DBOS.step(**options)(astep)  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def sync_step(*args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + wait
+            with framework_context(run_id=DBOS.workflow_id):
+                while True:
+                    with Attempt.scope() as attempt:
+                        try:
+                            return call(*args, **kwargs)
+                        except EffectInFlight as err:
+                            pause = _pause(err, deadline)
+                        except Exception as err:
+                            state = attempt.recorded(gate, err)
+                            _raise(_translated(gate, err, attempt, state), err)
+                    time.sleep(pause)
+
+        return DBOS.step(**options)(sync_step)  # type: ignore[return-value]
+
+    return decorate
+
+
+def _step_options(step: Mapping[str, Any] | None) -> dict[str, Any]:
+    if step is None:
+        step = {}
+    if not isinstance(step, Mapping):
+        raise ConfigError(f"step must be a mapping of DBOS step options, not "
+                          f"{type(step).__name__}")
+    unknown = sorted(str(name) for name in step if name not in _STEP_OPTIONS)
+    if unknown:
+        raise ConfigError(f"unknown DBOS step option(s) {unknown}; known: "
+                          f"{sorted(_STEP_OPTIONS)}")
+    options = dict(step)
+    theirs = options.get("should_retry")
+    if theirs is not None and not callable(theirs):
+        raise ConfigError("step['should_retry'] must be a function of the exception")
+    options["should_retry"] = _veto(theirs)
+    return options
+
+
+def _veto(theirs: Callable[[BaseException], Any] | None) -> Callable[[BaseException], Any]:
+    """``should_retry`` that never lets DBOS retry what the gate refused, else asks yours."""
+    if theirs is not None and inspect.iscoroutinefunction(theirs):
+        async def averdict(error: BaseException) -> bool:
+            return not isinstance(error, NEVER_RETRY) and bool(await theirs(error))
+
+        return averdict
+
+    def verdict(error: BaseException) -> bool:
+        if isinstance(error, NEVER_RETRY):
+            return False
+        return theirs is None or bool(theirs(error))
+
+    return verdict
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value >= 0):
+        raise ConfigError(f"wait_in_flight must be a number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def _pause(err: EffectInFlight, deadline: float) -> float:
+    """How long to wait before asking again; re-raises ``err`` once the deadline has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise err
+    return min(max(err.retry_after_seconds or 0.0, 0.05), left)
+
+
+def _then() -> str:
+    workflow, step = DBOS.workflow_id, DBOS.step_id
+    if workflow is None or step is None:
+        return "then call it again: the repeat returns the stored result, or runs after --failed"
+    return (f"then run this step again: dbos workflow fork {workflow} --step {step} (the "
+            "repeat returns the stored result, or runs after --failed)")
+
+
+def _translated(gate: Gate, err: Exception, attempt: Attempt,
+                state: State | None) -> Exception:
+    """The error the step raises for ``err``: an unknown outcome as a non-retryable
+    :class:`EffectAmbiguous` naming the next step; anything else as it is."""
+    held = attempt.decision
+    if held is None:  # refused before the body ran
+        if isinstance(err, EffectAmbiguous) and err.key is not None:
+            return unknown_outcome(gate, err.key, err.reason or "unknown outcome", _then(),
+                                   effect_id=err.effect_id)
+        return err
+    if state in (State.AMBIGUOUS, State.IN_FLIGHT):
+        return unknown_outcome(
+            gate, held.key, f"the step raised {type(err).__name__} after its body started",
+            _then(), effect_id=held.effect_id)
+    return err
+
+
+def _raise(error: Exception, cause: Exception) -> None:
+    if error is cause:
+        raise cause
+    raise error from cause
