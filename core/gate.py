@@ -865,7 +865,9 @@ class Gate:
 
     def acting_as(self, principal: Principal) -> Acting:
         """This gate as ``principal``: approve, deny, resolve, reconcile and unwind with its name
-        as ``by``, refused (:class:`Forbidden`) to an agent."""
+        as ``by``, refused (:class:`Forbidden`) to an agent. The store is asked before each act:
+        a principal of another namespace, revoked, or never issued by this store is refused
+        (:class:`Unauthenticated`), with nothing written."""
         from .principals import Acting
 
         return Acting(self, principal)
