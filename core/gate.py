@@ -47,6 +47,7 @@ from .request import Lease, Request
 from .sagas import Compensator, UnwindReport
 from .states import ApprovalState, Decision, Outcome, State
 from .store import Durability, Store
+from .store.connections import DEFAULT_ASYNC_POOL_SIZE
 from .store.rows import EffectHead, EffectRow, Recorded
 from .telemetry import Telemetry, telemetry
 from .translate import approval_record, effect_record, vendor_key_of
@@ -102,7 +103,9 @@ class Gate:
     never waits on them); by default built from ``$EFFECTGATE_WEBHOOK_URL`` and
     ``$EFFECTGATE_WEBHOOK_SECRET`` when set (``False``: none). ``telemetry``: OpenTelemetry
     spans, counters and gauges (:mod:`effectgate.telemetry`; by default on the global
-    providers when OpenTelemetry is installed; ``False``: off).
+    providers when OpenTelemetry is installed; ``False``: off). ``async_pool_size``
+    (Postgres): the most connections one event loop's async calls hold open at once
+    (default 10); further calls wait in line for one, never blocking the loop.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Gate:
         text_redactor: TextRedactor | None = None,
         webhooks: Webhooks | bool | None = None,
         telemetry: Telemetry | bool | None = None,
+        async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
     ) -> None:
         self.namespace = validate.text(namespace, "namespace", 128, required=True) or "default"
         self.lease_seconds = validate.seconds(lease_seconds, "lease_seconds")
@@ -134,7 +138,8 @@ class Gate:
         if self.policy_source is not None:
             log.info("policy in force: %s", self.policy_source,
                      extra={"reason": f"policy {self.policy_source}"})
-        self._store = Store(url, durability=durability, read_only=read_only)
+        self._store = Store(url, durability=durability, read_only=read_only,
+                            async_pool_size=async_pool_size)
         self._note_policy()
         self._memo = CommittedMemo(memo_size)
         _GATES.add(self)

@@ -22,12 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select, update
 
+from .. import validate
 from ..decide import outcome_spend_delta
 from ..errors import ConfigError, StoreError
 from ..request import secret_hash
 from ..states import ApprovalState, Outcome, State
 from . import history
 from .connections import (
+    DEFAULT_ASYNC_POOL_SIZE,
+    MAX_POOL_SIZE,
     Connections,
     Durability,
     Rollback,
@@ -85,7 +88,9 @@ class Store:
     """One database URL: its connections, durability and the domain operations."""
 
     def __init__(self, url: str | None = None, *, durability: Durability = "reserve",
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE) -> None:
+        self.async_pool_size = validate.whole(async_pool_size, "async_pool_size", minimum=1,
+                                              maximum=MAX_POOL_SIZE)
         self.url = resolve_url(url)
         self.read_only = read_only
         self.durability = durability
@@ -129,7 +134,8 @@ class Store:
     def async_face(self) -> ThreadedStore | AsyncPostgres:
         """The operations for async callers, one per store (every gate on this store, in any
         namespace, shares its connections): natively async on Postgres (psycopg's
-        ``AsyncConnection``, one small pool per event loop); on SQLite, reads on the loop
+        ``AsyncConnection``, one pool per event loop of at most ``async_pool_size``
+        connections, for which further tasks wait in line); on SQLite, reads on the loop
         itself (microseconds, never waiting on a writer in WAL mode) and writes on a worker
         thread."""
         return self._async_face
@@ -143,7 +149,7 @@ class Store:
         conninfo = cargs[0] if cargs else ""
         options = {**cparams, **self._connect_args}
         synchronous = "SET synchronous_commit = off" if self.durability == "relaxed" else None
-        return AsyncPostgres(self, conninfo, options, synchronous)
+        return AsyncPostgres(self, conninfo, options, synchronous, self.async_pool_size)
 
     # -- for tools and tests ------------------------------------------------------------------
 

@@ -33,10 +33,14 @@ from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from ..errors import ConfigError, StoreError
 from .statements import Sql
 
-__all__ = ["Connections", "Durability", "driver_text", "make_engine", "safe_url", "store_error"]
+__all__ = ["DEFAULT_ASYNC_POOL_SIZE", "MAX_POOL_SIZE", "Connections", "Durability", "driver_text",
+           "make_engine", "safe_url", "store_error"]
 
 Durability = Literal["reserve", "all", "relaxed"]
 _FULL, _NORMAL = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
+# Async callers on Postgres: connections open at once per event loop (further tasks wait).
+DEFAULT_ASYNC_POOL_SIZE = 10
+MAX_POOL_SIZE = 10_000
 
 # Every live SQLite Connections object: a fork waits for each one's write lock.
 _guarded: weakref.WeakSet[Connections] = weakref.WeakSet()
