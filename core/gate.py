@@ -49,6 +49,7 @@ from .states import ApprovalState, Decision, Outcome, State
 from .store import Durability, Store
 from .store.connections import DEFAULT_ASYNC_POOL_SIZE
 from .store.rows import EffectHead, EffectRow, Recorded
+from .store.schema import policy_meta_name
 from .telemetry import Telemetry, telemetry
 from .translate import approval_record, effect_record, vendor_key_of
 from .vendors import rule_for
@@ -200,7 +201,7 @@ class Gate:
         store: a difference is logged as a warning (a gate started elsewhere, or with no
         policy file, must not run with other approvals and ceilings unnoticed); a policy in
         force is then recorded (no policy never replaces the record)."""
-        name = _policy_meta_name(self.namespace)
+        name = policy_meta_name(self.namespace)
         digest = policy_digest(self.policy)
         raw = self._store.meta.get(name)
         recorded: dict[str, Any] = {}
@@ -1010,15 +1011,6 @@ def policy_digest(policy: Policy | None) -> str:
         return "none"
     text = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def _policy_meta_name(namespace: str) -> str:
-    """The ``effectgate_meta`` row that holds a namespace's last recorded policy (at most 64
-    characters: a long namespace goes by its digest)."""
-    name = f"policy:{namespace}"
-    if len(name) <= 64 and name.isascii() and name.isprintable():
-        return name
-    return "policy:#" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:48]
 
 
 def _effective_state(row: EffectRow | EffectHead) -> State:

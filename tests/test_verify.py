@@ -204,3 +204,50 @@ def test_verify_unreachable_store_exits_3() -> None:
     assert proc.returncode == 3
     assert proc.stderr.startswith("effectgate: error: cannot open the store")
     assert "Traceback" not in proc.stderr
+
+
+def _meta_rows(url: str) -> dict[str, str]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {str(name): str(value) for name, value in conn.execute(
+                text("SELECT name, value FROM effectgate_meta"))}
+    finally:
+        engine.dispose()
+
+
+def test_verify_leaves_no_row_behind_not_even_in_effectgate_meta(store_url: str,
+                                                                 namespace: str) -> None:
+    """The checks that run under a policy record it for their scratch namespace in
+    ``effectgate_meta``; verify deletes that row with the rest (on a shared Postgres database
+    only the rows naming the scratch namespace are compared: other tests write theirs)."""
+    from effectgate.store.schema import policy_meta_name
+
+    eg.Gate(store_url, namespace=namespace, policy=False).close()
+    before = _meta_rows(store_url)
+    scratch = namespace + "-verify"
+    results = run_checks(store_url, only="G8,G9", namespace=scratch)
+    assert [r.status for r in results] == ["passed", "passed"], results
+    after = _meta_rows(store_url)
+    assert policy_meta_name(scratch) not in after
+    assert not [name for name, value in after.items() if scratch in name + value]
+    if store_url.startswith("sqlite"):
+        assert after == before
+    assert rows_in(store_url, scratch) == 0
+
+
+def test_the_exhaustive_replay_leaves_no_policy_row_behind(store_url: str,
+                                                           namespace: str) -> None:
+    """``verify --exhaustive`` replays approval and ceiling configs through a governed base
+    gate, which records its policy; closing the replayer deletes that row."""
+    from effectgate.store.schema import policy_meta_name
+    from effectgate.verify.explore import BOUNDS
+    from effectgate.verify.replay import Replayer
+
+    prefix = namespace + "-r-"
+    with Replayer(store_url, prefix=prefix) as replayer:
+        for config in BOUNDS["2-worker"]:
+            replayer.base_for(replayer.shaped(config))
+        assert policy_meta_name(prefix + "base") in _meta_rows(store_url)
+    assert not [name for name, value in _meta_rows(store_url).items()
+                if prefix in name + value]

@@ -4,7 +4,8 @@ Times are seconds since the epoch on the *database's* clock (:class:`db_now`), n
 worker's. Every transition of ``state`` or of the fencing ``token`` appends one line to the
 effect's own ``history`` column in the statement that makes it (see ``statements``), so
 history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema
-version and the store's secret for vendor keys.
+version, the store's secret for vendor keys, and the policy each namespace last ran with
+(:func:`policy_meta_name`).
 
 :func:`ensure_schema` creates a fresh store at the latest version, or migrates an older one
 under a lock, in one transaction: each migration first checks that the store has exactly the
@@ -15,6 +16,7 @@ table is checked to have every column this version reads.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +44,7 @@ from ..errors import ConfigError, StoreError
 
 __all__ = [
     "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
-    "literal", "metadata", "principals", "read_schema",
+    "literal", "metadata", "policy_meta_name", "principals", "read_schema",
 ]
 
 metadata = MetaData()
@@ -155,6 +157,15 @@ meta = Table(
     Column("name", String(64), primary_key=True),
     Column("value", Text, nullable=False),
 )
+
+
+def policy_meta_name(namespace: str) -> str:
+    """The ``effectgate_meta`` row that holds a namespace's last recorded policy (at most 64
+    characters: a long namespace goes by its digest)."""
+    name = f"policy:{namespace}"
+    if len(name) <= 64 and name.isascii() and name.isprintable():
+        return name
+    return "policy:#" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:48]
 
 
 def literal(text: str) -> ColumnElement[str]:
