@@ -369,13 +369,16 @@ class Store:
 
     def _adjust(self, tx: Transaction, namespace: str, keys: str | None,
                 delta: int) -> list[tuple[str, int]]:
-        """Move each counter by ``delta``; (counter, spent now) for each."""
+        """Move each counter by ``delta`` (stopping at the most a BIGINT holds); (counter,
+        spent now) for each."""
         if not delta or not keys:
             return []
         out: list[tuple[str, int]] = []
+        # How far a counter may rise before it would pass a BIGINT (it stops there instead).
+        room = validate.MAX_INT - delta if delta > 0 else validate.MAX_INT
         for scope_key in json.loads(keys):
             for row in tx.all(self.sql.adjust, {"namespace": namespace, "scope_key": scope_key,
-                                                "delta": delta}):
+                                                "delta": delta, "room": room}):
                 out.append((str(row[0]), int(row[1])))
         return out
 
