@@ -7,8 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -21,7 +19,7 @@ import effectgate as eg
 from effectgate.cli import main
 from effectgate.verify import GUARANTEES, run_checks
 
-from .conftest import PG_URL, snapshot
+from .conftest import snapshot
 
 
 def verify(*args: str, timeout: float = 120) -> tuple[int, Any, str]:
@@ -86,24 +84,6 @@ def _drop_unique_sqlite(path: Path) -> str:
         conn.execute(text("ALTER TABLE effectgate_effects_broken RENAME TO effectgate_effects"))
     engine.dispose()
     return url
-
-
-@pytest.fixture
-def pg_schema(backend: str) -> Iterator[str | None]:
-    """A scratch Postgres schema (so breaking it touches no other test), or None on SQLite."""
-    if backend != "postgres":
-        yield None
-        return
-    schema = f"eg_broken_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.connect() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        engine.dispose()
 
 
 @pytest.mark.xdist_group("processes")

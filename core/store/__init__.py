@@ -50,7 +50,15 @@ from .rows import (
     effect_head,
     effect_row,
 )
-from .schema import approvals, db_now, effects, ensure_schema, meta, read_schema
+from .schema import (
+    VersionWatch,
+    approvals,
+    db_now,
+    effects,
+    ensure_schema,
+    meta,
+    read_schema,
+)
 from .statements import Statements
 from .threaded import ThreadedStore
 
@@ -102,12 +110,16 @@ class Store:
         self._conns = Connections(engine, self.url, durability)
         try:
             self.meta = read_schema(engine, safe_url(self.url)) if read_only else (
-                ensure_schema(engine))
+                ensure_schema(engine, safe_url(self.url)))
         except (StoreError, ConfigError):
             raise
         except Exception as err:
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
                              f"{type(err).__name__}: {driver_text(err)}") from err
+        # A store kept open while a newer effectgate migrates it stops writing (read-only:
+        # the database refuses writes already).
+        self.version_watch = None if read_only else VersionWatch(safe_url(self.url))
+        self._conns.watch = self.version_watch
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         if self.is_sqlite:
             from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect

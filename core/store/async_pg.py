@@ -41,6 +41,7 @@ from .rows import (
     effect_head,
     effect_row,
 )
+from .schema import VERSION_SQL
 
 if TYPE_CHECKING:
     from ..decide import Move
@@ -172,6 +173,10 @@ class AsyncPostgres:
                 row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
                 if row is not None and row[0] == "off":  # as the sync store does
                     await conn.execute("SET synchronous_commit = on")
+            watch = self._store.version_watch
+            if watch is not None:  # a new connection: was the store migrated meanwhile?
+                row = await (await conn.execute(VERSION_SQL)).fetchone()
+                watch.note(None if row is None else row[0])
         except Exception as err:
             raise StoreError(f"cannot reach the store at {safe_url(self._store.url)}: "
                              f"{type(err).__name__}") from err
@@ -195,6 +200,10 @@ class AsyncPostgres:
         """One statement in autocommit on this loop's connection."""
         conn = await self._acquire()
         try:
+            watch = self._store.version_watch
+            if writing and watch is not None and watch.due():
+                row = await (await conn.execute(VERSION_SQL)).fetchone()
+                watch.seen(None if row is None else row[0])  # a newer schema: StoreError
             cur = await conn.execute(sql.text, binds)
             rows: list[Any] = await cur.fetchall()
         except BaseException as err:

@@ -11,13 +11,18 @@ version, the store's secret for vendor keys, and the policy each namespace last 
 under a lock, in one transaction: each migration first checks that the store has exactly the
 shape of the version it starts from, and refuses (changing nothing) a shape it does not
 recognise; a migration that replaces a table carries every row of it over. Afterwards every
-table is checked to have every column this version reads.
+table is checked to have every column this version reads. A store whose schema is newer than
+this effectgate's is never written: it is refused at open (a :class:`~effectgate.StoreError`
+naming both versions), and a store that stays open while a newer effectgate migrates it
+refuses its writes from the next connection it opens, or within :data:`RECHECK_SECONDS`
+(:class:`VersionWatch`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +48,9 @@ from sqlalchemy.sql.functions import FunctionElement
 from ..errors import ConfigError, StoreError
 
 __all__ = [
-    "SCHEMA_VERSION", "approvals", "budgets", "db_day", "db_now", "effects", "ensure_schema",
-    "literal", "metadata", "policy_meta_name", "principals", "read_schema",
+    "RECHECK_SECONDS", "SCHEMA_VERSION", "VERSION_SQL", "VersionWatch", "approvals", "budgets",
+    "db_day", "db_now", "effects", "ensure_schema", "literal", "metadata", "newer_schema",
+    "policy_meta_name", "principals", "read_schema",
 ]
 
 metadata = MetaData()
@@ -328,6 +334,10 @@ def _v4(conn: Connection, dialect: str) -> None:
     principals.create(conn)
 
 
+VERSION_SQL = "SELECT value FROM effectgate_meta WHERE name = 'schema_version'"
+# How long a kept connection writes before it reads the schema version again.
+RECHECK_SECONDS = 30.0
+
 # MIGRATIONS[n - 1] takes a store from version n - 1 to n, inside one transaction. A fresh
 # store is created at the latest version directly.
 MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3, _v4]
@@ -358,8 +368,9 @@ def _check_latest(conn: Connection) -> None:
             )
 
 
-def ensure_schema(engine: Engine) -> dict[str, str]:
-    """Create or migrate the store's tables; return the ``effectgate_meta`` rows.
+def ensure_schema(engine: Engine, where: str = "this URL") -> dict[str, str]:
+    """Create or migrate the store's tables; return the ``effectgate_meta`` rows. A store whose
+    schema is newer than this effectgate's is refused (:func:`newer_schema`), changing nothing.
 
     Runs under a lock (SQLite ``BEGIN IMMEDIATE``, a Postgres advisory lock) so that many
     workers starting at once migrate exactly once.
@@ -376,10 +387,7 @@ def ensure_schema(engine: Engine) -> dict[str, str]:
         try:
             version = _current_version(conn)
             if version > SCHEMA_VERSION:
-                raise ConfigError(
-                    f"the store's schema is version {version}, newer than this effectgate "
-                    f"understands ({SCHEMA_VERSION}); upgrade effectgate"
-                )
+                raise newer_schema(version, where)
             if version == 0:
                 if _has_table(conn, effects.name):
                     raise ConfigError(
@@ -414,6 +422,8 @@ def read_schema(engine: Engine, where: str) -> dict[str, str]:
         version = _current_version(conn)
         if version == 0:
             raise StoreError(f"no effectgate store at {where}")
+        if version > SCHEMA_VERSION:
+            raise newer_schema(version, where)
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"the store at {where} has schema version {version}; this effectgate reads "
@@ -428,10 +438,53 @@ def read_schema(engine: Engine, where: str) -> dict[str, str]:
 def _current_version(conn: Connection) -> int:
     if not _has_table(conn, meta.name):
         return 0
-    value = conn.execute(
-        text("SELECT value FROM effectgate_meta WHERE name = 'schema_version'")
-    ).scalar()
+    return _version_of(conn.execute(text(VERSION_SQL)).scalar())
+
+
+def _version_of(value: object) -> int:
     try:
-        return int(value) if value is not None else 0
+        return int(value) if value is not None else 0  # type: ignore[call-overload]
     except ValueError:
         raise ConfigError(f"the store's schema version {value!r} is not a number") from None
+
+
+def newer_schema(version: int, where: str) -> StoreError:
+    """The refusal of a store whose schema a newer effectgate migrated: this one would write
+    rows that schema may not expect."""
+    return StoreError(
+        f"the store at {where} has schema version {version}, newer than this effectgate's "
+        f"version {SCHEMA_VERSION}: it writes nothing there; upgrade effectgate",
+        reason=f"schema version {version} > {SCHEMA_VERSION}")
+
+
+class VersionWatch:
+    """Whether the store is still at the schema version this effectgate writes, for a store
+    that stays open while a newer effectgate migrates it. The per-call paths read the version
+    as each connection opens (with its other set-up, so the per-call round trips stay as
+    they are), and before a write at most every :data:`RECHECK_SECONDS` (one small read on
+    the connection that writes): a newer version refuses the write (:func:`newer_schema`),
+    and every write after it until the version is this one again. Reads are never refused."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.interval = RECHECK_SECONDS
+        self._next = time.monotonic() + self.interval
+
+    def due(self) -> bool:
+        """True when the next write must read the version first."""
+        return time.monotonic() >= self._next
+
+    def note(self, value: object) -> bool:
+        """Take the version just read (the ``value`` of its meta row, read when a connection
+        opens or before a write); True when it is newer than this effectgate's, and then
+        every write reads it again first until it is this one again."""
+        if _version_of(value) > SCHEMA_VERSION:
+            self._next = 0.0
+            return True
+        self._next = time.monotonic() + self.interval
+        return False
+
+    def seen(self, value: object) -> None:
+        """:meth:`note` before a write: :func:`newer_schema` when the version is newer."""
+        if self.note(value):
+            raise newer_schema(_version_of(value), self.where)
