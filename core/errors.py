@@ -13,7 +13,7 @@
     │   └── PolicyError             a malformed policy file, with the field and what is wrong
     ├── StoreError                  the store failed (connection lost, server down); see state
     ├── NotExecuted                 raised by user code: the action certainly did not happen
-    ├── Unauthenticated             a principal's token is missing, malformed, unknown or revoked
+    ├── Unauthenticated             a token (or a principal) missing, malformed, unknown or revoked
     ├── Forbidden                   the principal's role (or holding) does not allow the action
     └── EffectRefused               begin answered something other than ``execute``
         ├── EffectInFlight          another holder is executing it; retry after a while
@@ -138,7 +138,9 @@ class NotExecuted(EffectGateError):
 
 class Unauthenticated(EffectGateError):
     """No valid token: missing, malformed, unknown or revoked. The message never says which
-    of the last three (an attacker learns nothing from it)."""
+    of the last three (an attacker learns nothing from it). Also a principal the store no
+    longer vouches for when an ``Acting`` acts (revoked, of another namespace, never issued);
+    ``reason`` says which."""
 
 
 class Forbidden(EffectGateError):

@@ -47,7 +47,9 @@ from .request import Lease, Request
 from .sagas import Compensator, UnwindReport
 from .states import ApprovalState, Decision, Outcome, State
 from .store import Durability, Store
+from .store.connections import DEFAULT_ASYNC_POOL_SIZE
 from .store.rows import EffectHead, EffectRow, Recorded
+from .store.schema import policy_meta_name
 from .telemetry import Telemetry, telemetry
 from .translate import approval_record, effect_record, vendor_key_of
 from .vendors import rule_for
@@ -102,7 +104,9 @@ class Gate:
     never waits on them); by default built from ``$EFFECTGATE_WEBHOOK_URL`` and
     ``$EFFECTGATE_WEBHOOK_SECRET`` when set (``False``: none). ``telemetry``: OpenTelemetry
     spans, counters and gauges (:mod:`effectgate.telemetry`; by default on the global
-    providers when OpenTelemetry is installed; ``False``: off).
+    providers when OpenTelemetry is installed; ``False``: off). ``async_pool_size``
+    (Postgres): the most connections one event loop's async calls hold open at once
+    (default 10); further calls wait in line for one, never blocking the loop.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class Gate:
         text_redactor: TextRedactor | None = None,
         webhooks: Webhooks | bool | None = None,
         telemetry: Telemetry | bool | None = None,
+        async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
     ) -> None:
         self.namespace = validate.text(namespace, "namespace", 128, required=True) or "default"
         self.lease_seconds = validate.seconds(lease_seconds, "lease_seconds")
@@ -134,7 +139,8 @@ class Gate:
         if self.policy_source is not None:
             log.info("policy in force: %s", self.policy_source,
                      extra={"reason": f"policy {self.policy_source}"})
-        self._store = Store(url, durability=durability, read_only=read_only)
+        self._store = Store(url, durability=durability, read_only=read_only,
+                            async_pool_size=async_pool_size)
         self._note_policy()
         self._memo = CommittedMemo(memo_size)
         _GATES.add(self)
@@ -195,7 +201,7 @@ class Gate:
         store: a difference is logged as a warning (a gate started elsewhere, or with no
         policy file, must not run with other approvals and ceilings unnoticed); a policy in
         force is then recorded (no policy never replaces the record)."""
-        name = _policy_meta_name(self.namespace)
+        name = policy_meta_name(self.namespace)
         digest = policy_digest(self.policy)
         raw = self._store.meta.get(name)
         recorded: dict[str, Any] = {}
@@ -865,7 +871,9 @@ class Gate:
 
     def acting_as(self, principal: Principal) -> Acting:
         """This gate as ``principal``: approve, deny, resolve, reconcile and unwind with its name
-        as ``by``, refused (:class:`Forbidden`) to an agent."""
+        as ``by``, refused (:class:`Forbidden`) to an agent. The store is asked before each act:
+        a principal of another namespace, revoked, or never issued by this store is refused
+        (:class:`Unauthenticated`), with nothing written."""
         from .principals import Acting
 
         return Acting(self, principal)
@@ -1003,15 +1011,6 @@ def policy_digest(policy: Policy | None) -> str:
         return "none"
     text = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def _policy_meta_name(namespace: str) -> str:
-    """The ``effectgate_meta`` row that holds a namespace's last recorded policy (at most 64
-    characters: a long namespace goes by its digest)."""
-    name = f"policy:{namespace}"
-    if len(name) <= 64 and name.isascii() and name.isprintable():
-        return name
-    return "policy:#" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:48]
 
 
 def _effective_state(row: EffectRow | EffectHead) -> State:

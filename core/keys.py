@@ -30,12 +30,15 @@ right (``{path|path|sha256}``), before the format spec (``{content|sha256:.16}``
   names the directory, not the link). It never touches the filesystem (relative stays
   relative), so the key is the same on every host, and the normalised path names the same
   file as the caller's. Register your own (e.g. one that resolves against a root) for more.
-- ``lower``: case-folded (``Alice@Example.com`` and ``alice@example.com`` are one key).
+- ``lower``: lower-cased, as :meth:`str.lower` (``Alice@Example.com`` and
+  ``alice@example.com`` are one key; ``STRASSE`` and ``Straße`` are not).
+- ``casefold``: case-folded, as :meth:`str.casefold`, for caseless matching: ``ß`` becomes
+  ``ss``, so ``Straße`` and ``STRASSE`` are one key.
 - ``strip``: surrounding whitespace removed.
 
 :func:`register_filter` adds your own; a filter is a function of the field's value that returns
 a ``str`` or ``int`` (then checked like any field). :meth:`KeyTemplate.normalise` applies the
-normalising filters (``path``, ``lower``, ``strip``, and yours registered with
+normalising filters (``path``, ``lower``, ``casefold``, ``strip``, and yours registered with
 ``normalises=True``) to the arguments themselves, for the payload hash; the MCP gateway sends
 the upstream those normalised arguments, so what was keyed, hashed and approved is what runs.
 An unknown filter is an :class:`~effectgate.EffectKeyError` when the template is parsed (at
@@ -191,9 +194,10 @@ def _text(method: str) -> KeyFilter:
 
 
 _FILTERS: dict[str, KeyFilter] = {
-    "lower": _text("casefold"), "path": _path, "sha256": _sha256, "strip": _text("strip"),
+    "casefold": _text("casefold"), "lower": _text("lower"), "path": _path, "sha256": _sha256,
+    "strip": _text("strip"),
 }
-_NORMALISERS = {"lower", "path", "strip"}
+_NORMALISERS = {"casefold", "lower", "path", "strip"}
 
 
 def register_filter(name: str, func: KeyFilter, *, normalises: bool = False,
@@ -203,13 +207,13 @@ def register_filter(name: str, func: KeyFilter, *, normalises: bool = False,
     becomes an :class:`~effectgate.EffectKeyError` before anything runs).
 
     ``normalises=True`` says the filter maps spellings of one value to one spelling (as
-    ``path``, ``lower`` and ``strip`` do), so :meth:`KeyTemplate.normalise` applies it to the
-    argument itself and two spellings are one payload, not only one key. Merge only spellings
-    that mean the same thing to the tool: a decorated body still receives the caller's
-    spelling, and the MCP gateway sends the upstream the normalised one; the filter must give
-    its own output back unchanged. Replacing an existing
-    filter changes the keys of effects already recorded, so it needs ``replace=True``;
-    templates parsed before keep the filter they were parsed with."""
+    ``path``, ``lower``, ``casefold`` and ``strip`` do), so :meth:`KeyTemplate.normalise`
+    applies it to the argument itself and two spellings are one payload, not only one key.
+    Merge only spellings that mean the same thing to the tool: a decorated body still
+    receives the caller's spelling, and the MCP gateway sends the upstream the normalised one;
+    the filter must give its own output back unchanged. Replacing an existing filter changes
+    the keys of effects already recorded, so it needs ``replace=True``; templates parsed
+    before keep the filter they were parsed with."""
     if not isinstance(name, str) or not _FILTER_NAME.match(name):
         raise ConfigError(f"a key filter name is lower-case letters, digits and _, not {name!r}")
     if not callable(func):

@@ -62,11 +62,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .discovery import find_policy
 from .errors import EffectKeyError, PolicyError
 from .keys import KeyTemplate
+from .validate import MAX_INT
 from .vendors import VENDOR_RULES
 
 __all__ = ["ApprovalRule", "Budget", "EffectRule", "Policy", "UpstreamRule", "find_policy"]
 
-_Micros = Field(default=None, ge=0)
+# Money in micro-units: a whole number (not a bool, a float or a string) from 0 to what a
+# BIGINT column holds on both databases, so a ceiling or a cost can always be stored.
+_Micros = Field(default=None, ge=0, le=MAX_INT, strict=True)
 
 
 class _Strict(BaseModel):
@@ -96,7 +99,7 @@ class ApprovalRule(_Strict):
 
     always: bool = False
     at_or_above_micros: int | None = _Micros
-    expires_seconds: float = Field(default=24 * 3600.0, gt=0)
+    expires_seconds: float = Field(default=24 * 3600.0, gt=0, allow_inf_nan=False)
     allow_self_approval: bool = False
 
     def applies(self, cost_micros: int | None) -> bool:
@@ -118,7 +121,7 @@ class EffectRule(_Strict):
     tools: tuple[str, ...] = ()
     vendor: str | None = None
     lease_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
-    max_attempts: int | None = Field(default=None, ge=1)
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_INT, strict=True)
     approval: ApprovalRule | None = None
     budget: Budget | None = None
     deny: bool | str = False

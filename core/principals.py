@@ -13,7 +13,10 @@ extend what it holds; an **operator** may approve, deny, resolve, reconcile and 
 self-approval is judged on principal names.
 
 Principals belong to a namespace, like effects: a token of one namespace authenticates in no
-other.
+other, and a :class:`Principal` says which namespace it belongs to. An :class:`Acting` asks the
+store before each act whether it still vouches for its principal (:func:`check_issued`): one
+revoked since, one of another namespace, or one the store never issued (a ``Principal`` built
+by hand) is refused with :class:`~effectgate.Unauthenticated` and nothing is written.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT", "OPERATOR", "ROLES", "TOKEN_PREFIX", "Acting", "Principal", "add_principal",
-    "authenticate", "authenticate_row", "check_name", "list_principals", "principal_of",
-    "require_holder", "require_operator", "revoke_principal",
+    "authenticate", "authenticate_row", "check_issued", "check_name", "list_principals",
+    "principal_of", "require_holder", "require_operator", "revoke_principal",
 ]
 
 OPERATOR = "operator"
@@ -54,10 +57,11 @@ _REFUSED = "invalid or revoked token"
 
 
 class Principal(NamedTuple):
-    """A named operator or agent (never its token)."""
+    """A named operator or agent of one namespace (never its token)."""
 
     name: str
     role: str
+    namespace: str
     created_at: datetime.datetime
     last_used_at: datetime.datetime | None
     revoked_at: datetime.datetime | None
@@ -84,7 +88,7 @@ def principal_of(row: PrincipalRow) -> Principal:
     """The public face of a stored principal."""
     created = _time(row.created_at)
     assert created is not None
-    return Principal(row.name, row.role, created, _time(row.last_used_at),
+    return Principal(row.name, row.role, row.namespace, created, _time(row.last_used_at),
                      _time(row.revoked_at))
 
 
@@ -209,6 +213,32 @@ def _principal(principal: object) -> Principal:
     return principal
 
 
+def _issued(row: PrincipalRow) -> tuple[str, str, datetime.datetime | None]:
+    return row.name, row.role, _time(row.created_at)
+
+
+def check_issued(principal: Principal, row: PrincipalRow | None, namespace: str) -> Principal:
+    """The principal as the store holds it now (``row``: the store's row of that name in
+    ``namespace``, or None), when it is the one the store issued to ``principal``: same
+    namespace, name, role and creation, and not revoked. :class:`~effectgate.Unauthenticated`
+    otherwise, its ``reason`` saying which."""
+    principal = _principal(principal)
+    if principal.namespace != namespace:
+        why = "another namespace"
+        detail = f"{principal.name} is a principal of namespace {principal.namespace!r}"
+    elif row is None:
+        why, detail = "unknown principal", f"this store issued no principal {principal.name!r}"
+    elif row.revoked_at is not None:
+        why, detail = "revoked", f"{principal.name} was revoked"
+    elif _issued(row) != (principal.name, principal.role, principal.created_at):
+        why = "not as issued"
+        detail = f"{principal.name} is not the principal this store issued under that name"
+    else:
+        return principal_of(row)
+    raise Unauthenticated(f"{detail}, not one {namespace!r} vouches for: refused"[:300],
+                          reason=why)
+
+
 def require_operator(principal: Principal, what: str) -> str:
     """The operator's name; :class:`~effectgate.Forbidden` for any other role."""
     principal = _principal(principal)
@@ -230,35 +260,49 @@ def require_holder(principal: Principal, record: EffectRecord, what: str) -> Non
 
 class Acting:
     """The gate as one authenticated principal. Every decision goes through the same Gate API
-    as the CLI, with ``by`` set to the principal's name; an agent is refused
-    (:class:`~effectgate.Forbidden`) anything only an operator may do."""
+    as the CLI, with ``by`` set to the principal's name; before each one the store is asked
+    again (:func:`check_issued`), so a principal revoked since, of another namespace, or never
+    issued is refused (:class:`~effectgate.Unauthenticated`) and an agent is refused
+    (:class:`~effectgate.Forbidden`) anything only an operator may do. Nothing is written when
+    either is raised."""
 
     def __init__(self, gate: Gate, principal: Principal) -> None:
         self.gate = gate
         self.principal = _principal(principal)
+        if self.principal.namespace != gate.namespace:
+            check_issued(self.principal, None, gate.namespace)  # raises: another namespace
+
+    def _operator(self, what: str) -> str:
+        """The operator's name, once the store vouches for it as an operator of this gate's
+        namespace now."""
+        from .store.principals import principal_by_name
+
+        row = principal_by_name(self.gate.store.engine, self.gate.namespace,
+                                self.principal.name)
+        return require_operator(check_issued(self.principal, row, self.gate.namespace), what)
 
     def approve(self, approval_id: str, *, note: str | None = None) -> ApprovalRecord:
         """:meth:`Gate.approve` as this operator (self-approval judged on the name)."""
-        by = require_operator(self.principal, "approve")
+        by = self._operator("approve")
         return self.gate.approve(approval_id, by=by, note=note)
 
     def deny(self, approval_id: str, *, reason: str | None = None) -> ApprovalRecord:
         """:meth:`Gate.deny` as this operator."""
-        by = require_operator(self.principal, "deny")
+        by = self._operator("deny")
         return self.gate.deny(approval_id, by=by, reason=reason)
 
     def resolve(self, key: str, outcome: Outcome | str, *, result: Any = None,
                 note: str | None = None, force: bool = False) -> EffectRecord:
         """:meth:`Gate.resolve` as this operator (a live lease is refused, as there)."""
-        by = require_operator(self.principal, "resolve")
+        by = self._operator("resolve")
         return self.gate.resolve(key, outcome, by=by, result=result, note=note, force=force)
 
     def reconcile(self, key: str) -> EffectRecord:
         """:meth:`Gate.reconcile` as this operator."""
-        by = require_operator(self.principal, "reconcile")
+        by = self._operator("reconcile")
         return self.gate.reconcile(key, by=by)
 
     def unwind(self, group_key: str) -> UnwindReport:
         """:meth:`Gate.unwind` as this operator."""
-        by = require_operator(self.principal, "unwind")
+        by = self._operator("unwind")
         return self.gate.unwind(group_key, by=by)

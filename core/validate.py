@@ -41,12 +41,13 @@ def text(value: object, name: str, limit: int, *, required: bool = False) -> str
     return value
 
 
-def whole(value: object, name: str, *, minimum: int = 0) -> int:
-    """A caller's int (not a bool) from ``minimum`` up to what the store can hold."""
+def whole(value: object, name: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
+    """A caller's int (not a bool) from ``minimum`` up to ``maximum`` (by default what the
+    store can hold)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an int, not {type(value).__name__}")
-    if not minimum <= value <= MAX_INT:
-        raise ConfigError(f"{name} must be from {minimum} to {MAX_INT}, not {value}")
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name} must be from {minimum} to {maximum}, not {value}")
     return value
 
 

@@ -65,6 +65,33 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def pg_schema(backend: str) -> Iterator[str | None]:
+    """A scratch Postgres schema of its own (so breaking its store touches no other test):
+    its URL; None on SQLite."""
+    if backend != "postgres":
+        yield None
+        return
+    from sqlalchemy import create_engine, text
+
+    schema = f"eg_broken_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
+@pytest.fixture
+def own_store_url(backend: str, pg_schema: str | None, tmp_path: Path) -> str:
+    """A store no other test shares: a SQLite file, or a scratch Postgres schema."""
+    return pg_schema or f"sqlite:///{tmp_path / 'own.db'}"
+
+
+@pytest.fixture
 def store_url(backend: str, tmp_path: Path) -> str:
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'effects.db'}"

@@ -134,3 +134,99 @@ def test_gates_in_other_namespaces_share_the_async_connections_and_close_closes_
         from .conftest import delete_namespaces
 
         delete_namespaces(PG_URL, namespace)
+
+
+def _pool_gate(namespace: str, size: int) -> tuple[eg.Gate, str]:
+    from .conftest import PG_URL, require_postgres
+
+    require_postgres()
+    app = f"egp-{namespace[-12:]}"
+    return eg.Gate(f"{PG_URL}?application_name={app}", namespace=namespace, policy=False,
+                   async_pool_size=size), app
+
+
+async def _begin_and_report(gate: eg.Gate, i: int) -> eg.Decision:
+    d = await gate.abegin(effect_type="t", key=f"k:{i}", payload={"i": i})
+    await gate.areport(d, "committed", result={"i": i})
+    return d.decision
+
+
+def test_many_concurrent_async_calls_on_one_loop_share_a_bounded_pool(namespace: str) -> None:
+    """Postgres only (the async connections are psycopg's). 600 concurrent begin + report on
+    one loop all complete, while the server never sees more of this gate's connections than
+    the pool's bound (plus the sync store's one) — they wait in line for a connection instead
+    of opening one each — and the loop keeps running meanwhile."""
+    import threading
+
+    from .conftest import PG_URL, delete_namespaces
+
+    size = 4
+    gate, app = _pool_gate(namespace, size)
+    peak, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _connections(app))
+            stop.wait(0.002)
+
+    async def run() -> tuple[list[eg.Decision], float]:
+        longest, ticking = [0.0], [True]
+
+        async def tick() -> None:
+            loop = asyncio.get_running_loop()
+            while ticking[0]:
+                before = loop.time()
+                await asyncio.sleep(0.001)
+                longest[0] = max(longest[0], loop.time() - before)
+
+        ticker = asyncio.create_task(tick())
+        decisions = await asyncio.gather(*(_begin_and_report(gate, i) for i in range(600)))
+        ticking[0] = False
+        await ticker
+        return list(decisions), longest[0]
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        decisions, longest = asyncio.run(run())
+    finally:
+        stop.set()
+        watcher.join()
+        gate.close()
+        delete_namespaces(PG_URL, namespace)
+    assert decisions == [eg.Decision.EXECUTE] * 600
+    assert 1 <= peak[0] <= size + 1, peak[0]
+    assert longest < 0.5, longest  # the waiting tasks awaited: the loop was never held
+
+
+def test_cancelled_waiters_free_their_place_in_the_bounded_pool(namespace: str) -> None:
+    """Postgres only. Tasks cancelled while they wait for a connection, or mid-query, give
+    their place back: the calls after them all complete, and the pool ends within its bound."""
+    from .conftest import PG_URL, delete_namespaces
+
+    size = 3
+    gate, app = _pool_gate(namespace, size)
+
+    async def run() -> list[eg.Decision]:
+        tasks = [asyncio.create_task(_begin_and_report(gate, i)) for i in range(120)]
+        for _ in range(5):
+            await asyncio.sleep(0.002)
+        for task in tasks[::2]:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        after = [_begin_and_report(gate, 1000 + i) for i in range(60)]
+        return list(await asyncio.wait_for(asyncio.gather(*after), timeout=60))
+
+    try:
+        decisions = asyncio.run(run())
+        assert decisions == [eg.Decision.EXECUTE] * 60
+        assert _connections(app) <= size + 1
+    finally:
+        gate.close()
+        delete_namespaces(PG_URL, namespace)
+
+
+def test_the_async_pool_size_is_checked(store_url: str) -> None:
+    for bad in (0, -1, True, "10", 1.5, 10**6):
+        with pytest.raises(eg.ConfigError, match="async_pool_size"):
+            eg.Gate(store_url, policy=False, async_pool_size=bad)  # type: ignore[arg-type]

@@ -161,6 +161,133 @@ def test_no_declared_cost_sets_budget_warning(make_gate: Any) -> None:
         do("y")
 
 
+MAX_BIGINT = 2**63 - 1
+
+MONEY_FIELDS = [
+    ("budget", {"budget": {"per_day_micros": None}}),
+    ("effects.payment.refund.budget", {"effects": {"payment.refund": {"budget": {
+        "per_run_micros": None}}}}),
+    ("effects.payment.refund.budget", {"effects": {"payment.refund": {"budget": {
+        "per_agent_micros": None}}}}),
+    ("effects.payment.refund.budget", {"effects": {"payment.refund": {"budget": {
+        "per_effect_type_micros": None}}}}),
+    ("effects.payment.refund.approval", {"effects": {"payment.refund": {"approval": {
+        "at_or_above_micros": None}}}}),
+    ("effects.payment.refund", {"effects": {"payment.refund": {"max_attempts": None}}}),
+]
+
+
+def _with(policy: dict[str, Any], value: Any) -> dict[str, Any]:
+    """``policy`` with its one None leaf set to ``value``."""
+    return {k: (_with(v, value) if isinstance(v, dict) else value if v is None else v)
+            for k, v in policy.items()}
+
+
+@pytest.mark.parametrize(("where", "policy"), MONEY_FIELDS)
+def test_a_ceiling_past_bigint_is_a_policy_error_at_load(store_url: str, namespace: str,
+                                                         tmp_path: Path, where: str,
+                                                         policy: dict[str, Any]) -> None:
+    """A per-day ceiling (or any ceiling, threshold or attempt count) of 2^64 — or a bool, a
+    float, a string — is refused when the policy loads, naming the field, before a gate
+    writes anything; 2^63 - 1, the most a BIGINT holds on both databases, loads."""
+    for bad in (2**64, MAX_BIGINT + 1, True, 5.0, "5"):
+        with pytest.raises(eg.PolicyError, match=where.replace(".", r"\.")):
+            eg.Policy.from_dict(_with(policy, bad))
+        with pytest.raises(eg.PolicyError):
+            eg.Gate(store_url, namespace=namespace, policy=_with(policy, bad))
+    toml = tmp_path / "effectgate.toml"
+    toml.write_text("[budget]\nper_day_micros = 18446744073709551616\n", encoding="utf-8")
+    with pytest.raises(eg.PolicyError, match="per_day_micros"):
+        eg.Policy.load(toml)
+    with eg.Gate(store_url, namespace=namespace, policy=False) as gate:
+        assert gate.store.meta.get(f"policy:{namespace}") is None  # nothing was recorded
+    with eg.Gate(store_url, namespace=namespace, policy=_with(policy, MAX_BIGINT)) as gate:
+        d = refund(gate, "big", amount=1)
+        assert d.decision is eg.Decision.EXECUTE
+
+
+def test_ceilings_and_costs_at_the_bigint_bound_never_overflow_a_counter(
+        make_gate: Any) -> None:
+    """A ceiling of 2^63 - 1 and estimates near it: the charge that would pass the bound is
+    refused as over the ceiling (not a database error), and the counter holds what it did."""
+    gate = governed(make_gate, budget={"per_day_micros": MAX_BIGINT})
+    first = gate.begin(effect_type="payment.refund", key="refund:a", payload={},
+                       estimated_cost_micros=MAX_BIGINT - 10)
+    assert first.decision is eg.Decision.EXECUTE
+    over = gate.begin(effect_type="payment.refund", key="refund:b", payload={},
+                      estimated_cost_micros=100)
+    assert over.decision is eg.Decision.DENIED and "ceiling" in (over.reason or "")
+    fits = gate.begin(effect_type="payment.refund", key="refund:c", payload={},
+                      estimated_cost_micros=10)
+    assert fits.decision is eg.Decision.EXECUTE
+    assert [spent for _, spent in _counters(gate)] == [MAX_BIGINT]
+
+
+def _counters(gate: eg.Gate) -> list[tuple[str, Any]]:
+    from sqlalchemy import text
+
+    with gate.store.engine.connect() as conn:
+        return [(str(k), v) for k, v in conn.execute(text(
+            "SELECT scope_key, spent_micros FROM effectgate_budgets WHERE namespace = :ns"),
+            {"ns": gate.namespace})]
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_a_report_with_an_actual_cost_past_bigint_changes_nothing(make_gate: Any,
+                                                                  caller: str) -> None:
+    """An actual cost of 2^63 (or negative, or not an int) is refused before anything is
+    written: a typed ConfigError, the effect still in flight and its counters as charged,
+    and the holder can still report what it spent."""
+    import asyncio
+
+    from .conftest import snapshot
+
+    gate = governed(make_gate, budget={"per_day_micros": 10 * DOLLAR})
+    d = refund(gate, "a", 100)
+
+    def report(**kw: Any) -> None:
+        if caller == "sync":
+            gate.report(d, "committed", result={"ok": 1}, **kw)
+        else:
+            asyncio.run(gate.areport(d, "committed", result={"ok": 1}, **kw))
+
+    before = snapshot(gate)
+    for bad in (2**63, 2**64, -1, True, 1.5, "7"):
+        with pytest.raises(eg.ConfigError, match="actual_cost_micros"):
+            report(actual_cost_micros=bad)
+        assert snapshot(gate) == before
+    report(actual_cost_micros=2 * DOLLAR)
+    assert gate.get("refund:a").state is eg.State.COMMITTED
+    assert [spent for _, spent in _counters(gate)] == [2 * DOLLAR]
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_an_actual_cost_at_the_bigint_bound_is_recorded_and_stops_the_counter_there(
+        make_gate: Any, caller: str) -> None:
+    """The largest cost a BIGINT holds, reported under a ceiling: the report lands (the money
+    was spent; refusing it would leave the effect in flight), the counters stop at 2^63 - 1
+    instead of overflowing (a database error on Postgres, a float on SQLite), and the
+    ceiling refuses what comes next."""
+    import asyncio
+
+    gate = governed(make_gate, budget={"per_day_micros": 10 * DOLLAR, "per_run_micros": DOLLAR})
+    spent = refund(gate, "a", 50, run_id="r")
+    d = refund(gate, "b", 50, run_id="r")
+    gate.report(spent, "committed", result={"ok": 1})
+    with pytest.warns(eg.OverspendWarning, match="run ceiling"):
+        if caller == "sync":
+            gate.report(d, "committed", result={"ok": 2}, actual_cost_micros=MAX_BIGINT)
+        else:
+            asyncio.run(gate.areport(d, "committed", result={"ok": 2},
+                                     actual_cost_micros=MAX_BIGINT))
+    record = gate.get("refund:b")
+    assert record.state is eg.State.COMMITTED and record.actual_cost_micros == MAX_BIGINT
+    counters = _counters(gate)
+    assert len(counters) == 2
+    assert all(type(v) is int and v == MAX_BIGINT for _, v in counters), counters
+    assert refund(gate, "c", 1, run_id="r").decision is eg.Decision.DENIED
+
+
 def _spend_worker(url: str, ns: str, worker: int, side: str, start: Any) -> None:
     gate = eg.Gate(url, namespace=ns, policy=eg.Policy.from_dict(
         {"effects": {"payment.*": {"budget": {"per_effect_type_micros": 10 * DOLLAR}}}}))

@@ -234,3 +234,31 @@ def test_the_decorator_never_merges_two_files_behind_a_symlink(gate: eg.Gate,
     assert (tmp_path / "real" / "a.txt").read_text() == "x"
     assert (tmp_path / "a.txt").read_text() == "x"
     assert gate.get(f"touch:{behind}").state is eg.State.COMMITTED
+
+
+def test_lower_is_str_lower_and_casefold_is_its_own_filter(gate: eg.Gate) -> None:
+    """``lower`` is :meth:`str.lower` (``ß`` stays ``ß``: ``Straße`` and ``STRASSE`` are two
+    effects); caseless matching is ``casefold``, named for what it does (one effect)."""
+    assert KeyTemplate("{s|lower}").render({"s": "Straße"}) == "straße"
+    assert KeyTemplate("{s|casefold}").render({"s": "Straße"}) == "strasse"
+    assert KeyTemplate("{s|lower}").normalise({"s": "STRASSE"}) == {"s": "strasse"}
+    assert KeyTemplate("{s|casefold}").normalise({"s": "Straße"}) == {"s": "strasse"}
+    ran: list[str] = []
+
+    @gate.effect("mail:{to|lower}", effect_type="mail.send")
+    def send(to: str) -> str:
+        ran.append(to)
+        return to
+
+    @gate.effect("caseless:{to|casefold}", effect_type="mail.caseless")
+    def send_caseless(to: str) -> str:
+        ran.append(to)
+        return to
+
+    assert send("Straße@x.de") == "Straße@x.de"
+    assert send("STRASSE@x.de") == "STRASSE@x.de"  # another address: it runs
+    assert gate.get("mail:straße@x.de").state is eg.State.COMMITTED
+    assert gate.get("mail:strasse@x.de").state is eg.State.COMMITTED
+    assert send_caseless("Straße@x.de") == "Straße@x.de"
+    assert send_caseless("STRASSE@x.de") == "Straße@x.de"  # one address: the stored result
+    assert ran == ["Straße@x.de", "STRASSE@x.de", "Straße@x.de"]

@@ -13,6 +13,8 @@ import effectgate as eg
 from effectgate.cli import main
 from effectgate.store.schema import principals as principals_table
 
+from .conftest import snapshot
+
 POLICY = {"effects": {"payment.refund": {"approval": {"always": True}}}}
 
 
@@ -156,3 +158,90 @@ def test_cli_principals_add_ls_revoke(store_url: str, namespace: str) -> None:
     assert bad.exit_code == 2
     bad = runner.invoke(main, ["principals", "add", "z", "--role", "root", *base])
     assert bad.exit_code == 2
+
+
+# -- an Acting asks the store before each act (red team, round 3) ------------------------------
+
+def _acts(gate: eg.Gate, acting: Any) -> dict[str, Any]:
+    """One call of each of an Acting's decisions, on effects and an approval made for it."""
+    approval_id = _approval(gate, "bot")
+    d = gate.begin(effect_type="x", key="k:settle", payload={}, group_key="g")
+    gate.report(d, "ambiguous", error="timeout")
+    gate.reconciler("x")(lambda record: "failed")
+    return {
+        "approve": lambda: acting.approve(approval_id),
+        "deny": lambda: acting.deny(approval_id, reason="no"),
+        "resolve": lambda: acting.resolve("k:settle", "failed", note="seen"),
+        "reconcile": lambda: acting.reconcile("k:settle"),
+        "unwind": lambda: acting.unwind("g"),
+    }
+
+
+ACTS = ("approve", "deny", "resolve", "reconcile", "unwind")
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_an_acting_of_a_revoked_operator_is_refused(make_gate: Any, act: str) -> None:
+    """Revocation is seen by an Acting made before it: every act asks the store again, is
+    refused with Unauthenticated, and writes nothing."""
+    gate = make_gate(policy=POLICY)
+    alice, _ = gate.add_principal("alice", "operator")
+    acting = gate.acting_as(alice)
+    calls = _acts(gate, acting)
+    gate.revoke_principal("alice")
+    before = snapshot(gate)
+    with pytest.raises(eg.Unauthenticated) as info:
+        calls[act]()
+    assert info.value.reason == "revoked"
+    assert snapshot(gate) == before
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_an_operator_of_one_namespace_decides_nothing_in_another(make_gate: Any,
+                                                                  act: str) -> None:
+    """Tenant A's operator is not tenant B's, even when B has an operator of the same name."""
+    gate_a = make_gate(policy=POLICY)
+    gate_b = gate_a.in_namespace(gate_a.namespace + "-b")
+    _, token = gate_a.add_principal("alice", "operator")
+    gate_b.add_principal("alice", "operator")
+    alice_a = gate_a.authenticate(token)
+    assert alice_a.namespace == gate_a.namespace
+    with pytest.raises(eg.Unauthenticated) as info:
+        gate_b.acting_as(alice_a)
+    assert info.value.reason == "another namespace"
+    # An Acting made on A's gate and pointed at B's (a gate swapped under it) is refused too.
+    acting = gate_a.acting_as(alice_a)
+    calls = _acts(gate_b, acting)
+    acting.gate = gate_b
+    before = snapshot(gate_b)
+    with pytest.raises(eg.Unauthenticated):
+        calls[act]()
+    assert snapshot(gate_b) == before
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("kind", ["unknown name", "agent as operator", "other creation"])
+def test_a_principal_the_store_never_issued_is_refused(make_gate: Any, act: str,
+                                                       kind: str) -> None:
+    """A Principal built by hand never acts: an unknown name, an agent dressed as an operator,
+    or a name the store knows with another creation time."""
+    import datetime
+
+    gate = make_gate(policy=POLICY)
+    alice, _ = gate.add_principal("alice", "operator")
+    bot, _ = gate.add_principal("bot-9", "agent")
+    invented = {
+        "unknown name": alice._replace(name="mallory"),
+        "agent as operator": bot._replace(role="operator"),
+        "other creation": alice._replace(
+            created_at=alice.created_at + datetime.timedelta(seconds=1)),
+    }[kind]
+    calls = _acts(gate, gate.acting_as(invented))
+    before = snapshot(gate)
+    with pytest.raises(eg.Unauthenticated) as info:
+        calls[act]()
+    assert info.value.reason == ("unknown principal" if kind == "unknown name"
+                                 else "not as issued")
+    assert snapshot(gate) == before
+    # The principal the store did issue acts (the refusal was about the invented one).
+    assert gate.acting_as(alice).resolve("k:settle", "failed").state is eg.State.FAILED

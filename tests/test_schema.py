@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -181,6 +182,118 @@ def test_newer_store_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(eg.ConfigError, match="newer"):
         eg.Gate(f"sqlite:///{path}")
+
+
+def _set_version(url: str, version: int) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("UPDATE effectgate_meta SET value = :v "
+                              "WHERE name = 'schema_version'"), {"v": str(version)})
+    finally:
+        engine.dispose()
+
+
+def _tables(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {t: sorted(tuple(r) for r in conn.execute(text(f"SELECT * FROM {t}")))
+                    for t in ("effectgate_effects", "effectgate_approvals", "effectgate_budgets",
+                              "effectgate_principals", "effectgate_meta")}
+    finally:
+        engine.dispose()
+
+
+def test_a_store_of_a_newer_schema_is_refused_at_open(own_store_url: str) -> None:
+    """A newer effectgate migrated the store: this one refuses it — read-write and read-only
+    alike — with a StoreError naming both versions, and writes nothing."""
+    eg.Gate(own_store_url, namespace="n").close()
+    _set_version(own_store_url, SCHEMA_VERSION + 1)
+    before = _tables(own_store_url)
+    for read_only in (False, True):
+        with pytest.raises(eg.StoreError) as info:
+            eg.Gate(own_store_url, namespace="n", read_only=read_only,
+                    policy={"effects": {"x": {"approval": "always"}}})
+        message = info.value.message
+        assert f"schema version {SCHEMA_VERSION + 1}" in message, message
+        assert f"version {SCHEMA_VERSION}:" in message and "upgrade effectgate" in message
+    assert _tables(own_store_url) == before
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_a_store_migrated_under_an_open_gate_refuses_its_writes(
+        own_store_url: str, caller: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate opened before a newer effectgate migrated the store writes nothing more: the
+    schema version is read again on the connection that writes (every write here: the
+    recheck interval set to 0); begin and report refuse with a StoreError naming both
+    versions, reads still answer, and once the version is this one again writes go on."""
+    import asyncio
+
+    from effectgate.store import schema
+
+    monkeypatch.setattr(schema, "RECHECK_SECONDS", 0.0)
+    gate = eg.Gate(own_store_url, namespace="n", policy=False)
+    loop = asyncio.new_event_loop()
+
+    def call(name: str, *args: Any, **kw: Any) -> Any:
+        if caller == "sync":
+            return getattr(gate, name)(*args, **kw)
+        return loop.run_until_complete(getattr(gate, "a" + name)(*args, **kw))
+
+    try:
+        held = call("begin", effect_type="x", key="k:1", payload={})
+        assert held.decision is eg.Decision.EXECUTE
+        _set_version(own_store_url, SCHEMA_VERSION + 1)
+        before = _tables(own_store_url)
+        for write in (lambda: call("begin", effect_type="x", key="k:2", payload={}),
+                      lambda: call("report", held, "committed", result={"ok": 1})):
+            with pytest.raises(eg.StoreError, match=f"schema version {SCHEMA_VERSION + 1}, "
+                               f"newer than this effectgate's version {SCHEMA_VERSION}"):
+                write()
+        assert _tables(own_store_url) == before
+        assert gate.get("k:1").state is eg.State.IN_FLIGHT  # reads still answer
+        _set_version(own_store_url, SCHEMA_VERSION)
+        call("report", held, "committed", result={"ok": 1})
+        assert gate.get("k:1").state is eg.State.COMMITTED
+    finally:
+        gate.close()
+        if caller == "async" and hasattr(gate.store.async_face(), "close"):
+            loop.run_until_complete(gate.store.async_face().close())  # type: ignore[union-attr]
+        loop.close()
+
+
+def test_a_connection_opened_after_the_migration_refuses_at_once(own_store_url: str) -> None:
+    """Without any recheck interval: a thread that opens its own connection after the store
+    was migrated reads the version before its first write, and refuses."""
+    import threading
+
+    gate = eg.Gate(own_store_url, namespace="n", policy=False)
+    try:
+        assert gate.begin(effect_type="x", key="k:1", payload={}).decision is (
+            eg.Decision.EXECUTE)
+        _set_version(own_store_url, SCHEMA_VERSION + 1)
+        seen: list[BaseException] = []
+
+        def other_thread() -> None:
+            try:
+                gate.begin(effect_type="x", key="k:2", payload={})
+            except BaseException as err:
+                seen.append(err)
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        assert len(seen) == 1 and isinstance(seen[0], eg.StoreError), seen
+        assert "newer than this effectgate" in str(seen[0])
+        with pytest.raises(eg.UnknownEffect):
+            gate.get("k:2")
+    finally:
+        gate.close()
 
 
 def test_bad_urls_are_config_errors(tmp_path: Path) -> None:

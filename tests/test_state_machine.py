@@ -814,6 +814,8 @@ def _run(url: str, runs: list[int], *, caller: str = "sync", examples: int = EXA
             for table in ("effectgate_approvals", "effectgate_budgets", "effectgate_effects"):
                 conn.execute(text(f"DELETE FROM {table} WHERE namespace LIKE :prefix"),
                              {"prefix": f"{prefix}%"})
+            conn.execute(text("DELETE FROM effectgate_meta WHERE name = :name"),
+                         {"name": f"policy:{prefix}base"})  # the policy the base recorded
         base.close()  # the async callers' connections too
         other.close()
         if loop is not None:

@@ -7,8 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -21,7 +19,7 @@ import effectgate as eg
 from effectgate.cli import main
 from effectgate.verify import GUARANTEES, run_checks
 
-from .conftest import PG_URL, snapshot
+from .conftest import snapshot
 
 
 def verify(*args: str, timeout: float = 120) -> tuple[int, Any, str]:
@@ -86,24 +84,6 @@ def _drop_unique_sqlite(path: Path) -> str:
         conn.execute(text("ALTER TABLE effectgate_effects_broken RENAME TO effectgate_effects"))
     engine.dispose()
     return url
-
-
-@pytest.fixture
-def pg_schema(backend: str) -> Iterator[str | None]:
-    """A scratch Postgres schema (so breaking it touches no other test), or None on SQLite."""
-    if backend != "postgres":
-        yield None
-        return
-    schema = f"eg_broken_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.connect() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        engine.dispose()
 
 
 @pytest.mark.xdist_group("processes")
@@ -204,3 +184,50 @@ def test_verify_unreachable_store_exits_3() -> None:
     assert proc.returncode == 3
     assert proc.stderr.startswith("effectgate: error: cannot open the store")
     assert "Traceback" not in proc.stderr
+
+
+def _meta_rows(url: str) -> dict[str, str]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {str(name): str(value) for name, value in conn.execute(
+                text("SELECT name, value FROM effectgate_meta"))}
+    finally:
+        engine.dispose()
+
+
+def test_verify_leaves_no_row_behind_not_even_in_effectgate_meta(store_url: str,
+                                                                 namespace: str) -> None:
+    """The checks that run under a policy record it for their scratch namespace in
+    ``effectgate_meta``; verify deletes that row with the rest (on a shared Postgres database
+    only the rows naming the scratch namespace are compared: other tests write theirs)."""
+    from effectgate.store.schema import policy_meta_name
+
+    eg.Gate(store_url, namespace=namespace, policy=False).close()
+    before = _meta_rows(store_url)
+    scratch = namespace + "-verify"
+    results = run_checks(store_url, only="G8,G9", namespace=scratch)
+    assert [r.status for r in results] == ["passed", "passed"], results
+    after = _meta_rows(store_url)
+    assert policy_meta_name(scratch) not in after
+    assert not [name for name, value in after.items() if scratch in name + value]
+    if store_url.startswith("sqlite"):
+        assert after == before
+    assert rows_in(store_url, scratch) == 0
+
+
+def test_the_exhaustive_replay_leaves_no_policy_row_behind(store_url: str,
+                                                           namespace: str) -> None:
+    """``verify --exhaustive`` replays approval and ceiling configs through a governed base
+    gate, which records its policy; closing the replayer deletes that row."""
+    from effectgate.store.schema import policy_meta_name
+    from effectgate.verify.explore import BOUNDS
+    from effectgate.verify.replay import Replayer
+
+    prefix = namespace + "-r-"
+    with Replayer(store_url, prefix=prefix) as replayer:
+        for config in BOUNDS["2-worker"]:
+            replayer.base_for(replayer.shaped(config))
+        assert policy_meta_name(prefix + "base") in _meta_rows(store_url)
+    assert not [name for name, value in _meta_rows(store_url).items()
+                if prefix in name + value]

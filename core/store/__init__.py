@@ -22,12 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select, update
 
+from .. import validate
 from ..decide import outcome_spend_delta
 from ..errors import ConfigError, StoreError
 from ..request import secret_hash
 from ..states import ApprovalState, Outcome, State
 from . import history
 from .connections import (
+    DEFAULT_ASYNC_POOL_SIZE,
+    MAX_POOL_SIZE,
     Connections,
     Durability,
     Rollback,
@@ -47,7 +50,15 @@ from .rows import (
     effect_head,
     effect_row,
 )
-from .schema import approvals, db_now, effects, ensure_schema, meta, read_schema
+from .schema import (
+    VersionWatch,
+    approvals,
+    db_now,
+    effects,
+    ensure_schema,
+    meta,
+    read_schema,
+)
 from .statements import Statements
 from .threaded import ThreadedStore
 
@@ -85,7 +96,9 @@ class Store:
     """One database URL: its connections, durability and the domain operations."""
 
     def __init__(self, url: str | None = None, *, durability: Durability = "reserve",
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE) -> None:
+        self.async_pool_size = validate.whole(async_pool_size, "async_pool_size", minimum=1,
+                                              maximum=MAX_POOL_SIZE)
         self.url = resolve_url(url)
         self.read_only = read_only
         self.durability = durability
@@ -97,12 +110,16 @@ class Store:
         self._conns = Connections(engine, self.url, durability)
         try:
             self.meta = read_schema(engine, safe_url(self.url)) if read_only else (
-                ensure_schema(engine))
+                ensure_schema(engine, safe_url(self.url)))
         except (StoreError, ConfigError):
             raise
         except Exception as err:
             raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
                              f"{type(err).__name__}: {driver_text(err)}") from err
+        # A store kept open while a newer effectgate migrates it stops writing (read-only:
+        # the database refuses writes already).
+        self.version_watch = None if read_only else VersionWatch(safe_url(self.url))
+        self._conns.watch = self.version_watch
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         if self.is_sqlite:
             from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
@@ -129,7 +146,8 @@ class Store:
     def async_face(self) -> ThreadedStore | AsyncPostgres:
         """The operations for async callers, one per store (every gate on this store, in any
         namespace, shares its connections): natively async on Postgres (psycopg's
-        ``AsyncConnection``, one small pool per event loop); on SQLite, reads on the loop
+        ``AsyncConnection``, one pool per event loop of at most ``async_pool_size``
+        connections, for which further tasks wait in line); on SQLite, reads on the loop
         itself (microseconds, never waiting on a writer in WAL mode) and writes on a worker
         thread."""
         return self._async_face
@@ -143,7 +161,7 @@ class Store:
         conninfo = cargs[0] if cargs else ""
         options = {**cparams, **self._connect_args}
         synchronous = "SET synchronous_commit = off" if self.durability == "relaxed" else None
-        return AsyncPostgres(self, conninfo, options, synchronous)
+        return AsyncPostgres(self, conninfo, options, synchronous, self.async_pool_size)
 
     # -- for tools and tests ------------------------------------------------------------------
 
@@ -363,13 +381,16 @@ class Store:
 
     def _adjust(self, tx: Transaction, namespace: str, keys: str | None,
                 delta: int) -> list[tuple[str, int]]:
-        """Move each counter by ``delta``; (counter, spent now) for each."""
+        """Move each counter by ``delta`` (stopping at the most a BIGINT holds); (counter,
+        spent now) for each."""
         if not delta or not keys:
             return []
         out: list[tuple[str, int]] = []
+        # How far a counter may rise before it would pass a BIGINT (it stops there instead).
+        room = validate.MAX_INT - delta if delta > 0 else validate.MAX_INT
         for scope_key in json.loads(keys):
             for row in tx.all(self.sql.adjust, {"namespace": namespace, "scope_key": scope_key,
-                                                "delta": delta}):
+                                                "delta": delta, "room": room}):
                 out.append((str(row[0]), int(row[1])))
         return out
 

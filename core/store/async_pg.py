@@ -1,6 +1,16 @@
 """The store's per-call operations for async callers on Postgres, on psycopg's own
-``AsyncConnection``: no thread hop. Each event loop gets its own small pool of connections
-(a connection belongs to the loop that opened it); a forked child opens its own.
+``AsyncConnection``: no thread hop. Each event loop gets its own bounded pool of connections
+(a connection belongs to the loop that opened it): at most ``pool_size`` open at once (the
+gate's ``async_pool_size``, default 10), the one released last handed out first, and a task
+that finds them all busy waits in line for one — awaiting, never blocking the loop. A forked
+child opens its own.
+
+The pool is written here rather than taken from ``psycopg_pool``: its ``AsyncConnectionPool``
+runs maintenance tasks on the loop it was opened on and must be closed there, so a pool made
+implicitly for a caller's short-lived loop (``asyncio.run`` per request, a test's loop) would
+keep that loop and its connections alive after the loop ended. This one holds no reference
+to its loop while nobody waits, so a finished loop is collected with its idle connections,
+and :meth:`AsyncPostgres.close_idle` closes them from any thread.
 
 The statements, their binds and how rows are read are the sync store's (``Store``): this module
 only awaits them. Operations that need a transaction (a governed move, a report that moves
@@ -10,15 +20,17 @@ spend) stay on the sync store, run on a worker thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
+import threading
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..states import State
-from .connections import is_disconnect, safe_url, store_error
+from .connections import DEFAULT_ASYNC_POOL_SIZE, is_disconnect, safe_url, store_error
 from .rows import (
     ApprovalRow,
     EffectHead,
@@ -29,6 +41,7 @@ from .rows import (
     effect_head,
     effect_row,
 )
+from .schema import VERSION_SQL
 
 if TYPE_CHECKING:
     from ..decide import Move
@@ -39,33 +52,116 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncPostgres"]
 
-_IDLE = 8  # connections kept per event loop
+
+class _LoopPool:
+    """One event loop's connections. ``opened`` counts those open or being opened (idle and
+    in use); ``waiting`` holds, in arrival order, the futures of tasks waiting for one: each
+    is handed a connection, or ``None`` (a slot: open a new one). The lock guards ``idle``
+    and ``opened`` against :meth:`AsyncPostgres.close_idle` on another thread; it is never
+    held across an ``await``."""
+
+    __slots__ = ("idle", "lock", "opened", "waiting")
+
+    def __init__(self) -> None:
+        self.idle: list[Any] = []
+        self.opened = 0
+        self.waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.lock = threading.Lock()
+
+    def take(self, size: int) -> tuple[Any, bool]:
+        """(an idle connection, False), else (None, True) with a slot to open one, else
+        (None, False): wait."""
+        with self.lock:
+            while self.idle:
+                conn = self.idle.pop()
+                if not conn.closed:
+                    return conn, False
+                self.opened -= 1
+            if self.opened < size:
+                self.opened += 1
+                return None, True
+        return None, False
+
+    def give(self, conn: Any) -> None:
+        """Hand a healthy connection to the first waiter, else keep it idle."""
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        with self.lock:
+            self.idle.append(conn)
+
+    def free(self) -> None:
+        """A connection (or a slot to open one) is gone: its slot passes to the first
+        waiter, else the count goes down."""
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        with self.lock:
+            self.opened -= 1
 
 
 class AsyncPostgres:
     """The async face of a Postgres :class:`~effectgate.store.Store`."""
 
     def __init__(self, store: Store, conninfo: str, connect_options: Mapping[str, Any],
-                 synchronous: str | None) -> None:
+                 synchronous: str | None, pool_size: int = DEFAULT_ASYNC_POOL_SIZE) -> None:
         self._store = store
         self._conninfo = conninfo
         self._options = dict(connect_options)
         self._synchronous = synchronous
-        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = (
+        self.pool_size = pool_size
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPool] = (
             weakref.WeakKeyDictionary())
         self._pid = os.getpid()
 
     # -- connections -------------------------------------------------------------------------
 
-    async def _acquire(self) -> Any:
+    def _pool(self) -> _LoopPool:
         if self._pid != os.getpid():  # a forked child: never touch the parent's sockets
             self._pools = weakref.WeakKeyDictionary()
             self._pid = os.getpid()
-        pool = self._pools.setdefault(asyncio.get_running_loop(), [])
-        while pool:
-            conn = pool.pop()
-            if not conn.closed:
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            pool = self._pools[loop] = _LoopPool()
+        return pool
+
+    async def _acquire(self) -> Any:
+        """A connection of this loop's pool: an idle one, a new one while fewer than
+        ``pool_size`` are open, else the next one released (waiting in line)."""
+        pool = self._pool()
+        conn, may_open = pool.take(self.pool_size)
+        if conn is not None:
+            return conn
+        if not may_open:
+            waiter = asyncio.get_running_loop().create_future()
+            pool.waiting.append(waiter)
+            try:
+                conn = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():  # handed one as we were cancelled
+                    handed = waiter.result()
+                    if handed is None:
+                        pool.free()
+                    else:
+                        pool.give(handed)
+                else:
+                    with contextlib.suppress(ValueError):
+                        pool.waiting.remove(waiter)
+                raise
+            if conn is not None:
                 return conn
+        try:  # this task holds a slot: open a connection in it
+            return await self._connect()
+        except BaseException:
+            pool.free()
+            raise
+
+    async def _connect(self) -> Any:
         import psycopg
 
         try:
@@ -77,33 +173,45 @@ class AsyncPostgres:
                 row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
                 if row is not None and row[0] == "off":  # as the sync store does
                     await conn.execute("SET synchronous_commit = on")
+            watch = self._store.version_watch
+            if watch is not None:  # a new connection: was the store migrated meanwhile?
+                row = await (await conn.execute(VERSION_SQL)).fetchone()
+                watch.note(None if row is None else row[0])
         except Exception as err:
             raise StoreError(f"cannot reach the store at {safe_url(self._store.url)}: "
                              f"{type(err).__name__}") from err
         return conn
 
     def _release(self, conn: Any) -> None:
-        pool = self._pools.setdefault(asyncio.get_running_loop(), [])
-        if len(pool) < _IDLE and not conn.closed:
-            pool.append(conn)
+        """Give ``conn`` back to this loop's pool (to the next waiter first)."""
+        pool = self._pool()
+        if conn.closed:
+            pool.free()
         else:
-            task = asyncio.ensure_future(_close(conn))
-            _closing.add(task)
-            task.add_done_callback(_closing.discard)
+            pool.give(conn)
+
+    async def _discard(self, conn: Any) -> None:
+        """Close ``conn`` (broken, or in an unknown state) and free its slot."""
+        self._pool().free()
+        await _close(conn)
 
     async def run(self, sql: Sql, binds: Mapping[str, Any], *,
                   writing: bool = False) -> list[Any]:
         """One statement in autocommit on this loop's connection."""
         conn = await self._acquire()
         try:
+            watch = self._store.version_watch
+            if writing and watch is not None and watch.due():
+                row = await (await conn.execute(VERSION_SQL)).fetchone()
+                watch.seen(None if row is None else row[0])  # a newer schema: StoreError
             cur = await conn.execute(sql.text, binds)
             rows: list[Any] = await cur.fetchall()
         except BaseException as err:
             if isinstance(err, Exception) and is_disconnect(err):
-                await _close(conn)
+                await self._discard(conn)
                 raise store_error(err, writing=writing) from err
             if isinstance(err, asyncio.CancelledError):
-                await _close(conn)  # its state is unknown mid-query
+                await self._discard(conn)  # its state is unknown mid-query
                 raise
             self._release(conn)
             if isinstance(err, Exception) and type(err).__module__.startswith("psycopg"):
@@ -113,10 +221,13 @@ class AsyncPostgres:
         return rows
 
     async def close(self) -> None:
-        """Close this loop's connections."""
+        """Close this loop's idle connections (those in use close when they come back)."""
         with contextlib.suppress(RuntimeError):
-            for conn in self._pools.pop(asyncio.get_running_loop(), []):
-                await _close(conn)
+            # The pool itself stays: connections in use still come back to it.
+            pool = self._pools.get(asyncio.get_running_loop())
+            if pool is not None:
+                for conn in _taken_idle(pool):
+                    await _close(conn)
 
     def close_idle(self) -> None:
         """Close the idle connections of every event loop, from any thread (``Store.close``).
@@ -124,11 +235,10 @@ class AsyncPostgres:
         awaits nothing. As with the sync store, the next call opens a new one."""
         if self._pid != os.getpid():
             return  # a forked child holds its parent's sockets: never close those
-        pools, self._pools = self._pools, weakref.WeakKeyDictionary()
-        for pool in list(pools.values()):
-            while pool:
+        for pool in list(self._pools.values()):
+            for conn in _taken_idle(pool):
                 with contextlib.suppress(Exception):
-                    pool.pop().pgconn.finish()
+                    conn.pgconn.finish()
 
     # -- the operations the async begin loop and report use -----------------------------------
 
@@ -201,7 +311,12 @@ class AsyncPostgres:
         return float(rows[0][0]) if rows else None
 
 
-_closing: set[asyncio.Future[None]] = set()
+def _taken_idle(pool: _LoopPool) -> list[Any]:
+    """Take every idle connection out of ``pool`` (their slots freed) for closing."""
+    with pool.lock:
+        taken, pool.idle = pool.idle, []
+        pool.opened -= len(taken)
+    return taken
 
 
 async def _close(conn: Any) -> None:

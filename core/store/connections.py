@@ -31,12 +31,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 
 from ..errors import ConfigError, StoreError
+from .schema import VERSION_SQL, VersionWatch
 from .statements import Sql
 
-__all__ = ["Connections", "Durability", "driver_text", "make_engine", "safe_url", "store_error"]
+__all__ = ["DEFAULT_ASYNC_POOL_SIZE", "MAX_POOL_SIZE", "Connections", "Durability", "driver_text",
+           "make_engine", "safe_url", "store_error"]
 
 Durability = Literal["reserve", "all", "relaxed"]
 _FULL, _NORMAL = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
+# Async callers on Postgres: connections open at once per event loop (further tasks wait).
+DEFAULT_ASYNC_POOL_SIZE = 10
+MAX_POOL_SIZE = 10_000
 
 # Every live SQLite Connections object: a fork waits for each one's write lock.
 _guarded: weakref.WeakSet[Connections] = weakref.WeakSet()
@@ -80,6 +85,7 @@ class Connections:
         self._opened_lock = threading.Lock()
         self._pid = os.getpid()
         self._inherited: Any = None
+        self.watch: VersionWatch | None = None  # set once the schema is known (not read-only)
         if self.is_sqlite:
             with _guard_lock:
                 _guarded.add(self)
@@ -102,6 +108,13 @@ class Connections:
             local.conn, local.pid = conn, os.getpid()
             local.sync = _FULL  # as the connect hook left it
             self._adopt(conn)
+            if self.watch is not None:  # a new connection: was the store migrated meanwhile?
+                try:
+                    row = local.conn.execute(VERSION_SQL).fetchone()
+                except Exception as err:
+                    self.drop()
+                    raise store_error(err, writing=False) from err
+                self.watch.note(None if row is None else row[0])
         return conn
 
     def _adopt(self, conn: Any) -> None:
@@ -143,6 +156,8 @@ class Connections:
         """One statement in autocommit; ``sync`` (SQLite) is the durability of its commit, and
         marks it as a write."""
         conn = self.driver()
+        if sync is not None:
+            self._check_version(conn)
         try:
             if sync is not None and self.is_sqlite:
                 with self.write_lock:
@@ -155,6 +170,20 @@ class Connections:
             if is_disconnect(err):
                 self.drop()
             raise store_error(err, writing=sync is not None) from err
+
+    def _check_version(self, conn: Any) -> None:
+        """Before a write: the store's schema version read again when the watch says so
+        (:class:`~effectgate.store.schema.VersionWatch`), refused when it is newer."""
+        watch = self.watch
+        if watch is None or not watch.due():
+            return
+        try:
+            row = conn.execute(VERSION_SQL).fetchone()
+        except Exception as err:
+            if is_disconnect(err):
+                self.drop()
+            raise store_error(err, writing=True) from err
+        watch.seen(None if row is None else row[0])
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -175,6 +204,7 @@ class Connections:
                     self.drop()
                 raise store_error(err, writing=True) from err
             try:
+                self._check_version(conn)  # inside the transaction: it sees what it writes to
                 yield Transaction(conn)
                 conn.execute("COMMIT")
             except BaseException as err:

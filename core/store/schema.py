@@ -4,20 +4,26 @@ Times are seconds since the epoch on the *database's* clock (:class:`db_now`), n
 worker's. Every transition of ``state`` or of the fencing ``token`` appends one line to the
 effect's own ``history`` column in the statement that makes it (see ``statements``), so
 history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema
-version and the store's secret for vendor keys. Version 5 adds the console's server-side
-sessions (``effectgate_sessions``) and the record of operators' actions
-(``effectgate_audit``).
+version, the store's secret for vendor keys, and the policy each namespace last ran with
+(:func:`policy_meta_name`). Version 5 adds the console's server-side sessions
+(``effectgate_sessions``) and the record of operators' actions (``effectgate_audit``).
 
 :func:`ensure_schema` creates a fresh store at the latest version, or migrates an older one
 under a lock, in one transaction: each migration first checks that the store has exactly the
 shape of the version it starts from, and refuses (changing nothing) a shape it does not
 recognise; a migration that replaces a table carries every row of it over. Afterwards every
-table is checked to have every column this version reads.
+table is checked to have every column this version reads. A store whose schema is newer than
+this effectgate's is never written: it is refused at open (a :class:`~effectgate.StoreError`
+naming both versions), and a store that stays open while a newer effectgate migrates it
+refuses its writes from the next connection it opens, or within :data:`RECHECK_SECONDS`
+(:class:`VersionWatch`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,8 +49,9 @@ from sqlalchemy.sql.functions import FunctionElement
 from ..errors import ConfigError, StoreError
 
 __all__ = [
-    "SCHEMA_VERSION", "approvals", "audit", "budgets", "db_day", "db_now", "effects",
-    "ensure_schema", "literal", "metadata", "principals", "read_schema", "sessions",
+    "RECHECK_SECONDS", "SCHEMA_VERSION", "VERSION_SQL", "VersionWatch", "approvals", "audit",
+    "budgets", "db_day", "db_now", "effects", "ensure_schema", "literal", "metadata",
+    "newer_schema", "policy_meta_name", "principals", "read_schema", "sessions",
 ]
 
 metadata = MetaData()
@@ -192,6 +199,15 @@ meta = Table(
     Column("name", String(64), primary_key=True),
     Column("value", Text, nullable=False),
 )
+
+
+def policy_meta_name(namespace: str) -> str:
+    """The ``effectgate_meta`` row that holds a namespace's last recorded policy (at most 64
+    characters: a long namespace goes by its digest)."""
+    name = f"policy:{namespace}"
+    if len(name) <= 64 and name.isascii() and name.isprintable():
+        return name
+    return "policy:#" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:48]
 
 
 def literal(text: str) -> ColumnElement[str]:
@@ -370,6 +386,9 @@ def _v5(conn: Connection, dialect: str) -> None:
                 "was not written by a released effectgate; nothing was changed")
         table.create(conn)
 
+VERSION_SQL = "SELECT value FROM effectgate_meta WHERE name = 'schema_version'"
+# How long a kept connection writes before it reads the schema version again.
+RECHECK_SECONDS = 30.0
 
 # MIGRATIONS[n - 1] takes a store from version n - 1 to n, inside one transaction. A fresh
 # store is created at the latest version directly.
@@ -401,8 +420,9 @@ def _check_latest(conn: Connection) -> None:
             )
 
 
-def ensure_schema(engine: Engine) -> dict[str, str]:
-    """Create or migrate the store's tables; return the ``effectgate_meta`` rows.
+def ensure_schema(engine: Engine, where: str = "this URL") -> dict[str, str]:
+    """Create or migrate the store's tables; return the ``effectgate_meta`` rows. A store whose
+    schema is newer than this effectgate's is refused (:func:`newer_schema`), changing nothing.
 
     Runs under a lock (SQLite ``BEGIN IMMEDIATE``, a Postgres advisory lock) so that many
     workers starting at once migrate exactly once.
@@ -419,10 +439,7 @@ def ensure_schema(engine: Engine) -> dict[str, str]:
         try:
             version = _current_version(conn)
             if version > SCHEMA_VERSION:
-                raise ConfigError(
-                    f"the store's schema is version {version}, newer than this effectgate "
-                    f"understands ({SCHEMA_VERSION}); upgrade effectgate"
-                )
+                raise newer_schema(version, where)
             if version == 0:
                 if _has_table(conn, effects.name):
                     raise ConfigError(
@@ -457,6 +474,8 @@ def read_schema(engine: Engine, where: str) -> dict[str, str]:
         version = _current_version(conn)
         if version == 0:
             raise StoreError(f"no effectgate store at {where}")
+        if version > SCHEMA_VERSION:
+            raise newer_schema(version, where)
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"the store at {where} has schema version {version}; this effectgate reads "
@@ -471,10 +490,53 @@ def read_schema(engine: Engine, where: str) -> dict[str, str]:
 def _current_version(conn: Connection) -> int:
     if not _has_table(conn, meta.name):
         return 0
-    value = conn.execute(
-        text("SELECT value FROM effectgate_meta WHERE name = 'schema_version'")
-    ).scalar()
+    return _version_of(conn.execute(text(VERSION_SQL)).scalar())
+
+
+def _version_of(value: object) -> int:
     try:
-        return int(value) if value is not None else 0
+        return int(value) if value is not None else 0  # type: ignore[call-overload]
     except ValueError:
         raise ConfigError(f"the store's schema version {value!r} is not a number") from None
+
+
+def newer_schema(version: int, where: str) -> StoreError:
+    """The refusal of a store whose schema a newer effectgate migrated: this one would write
+    rows that schema may not expect."""
+    return StoreError(
+        f"the store at {where} has schema version {version}, newer than this effectgate's "
+        f"version {SCHEMA_VERSION}: it writes nothing there; upgrade effectgate",
+        reason=f"schema version {version} > {SCHEMA_VERSION}")
+
+
+class VersionWatch:
+    """Whether the store is still at the schema version this effectgate writes, for a store
+    that stays open while a newer effectgate migrates it. The per-call paths read the version
+    as each connection opens (with its other set-up, so the per-call round trips stay as
+    they are), and before a write at most every :data:`RECHECK_SECONDS` (one small read on
+    the connection that writes): a newer version refuses the write (:func:`newer_schema`),
+    and every write after it until the version is this one again. Reads are never refused."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.interval = RECHECK_SECONDS
+        self._next = time.monotonic() + self.interval
+
+    def due(self) -> bool:
+        """True when the next write must read the version first."""
+        return time.monotonic() >= self._next
+
+    def note(self, value: object) -> bool:
+        """Take the version just read (the ``value`` of its meta row, read when a connection
+        opens or before a write); True when it is newer than this effectgate's, and then
+        every write reads it again first until it is this one again."""
+        if _version_of(value) > SCHEMA_VERSION:
+            self._next = 0.0
+            return True
+        self._next = time.monotonic() + self.interval
+        return False
+
+    def seen(self, value: object) -> None:
+        """:meth:`note` before a write: :func:`newer_schema` when the version is newer."""
+        if self.note(value):
+            raise newer_schema(_version_of(value), self.where)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import BigInteger, case, false, func, literal_column, null, select, true
 from sqlalchemy import bindparam as p
-from sqlalchemy import case, false, func, literal_column, null, select, true
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import ColumnElement
 
 from ..states import ApprovalState, State
+from ..validate import MAX_INT
 from . import history
 from .pg_reserve import ReserveFunction
 from .rows import HEAD_COLUMNS, ROW_COLUMNS
@@ -249,7 +250,10 @@ class Statements:
                 .on_conflict_do_update(
                     index_elements=[b.namespace, b.scope_key],
                     set_={"spent_micros": b.spent_micros + p("cost"), "updated_at": now},
-                    where=b.spent_micros + p("cost") <= p("limit"),
+                    # spent + cost <= limit, written so that nothing can pass a BIGINT
+                    # (cost <= limit is checked first, so limit - cost >= 0).
+                    where=b.spent_micros <= p("limit", type_=BigInteger()) - p(
+                        "cost", type_=BigInteger()),
                 )
                 .returning(b.scope_key, b.spent_micros)
             )
@@ -265,10 +269,16 @@ class Statements:
         ) if pg else None
         self.reserve_governed = Sql(self.governed_function.call if self.governed_function
                                     else "")
+        # A counter moved by an actual cost or a resolution stops at the most a BIGINT holds
+        # (over every ceiling) rather than overflowing: ``room`` is how far it may rise before
+        # that (adjust_binds).
         self.adjust = Sql(
             budgets.update()
             .where((b.namespace == p("namespace")) & (b.scope_key == p("scope_key")))
-            .values(spent_micros=b.spent_micros + p("delta"), updated_at=now)
+            .values(spent_micros=case(
+                (b.spent_micros > p("room", type_=BigInteger()), literal_column(str(MAX_INT))),
+                else_=b.spent_micros + p("delta", type_=BigInteger())),
+                    updated_at=now)
             .returning(b.scope_key, b.spent_micros),
             dialect,
         )

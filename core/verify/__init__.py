@@ -37,6 +37,7 @@ from xml.etree import ElementTree
 
 from ..errors import ConfigError
 from ..gate import Gate
+from ..store.schema import policy_meta_name
 from .harness import CheckFailed, CheckResult, NotApplicable, Status, VerifyContext, count_keys
 from .registry import GUARANTEES, all_checks, parse_only
 
@@ -127,7 +128,8 @@ def _scratch_folder() -> Iterator[Path]:
 
 
 def _delete_namespace(url: str, namespace: str) -> None:
-    """Remove every row the checks wrote (their namespace only)."""
+    """Remove every row the checks wrote (their namespace only, and the policy it last ran
+    with in ``effectgate_meta``)."""
     from sqlalchemy import inspect, text
 
     try:
@@ -150,6 +152,8 @@ def _delete_namespace(url: str, namespace: str) -> None:
                                  {"ns": namespace})
             conn.execute(text("DELETE FROM effectgate_effects WHERE namespace = :ns"),
                          {"ns": namespace})
+            conn.execute(text("DELETE FROM effectgate_meta WHERE name = :name"),
+                         {"name": policy_meta_name(namespace)})
     except Exception as err:
         log.warning("verify could not delete its scratch namespace %s: %s", namespace, err)
     finally:

@@ -15,6 +15,7 @@ namespaces, deleted afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -31,6 +32,7 @@ from ..gate import Gate
 from ..records import BeginDecision
 from ..request import Lease
 from ..states import Decision
+from ..store.schema import policy_meta_name
 from .model import COST, KEY, PAYLOAD, VENDOR, Action, Config, Model, ModelState
 
 __all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]
@@ -117,7 +119,14 @@ class Replayer:
         return self._governed[name]
 
     def close(self) -> None:
-        """Close the stores."""
+        """Forget the policy the governed base gates recorded for their namespace (the
+        replay leaves nothing in the store), and close the stores."""
+        if self._governed:
+            from sqlalchemy import text
+
+            with contextlib.suppress(Exception), self.store.engine.begin() as conn:
+                conn.execute(text("DELETE FROM effectgate_meta WHERE name = :name"),
+                             {"name": policy_meta_name(f"{self.prefix}base")})
         for gate in self._governed.values():
             gate.close()
         self.gate.close()
