@@ -39,6 +39,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +55,10 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
 
 from .elicit import approval_url
 
-__all__ = ["APPROVAL_INPUT", "STATE_KEY_ENV", "ApprovalClaim", "ApprovalRounds", "Retry",
-           "RoundKeys", "approval_round", "client_answer", "is_modern", "url_capable"]
+__all__ = [
+    "APPROVAL_INPUT", "STATE_KEY_ENV", "ApprovalClaim", "ApprovalRounds", "AskClient", "Retry",
+    "RoundKeys", "approval_round", "client_answer", "is_modern", "url_capable",
+]
 
 APPROVAL_INPUT = "effectgate_approval"
 """The ``inputRequests`` key of the approval's URL elicitation."""
@@ -208,6 +211,14 @@ def client_answer(input_responses: Any) -> str | None:
     return action if action in ("accept", "decline", "cancel") else None
 
 
+class AskClient(Exception):
+    """Raised inside a gated call to answer it with ``result`` (an input-required round)."""
+
+    def __init__(self, result: types.InputRequiredResult) -> None:
+        super().__init__("input required")
+        self.result = result
+
+
 @dataclass(frozen=True)
 class Retry:
     """A retried round: its verified claim and the client's action on the page."""
@@ -228,11 +239,11 @@ class ApprovalRounds:
         protocol); ``MCPError`` for a state this server did not mint for this call."""
         if ctx is None or not is_modern(getattr(ctx, "protocol_version", None)):
             return None
-        state = getattr(ctx, "request_state", None)
+        state, responses = _round_input(ctx)
         if state is None:
             return None
         claim = self.keys.open(state, tool=tool, arguments=arguments)
-        return Retry(claim, client_answer(getattr(ctx, "input_responses", None)))
+        return Retry(claim, client_answer(responses))
 
     async def answer(self, ctx: Any, retry: Retry | None, *, tool: str, arguments: Any,
                      key: str, approval_id: str | None
@@ -252,6 +263,18 @@ class ApprovalRounds:
             return False
         return approval_round(self.keys, self.console_url, tool=tool, arguments=arguments,
                               key=key, approval_id=approval_id)
+
+
+def _round_input(ctx: Any) -> tuple[Any, Any]:
+    """``(requestState, inputResponses)`` of a call: from an ``MCPServer`` context, or from a
+    low-level request context's raw params (after the SDK's boundary verified the seal)."""
+    state = getattr(ctx, "request_state", None)
+    if state is not None:
+        return state, getattr(ctx, "input_responses", None)
+    params = getattr(ctx, "params", None)
+    if isinstance(params, Mapping):
+        return params.get("requestState"), params.get("inputResponses")
+    return None, None
 
 
 def _capabilities(ctx: Any) -> types.ClientCapabilities | None:
