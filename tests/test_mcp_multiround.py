@@ -333,3 +333,12 @@ async def test_a_call_re_issued_after_a_broken_stream_joins_the_running_one(
     assert (again.meta or {})["effectgate"]["decision"] == "duplicate"
     assert gate.get("slow:+1").state is eg.State.COMMITTED
     assert ledger(tmp_path) == ["slow:+1"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_prompt_mcp_serve_does_not_have_is_invalid_params_not_an_internal_error(
+        gate: eg.Gate, mode: str) -> None:
+    async with serve(gate, mode=mode) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.get_prompt("test_simple_prompt")
+    assert caught.value.error.code == types.INVALID_PARAMS

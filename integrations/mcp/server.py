@@ -47,7 +47,8 @@ try:
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp_types import InputRequiredResult
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS, InputRequiredResult
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
         'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
@@ -185,6 +186,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
                        instructions=(
         "Call begin_effect immediately before every action with a side effect and obey its "
         "decision: only 'execute' performs the action; then call report_effect."))
+    server.middleware.append(_UnknownPrompt(server))
 
     @server.tool(description=BEGIN, structured_output=False)
     async def begin_effect(
@@ -356,6 +358,21 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
             "exactly its begin_effect arguments; on execute, perform what its compensation "
             "describes and report_effect. Then call unwind_group again to confirm.")
     return answer
+
+
+class _UnknownPrompt:
+    """``prompts/get`` of a prompt this server does not have is an invalid-params error, not the
+    SDK's internal error (this server offers no prompts)."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "prompts/get":
+            name = (ctx.params or {}).get("name")
+            if name not in {p.name for p in await self.server.list_prompts()}:
+                raise MCPError(INVALID_PARAMS, f"Unknown prompt: {str(name)[:100]}")
+        return await call_next(ctx)
 
 
 def _session(ctx: Any) -> Any:
