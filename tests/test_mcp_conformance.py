@@ -19,6 +19,7 @@ extension): never a protocol or internal error."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,19 +35,14 @@ NOT_OFFERED = re.compile(r"Method not found|Unknown (prompt|resource)|not found|
                          r"notifications")
 
 
-@pytest.fixture(scope="module")
-def conformance(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The suite against every target, once for this module (it takes minutes)."""
+def test_conformance_of_mcp_serve_and_the_gateway(tmp_path: Path) -> None:
+    """One run of the suite (minutes): the handshake revisions here, 2026-07-28 in
+    :func:`check_2026`."""
     require_npm("conformance", "mcp-server-everything")
-    tmp_path = tmp_path_factory.mktemp("conformance")
     results = run_all(f"sqlite:///{tmp_path / 'effects.db'}", tmp_path)
     (tmp_path / "table.txt").write_text(table(results), encoding="utf-8")
     print(table(results))
-    return results
-
-
-def test_conformance_of_mcp_serve_and_the_gateway(conformance: dict[str, Any]) -> None:
-    results = conformance
+    check_2026(results)
 
     fixtures, through = results["fixtures (direct)"], results["gateway -> fixtures"]
     assert all(c.status == "SUCCESS" for c in fixtures.values()), score(fixtures)
@@ -130,7 +126,3 @@ def check_2026(results: dict[str, Any]) -> None:
     relayed = results[f"gateway -> fixtures @ {MODERN}"]
     for check in RELAYED_2026:
         assert relayed[check].status == "SUCCESS", relayed[check]
-
-
-def test_conformance_at_2026_07_28(conformance: dict[str, Any]) -> None:
-    check_2026(conformance)
