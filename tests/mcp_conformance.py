@@ -34,9 +34,18 @@ class Check:
     message: str
 
 
-def run_suite(url: str, out: Path) -> dict[str, Check]:
-    """Every check of the suite's active server scenarios against ``url``, by check id."""
-    subprocess.run([str(NPM_BIN / "conformance"), "server", "--url", url, "-o", str(out)],
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+
+
+def run_suite(url: str, out: Path, revision: str = LEGACY) -> dict[str, Check]:
+    """Every check the suite runs against ``url`` for a protocol revision, by check id: the
+    active scenarios of 2025-11-25 (and before), or exactly the scenarios 2026-07-28 requires
+    (``--requirements``, the extensions it lists included)."""
+    which = (["--spec-version", revision] if revision == LEGACY
+             else ["--requirements", revision])
+    subprocess.run([str(NPM_BIN / "conformance"), "server", "--url", url, *which,
+                    "-o", str(out)],
                    env=npm_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                    timeout=600)
     checks: dict[str, Check] = {}
@@ -86,10 +95,18 @@ def _free_port() -> int:
 
 
 def run_all(store: str, out: Path) -> dict[str, dict[str, Check]]:
-    """The suite against every target: target name → check id → result."""
+    """The suite against every target, at 2025-11-25 (target name) and, for the targets that
+    speak it, at 2026-07-28 (``name @ 2026-07-28``; the reference everything server speaks
+    only the handshake protocol): target → check id → result."""
     with targets(store) as urls:
-        return {name: run_suite(url, out / f"t{i}") for i, (name, url) in
-                enumerate(urls.items())}
+        found = {name: run_suite(url, out / f"t{i}") for i, (name, url) in
+                 enumerate(urls.items())}
+        for i, name in enumerate(MODERN_TARGETS):
+            found[f"{name} @ {MODERN}"] = run_suite(urls[name], out / f"m{i}", MODERN)
+        return found
+
+
+MODERN_TARGETS = ("mcp serve", "gateway -> everything", "gateway -> fixtures")
 
 
 def table(results: dict[str, dict[str, Check]]) -> str:

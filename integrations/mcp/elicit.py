@@ -12,7 +12,8 @@ decision, sends ``notifications/elicitation/complete``, and asks the gate again:
 the call proceeds (once); denied → refused; still pending → the textual "waiting for
 approval" answer, as without elicitation. Without a ``console_url``, without the client's URL
 capability, or on a stateless session that cannot send requests, nothing is elicited and the
-textual answer stays.
+textual answer stays. On 2026-07-28, which has no mid-call requests, the same page is sent
+inside the call's input-required result instead (:mod:`.multiround`).
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ class ApprovalElicitor:
                 await session.send_elicit_complete(approval_id,
                                                    related_request_id=related_request_id)
         return decided
+
+    async def wait_decided(self, approval_id: str) -> bool:
+        """Wait (at most ``wait_seconds``) for a decision on ``approval_id`` in the store; True
+        once it is approved or denied."""
+        return await self._wait(approval_id)
 
     async def _wait(self, approval_id: str) -> bool:
         deadline = time.monotonic() + self.wait_seconds

@@ -51,6 +51,8 @@ import effectgate as eg
 from .._kernel.twins import registry as twins
 from .._kernel.vocabulary import UPSTREAM_AMBIGUOUS, UPSTREAM_FAILED, gateway_hint
 from .identity import UpstreamIdentity, choose_rule
+from .multiround import ApprovalRounds, AskClient, RoundKeys, is_modern
+from .reissue import detached
 from .relay import (
     Ctx,
     Link,
@@ -139,13 +141,16 @@ class Gateway:
                  rule: eg.UpstreamRule | None = None, policy: eg.Policy | None = None,
                  upstream_name: str | None = None, out: TextIO | None = None,
                  console_url: str | None = None, approval_wait_seconds: float = 300.0,
-                 identity: UpstreamIdentity | None = None) -> None:
+                 identity: UpstreamIdentity | None = None,
+                 state_keys: RoundKeys | None = None) -> None:
         from .elicit import ApprovalElicitor, check_console_url
 
         self.gate = gate
         console = check_console_url(console_url)
         self.elicitor = (ApprovalElicitor(gate, console, wait_seconds=approval_wait_seconds)
                          if console is not None else None)
+        self.state_keys = state_keys if state_keys is not None else RoundKeys.from_env()
+        self.rounds = ApprovalRounds(self.state_keys, console, self._decided)
         if isinstance(upstream, str):
             target = upstream
             Upstream(target)  # a bad command line fails now, not at the first client
@@ -338,6 +343,7 @@ class Gateway:
         server = RelayServer(
             name, version=info.version if info else "", title=info.title if info else None,
             instructions=self.init.instructions if self.init else None, **handlers)
+        server.middleware.append(self.state_keys.boundary(name))  # 2026-07-28 requestState
         server.notification_options = NotificationOptions(
             prompts_changed=bool(caps.prompts and caps.prompts.list_changed),
             resources_changed=bool(caps.resources and caps.resources.list_changed),
@@ -490,6 +496,7 @@ class Gateway:
                            "what_to_do": "Fix the arguments and call again; nothing ran."})
         except eg.EffectGateError as err:
             return _error(_refused(err))
+        retry = self.rounds.retry(ctx, tool=tool.name, arguments=arguments)  # before any write
         ran: list[eg.BeginDecision] = []
         lease = spec.lease_seconds or self.gate.lease_seconds
         request = _call_request(tool.name, keyed, meta)
@@ -502,12 +509,23 @@ class Gateway:
             try:
                 return await spec.arun(keyed, body)
             except eg.ApprovalRequired as err:
-                if not await self._elicit(ctx, err):
+                asked = await self.rounds.answer(ctx, retry, tool=tool.name,
+                                                 arguments=arguments, key=err.key or "",
+                                                 approval_id=err.approval_id)
+                if isinstance(asked, types.InputRequiredResult):
+                    raise AskClient(asked) from err
+                if not asked and not await self._elicit(ctx, err):
                     raise
                 return await spec.arun(keyed, body)  # decided on the console: ask again
 
         try:
-            stored = await self._once(spec, keyed, lease, attempt)
+            if self._tg is not None and is_modern(getattr(ctx, "protocol_version", None)):
+                # a broken 2026-07-28 stream cancels the request, not the call (.reissue)
+                stored = await detached(self._tg, lambda: self._once(spec, keyed, lease, attempt))
+            else:
+                stored = await self._once(spec, keyed, lease, attempt)
+        except AskClient as ask:
+            return ask.result  # type: ignore[return-value]
         except UpstreamToolError as err:
             return _with_note(err.result, _FAILED_HINT if self.tool_errors == "failed"
                               else _AMBIGUOUS_HINT, ran)
@@ -548,6 +566,10 @@ class Gateway:
             return await twins.alead(slot, attempt)
         answer = await slot.await_answer(lease)
         return answer.give() if answer is not None else await attempt()
+
+    async def _decided(self, approval_id: str) -> bool:
+        """Wait for a decision on the console (2026-07-28 retries, :mod:`.multiround`)."""
+        return self.elicitor is not None and await self.elicitor.wait_decided(approval_id)
 
     async def _elicit(self, ctx: Ctx | None, err: eg.ApprovalRequired) -> bool:
         """Send the client to the console's approval page (URL-mode elicitation) and wait for

@@ -30,6 +30,8 @@ import effectgate as eg
 from effectgate.sagas import compensation_request
 
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
+from .multiround import ApprovalRounds, RoundKeys
+from .reissue import begin_unlost
 from .transport import (
     HttpGuard,
     agent_for,
@@ -45,6 +47,8 @@ try:
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS, InputRequiredResult
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
         'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
@@ -161,20 +165,28 @@ _Secret = Annotated[str, Field(description=(
 
 def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
                  name: str = "effectgate", console_url: str | None = None,
-                 approval_wait_seconds: float = 300.0) -> MCPServer:
+                 approval_wait_seconds: float = 300.0,
+                 state_keys: RoundKeys | None = None) -> MCPServer:
     """An MCP server whose tools drive ``gate``. ``allow_resolve`` offers ``resolve_effect``.
 
     ``console_url``: where the console runs; an ``approval_required`` answer to a client that
     declared URL-mode elicitation then sends it to the console's approval page and waits (at
-    most ``approval_wait_seconds``) for a person's decision there (:mod:`.elicit`)."""
+    most ``approval_wait_seconds``) for a person's decision there: mid-call on the handshake
+    protocols (:mod:`.elicit`), through an input-required round on 2026-07-28
+    (:mod:`.multiround`, its ``requestState`` sealed under ``state_keys``, default
+    :meth:`RoundKeys.from_env`)."""
     from .elicit import ApprovalElicitor, check_console_url
 
     console = check_console_url(console_url)
-    elicitor = (ApprovalElicitor(gate, console, wait_seconds=approval_wait_seconds)
-                if console is not None else None)
-    server = MCPServer(name, log_level="WARNING", instructions=(
+    keys = state_keys if state_keys is not None else RoundKeys.from_env()
+    elicitor = ApprovalElicitor(gate, console or "http://unused.invalid",
+                                wait_seconds=approval_wait_seconds)
+    rounds = ApprovalRounds(keys, console, elicitor.wait_decided)
+    server = MCPServer(name, log_level="WARNING", request_state_security=keys.security(),
+                       instructions=(
         "Call begin_effect immediately before every action with a side effect and obey its "
         "decision: only 'execute' performs the action; then call report_effect."))
+    server.middleware.append(_UnknownPrompt(server))
 
     @server.tool(description=BEGIN, structured_output=False)
     async def begin_effect(
@@ -210,7 +222,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             "Groups every effect of one task or conversation."))] = None,
         agent_id: Annotated[str | None, Field(description="Who you are (the agent).")] = None,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | InputRequiredResult:
         fields = dict(
             effect_type=effect_type, key=key, payload=payload or {},
             estimated_cost_micros=estimated_cost_micros, vendor=vendor,
@@ -218,14 +230,20 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             compensates_effect_id=compensates_effect_id, lease_seconds=lease_seconds,
             run_id=run_id, agent_id=agent_id,
         )
+        retry = rounds.retry(ctx, tool="begin_effect", arguments=fields)  # before any write
         try:
             fields["agent_id"] = agent_for(agent_id)
-            d = await gate.abegin(**fields)
-            if d.decision is eg.Decision.APPROVAL_REQUIRED and elicitor is not None \
-                    and ctx is not None and d.approval_id is not None and await elicitor.ask(
-                        _session(ctx), d.approval_id, d.key,
-                        related_request_id=getattr(ctx, "request_id", None)):
-                d = await gate.abegin(**fields)  # decided on the console: ask again
+            d = await begin_unlost(gate, fields)
+            if d.decision is eg.Decision.APPROVAL_REQUIRED and ctx is not None:
+                asked = await rounds.answer(ctx, retry, tool="begin_effect", arguments={
+                    **fields, "agent_id": agent_id}, key=d.key, approval_id=d.approval_id)
+                if isinstance(asked, InputRequiredResult):
+                    return asked
+                if asked or (console is not None and d.approval_id is not None
+                             and await elicitor.ask(
+                                 _session(ctx), d.approval_id, d.key,
+                                 related_request_id=getattr(ctx, "request_id", None))):
+                    d = await begin_unlost(gate, fields)  # decided on the console: ask again
         except eg.EffectGateError as err:
             raise tool_error(err) from err
         return decision_answer(d)
@@ -340,6 +358,21 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
             "exactly its begin_effect arguments; on execute, perform what its compensation "
             "describes and report_effect. Then call unwind_group again to confirm.")
     return answer
+
+
+class _UnknownPrompt:
+    """``prompts/get`` of a prompt this server does not have is an invalid-params error, not the
+    SDK's internal error (this server offers no prompts)."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "prompts/get":
+            name = (ctx.params or {}).get("name")
+            if name not in {p.name for p in await self.server.list_prompts()}:
+                raise MCPError(INVALID_PARAMS, f"Unknown prompt: {str(name)[:100]}")
+        return await call_next(ctx)
 
 
 def _session(ctx: Any) -> Any:
