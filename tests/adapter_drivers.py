@@ -312,6 +312,89 @@ class PydanticAI(Driver):
         return out
 
 
+class GoogleAdk(Driver):
+    """ADK's real ``Runner`` loop (``InMemoryRunner``) driven by a scripted ``BaseLlm``; each
+    run is one session whose id is the run id."""
+
+    name = "google_adk"
+
+    def available(self) -> bool:
+        return _importable("google.adk")
+
+    def tool(self, fn: Callable[..., Any]) -> Any:
+        from google.adk.tools import FunctionTool
+
+        return FunctionTool(fn)
+
+    def gate_tool(self, tool: Any, key: str, gate: eg.Gate) -> Any:
+        from effectgate.integrations.google_adk import gate_tool
+
+        return gate_tool(tool, key, gate=gate)
+
+    def gate_tools(self, tools: list[Any], effects: Any, gate: eg.Gate,
+                   strict: bool = False) -> list[Any]:
+        from effectgate.integrations.google_adk import gate_tools
+
+        return gate_tools(tools, effects, gate=gate, strict=strict)
+
+    def definitions(self, tools: list[Any]) -> str:
+        return json.dumps([t._get_declaration().model_dump(mode="json", exclude_none=True)
+                           for t in tools])
+
+    def run(self, tools: list[Any], turns: Turns, *, run_id: str) -> dict[str, str]:
+        return asyncio.run(adk_run(tools, [[(c, a, "refund") for c, a, *_ in turn]
+                                           for turn in turns], run_id=run_id))
+
+
+def adk_model(turns: list[list[tuple[str, dict[str, Any], str]]]) -> Any:
+    """A scripted ADK model: each turn's function calls, then "All done."."""
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class Scripted(BaseLlm):
+        model: str = "scripted"
+        script: list[Any] = []  # noqa: RUF012 - a pydantic field (copied per instance)
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            if self.script:
+                parts = [types.Part(function_call=types.FunctionCall(id=c, name=n, args=a))
+                         for c, a, n in self.script.pop(0)]
+            else:
+                parts = [types.Part(text="All done.")]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    return Scripted(script=[list(t) for t in turns])
+
+
+def adk_text(response: Any) -> str:
+    """A function response as the text the model reads."""
+    if isinstance(response, dict) and set(response) == {"result"}:
+        return str(response["result"])
+    if isinstance(response, dict) and set(response) == {"error"}:
+        return str(response["error"])
+    return json.dumps(response, default=str)
+
+
+async def adk_run(tools: list[Any], turns: list[list[tuple[str, dict[str, Any], str]]], *,
+                  run_id: str) -> dict[str, str]:
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    agent = LlmAgent(name="billing", model=adk_model(turns), tools=tools)
+    runner = InMemoryRunner(agent=agent, app_name="contract")
+    await runner.session_service.create_session(app_name="contract", user_id="u",
+                                                session_id=run_id)
+    out: dict[str, str] = {}
+    message = types.Content(role="user", parts=[types.Part(text="refund T1")])
+    async for event in runner.run_async(user_id="u", session_id=run_id, new_message=message):
+        for response in event.get_function_responses():
+            out[str(response.id)] = adk_text(response.response)
+    await runner.close()
+    return out
+
+
 class _Gated:
     """The MCP driver's gated form: what an ``effectgate mcp gateway`` is started with."""
 
@@ -455,4 +538,4 @@ class McpGateway(Driver):
         return anyio.run(go)
 
 
-DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway()]
+DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway(), GoogleAdk()]

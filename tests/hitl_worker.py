@@ -328,6 +328,83 @@ def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
     return {"tool_results": returns, "output": str(result.output)}
 
 
+# -- Google ADK ----------------------------------------------------------------------------------
+
+
+def adk_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None) -> Any:
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.tools import FunctionTool
+    from google.genai import types
+
+    from effectgate.integrations import google_adk as eg_adk
+
+    wanted = dict(args or ARGS)
+
+    class Scripted(BaseLlm):
+        """Asks for the refund, then (once it sees a tool result) answers."""
+
+        model: str = "scripted"
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            last = llm_request.contents[-1] if llm_request.contents else None
+            if last is not None and any(p.function_response for p in last.parts or ()):
+                part = types.Part(text="All done.")
+            else:
+                part = types.Part(function_call=types.FunctionCall(id="call_1", name="refund",
+                                                                   args=wanted))
+            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    gated = eg_adk.gate_tool(FunctionTool(refund), "refund:{txn_id}", gate=gate,
+                             cost_micros=cost)
+    return LlmAgent(name="billing", model=Scripted(), tools=[gated])
+
+
+async def adk_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                   answer: Any) -> dict[str, Any]:
+    """``start``: run to ADK's confirmation request on a session kept in an SQLite file;
+    ``resume``: answer it (``answer["confirmed"]``, optional ``answer["payload"]``) in a new
+    ``run_async`` on the same session."""
+    from google.adk.runners import Runner
+    from google.adk.sessions import DatabaseSessionService
+    from google.genai import types
+
+    service = DatabaseSessionService(f"sqlite+aiosqlite:///{state_file}")
+    runner = Runner(agent=adk_agent(gate, ledger), app_name="hitl", session_service=service)
+    if step == "start":
+        await service.create_session(app_name="hitl", user_id="u", session_id=THREAD)
+        message = types.Content(role="user", parts=[types.Part(text="refund T1")])
+    else:
+        session = await service.get_session(app_name="hitl", user_id="u", session_id=THREAD)
+        assert session is not None
+        [request] = [fc for ev in session.events for fc in ev.get_function_calls()
+                     if fc.name == "adk_request_confirmation"][-1:]
+        response: dict[str, Any] = {"confirmed": bool(answer.get("confirmed"))}
+        if "payload" in answer:
+            response["payload"] = answer["payload"]
+        message = types.Content(role="user", parts=[types.Part(
+            function_response=types.FunctionResponse(id=request.id, name=request.name,
+                                                     response=response))])
+    requests: list[Any] = []
+    results: list[Any] = []
+    texts: list[str] = []
+    async for event in runner.run_async(user_id="u", session_id=THREAD, new_message=message):
+        for fc in event.get_function_calls():
+            if fc.name == "adk_request_confirmation":
+                requests.append(fc.args)
+        for fr in event.get_function_responses():
+            results.append(fr.response)
+        texts += [p.text for p in (event.content.parts if event.content else ()) or ()
+                  if p.text]
+    await runner.close()
+    return {"requests": requests, "tool_results": results, "texts": texts}
+
+
 def main(argv: list[str]) -> int:
     framework, url, namespace, ledger, state, step = argv[:6]
     answer = json.loads(argv[6]) if len(argv) > 6 else None
@@ -339,6 +416,8 @@ def main(argv: list[str]) -> int:
             out = asyncio.run(openai_step(gate, Path(ledger), Path(state), step, answer))
         elif framework == "pydantic_ai":
             out = pydantic_step(gate, Path(ledger), Path(state), step, answer)
+        elif framework == "google_adk":
+            out = asyncio.run(adk_step(gate, Path(ledger), Path(state), step, answer))
         elif framework == "llama_index":
             out = asyncio.run(llama_step(gate, Path(ledger), Path(state), step, answer))
         else:
