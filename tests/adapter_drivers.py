@@ -395,6 +395,106 @@ async def adk_run(tools: list[Any], turns: list[list[tuple[str, dict[str, Any], 
     return out
 
 
+class AgentFramework(Driver):
+    """Microsoft Agent Framework's real ``Agent`` loop (its function-invocation layer) over a
+    scripted chat client. Its gated form is middleware, not a wrapped tool: ``gate_tools`` and
+    ``gate_tool`` give the tools as they are plus an ``EffectGateMiddleware``, which ``run``
+    installs on the agent."""
+
+    name = "agent_framework"
+    gated_form = "EffectGateMiddleware"
+
+    def available(self) -> bool:
+        return _importable("agent_framework")
+
+    def tool(self, fn: Callable[..., Any]) -> Any:
+        from agent_framework import tool
+
+        return tool(fn)
+
+    def gate_tool(self, tool: Any, key: str, gate: eg.Gate) -> Any:
+        from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+        return [tool, EffectGateMiddleware({tool.name: key}, gate=gate)]
+
+    def gate_tools(self, tools: list[Any], effects: Any, gate: eg.Gate,
+                   strict: bool = False) -> list[Any]:
+        from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+        return [*tools, EffectGateMiddleware(effects, gate=gate, strict=strict)]
+
+    @staticmethod
+    def split(items: list[Any]) -> tuple[list[Any], list[Any]]:
+        """(tools, middleware) of a gated form."""
+        from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+        flat: list[Any] = []
+        for item in items:
+            flat.extend(item if isinstance(item, list) else [item])
+        return ([t for t in flat if not isinstance(t, EffectGateMiddleware)],
+                [t for t in flat if isinstance(t, EffectGateMiddleware)])
+
+    def definitions(self, tools: list[Any]) -> str:
+        return json.dumps([t.to_json_schema_spec() for t in self.split(tools)[0]])
+
+    def run(self, tools: list[Any], turns: Turns, *, run_id: str) -> dict[str, str]:
+        from agent_framework import Agent
+
+        plain, middleware = self.split(tools)
+        agent = Agent(client=af_client([[(c, a) for c, a, *_ in t] for t in turns]),
+                      name="billing", tools=plain, middleware=middleware)
+
+        async def go() -> dict[str, str]:
+            response = await agent.run("refund T1", session=agent.create_session(
+                session_id=run_id))
+            return af_results(response.messages)
+
+        return asyncio.run(go())
+
+
+def af_client(turns: list[list[tuple[str, dict[str, Any]]]]) -> Any:
+    """A scripted Agent Framework chat client: each turn's function calls (until the last
+    message is a tool result the script has no turn for), then "All done."."""
+    from agent_framework import (
+        BaseChatClient,
+        ChatResponse,
+        Content,
+        FunctionInvocationLayer,
+        Message,
+    )
+
+    class Scripted(FunctionInvocationLayer, BaseChatClient):  # type: ignore[misc]
+        def __init__(self, script: list[Any]) -> None:
+            super().__init__()
+            self.script = script
+
+        async def _answer(self) -> Any:
+            if self.script:
+                calls = [Content.from_function_call(call_id=c, name="refund",
+                                                    arguments=json.dumps(a))
+                         for c, a in self.script.pop(0)]
+                return ChatResponse(messages=[Message(role="assistant", contents=calls)])
+            return ChatResponse(messages=[Message(role="assistant", contents=["All done."])])
+
+        def _inner_get_response(self, *, messages: Any, stream: bool, options: Any,
+                                **kwargs: Any) -> Any:
+            return self._answer()
+
+    return Scripted([list(t) for t in turns])
+
+
+def af_results(messages: Any) -> dict[str, str]:
+    """{call_id: the text the model read} of the function results among ``messages``."""
+    out: dict[str, str] = {}
+    for message in messages:
+        for content in message.contents:
+            if content.type == "function_result":
+                result = content.result
+                out[str(content.call_id)] = result if isinstance(result, str) else "".join(
+                    str(getattr(i, "text", "") or "") for i in content.items or ())
+    return out
+
+
 class _Gated:
     """The MCP driver's gated form: what an ``effectgate mcp gateway`` is started with."""
 
@@ -538,4 +638,5 @@ class McpGateway(Driver):
         return anyio.run(go)
 
 
-DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway(), GoogleAdk()]
+DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway(), GoogleAdk(),
+           AgentFramework()]

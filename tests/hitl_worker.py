@@ -405,6 +405,64 @@ async def adk_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
     return {"requests": requests, "tool_results": results, "texts": texts}
 
 
+# -- Microsoft Agent Framework ------------------------------------------------------------------
+
+
+def af_agent(gate: eg.Gate, ledger: Path, step: str) -> tuple[Any, Any]:
+    """(the agent, its EffectGateMiddleware)."""
+    from agent_framework import Agent, tool
+
+    from effectgate.integrations import agent_framework as eg_af
+
+    from .adapter_drivers import af_client
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    middleware = eg_af.EffectGateMiddleware(
+        {"refund": {"key": "refund:{txn_id}", "cost_micros": cost}}, gate=gate)
+    client = af_client([[("call_1", ARGS)]] if step == "start" else [])
+    return Agent(client=client, name="billing", tools=[refund],
+                 middleware=[middleware]), middleware
+
+
+async def af_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                  answer: Any) -> dict[str, Any]:
+    """``start``: run to the function approval request and save the session (and the
+    request); ``resume``: restore the session and answer (``answer["decision"]``: approve /
+    reject through the middleware's helpers, bare / bare_reject through the framework alone)."""
+    from agent_framework import AgentSession, Content, Message
+
+    from .adapter_drivers import af_results
+
+    agent, middleware = af_agent(gate, ledger, step)
+    if step == "start":
+        session = agent.create_session(session_id=THREAD)
+        response = await agent.run("refund T1", session=session)
+        requests = [r.to_dict() for r in response.user_input_requests]
+        state_file.write_text(json.dumps({"session": session.to_dict(), "requests": requests}))
+        return {"requests": requests, "text": response.text}
+    saved = json.loads(state_file.read_text())
+    session = AgentSession.from_dict(saved["session"])
+    [request] = [Content.from_dict(r) for r in saved["requests"]]
+    if answer.get("forge"):
+        request.additional_properties["effectgate"].update(answer["forge"])
+    by = answer.get("by", "agent-framework-resume")
+    decision = answer["decision"]
+    if decision == "approve":
+        reply = middleware.approve(request, by=by)
+    elif decision == "reject":
+        reply = middleware.reject(request, by=by, reason=answer.get("reason"))
+    else:
+        reply = request.to_function_approval_response(decision == "bare")
+    response = await agent.run(Message(role="user", contents=[reply]), session=session)
+    return {"tool_results": list(af_results(response.messages).values()),
+            "requests": [r.to_dict() for r in response.user_input_requests],
+            "text": response.text}
+
+
 def main(argv: list[str]) -> int:
     framework, url, namespace, ledger, state, step = argv[:6]
     answer = json.loads(argv[6]) if len(argv) > 6 else None
@@ -418,6 +476,8 @@ def main(argv: list[str]) -> int:
             out = pydantic_step(gate, Path(ledger), Path(state), step, answer)
         elif framework == "google_adk":
             out = asyncio.run(adk_step(gate, Path(ledger), Path(state), step, answer))
+        elif framework == "agent_framework":
+            out = asyncio.run(af_step(gate, Path(ledger), Path(state), step, answer))
         elif framework == "llama_index":
             out = asyncio.run(llama_step(gate, Path(ledger), Path(state), step, answer))
         else:
