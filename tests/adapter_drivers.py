@@ -57,6 +57,10 @@ class Driver:
     unknown_says: tuple[str, ...] = ("OUTCOME UNKNOWN", "TimeoutError")
     blocked_says = "Do not call this tool again"
     conflict_says = "CONFLICT"  # a call under a key first used with another payload
+    # A loop that makes one tool call per model turn plays a turn's calls one after another
+    # (no twins); one that refuses an immediate repeat of the same call itself says this:
+    one_call_per_turn = False
+    repeat_says: str | None = None
 
     def available(self) -> bool:
         raise NotImplementedError
@@ -495,6 +499,106 @@ def af_results(messages: Any) -> dict[str, str]:
     return out
 
 
+class CrewAI(Driver):
+    """CrewAI's real crew loop (``Crew.kickoff``: the agent executor's ReAct loop and its
+    ``ToolUsage``) driven by a scripted ``BaseLLM`` that answers in CrewAI's own text format.
+
+    Where it differs (and the contract asks): the loop makes one tool call per model turn, so
+    a turn's calls are played one after another and there are no twins; CrewAI refuses an
+    immediate repeat of the same tool and input itself, before the tool is called; a CrewAI
+    tool is called with its arguments only, so no run id or agent name reaches the record
+    (``eg.effect_context`` around the kickoff would give them)."""
+
+    name = "crewai"
+    one_call_per_turn = True
+    repeat_says = "I tried reusing the same input"
+    carries_ids = False
+
+    def available(self) -> bool:
+        crewai_env()
+        return _importable("crewai")
+
+    def tool(self, fn: Callable[..., Any]) -> Any:
+        from crewai.tools import tool
+
+        return tool(fn.__name__)(fn)
+
+    def gate_tool(self, tool: Any, key: str, gate: eg.Gate) -> Any:
+        from effectgate.integrations.crewai import gate_tool
+
+        return gate_tool(tool, key, gate=gate)
+
+    def gate_tools(self, tools: list[Any], effects: Any, gate: eg.Gate,
+                   strict: bool = False) -> list[Any]:
+        from effectgate.integrations.crewai import gate_tools
+
+        return gate_tools(tools, effects, gate=gate, strict=strict)
+
+    def definitions(self, tools: list[Any]) -> str:
+        from crewai.utilities.agent_utils import render_text_description_and_args
+
+        return json.dumps([render_text_description_and_args(tools), [t.name for t in tools],
+                           [t.args_schema.model_json_schema() for t in tools]])
+
+    def run(self, tools: list[Any], turns: Turns, *, run_id: str) -> dict[str, str]:
+        calls = [(c, a, *named) for turn in turns for c, a, *named in turn]
+        return crew_run(tools, [(c, named[0] if named else "refund", a)
+                                for c, a, *named in calls])
+
+
+def crewai_env() -> None:
+    """CrewAI offline and silent: no telemetry, no tracing, no first-run prompt (as
+    tests/conftest.py sets for the whole run; here for a process that did not load it)."""
+    import os
+
+    for name, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("OTEL_SDK_DISABLED", "true"),
+                        ("CREWAI_TRACING_ENABLED", "false"), ("CREWAI_TESTING", "true")):
+        os.environ.setdefault(name, value)
+
+
+def crew_llm(calls: list[tuple[str, str, dict[str, Any]]], seen: dict[str, str]) -> Any:
+    """A scripted CrewAI model: one action per turn, then a final answer; what each action
+    observed is recorded in ``seen`` by call id."""
+    from crewai.llms.base_llm import BaseLLM
+
+    class Scripted(BaseLLM):
+        def __init__(self) -> None:
+            super().__init__(model="scripted")
+            self.script = list(calls)
+            self.last: str | None = None
+
+        def call(self, messages: Any, tools: Any = None, callbacks: Any = None,
+                 available_functions: Any = None, **kwargs: Any) -> str:
+            if self.last is not None:
+                said = str(messages[-1]["content"])
+                seen[self.last] = said.rsplit("\nObservation: ", 1)[-1]
+                self.last = None
+            if self.script:
+                call_id, name, args = self.script.pop(0)
+                self.last = call_id
+                return (f"Thought: I must call {name}.\nAction: {name}\n"
+                        f"Action Input: {json.dumps(args)}")
+            return "Thought: I am done.\nFinal Answer: All done."
+
+        def supports_function_calling(self) -> bool:
+            return False
+
+    return Scripted()
+
+
+def crew_run(tools: list[Any], calls: list[tuple[str, str, dict[str, Any]]]) -> dict[str, str]:
+    """Kick off a one-agent, one-task crew whose model makes ``calls``; {call_id: observed}."""
+    crewai_env()
+    from crewai import Agent, Crew, Task
+
+    seen: dict[str, str] = {}
+    agent = Agent(role="billing", goal="Refund what is asked", backstory="A billing clerk.",
+                  llm=crew_llm(calls, seen), tools=tools, verbose=False)
+    task = Task(description="refund T1", expected_output="done", agent=agent)
+    Crew(agents=[agent], tasks=[task], verbose=False).kickoff()
+    return seen
+
+
 class _Gated:
     """The MCP driver's gated form: what an ``effectgate mcp gateway`` is started with."""
 
@@ -639,4 +743,4 @@ class McpGateway(Driver):
 
 
 DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway(), GoogleAdk(),
-           AgentFramework()]
+           AgentFramework(), CrewAI()]

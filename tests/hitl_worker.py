@@ -463,6 +463,30 @@ async def af_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
             "text": response.text}
 
 
+# -- CrewAI -------------------------------------------------------------------------------------
+
+
+def crew_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+              answer: Any) -> dict[str, Any]:
+    """Every step is a kickoff whose model asks for the refund: CrewAI cannot pause a run, so
+    the approval lives in the store alone, and the next kickoff executes it."""
+    from .adapter_drivers import crew_run, crewai_env
+
+    crewai_env()
+    from crewai.tools import tool
+
+    from effectgate.integrations import crewai as eg_crew
+
+    @tool("refund")
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    gated = eg_crew.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
+    seen = crew_run([gated], [("call_1", "refund", dict(ARGS))])
+    return {"tool_results": list(seen.values())}
+
+
 def main(argv: list[str]) -> int:
     framework, url, namespace, ledger, state, step = argv[:6]
     answer = json.loads(argv[6]) if len(argv) > 6 else None
@@ -478,11 +502,17 @@ def main(argv: list[str]) -> int:
             out = asyncio.run(adk_step(gate, Path(ledger), Path(state), step, answer))
         elif framework == "agent_framework":
             out = asyncio.run(af_step(gate, Path(ledger), Path(state), step, answer))
+        elif framework == "crewai":
+            out = crew_step(gate, Path(ledger), Path(state), step, answer)
         elif framework == "llama_index":
             out = asyncio.run(llama_step(gate, Path(ledger), Path(state), step, answer))
         else:
             raise SystemExit(f"unknown framework {framework!r}")
-    print(json.dumps(out, default=str))
+    print(json.dumps(out, default=str), flush=True)
+    if framework == "crewai":
+        # CrewAI's event threads hold interpreter shutdown for seconds; the gate is closed and
+        # the answer printed, so nothing is left to flush.
+        os._exit(0)
     return 0
 
 
