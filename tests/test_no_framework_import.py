@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "agents", "openai", "llama_index",
-              "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos")
+              "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos", "google",
+              "crewai", "agent_framework")
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +48,9 @@ def test_langchain_integration_does_not_import_langchain_agents_until_the_middle
     ("openai_agents", "agents", "openai-agents"),
     ("llama_index", "llama_index", "llama-index"),
     ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
+    ("google_adk", "google.adk", "google-adk"),
+    ("crewai", "crewai", "crewai"),
+    ("agent_framework", "agent_framework", "agent-framework"),
 ])
 def test_a_missing_extra_raises_import_error_naming_the_pip_command(
         module: str, blocked: str, extra: str) -> None:
