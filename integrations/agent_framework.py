@@ -302,7 +302,9 @@ class EffectGateMiddleware(_Bundle):
         self.pause = pause
         self.approver = approver
         self._calls: dict[tuple[str, int], GatedCall] = {}
-        super().__init__([_RunScope(self), _FunctionGate(self)])
+        self.function_middleware: FunctionMiddleware = _FunctionGate(self)
+        """The bundle's function middleware alone (what gates a call)."""
+        super().__init__([_RunScope(self), self.function_middleware])
 
     # -- which tool is which effect -----------------------------------------------------------
 
