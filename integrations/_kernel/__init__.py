@@ -11,6 +11,9 @@ and the gate. What is common to all of them lives here, one module per concern:
   the one place an ``approval_required`` decision becomes the model's answer;
 * :mod:`.review` — a framework's own pause for a human: what the reviewer is shown, and what
   approve / edit / reject do in the store;
+* :mod:`.resume` — a pause answered only with a yes or no (Google ADK's confirmation, Agent
+  Framework's approval response), decided against the store first;
+* :mod:`.raising` — an effectgate error that is also a framework's stopping exception;
 * :mod:`.twins` — identical calls in one turn share one execution;
 * :mod:`.vocabulary` — every text a model is told, for tool results and for the protocol;
 * :mod:`.context`, :mod:`.gates`, :mod:`.extras` — arguments and run ids in, the default gate,
