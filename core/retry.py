@@ -208,8 +208,9 @@ def retry_effect(fn: Any = None, /, **options: Any) -> Any:
     coroutine function. ``@retry_effect`` or ``@retry_effect(stop=..., classifiers=...)``."""
 
     def decorate(func: F) -> F:
+        # tenacity 9.2 types wraps() loosely, 9.1 (which google-genai pins) as F.
         if inspect.iscoroutinefunction(func):
-            return AsyncEffectRetrying(**options).wraps(func)  # type: ignore[return-value]
-        return EffectRetrying(**options).wraps(func)  # type: ignore[return-value]
+            return AsyncEffectRetrying(**options).wraps(func)  # type: ignore[return-value,unused-ignore]
+        return EffectRetrying(**options).wraps(func)  # type: ignore[return-value,unused-ignore]
 
     return decorate(fn) if fn is not None else decorate

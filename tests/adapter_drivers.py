@@ -57,6 +57,10 @@ class Driver:
     unknown_says: tuple[str, ...] = ("OUTCOME UNKNOWN", "TimeoutError")
     blocked_says = "Do not call this tool again"
     conflict_says = "CONFLICT"  # a call under a key first used with another payload
+    # A loop that makes one tool call per model turn plays a turn's calls one after another
+    # (no twins); one that refuses an immediate repeat of the same call itself says this:
+    one_call_per_turn = False
+    repeat_says: str | None = None
 
     def available(self) -> bool:
         raise NotImplementedError
@@ -312,6 +316,289 @@ class PydanticAI(Driver):
         return out
 
 
+class GoogleAdk(Driver):
+    """ADK's real ``Runner`` loop (``InMemoryRunner``) driven by a scripted ``BaseLlm``; each
+    run is one session whose id is the run id."""
+
+    name = "google_adk"
+
+    def available(self) -> bool:
+        return _importable("google.adk")
+
+    def tool(self, fn: Callable[..., Any]) -> Any:
+        from google.adk.tools import FunctionTool
+
+        return FunctionTool(fn)
+
+    def gate_tool(self, tool: Any, key: str, gate: eg.Gate) -> Any:
+        from effectgate.integrations.google_adk import gate_tool
+
+        return gate_tool(tool, key, gate=gate)
+
+    def gate_tools(self, tools: list[Any], effects: Any, gate: eg.Gate,
+                   strict: bool = False) -> list[Any]:
+        from effectgate.integrations.google_adk import gate_tools
+
+        return gate_tools(tools, effects, gate=gate, strict=strict)
+
+    def definitions(self, tools: list[Any]) -> str:
+        return json.dumps([t._get_declaration().model_dump(mode="json", exclude_none=True)
+                           for t in tools])
+
+    def run(self, tools: list[Any], turns: Turns, *, run_id: str) -> dict[str, str]:
+        return asyncio.run(adk_run(tools, [[(c, a, "refund") for c, a, *_ in turn]
+                                           for turn in turns], run_id=run_id))
+
+
+def adk_model(turns: list[list[tuple[str, dict[str, Any], str]]]) -> Any:
+    """A scripted ADK model: each turn's function calls, then "All done."."""
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class Scripted(BaseLlm):
+        model: str = "scripted"
+        script: list[Any] = []  # noqa: RUF012 - a pydantic field (copied per instance)
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            if self.script:
+                parts = [types.Part(function_call=types.FunctionCall(id=c, name=n, args=a))
+                         for c, a, n in self.script.pop(0)]
+            else:
+                parts = [types.Part(text="All done.")]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    return Scripted(script=[list(t) for t in turns])
+
+
+def adk_text(response: Any) -> str:
+    """A function response as the text the model reads."""
+    if isinstance(response, dict) and set(response) == {"result"}:
+        return str(response["result"])
+    if isinstance(response, dict) and set(response) == {"error"}:
+        return str(response["error"])
+    return json.dumps(response, default=str)
+
+
+async def adk_run(tools: list[Any], turns: list[list[tuple[str, dict[str, Any], str]]], *,
+                  run_id: str) -> dict[str, str]:
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    agent = LlmAgent(name="billing", model=adk_model(turns), tools=tools)
+    runner = InMemoryRunner(agent=agent, app_name="contract")
+    await runner.session_service.create_session(app_name="contract", user_id="u",
+                                                session_id=run_id)
+    out: dict[str, str] = {}
+    message = types.Content(role="user", parts=[types.Part(text="refund T1")])
+    async for event in runner.run_async(user_id="u", session_id=run_id, new_message=message):
+        for response in event.get_function_responses():
+            out[str(response.id)] = adk_text(response.response)
+    await runner.close()
+    return out
+
+
+class AgentFramework(Driver):
+    """Microsoft Agent Framework's real ``Agent`` loop (its function-invocation layer) over a
+    scripted chat client. Its gated form is middleware, not a wrapped tool: ``gate_tools`` and
+    ``gate_tool`` give the tools as they are plus an ``EffectGateMiddleware``, which ``run``
+    installs on the agent."""
+
+    name = "agent_framework"
+    gated_form = "EffectGateMiddleware"
+
+    def available(self) -> bool:
+        return _importable("agent_framework")
+
+    def tool(self, fn: Callable[..., Any]) -> Any:
+        from agent_framework import tool
+
+        return tool(fn)
+
+    def gate_tool(self, tool: Any, key: str, gate: eg.Gate) -> Any:
+        from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+        return [tool, EffectGateMiddleware({tool.name: key}, gate=gate)]
+
+    def gate_tools(self, tools: list[Any], effects: Any, gate: eg.Gate,
+                   strict: bool = False) -> list[Any]:
+        from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+        return [*tools, EffectGateMiddleware(effects, gate=gate, strict=strict)]
+
+    @staticmethod
+    def split(items: list[Any]) -> tuple[list[Any], list[Any]]:
+        """(tools, middleware) of a gated form."""
+        from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+        flat: list[Any] = []
+        for item in items:
+            flat.extend(item if isinstance(item, list) else [item])
+        return ([t for t in flat if not isinstance(t, EffectGateMiddleware)],
+                [t for t in flat if isinstance(t, EffectGateMiddleware)])
+
+    def definitions(self, tools: list[Any]) -> str:
+        return json.dumps([t.to_json_schema_spec() for t in self.split(tools)[0]])
+
+    def run(self, tools: list[Any], turns: Turns, *, run_id: str) -> dict[str, str]:
+        from agent_framework import Agent
+
+        plain, middleware = self.split(tools)
+        agent = Agent(client=af_client([[(c, a) for c, a, *_ in t] for t in turns]),
+                      name="billing", tools=plain, middleware=middleware)
+
+        async def go() -> dict[str, str]:
+            response = await agent.run("refund T1", session=agent.create_session(
+                session_id=run_id))
+            return af_results(response.messages)
+
+        return asyncio.run(go())
+
+
+def af_client(turns: list[list[tuple[str, dict[str, Any]]]]) -> Any:
+    """A scripted Agent Framework chat client: each turn's function calls (until the last
+    message is a tool result the script has no turn for), then "All done."."""
+    from agent_framework import (
+        BaseChatClient,
+        ChatResponse,
+        Content,
+        FunctionInvocationLayer,
+        Message,
+    )
+
+    class Scripted(FunctionInvocationLayer, BaseChatClient):  # type: ignore[misc]
+        def __init__(self, script: list[Any]) -> None:
+            super().__init__()
+            self.script = script
+
+        async def _answer(self) -> Any:
+            if self.script:
+                calls = [Content.from_function_call(call_id=c, name="refund",
+                                                    arguments=json.dumps(a))
+                         for c, a in self.script.pop(0)]
+                return ChatResponse(messages=[Message(role="assistant", contents=calls)])
+            return ChatResponse(messages=[Message(role="assistant", contents=["All done."])])
+
+        def _inner_get_response(self, *, messages: Any, stream: bool, options: Any,
+                                **kwargs: Any) -> Any:
+            return self._answer()
+
+    return Scripted([list(t) for t in turns])
+
+
+def af_results(messages: Any) -> dict[str, str]:
+    """{call_id: the text the model read} of the function results among ``messages``."""
+    out: dict[str, str] = {}
+    for message in messages:
+        for content in message.contents:
+            if content.type == "function_result":
+                result = content.result
+                out[str(content.call_id)] = result if isinstance(result, str) else "".join(
+                    str(getattr(i, "text", "") or "") for i in content.items or ())
+    return out
+
+
+class CrewAI(Driver):
+    """CrewAI's real crew loop (``Crew.kickoff``: the agent executor's ReAct loop and its
+    ``ToolUsage``) driven by a scripted ``BaseLLM`` that answers in CrewAI's own text format.
+
+    Where it differs (and the contract asks): the loop makes one tool call per model turn, so
+    a turn's calls are played one after another and there are no twins; CrewAI refuses an
+    immediate repeat of the same tool and input itself, before the tool is called; a CrewAI
+    tool is called with its arguments only, so no run id or agent name reaches the record
+    (``eg.effect_context`` around the kickoff would give them)."""
+
+    name = "crewai"
+    one_call_per_turn = True
+    repeat_says = "I tried reusing the same input"
+    carries_ids = False
+
+    def available(self) -> bool:
+        crewai_env()
+        return _importable("crewai")
+
+    def tool(self, fn: Callable[..., Any]) -> Any:
+        from crewai.tools import tool
+
+        return tool(fn.__name__)(fn)
+
+    def gate_tool(self, tool: Any, key: str, gate: eg.Gate) -> Any:
+        from effectgate.integrations.crewai import gate_tool
+
+        return gate_tool(tool, key, gate=gate)
+
+    def gate_tools(self, tools: list[Any], effects: Any, gate: eg.Gate,
+                   strict: bool = False) -> list[Any]:
+        from effectgate.integrations.crewai import gate_tools
+
+        return gate_tools(tools, effects, gate=gate, strict=strict)
+
+    def definitions(self, tools: list[Any]) -> str:
+        from crewai.utilities.agent_utils import render_text_description_and_args
+
+        return json.dumps([render_text_description_and_args(tools), [t.name for t in tools],
+                           [t.args_schema.model_json_schema() for t in tools]])
+
+    def run(self, tools: list[Any], turns: Turns, *, run_id: str) -> dict[str, str]:
+        calls = [(c, a, *named) for turn in turns for c, a, *named in turn]
+        return crew_run(tools, [(c, named[0] if named else "refund", a)
+                                for c, a, *named in calls])
+
+
+def crewai_env() -> None:
+    """CrewAI offline and silent: no telemetry, no tracing, no first-run prompt (as
+    tests/conftest.py sets for the whole run; here for a process that did not load it)."""
+    import os
+
+    for name, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("OTEL_SDK_DISABLED", "true"),
+                        ("CREWAI_TRACING_ENABLED", "false"), ("CREWAI_TESTING", "true")):
+        os.environ.setdefault(name, value)
+
+
+def crew_llm(calls: list[tuple[str, str, dict[str, Any]]], seen: dict[str, str]) -> Any:
+    """A scripted CrewAI model: one action per turn, then a final answer; what each action
+    observed is recorded in ``seen`` by call id."""
+    from crewai.llms.base_llm import BaseLLM
+
+    class Scripted(BaseLLM):
+        def __init__(self) -> None:
+            super().__init__(model="scripted")
+            self.script = list(calls)
+            self.last: str | None = None
+
+        def call(self, messages: Any, tools: Any = None, callbacks: Any = None,
+                 available_functions: Any = None, **kwargs: Any) -> str:
+            if self.last is not None:
+                said = str(messages[-1]["content"])
+                seen[self.last] = said.rsplit("\nObservation: ", 1)[-1]
+                self.last = None
+            if self.script:
+                call_id, name, args = self.script.pop(0)
+                self.last = call_id
+                return (f"Thought: I must call {name}.\nAction: {name}\n"
+                        f"Action Input: {json.dumps(args)}")
+            return "Thought: I am done.\nFinal Answer: All done."
+
+        def supports_function_calling(self) -> bool:
+            return False
+
+    return Scripted()
+
+
+def crew_run(tools: list[Any], calls: list[tuple[str, str, dict[str, Any]]]) -> dict[str, str]:
+    """Kick off a one-agent, one-task crew whose model makes ``calls``; {call_id: observed}."""
+    crewai_env()
+    from crewai import Agent, Crew, Task
+
+    seen: dict[str, str] = {}
+    agent = Agent(role="billing", goal="Refund what is asked", backstory="A billing clerk.",
+                  llm=crew_llm(calls, seen), tools=tools, verbose=False)
+    task = Task(description="refund T1", expected_output="done", agent=agent)
+    Crew(agents=[agent], tasks=[task], verbose=False).kickoff()
+    return seen
+
+
 class _Gated:
     """The MCP driver's gated form: what an ``effectgate mcp gateway`` is started with."""
 
@@ -455,4 +742,5 @@ class McpGateway(Driver):
         return anyio.run(go)
 
 
-DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway()]
+DRIVERS = [LangChain(), OpenAIAgents(), LlamaIndex(), PydanticAI(), McpGateway(), GoogleAdk(),
+           AgentFramework(), CrewAI()]

@@ -396,6 +396,165 @@ def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
     return out
 
 
+# -- Google ADK ----------------------------------------------------------------------------------
+
+
+def adk_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None) -> Any:
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.tools import FunctionTool
+    from google.genai import types
+
+    from effectgate.integrations import google_adk as eg_adk
+
+    wanted = dict(args or ARGS)
+
+    class Scripted(BaseLlm):
+        """Asks for the refund, then (once it sees a tool result) answers."""
+
+        model: str = "scripted"
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            last = llm_request.contents[-1] if llm_request.contents else None
+            if last is not None and any(p.function_response for p in last.parts or ()):
+                part = types.Part(text="All done.")
+            else:
+                part = types.Part(function_call=types.FunctionCall(id="call_1", name="refund",
+                                                                   args=wanted))
+            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    gated = eg_adk.gate_tool(FunctionTool(refund), "refund:{txn_id}", gate=gate,
+                             cost_micros=cost)
+    return LlmAgent(name="billing", model=Scripted(), tools=[gated])
+
+
+async def adk_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                   answer: Any) -> dict[str, Any]:
+    """``start``: run to ADK's confirmation request on a session kept in an SQLite file;
+    ``resume``: answer it (``answer["confirmed"]``, optional ``answer["payload"]``) in a new
+    ``run_async`` on the same session."""
+    from google.adk.runners import Runner
+    from google.adk.sessions import DatabaseSessionService
+    from google.genai import types
+
+    service = DatabaseSessionService(f"sqlite+aiosqlite:///{state_file}")
+    runner = Runner(agent=adk_agent(gate, ledger), app_name="hitl", session_service=service)
+    if step == "start":
+        await service.create_session(app_name="hitl", user_id="u", session_id=THREAD)
+        message = types.Content(role="user", parts=[types.Part(text="refund T1")])
+    else:
+        session = await service.get_session(app_name="hitl", user_id="u", session_id=THREAD)
+        assert session is not None
+        [request] = [fc for ev in session.events for fc in ev.get_function_calls()
+                     if fc.name == "adk_request_confirmation"][-1:]
+        response: dict[str, Any] = {"confirmed": bool(answer.get("confirmed"))}
+        if "payload" in answer:
+            response["payload"] = answer["payload"]
+        message = types.Content(role="user", parts=[types.Part(
+            function_response=types.FunctionResponse(id=request.id, name=request.name,
+                                                     response=response))])
+    requests: list[Any] = []
+    results: list[Any] = []
+    texts: list[str] = []
+    async for event in runner.run_async(user_id="u", session_id=THREAD, new_message=message):
+        for fc in event.get_function_calls():
+            if fc.name == "adk_request_confirmation":
+                requests.append(fc.args)
+        for fr in event.get_function_responses():
+            results.append(fr.response)
+        texts += [p.text for p in (event.content.parts if event.content else ()) or ()
+                  if p.text]
+    await runner.close()
+    return {"requests": requests, "tool_results": results, "texts": texts}
+
+
+# -- Microsoft Agent Framework ------------------------------------------------------------------
+
+
+def af_agent(gate: eg.Gate, ledger: Path, step: str) -> tuple[Any, Any]:
+    """(the agent, its EffectGateMiddleware)."""
+    from agent_framework import Agent, tool
+
+    from effectgate.integrations import agent_framework as eg_af
+
+    from .adapter_drivers import af_client
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    middleware = eg_af.EffectGateMiddleware(
+        {"refund": {"key": "refund:{txn_id}", "cost_micros": cost}}, gate=gate)
+    client = af_client([[("call_1", ARGS)]] if step == "start" else [])
+    return Agent(client=client, name="billing", tools=[refund],
+                 middleware=[middleware]), middleware
+
+
+async def af_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+                  answer: Any) -> dict[str, Any]:
+    """``start``: run to the function approval request and save the session (and the
+    request); ``resume``: restore the session and answer (``answer["decision"]``: approve /
+    reject through the middleware's helpers, bare / bare_reject through the framework alone)."""
+    from agent_framework import AgentSession, Content, Message
+
+    from .adapter_drivers import af_results
+
+    agent, middleware = af_agent(gate, ledger, step)
+    if step == "start":
+        session = agent.create_session(session_id=THREAD)
+        response = await agent.run("refund T1", session=session)
+        requests = [r.to_dict() for r in response.user_input_requests]
+        state_file.write_text(json.dumps({"session": session.to_dict(), "requests": requests}))
+        return {"requests": requests, "text": response.text}
+    saved = json.loads(state_file.read_text())
+    session = AgentSession.from_dict(saved["session"])
+    [request] = [Content.from_dict(r) for r in saved["requests"]]
+    if answer.get("forge"):
+        request.additional_properties["effectgate"].update(answer["forge"])
+    by = answer.get("by", "agent-framework-resume")
+    decision = answer["decision"]
+    if decision == "approve":
+        reply = middleware.approve(request, by=by)
+    elif decision == "reject":
+        reply = middleware.reject(request, by=by, reason=answer.get("reason"))
+    else:
+        reply = request.to_function_approval_response(decision == "bare")
+    response = await agent.run(Message(role="user", contents=[reply]), session=session)
+    return {"tool_results": list(af_results(response.messages).values()),
+            "requests": [r.to_dict() for r in response.user_input_requests],
+            "text": response.text}
+
+
+# -- CrewAI -------------------------------------------------------------------------------------
+
+
+def crew_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
+              answer: Any) -> dict[str, Any]:
+    """Every step is a kickoff whose model asks for the refund: CrewAI cannot pause a run, so
+    the approval lives in the store alone, and the next kickoff executes it."""
+    from .adapter_drivers import crew_run, crewai_env
+
+    crewai_env()
+    from crewai.tools import tool
+
+    from effectgate.integrations import crewai as eg_crew
+
+    @tool("refund")
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        return book(ledger, txn_id, amount_cents)
+
+    gated = eg_crew.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
+    seen = crew_run([gated], [("call_1", "refund", dict(ARGS))])
+    return {"tool_results": list(seen.values())}
+
+
 def main(argv: list[str]) -> int:
     framework, url, namespace, ledger, state, step = argv[:6]
     answer = json.loads(argv[6]) if len(argv) > 6 else None
@@ -407,11 +566,21 @@ def main(argv: list[str]) -> int:
             out = asyncio.run(openai_step(gate, Path(ledger), Path(state), step, answer))
         elif framework == "pydantic_ai":
             out = pydantic_step(gate, Path(ledger), Path(state), step, answer)
+        elif framework == "google_adk":
+            out = asyncio.run(adk_step(gate, Path(ledger), Path(state), step, answer))
+        elif framework == "agent_framework":
+            out = asyncio.run(af_step(gate, Path(ledger), Path(state), step, answer))
+        elif framework == "crewai":
+            out = crew_step(gate, Path(ledger), Path(state), step, answer)
         elif framework == "llama_index":
             out = asyncio.run(llama_step(gate, Path(ledger), Path(state), step, answer))
         else:
             raise SystemExit(f"unknown framework {framework!r}")
-    print(json.dumps(out, default=str))
+    print(json.dumps(out, default=str), flush=True)
+    if framework == "crewai":
+        # CrewAI's event threads hold interpreter shutdown for seconds; the gate is closed and
+        # the answer printed, so nothing is left to flush.
+        os._exit(0)
     return 0
 
 

@@ -57,7 +57,11 @@ def test_a_body_error_is_outcome_unknown_and_not_retried(driver: Driver, gate: e
     out = driver.run(tools, [[("call_1", ARGS)], [("call_2", ARGS)]], run_id="run-1")
     assert ledger == [("T1", 500)]
     assert all(words in out["call_1"] for words in driver.unknown_says), out["call_1"]
-    assert driver.blocked_says in out["call_2"], out["call_2"]
+    assert (driver.repeat_says or driver.blocked_says) in out["call_2"], out["call_2"]
+    if driver.repeat_says:  # the framework refused the immediate repeat: one step between
+        later = driver.run(tools, [[("call_3", ARGS)]], run_id="run-2")
+        assert driver.blocked_says in later["call_3"], later["call_3"]
+        assert ledger == [("T1", 500)]
     assert "try again" not in out["call_1"].lower()
     assert gate.get("refund:T1").state is eg.State.AMBIGUOUS
 
@@ -99,6 +103,8 @@ def test_run_and_agent_ids_arrive(driver: Driver, gate: eg.Gate) -> None:
 
 def test_two_identical_calls_in_one_turn_execute_once_and_both_get_the_result(
         driver: Driver, gate: eg.Gate) -> None:
+    if driver.one_call_per_turn:
+        pytest.skip(f"{driver.name} makes one tool call per model turn: there are no twins")
     ledger: list[Any] = []
     tools = gated(driver, gate, ledger, "slow")
     out = driver.run(tools, [[("call_1", ARGS), ("call_2", ARGS)]], run_id="run-1")

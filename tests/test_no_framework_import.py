@@ -11,7 +11,7 @@ import pytest
 
 FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "agents", "openai", "llama_index",
               "llama_index_instrumentation", "workflows", "mcp", "pydantic_ai", "dbos",
-              "temporalio")
+              "temporalio", "google", "crewai", "agent_framework")
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +51,9 @@ def test_langchain_integration_does_not_import_langchain_agents_until_the_middle
     ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
     ("durable.dbos", "dbos", "dbos"),
     ("durable.temporal", "temporalio", "temporal"),
+    ("google_adk", "google.adk", "google-adk"),
+    ("crewai", "crewai", "crewai"),
+    ("agent_framework", "agent_framework", "agent-framework"),
 ])
 def test_a_missing_extra_raises_import_error_naming_the_pip_command(
         module: str, blocked: str, extra: str) -> None:

@@ -22,7 +22,8 @@ OFFLINE = ("import socket\n"
            "def _offline(*a, **k): raise RuntimeError('network access attempted')\n"
            "socket.socket.connect = _offline\nsocket.create_connection = _offline\n")
 NEEDS = {"langchain_core": "langchain", "agents": "openai-agents", "llama_index": "llama-index",
-         "dbos": "dbos", "temporalio": "temporal"}
+         "dbos": "dbos", "temporalio": "temporal",
+         "google.adk": "google-adk", "agent_framework": "agent-framework"}
 
 
 def test_readme_has_examples() -> None:
@@ -32,7 +33,8 @@ def test_readme_has_examples() -> None:
 def _needed_extra(block: str) -> str | None:
     for module, extra in NEEDS.items():
         if re.search(rf"^\s*(from|import) {module}\b", block, re.M) and (
-                importlib.util.find_spec(module) is None):
+                importlib.util.find_spec(module.split(".")[0]) is None
+                or importlib.util.find_spec(module) is None):
             return extra
     return None
 

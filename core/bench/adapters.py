@@ -4,9 +4,12 @@ For each framework whose integration is installed, two tools wrap one no-op func
 integration's ``gate_tool(tool, "bench:{txn_id}")`` and the framework's plain tool made from
 the ``@gate.effect``-decorated function. Both are invoked the framework's way (LangChain
 ``invoke``, OpenAI Agents ``on_invoke_tool``, LlamaIndex ``call``, pydantic-ai
-``toolset.call_tool`` with the arguments its validator produced), so the ratio is what the
-integration adds over the core (target 1.3x). pydantic-ai gates a toolset
-(``EffectGateToolset``) rather than one tool: that is its form. A second row, without a
+``toolset.call_tool`` with the arguments its validator produced, Google ADK ``run_async`` with a
+``ToolContext``, CrewAI's structured tool ``invoke``, Microsoft Agent Framework's function
+middleware pipeline), so the ratio is what the integration adds over the core (target 1.3x).
+pydantic-ai gates a toolset (``EffectGateToolset``) rather than one tool, and Agent Framework a
+function middleware (``EffectGateMiddleware``) beside the unwrapped tool: those are their
+forms. A second row, without a
 target, sets the gated tool beside a bare call of the decorated function (framework overhead
 included).
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -36,11 +40,16 @@ def refund(txn_id: str, amount_cents: int = 500) -> dict:  # type: ignore[type-a
 
 
 def _integration(name: str) -> Any:
+    if name == "crewai":  # CrewAI exports telemetry by default: the bench sends nothing away
+        for var, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("OTEL_SDK_DISABLED", "true"),
+                           ("CREWAI_TRACING_ENABLED", "false")):
+            os.environ.setdefault(var, value)
     try:
         module = importlib.import_module(f"effectgate.integrations.{name}")
     except ImportError:
         return None
-    return module if hasattr(module, "gate_tool") else None
+    return module if hasattr(module, "gate_tool") or hasattr(
+        module, "EffectGateMiddleware") else None
 
 
 def _calls_langchain(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
@@ -114,11 +123,81 @@ def _calls_pydantic_ai(gate: Gate, core: Callable[..., Any], module: Any) -> tup
     return call(gated), call(plain)
 
 
+def _calls_google_adk(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+    from google.adk.agents import LlmAgent
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.sessions import InMemorySessionService, Session
+    from google.adk.tools.function_tool import FunctionTool
+    from google.adk.tools.tool_context import ToolContext
+
+    gated = module.gate_tool(FunctionTool(refund), _TEMPLATE, gate=gate,
+                             effect_type="bench.effect")
+    plain = FunctionTool(core)
+    invocation = InvocationContext(
+        session_service=InMemorySessionService(), invocation_id="bench",
+        agent=LlmAgent(name="bench"), session=Session(id="bench", app_name="bench",
+                                                      user_id="bench"))
+    loop = asyncio.new_event_loop()
+
+    def call(t: Any) -> Callable[[str], Any]:
+        def invoke(key: str) -> Any:
+            context = ToolContext(invocation_context=invocation, function_call_id=key)
+            return loop.run_until_complete(t.run_async(
+                args={"txn_id": key, "amount_cents": 500}, tool_context=context))
+
+        return invoke
+
+    return call(gated), call(plain)
+
+
+def _calls_crewai(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+    from crewai.tools import tool
+
+    gated = module.gate_tool(tool("refund")(refund), _TEMPLATE, gate=gate,
+                             effect_type="bench.effect").to_structured_tool()
+    plain = tool("refund")(core).to_structured_tool()
+
+    def call(t: Any) -> Callable[[str], Any]:
+        return lambda key: t.invoke(input={"txn_id": key, "amount_cents": 500})
+
+    return call(gated), call(plain)
+
+
+def _calls_agent_framework(gate: Gate, core: Callable[..., Any],
+                           module: Any) -> tuple[Any, Any]:
+    from agent_framework import FunctionInvocationContext, tool
+    from agent_framework._middleware import FunctionMiddlewarePipeline
+
+    gate_mw = module.EffectGateMiddleware(
+        {"refund": {"key": _TEMPLATE, "effect_type": "bench.effect"}}, gate=gate)
+    gated = (tool(refund), FunctionMiddlewarePipeline(gate_mw.function_middleware))
+    plain = (tool(core), FunctionMiddlewarePipeline())
+    loop = asyncio.new_event_loop()
+
+    def call(pair: Any) -> Callable[[str], Any]:
+        function, pipeline = pair
+
+        async def final(context: Any) -> Any:
+            return await function.invoke(arguments=context.arguments)
+
+        def invoke(key: str) -> Any:
+            context = FunctionInvocationContext(function=function,
+                                                arguments={"txn_id": key, "amount_cents": 500})
+            return loop.run_until_complete(pipeline.execute(context, final))
+
+        return invoke
+
+    return call(gated), call(plain)
+
+
 _FRAMEWORKS = {
     "langchain": ("langchain", _calls_langchain),
     "openai-agents": ("openai_agents", _calls_openai_agents),
     "llama-index": ("llama_index", _calls_llama_index),
     "pydantic-ai": ("pydantic_ai", _calls_pydantic_ai),
+    "google-adk": ("google_adk", _calls_google_adk),
+    "crewai": ("crewai", _calls_crewai),
+    "agent-framework": ("agent_framework", _calls_agent_framework),
 }
 
 
@@ -140,7 +219,8 @@ def bench_adapters(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
                        "plain": calling(plain_call, keys["plain"]),
                        "core": calling(core, keys["core"])}
             times = interleave(runners, total=n, chunks=chunks)
-            report.ratios.append(Ratio("adapters", s.backend, f"{label} gate_tool",
+            form = "middleware" if module_name == "agent_framework" else "gate_tool"
+            report.ratios.append(Ratio("adapters", s.backend, f"{label} {form}",
                                        times["gated"], times["plain"],
                                        "tool+@gate.effect", TARGET,
                                        times.spread("gated", "plain")))

@@ -16,6 +16,9 @@ and the gate. What is common to all of them lives here, one module per concern:
   outside it (:func:`~.review.store_decision`). A new adapter with a pause uses these, never
   ``gate.approve`` / ``deny`` on its own: the rules (approval id and payload hash checked,
   single use, replays answered from the store) live there once;
+* :mod:`.resume` — a pause answered only with a yes or no (Google ADK's confirmation, Agent
+  Framework's approval response), decided against the store first;
+* :mod:`.raising` — an effectgate error that is also a framework's stopping exception;
 * :mod:`.twins` — identical calls in one turn share one execution;
 * :mod:`.vocabulary` — every text a model is told, for tool results and for the protocol;
 * :mod:`.context`, :mod:`.gates`, :mod:`.extras` — arguments and run ids in, the default gate,

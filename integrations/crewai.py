@@ -1,0 +1,172 @@
+"""CrewAI (``crewai``): gated tools.
+
+* ``gate_tool(tool, "refund:{txn_id}", gate=gate)`` returns a CrewAI ``BaseTool`` with the same
+  name, description (the text CrewAI renders into the agent's prompt, byte for byte) and
+  ``args_schema`` (the same class), whose every call passes through the gate: the key is
+  reserved before the tool's own ``_run`` runs and the outcome recorded after.
+  ``gate_tools(tools, effects)`` wraps a list and reports every tool left ungated.
+
+The tool itself is wrapped because CrewAI's tool hooks cannot answer for it: a
+``before_tool_call`` hook may only let the call through or block it (the model is told "Tool
+execution blocked by hook"), so it can neither hand back a stored result nor record the
+outcome of the call it let through.
+
+Arguments reach the gate as CrewAI validated them against the ``args_schema`` (``"500"`` is
+``500``, defaults filled in). A duplicate gets the stored result, as though the tool had just
+run. Every other answer is the tool's text telling the model what to do (wait, do not retry,
+ask a human); such texts are never put in CrewAI's tool cache (``cache_function``), so an
+approval given later is not hidden behind a cached "waiting for approval". Only
+``on_refusal="message"`` is offered: CrewAI catches every exception a tool raises, calls the
+tool again and then tells the model the error text, so a raised refusal would not stop the
+crew — it would only be asked again.
+
+CrewAI's loop makes one tool call per model turn, and it refuses an immediate repeat of the
+same tool and input itself ("I tried reusing the same input…") before the tool is called; a
+repeat after another step reaches the gate, which answers it from the store. A CrewAI tool is
+called with its arguments only: no run or agent reaches it. To record them, wrap the kickoff:
+``with eg.effect_context(run_id=..., agent_id=...): crew.kickoff()``.
+
+**Approvals**: CrewAI 1.6 has no pause that survives a process: ``Task(human_input=True)`` asks
+for feedback on a task's final answer at the console (``input()``), and a tool hook's
+``request_human_input`` prompts the console too; neither can stop a run and resume it
+elsewhere. So a call the policy sends for approval is answered with its approval request
+("WAITING FOR APPROVAL … approval id …"): the request is in the store with the exact
+arguments that would execute, the agent tells the user, and a human decides in the CLI or the
+console (``effectgate approve``). The next kickoff that makes the same call — in any process —
+executes it once, with the approved arguments only (the approval binds their payload hash:
+**prevention**); a denial is what the model hears instead; a repeat after that gets the stored
+result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from effectgate import ConfigError, EffectSpec, Gate
+
+from ._kernel import (
+    Framework,
+    GatedCall,
+    OnRefusal,
+    Refused,
+    UngatedToolWarning,
+    model_arguments,
+    requires_extra,
+    resolve_gate,
+)
+from ._kernel import gate_tools as _gate_tools
+
+with requires_extra("crewai", "crewai"):
+    from crewai.tools import BaseTool
+    from pydantic import PrivateAttr
+
+__all__ = ["GatedCrewTool", "UngatedToolWarning", "gate_tool", "gate_tools", "is_gated"]
+
+
+class _Refusal(str):
+    """A refusal's text as the tool's result: a ``str``, marked so it is never cached."""
+
+    __slots__ = ()
+
+
+def _cache(inner: Callable[..., Any]) -> Callable[..., bool]:
+    """The wrapped tool's ``cache_function``, refusing to cache a refusal."""
+
+    def cache_function(args: Any = None, result: Any = None) -> bool:
+        return not isinstance(result, _Refusal) and bool(inner(args, result))
+
+    return cache_function
+
+
+class GatedCrewTool(BaseTool):
+    """A CrewAI tool whose calls pass through an effect gate (see :func:`gate_tool`).
+
+    ``inner`` is the wrapped tool; ``gated_call.spec`` the :class:`effectgate.EffectSpec`.
+    """
+
+    _inner: BaseTool = PrivateAttr()
+    _gated: GatedCall = PrivateAttr()
+
+    @property
+    def inner(self) -> BaseTool:
+        """The wrapped tool."""
+        return self._inner
+
+    @property
+    def gated_call(self) -> GatedCall:
+        """The gated call: its ``spec`` and ``on_refusal``."""
+        return self._gated
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            raise ConfigError(f"tool {self.name!r} takes its arguments by name")
+        arguments = model_arguments(self.args_schema, kwargs)
+        out = self._gated.run(arguments, lambda: _call(self._inner, arguments))
+        if isinstance(out, Refused):
+            return _Refusal(out.message)
+        return out
+
+
+def _call(tool: BaseTool, arguments: dict[str, Any]) -> Any:
+    """The wrapped tool's own ``_run`` (a coroutine run to its end, as ``BaseTool.run`` does)."""
+    result = tool._run(**arguments)
+    if asyncio.iscoroutine(result):
+        result = asyncio.run(result)
+    return result
+
+
+def is_gated(tool: Any) -> bool:
+    """True for a tool returned by :func:`gate_tool`."""
+    return isinstance(tool, GatedCrewTool)
+
+
+def gate_tool(tool: BaseTool, key: str, *, gate: Gate | None = None,
+              effect_type: str | None = None, on_refusal: OnRefusal = "message",
+              **effect_options: Any) -> GatedCrewTool:
+    """Gate a CrewAI ``BaseTool`` (``@tool``, a ``BaseTool`` subclass) under the key template
+    ``key``.
+
+    Returns a :class:`GatedCrewTool` with the same name, description and ``args_schema``.
+    ``effect_type`` defaults to the tool's name; ``effect_options`` are
+    :class:`effectgate.EffectSpec` options. ``gate=None`` uses the process-wide default gate.
+    ``on_refusal`` must be ``"message"`` (see the module docstring).
+    """
+    if not isinstance(tool, BaseTool):
+        raise ConfigError(f"gate_tool takes a crewai BaseTool, not {type(tool).__name__}")
+    if is_gated(tool):
+        raise ConfigError(f"tool {tool.name!r} is already gated")
+    if on_refusal != "message":
+        raise ConfigError("CrewAI catches a tool's exceptions and calls it again: only "
+                          "on_refusal='message' stops the model from acting on a refusal")
+    spec = EffectSpec(resolve_gate(gate), key, effect_type=effect_type or tool.name,
+                      **effect_options)
+    spec.check_names(tool.args_schema.model_fields, f"tool {tool.name!r}")
+    gated = GatedCrewTool(
+        name=tool.name, description=tool.description, args_schema=tool.args_schema,
+        env_vars=list(tool.env_vars), result_as_answer=tool.result_as_answer,
+        max_usage_count=tool.max_usage_count, cache_function=_cache(tool.cache_function))
+    gated.description = tool.description  # BaseTool rewrote it on construction
+    gated.description_updated = tool.description_updated
+    gated._inner = tool
+    gated._gated = GatedCall(spec, tool.name, on_refusal="message")
+    return gated
+
+
+_FRAMEWORK = Framework(
+    "crewai", tool_name=lambda t: t.name if isinstance(t, BaseTool) else None,
+    is_gated=is_gated, wrap=gate_tool)
+
+
+def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
+               strict: bool = False, read_only: Iterable[str] = ()) -> list[Any]:
+    """Gate the declared tools of a list and pass the rest through, in order.
+
+    ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None
+    (read-only); or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate
+    must carry that policy). Every tool left ungated is reported once by name;
+    ``strict=True`` (or ``policy.strict``) refuses them with ``ConfigError``.
+    """
+    return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
+                       read_only=read_only)

@@ -1,0 +1,316 @@
+"""Google ADK (``google-adk``): gated function tools, paused for approval by ADK's own tool
+confirmation.
+
+* ``gate_tool(tool, "refund:{txn_id}", gate=gate)`` takes a ``FunctionTool`` (or a plain
+  function, as ``LlmAgent(tools=[...])`` does) and returns a ``FunctionTool`` of the same class
+  with the same name, description and function declaration — the model is sent the same
+  tool — whose ``run_async`` passes through the gate: the key is reserved before the function
+  runs and the outcome recorded after it. ``gate_tools(tools, effects)`` wraps a list and
+  reports every tool left ungated (toolsets and other agents pass through: they do not run
+  here as one function).
+
+Arguments are validated through the function's own signature (pydantic, as ADK builds the
+declaration from it) before the key and payload hash are computed, so ``"500"`` and ``500``
+are one refund and the function receives ``500``; arguments that fail validation are answered
+``INVALID ARGUMENTS`` and nothing runs. A duplicate gets the stored result, as though the tool
+had just run; two identical calls in one turn run once and both get the result. Every other
+answer is the tool's ``{"error": ...}`` response telling the model what to do (wait, do not
+retry, ask a human). With ``on_refusal="raise"`` refusals and unknown outcomes are raised:
+ADK hands them to the ``on_tool_error`` callbacks and, unanswered, ends the run. The session id
+becomes the effect's ``run_id`` and the agent's name its ``agent_id``. A sync function's
+reservation, call and outcome run on one worker thread (the event loop is never blocked by the
+store); an async one is awaited on the loop.
+
+**Approvals pause the run** through ADK's tool confirmation: a call the policy sends for
+approval calls ``tool_context.request_confirmation(hint=..., payload={"effectgate":
+{approval_id, payload_hash, key, ...}, "arguments": <the normalised arguments that would
+execute>})`` and skips summarization, so the run ends with an ``adk_request_confirmation``
+function call (ADK's ``long_running_tool_ids``). The client answers with a
+``FunctionResponse(name="adk_request_confirmation", id=<that call's id>, response={"confirmed":
+True | False, "payload": ...})`` in a later ``run_async`` on the same session — in any process,
+with a persistent session service (``DatabaseSessionService``). ADK checks the confirmed call's
+name and arguments against the session history and calls the tool again with
+``tool_context.tool_confirmation``; then, against the store first (``_kernel/resume.py``):
+
+* a request already decided in the store (``gate.approve`` / the CLI / the console, or an
+  earlier resume) executes once or stays refused, whatever the confirmation says;
+* otherwise ``confirmed=True`` records the approval (by ``approver=``, default
+  :data:`DEFAULT_APPROVER`) for the payload hash of the arguments the call brings and executes
+  them once; ``confirmed=False`` records the denial (``gate.deny``), and it stays denied;
+* a confirmation payload that echoes an ``effectgate`` approval id or payload hash must name
+  the store's pending request for these arguments, or nothing is approved;
+* a replayed resume (the same session snapshot restored elsewhere: ADK drops a consumed
+  confirmation only within one session) gets the stored result, not a second refund.
+
+This is **prevention**: the approval binds the payload hash of the arguments that execute.
+ADK's confirmation carries no edit: to change the arguments, reject and let the model call
+again. ``pause=False`` keeps the plain answer (text with the approval id). A tool's own
+``require_confirmation`` still applies (ADK asks first; that confirmation then also answers the
+gate's approval for the same call).
+
+Not offered, and why: ``before_tool_callback`` can answer a duplicate from the store, and
+``after_tool_callback`` / ``on_tool_error_callback`` can record the outcome, but between the
+reservation and the body sit ADK's own confirmation gate (a reservation would be held across a
+human's pause and lapse to AMBIGUOUS) and every later callback, any of which may answer the call
+instead of the tool — then the callbacks would record as committed what never ran. Wrapping
+the tool puts the reservation around the function and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from effectgate import ConfigError, EffectKeyError, EffectSpec, Gate
+
+from ._kernel import (
+    Framework,
+    GatedCall,
+    OnRefusal,
+    Refused,
+    UngatedToolWarning,
+    framework_context,
+    model_arguments,
+    model_message,
+    requires_extra,
+    resolve_gate,
+)
+from ._kernel import gate_tools as _gate_tools
+from ._kernel.call import keep_refusal
+from ._kernel.resume import Answer, aresume, claimed
+from ._kernel.review import review_of
+
+with requires_extra("google_adk", "google-adk"):
+    import pydantic
+    from google.adk.tools.base_tool import BaseTool
+    from google.adk.tools.function_tool import FunctionTool
+    from google.adk.tools.tool_context import ToolContext
+
+__all__ = ["DEFAULT_APPROVER", "UngatedToolWarning", "gate_tool", "gate_tools", "is_gated"]
+
+DEFAULT_APPROVER = "google-adk-resume"
+"""Who a confirmed resume is recorded as approved (or rejected) by unless ``approver=`` says."""
+
+
+def _arguments_model(tool: FunctionTool) -> type[pydantic.BaseModel] | None:
+    """A pydantic model of the function's parameters (what the model's arguments are validated
+    by); None for a callable without a usable signature (keyed on the arguments as sent)."""
+    func = tool.func
+    try:
+        signature = inspect.signature(func)
+        hints = typing.get_type_hints(func)
+    except (TypeError, ValueError, NameError):
+        return None
+    ignored = set(getattr(tool, "_ignore_params", ("tool_context", "input_stream")))
+    fields: dict[str, Any] = {}
+    for name, param in signature.parameters.items():
+        if name in ignored or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = hints.get(name, Any)
+        if annotation is ToolContext or name in ("self", "cls"):
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[name] = (annotation, default)
+    try:
+        return pydantic.create_model(f"{tool.name}_arguments", **fields)
+    except Exception:  # an annotation pydantic cannot build a model for
+        return None
+
+
+class _Gated:
+    """What the wrapped tool's class adds to its own (copied into a subclass of it, see
+    :func:`_gated_class`): ``run_async`` passes through the gate."""
+
+    _effectgate_base: type[FunctionTool]
+    _effectgate: GatedCall
+    _effectgate_model: type[pydantic.BaseModel] | None
+    _effectgate_pause: bool
+    _effectgate_approver: str
+
+    @property
+    def gated_call(self) -> GatedCall:
+        """The gated call: its ``spec`` and ``on_refusal``."""
+        return self._effectgate
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        """Validate, gate, answer (see the module docstring)."""
+        gated = self._effectgate
+        arguments = self._arguments(args)
+        if isinstance(arguments, Refused):
+            return {"error": gated.refuse(arguments).message}
+        session = getattr(tool_context, "session", None)
+        with framework_context(getattr(session, "id", None),
+                               getattr(tool_context, "agent_name", None)):
+            run = self._runner(tool_context)
+            confirmation = getattr(tool_context, "tool_confirmation", None)
+            if confirmation is not None and self._effectgate_pause:
+                try:
+                    approval_id, digest = claimed(confirmation.payload)
+                except ConfigError as err:
+                    return {"error": model_message("invalid", None, err)}
+                answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
+                                approval_id=approval_id, payload_hash=digest)
+                out = await aresume(gated, arguments, answer, run)
+            else:
+                out = await run(gated, arguments)
+            if isinstance(out, Refused) and out.kind == "approval_required" \
+                    and self._effectgate_pause:
+                return await self._pause(out, arguments, tool_context)
+        if isinstance(out, Refused):
+            return {"error": gated.refuse(out).message}
+        return out
+
+    def _arguments(self, args: Mapping[str, Any]) -> dict[str, Any] | Refused:
+        model = self._effectgate_model
+        if model is None:
+            return dict(args)
+        try:
+            return model_arguments(model, args)
+        except pydantic.ValidationError as err:
+            detail = f"{self._effectgate.tool_name}: {err.error_count()} invalid argument(s)"
+            first = err.errors()[0]
+            detail += f" ({'.'.join(str(p) for p in first['loc'])}: {first['msg']})"
+            error = EffectKeyError(detail)
+            return Refused("invalid", model_message("invalid", None, error), error, None)
+
+    def _runner(self, tool_context: ToolContext) -> Callable[[GatedCall, Any], Awaitable[Any]]:
+        """``run(gated, arguments)``: one gated call of the function with these arguments."""
+        base = self._effectgate_base
+        direct = _direct_call(self, tool_context)
+
+        async def run(one: GatedCall, arguments: Any) -> Any:
+            if direct is not None:
+                return await one.arun_sync(arguments, lambda: direct(arguments))
+            return await one.arun(arguments, lambda: base.run_async(
+                self, args=dict(arguments), tool_context=tool_context))  # type: ignore[arg-type]
+
+        return run
+
+    async def _pause(self, refused: Refused, arguments: Mapping[str, Any],
+                     tool_context: ToolContext) -> Any:
+        """Ask ADK to pause the run for a human (its tool confirmation)."""
+        review = await asyncio.to_thread(review_of, self._effectgate, refused, arguments)
+        tool_context.request_confirmation(
+            hint=review.description(),
+            payload={"effectgate": review.as_dict(), "arguments": review.arguments})
+        tool_context.actions.skip_summarization = True
+        return {"error": refused.message}
+
+
+def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] | None:
+    """The plain sync function called with its arguments (ADK's own context parameter
+    injected), to run with the gate on one worker thread; None for anything else (async,
+    generators, a subclass's own ``run_async``, a tool confirmation of its own to ask)."""
+    func = getattr(tool, "func", None)
+    if tool._effectgate_base is not FunctionTool or func is None or not inspect.isfunction(func) \
+            or inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func) \
+            or inspect.isasyncgenfunction(func) or tool._require_confirmation:
+        return None
+    prepare = getattr(tool, "_prepare_invocation_args", None)
+    if prepare is None:
+        return None
+
+    def call(arguments: Any) -> Any:
+        return func(**prepare(dict(arguments), tool_context))
+
+    return call
+
+
+_classes: dict[type[FunctionTool], type[FunctionTool]] = {}
+
+
+def _gated_class(cls: type[FunctionTool]) -> type[FunctionTool]:
+    """``cls`` with the gate mixed in (one class per tool class)."""
+    gated = _classes.get(cls)
+    if gated is None:
+        # A subclass of the tool's own class (so a copy of the tool can take it as its class;
+        # a mixin base in front would change the instance layout), with _Gated's methods.
+        namespace = {name: value for name, value in vars(_Gated).items()
+                     if not name.startswith("__")}
+        namespace.update(__module__=cls.__module__, __doc__=cls.__doc__,
+                         _effectgate_base=cls)
+        gated = type(cls.__name__, (cls,), namespace)
+        _classes[cls] = gated
+    return gated
+
+
+def is_gated(tool: Any) -> bool:
+    """True for a tool returned by :func:`gate_tool`."""
+    return getattr(type(tool), "_effectgate_base", None) is not None
+
+
+def _as_tool(tool: Any) -> FunctionTool:
+    if isinstance(tool, FunctionTool):
+        return tool
+    if isinstance(tool, BaseTool) or not callable(tool):
+        raise ConfigError("gate_tool takes a google.adk FunctionTool or a function, not "
+                          f"{type(tool).__name__}")
+    return FunctionTool(tool)
+
+
+def gate_tool(tool: Any, key: str, *, gate: Gate | None = None,
+              effect_type: str | None = None, on_refusal: OnRefusal = "message",
+              pause: bool = True, approver: str = DEFAULT_APPROVER,
+              **effect_options: Any) -> FunctionTool:
+    """Gate an ADK ``FunctionTool`` (or a function) under the key template ``key``.
+
+    Returns a tool of the same class with the same declaration. ``effect_type`` defaults to
+    the tool's name; ``effect_options`` are :class:`effectgate.EffectSpec` options.
+    ``gate=None`` uses the process-wide default gate. ``pause``: a call the policy sends for
+    approval pauses the run (ADK's tool confirmation; see the module docstring); False: the
+    model is told in text. ``approver``: who a confirmed resume is recorded as.
+    """
+    if pause not in (True, False):
+        raise ConfigError(f"pause must be True or False, not {pause!r}")
+    if not isinstance(approver, str) or not approver.strip():
+        raise ConfigError("approver must be a non-empty str")
+    inner = _as_tool(tool)
+    if is_gated(inner):
+        raise ConfigError(f"tool {inner.name!r} is already gated")
+    spec = EffectSpec(resolve_gate(gate), key, effect_type=effect_type or inner.name,
+                      **effect_options)
+    model = _arguments_model(inner)
+    if model is not None:
+        spec.check_names(model.model_fields, f"tool {inner.name!r}")
+    gated = copy.copy(inner)
+    gated.__class__ = _gated_class(type(inner))
+    gated._effectgate = GatedCall(  # type: ignore[attr-defined]
+        spec, inner.name, on_refusal=on_refusal, pause=keep_refusal)
+    gated._effectgate_model = model  # type: ignore[attr-defined]
+    gated._effectgate_pause = pause  # type: ignore[attr-defined]
+    gated._effectgate_approver = approver  # type: ignore[attr-defined]
+    return gated
+
+
+def _tool_name(tool: Any) -> str | None:
+    if isinstance(tool, BaseTool):
+        return str(tool.name)
+    if callable(tool) and not isinstance(tool, type):
+        name = getattr(tool, "__name__", None)
+        return name if isinstance(name, str) else None
+    return None  # a toolset: its tools are not known here
+
+
+_FRAMEWORK = Framework("google_adk", tool_name=_tool_name, is_gated=is_gated, wrap=gate_tool)
+
+
+def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
+               strict: bool = False, read_only: Iterable[str] = (),
+               on_refusal: OnRefusal = "message", pause: bool = True,
+               approver: str = DEFAULT_APPROVER) -> list[Any]:
+    """Gate the declared tools of a list (``FunctionTool`` s or functions) and pass the rest
+    through, in order.
+
+    ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None
+    (read-only); or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate
+    must carry that policy). Every tool left ungated is reported once by name; ``strict=True``
+    (or ``policy.strict``) refuses them with ``ConfigError``. Toolsets pass through
+    unreported. ``pause`` / ``approver``: as for :func:`gate_tool`.
+    """
+    return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
+                       read_only=read_only, on_refusal=on_refusal,
+                       wrap_options={"pause": pause, "approver": approver})

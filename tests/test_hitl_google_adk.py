@@ -1,0 +1,141 @@
+"""Approvals through Google ADK's own tool confirmation: a refund above the approval threshold
+makes the gated tool call ``tool_context.request_confirmation``, the run ends with an
+``adk_request_confirmation`` call, and another process answers it with a ``FunctionResponse``
+on the same session (``DatabaseSessionService`` on an SQLite file). Real ``Runner`` loop,
+scripted ``BaseLlm``, both backends; the refund is counted in an O_APPEND ledger."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+import effectgate as eg
+
+from . import hitl_worker as worker
+
+lines = worker.lines
+
+
+@pytest.fixture
+def hgate(store_url: str, namespace: str) -> Iterator[eg.Gate]:
+    with worker.make_gate(store_url, namespace) as gate:
+        yield gate
+
+
+def step(store_url: str, namespace: str, tmp: Path, name: str,
+         answer: Any = None) -> dict[str, Any]:
+    """One step in a new OS process."""
+    return worker.in_new_process("google_adk", store_url, namespace, tmp, name, answer)
+
+
+def here(gate: eg.Gate, tmp: Path, name: str, answer: Any = None) -> dict[str, Any]:
+    """One step in this process (a new Runner on the same session file)."""
+    import asyncio
+
+    return asyncio.run(worker.adk_step(gate, tmp / "ledger", tmp / "state.json", name,
+                                       answer))
+
+
+@pytest.mark.slow
+def test_a_confirmation_in_another_process_executes_once_and_a_replay_gets_the_result(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    first = step(store_url, namespace, tmp_path, "start")
+    [request] = first["requests"]
+    shown = request["toolConfirmation"]["payload"]
+    [approval] = hgate.list_approvals()
+    assert shown["effectgate"]["approval_id"] == approval.approval_id
+    assert shown["effectgate"]["payload_hash"] == approval.payload_hash
+    assert shown["arguments"] == worker.ARGS == request["originalFunctionCall"]["args"]
+    assert first["tool_results"][0]["error"].startswith("WAITING FOR APPROVAL")
+    assert first["texts"] == [] and lines(tmp_path / "ledger") == []  # the model was not asked
+    shutil.copy(tmp_path / "state.json", tmp_path / "paused.db")
+
+    second = step(store_url, namespace, tmp_path, "resume", {"confirmed": True,
+                                                             "payload": shown})
+    assert second["tool_results"] == [{"result": "refunded 50000 on T1"}]
+    assert second["texts"] == ["All done."] and len(lines(tmp_path / "ledger")) == 1
+    assert hgate.approval(approval.approval_id).decided_by == "google-adk-resume"
+    # The paused session restored and confirmed again: ADK would run the tool again.
+    shutil.copy(tmp_path / "paused.db", tmp_path / "state.json")
+    replay = here(hgate, tmp_path, "resume", {"confirmed": True})
+    assert replay["tool_results"] == [{"result": "refunded 50000 on T1"}]
+    assert len(lines(tmp_path / "ledger")) == 1
+
+
+def test_approved_in_the_cli_wakes_the_paused_run(store_url: str, namespace: str,
+                                                  hgate: eg.Gate, tmp_path: Path) -> None:
+    here(hgate, tmp_path, "start")
+    [approval] = hgate.list_approvals()
+    cli = subprocess.run(
+        [sys.executable, "-m", "effectgate.cli", "approve", approval.approval_id, "--by", "bob",
+         "--url", store_url, "--namespace", namespace],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    out = here(hgate, tmp_path, "resume", {"confirmed": True})
+    assert out["tool_results"] == [{"result": "refunded 50000 on T1"}]
+    assert hgate.approval(approval.approval_id).decided_by == "bob"
+    assert len(lines(tmp_path / "ledger")) == 1
+
+
+def test_a_rejection_executes_nothing_and_stays_denied(store_url: str, namespace: str,
+                                                       hgate: eg.Gate, tmp_path: Path) -> None:
+    here(hgate, tmp_path, "start")
+    shutil.copy(tmp_path / "state.json", tmp_path / "paused.db")
+    [approval] = hgate.list_approvals()
+    out = here(hgate, tmp_path, "resume", {"confirmed": False})
+    [said] = out["tool_results"]
+    assert said["error"].startswith("DENIED") and "google-adk-resume" in said["error"]
+    assert hgate.approval(approval.approval_id).state is eg.ApprovalState.DENIED
+    # The paused session again, now confirmed: the store's denial stands.
+    shutil.copy(tmp_path / "paused.db", tmp_path / "state.json")
+    again = here(hgate, tmp_path, "resume", {"confirmed": True})
+    assert again["tool_results"][0]["error"].startswith("DENIED")
+    assert lines(tmp_path / "ledger") == []
+
+
+@pytest.mark.parametrize("named", [
+    {"effectgate": {"approval_id": "apr_forged"}},
+    {"effectgate": {"payload_hash": "0" * 64}},
+])
+def test_a_confirmation_naming_another_request_approves_nothing(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path,
+        named: dict[str, Any]) -> None:
+    here(hgate, tmp_path, "start")
+    out = here(hgate, tmp_path, "resume", {"confirmed": True, "payload": named})
+    assert out["tool_results"][0]["error"].startswith("DENIED")
+    assert "nothing was approved" in out["tool_results"][0]["error"]
+    assert lines(tmp_path / "ledger") == []
+    assert hgate.list_approvals()[0].state is eg.ApprovalState.PENDING
+
+
+def test_a_malformed_confirmation_payload_changes_nothing(
+        store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
+    from .conftest import snapshot
+
+    here(hgate, tmp_path, "start")
+    before = snapshot(hgate)
+    out = here(hgate, tmp_path, "resume",
+               {"confirmed": True, "payload": {"effectgate": {"approval_id": ["x"] * 3}}})
+    assert out["tool_results"][0]["error"].startswith("INVALID ARGUMENTS")
+    assert snapshot(hgate) == before and lines(tmp_path / "ledger") == []
+
+
+def test_below_the_threshold_there_is_no_pause_and_no_request(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    import asyncio
+
+    from .adapter_drivers import adk_run
+
+    agent_tools = [worker.adk_agent(hgate, tmp_path / "ledger").tools[0]]
+    out = asyncio.run(adk_run(agent_tools, [[("c1", {"txn_id": "T2", "amount_cents": 500},
+                                              "refund")]], run_id="small"))
+    assert out == {"c1": "refunded 500 on T2"} and len(lines(tmp_path / "ledger")) == 1
+    assert hgate.list_approvals(state=None) == []
