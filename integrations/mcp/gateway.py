@@ -69,7 +69,6 @@ from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 from .writes import Kind, Verdict, classify
 
 try:
-    import jsonschema  # type: ignore[import-untyped]
     from mcp import types
     from mcp.server.lowlevel import NotificationOptions, Server
     from mcp.server.stdio import stdio_server
@@ -120,6 +119,10 @@ def tool_specs(gate: eg.Gate, effects: Any) -> dict[str, eg.EffectSpec]:
             raise eg.ConfigError(f"tool {tool!r}: an effect needs a key template")
     return specs
 
+
+
+class _InvalidArguments(ValueError):
+    """A gated call's arguments do not fit the tool's input schema (nothing ran)."""
 
 class Gateway:
     """The proxy: the upstream's capabilities, its tools gated by ``specs`` (tool name →
@@ -489,10 +492,8 @@ class Gateway:
             keyed = dict(spec.template.normalise(arguments))  # what is hashed, approved, sent
             if keyed != arguments:
                 self._validate(tool, keyed)
-        except jsonschema.ValidationError as err:
-            where = "/".join(str(p) for p in err.absolute_path)
-            return _error({"error": "InvalidArguments",
-                           "message": f"{where}: {err.message}" if where else err.message,
+        except _InvalidArguments as err:
+            return _error({"error": "InvalidArguments", "message": str(err),
                            "what_to_do": "Fix the arguments and call again; nothing ran."})
         except eg.EffectGateError as err:
             return _error(_refused(err))
@@ -590,14 +591,24 @@ class Gateway:
         return arguments
 
     def _validate(self, tool: types.Tool, arguments: dict[str, Any]) -> None:
-        """``jsonschema.ValidationError`` unless ``arguments`` fit the tool's input schema."""
+        """:class:`_InvalidArguments` unless ``arguments`` fit the tool's input schema.
+
+        jsonschema is imported at the first gated call, not at start: importing it costs
+        seconds of CPU (its optional IRI checker builds a grammar), which a gateway's start
+        — and a client's connect timeout — should not pay."""
+        import jsonschema  # type: ignore[import-untyped]
+
         schema = tool.input_schema
         mark = json.dumps(schema, sort_keys=True, default=str)
         validator = self._validators.get(mark)
         if validator is None:
             validator = self._validators[mark] = jsonschema.validators.validator_for(schema)(
                 schema)
-        validator.validate(arguments)
+        try:
+            validator.validate(arguments)
+        except jsonschema.ValidationError as err:
+            where = "/".join(str(p) for p in err.absolute_path)
+            raise _InvalidArguments(f"{where}: {err.message}" if where else err.message) from err
 
     async def _execute(self, link: Link, ctx: Ctx | None, request: types.CallToolRequest,
                        lease: float) -> dict[str, Any]:
