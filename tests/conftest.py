@@ -31,8 +31,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 RUN = os.environ.setdefault("EFFECTGATE_TEST_RUN", uuid.uuid4().hex[:8])
 TEST_PREFIX = f"t-{RUN}-"
 # CrewAI reads these when it is first imported (by any test, or a worker process): no telemetry
-# or tracing export (there is no network), and no first-run prompt on the console.
-for _name, _value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("OTEL_SDK_DISABLED", "true"),
+# or tracing export (there is no network), and no first-run prompt on the console. Not
+# OTEL_SDK_DISABLED: that turns every SDK provider into a no-op, the telemetry tests' too.
+for _name, _value in (("CREWAI_DISABLE_TELEMETRY", "true"),
                       ("CREWAI_TRACING_ENABLED", "false"), ("CREWAI_TESTING", "true")):
     os.environ.setdefault(_name, _value)
 _pg_error: list[str] = []

@@ -261,7 +261,7 @@ async def gateway(gate: eg.Gate, tmp: Path, monkeypatch: pytest.MonkeyPatch,
         monkeypatch.setenv(name, str(tmp / name.lower()))
     policy = gate.policy
     assert policy is not None
-    upstream = shlex.join([sys.executable, str(Path(mcp_upstream.__file__))])
+    upstream = upstream_command()
     gw = Gateway(gate, upstream, tool_specs(gate, policy), policy=policy, out=io.StringIO(),
                  console_url=CONSOLE, approval_wait_seconds=5, state_keys=KEYS)
     kw: dict[str, Any] = {"mode": mode}
@@ -275,6 +275,17 @@ async def gateway(gate: eg.Gate, tmp: Path, monkeypatch: pytest.MonkeyPatch,
                 yield client
             await gw.aclose()
             tg.cancel_scope.cancel()
+
+
+def upstream_command() -> str:
+    return shlex.join([sys.executable, str(Path(mcp_upstream.__file__))])
+
+
+def scoped(key: str, target: str) -> str:
+    """``key`` as the gateway in front of ``target`` records it (its upstream's scope first)."""
+    from effectgate.integrations.mcp.identity import UpstreamIdentity
+
+    return f"{UpstreamIdentity.of(target).key_scope}:{key}"
 
 
 def ledger(tmp: Path) -> list[str]:
@@ -325,13 +336,20 @@ async def test_a_call_re_issued_after_a_broken_stream_joins_the_running_one(
     gate = make_gate(policy=GATED)
     async with gateway(gate, tmp_path, monkeypatch) as client:
         call = {"to": "+1", "seconds": 2}
-        with anyio.move_on_after(0.8):
-            await client.call_tool("slow_send", call)
-        assert gate.get("slow:+1").state is eg.State.IN_FLIGHT
+        started = tmp_path / "started"
+        with anyio.move_on_after(30):  # the stream breaks once the upstream has begun
+            async with anyio.create_task_group() as calling:
+                calling.start_soon(client.call_tool, "slow_send", call)
+                while not started.exists():
+                    await anyio.sleep(0.02)
+                calling.cancel_scope.cancel()
+        assert started.exists() and ledger(tmp_path) == []
+        key = scoped("slow:+1", upstream_command())
+        assert gate.get(key).state is eg.State.IN_FLIGHT
         again = await client.call_tool("slow_send", call)
     assert not again.is_error, again
     assert (again.meta or {})["effectgate"]["decision"] == "duplicate"
-    assert gate.get("slow:+1").state is eg.State.COMMITTED
+    assert gate.get(key).state is eg.State.COMMITTED
     assert ledger(tmp_path) == ["slow:+1"]
 
 

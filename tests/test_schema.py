@@ -173,17 +173,6 @@ def test_version_4_store_with_a_sessions_table_already_is_refused_unchanged(
     assert "effectgate_audit" not in names and version == "4"
 
 
-def test_newer_store_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "new.db"
-    eg.Gate(f"sqlite:///{path}").close()
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE effectgate_meta SET value = '99' WHERE name = 'schema_version'")
-    conn.commit()
-    conn.close()
-    with pytest.raises(eg.ConfigError, match="newer"):
-        eg.Gate(f"sqlite:///{path}")
-
-
 def _set_version(url: str, version: int) -> None:
     from sqlalchemy import create_engine, text
 

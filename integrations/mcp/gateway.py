@@ -121,6 +121,21 @@ def tool_specs(gate: eg.Gate, effects: Any) -> dict[str, eg.EffectSpec]:
 
 
 
+def _jsonschema() -> Any:
+    """The jsonschema module, imported without ``rfc3987_syntax`` when nothing imported either
+    yet: that optional IRI checker builds a grammar at import (about 3 s of CPU, which a
+    gated call — or a client's timeout — would pay), and the gateway checks no formats."""
+    if "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # ImportError inside
+        try:
+            import jsonschema  # type: ignore[import-untyped]
+        finally:
+            del sys.modules["rfc3987_syntax"]
+    import jsonschema
+
+    return jsonschema
+
+
 class _InvalidArguments(ValueError):
     """A gated call's arguments do not fit the tool's input schema (nothing ran)."""
 
@@ -593,11 +608,9 @@ class Gateway:
     def _validate(self, tool: types.Tool, arguments: dict[str, Any]) -> None:
         """:class:`_InvalidArguments` unless ``arguments`` fit the tool's input schema.
 
-        jsonschema is imported at the first gated call, not at start: importing it costs
-        seconds of CPU (its optional IRI checker builds a grammar), which a gateway's start
-        — and a client's connect timeout — should not pay."""
-        import jsonschema  # type: ignore[import-untyped]
-
+        jsonschema is imported at the first gated call, not at start, and without its
+        optional IRI syntax checker (see :func:`_jsonschema`)."""
+        jsonschema = _jsonschema()
         schema = tool.input_schema
         mark = json.dumps(schema, sort_keys=True, default=str)
         validator = self._validators.get(mark)
