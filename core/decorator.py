@@ -36,7 +36,7 @@ from .states import Decision, Outcome
 if TYPE_CHECKING:
     import asyncio
 
-    from .gate import Gate
+    from .gatelike import GateLike
     from .request import Request
 
 __all__ = [
@@ -105,7 +105,7 @@ class EffectSpec:
 
     def __init__(
         self,
-        gate: Gate,
+        gate: GateLike,
         key: str,
         *,
         effect_type: str,
@@ -318,7 +318,7 @@ class EffectSpec:
         return result
 
 
-async def _settle_unstarted(gate: Gate, begun: asyncio.Future[BeginDecision]) -> None:
+async def _settle_unstarted(gate: GateLike, begun: asyncio.Future[BeginDecision]) -> None:
     """The caller was cancelled while its ``begin`` was in flight. The begin cannot be taken
     back once sent: let it finish, and if it reserved the effect, record FAILED — the body
     never started. Cancelled again while waiting, it finishes in the background."""
@@ -339,7 +339,7 @@ async def _settle_unstarted(gate: Gate, begun: asyncio.Future[BeginDecision]) ->
 _background: set[asyncio.Future[Any]] = set()
 
 
-def _report_unstarted_later(gate: Gate, begun: asyncio.Future[BeginDecision]) -> None:
+def _report_unstarted_later(gate: GateLike, begun: asyncio.Future[BeginDecision]) -> None:
     if begun.cancelled() or begun.exception() is not None:
         return
     d = begun.result()
@@ -351,12 +351,12 @@ def _report_unstarted_later(gate: Gate, begun: asyncio.Future[BeginDecision]) ->
         task.add_done_callback(_background.discard)
 
 
-async def _report_quietly(gate: Gate, d: BeginDecision) -> None:
+async def _report_quietly(gate: GateLike, d: BeginDecision) -> None:
     with contextlib.suppress(EffectGateError):
         await gate.areport(d, Outcome.FAILED, error=_NOT_STARTED)
 
 
-def gate_function(gate: Gate, fn: Callable[..., T], key: str, *,
+def gate_function(gate: GateLike, fn: Callable[..., T], key: str, *,
                   effect_type: str | None = None, **options: Any) -> Callable[..., T]:
     """Wrap ``fn`` so each call passes through ``gate`` under the key template ``key``."""
     if not callable(fn):

@@ -20,10 +20,9 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import decide, sagas, validate
-from .context import run_context
 from .discovery import find_policy
 from .errors import (
     ConfigError,
@@ -34,16 +33,16 @@ from .errors import (
     UnknownEffect,
 )
 from .flow import BeginFlow
-from .governance import evaluate
 from .keys import check_key
 from .memo import CommittedMemo
 from .notices import reported
-from .payload import canonical_json, payload_hash, result_json
+from .payload import result_json
 from .reconcile import Reconciled, Reconciler
 from .records import ApprovalRecord, BeginDecision, EffectRecord
 from .redact import TextRedactor, bound, redact_fields, redact_text
 from .registry import Registry
 from .request import Lease, Request
+from .request_builder import EffectKind, build_request, effect_kind
 from .sagas import Compensator, UnwindReport
 from .states import ApprovalState, Decision, Outcome, State
 from .store import Durability, Store
@@ -52,7 +51,6 @@ from .store.rows import EffectHead, EffectRow, Recorded
 from .store.schema import policy_meta_name
 from .telemetry import Telemetry, telemetry
 from .translate import approval_record, effect_record, vendor_key_of
-from .vendors import rule_for
 
 if TYPE_CHECKING:
     from .policy import Policy
@@ -66,19 +64,6 @@ T = TypeVar("T")
 _GATES: weakref.WeakSet[Gate] = weakref.WeakSet()  # whose memos a prune clears
 _MAX_STEPS = 16
 _REDACTED = "[redacted]"
-
-
-class EffectKind(NamedTuple):
-    """An effect type's options, validated once, with the policy's defaults applied."""
-
-    effect_type: str
-    vendor: str | None
-    lease_seconds: float
-    max_attempts: int
-    reconcile_grace_seconds: float
-    redact_arguments: tuple[str, ...] = ()
-    store_result: bool = True
-    redact_result: tuple[str, ...] = ()
 
 
 class Gate:
@@ -250,29 +235,10 @@ class Gate:
 
         A decorator or tool wrapper prepares its kind when it is declared, so each call only
         renders its key and hashes its payload (:meth:`request`)."""
-        effect_type = validate.text(effect_type, "effect_type", 200, required=True) or ""
-        rule = self.policy.rule_for(effect_type) if self.policy is not None else None
-        redact_arguments: tuple[str, ...] = ()
-        redact_result: tuple[str, ...] = ()
-        store_result = True
-        if rule is not None:
-            vendor = vendor if vendor is not None else rule.vendor
-            lease_seconds = lease_seconds if lease_seconds is not None else rule.lease_seconds
-            max_attempts = max_attempts if max_attempts is not None else rule.max_attempts
-            if reconcile_grace_seconds is None:
-                reconcile_grace_seconds = rule.reconcile_grace_seconds
-            redact_arguments = rule.redact_arguments
-            store_result, redact_result = rule.store_result, rule.redact_result
-        if vendor is not None:
-            rule_for(vendor)
-        attempts = self.max_attempts if max_attempts is None else validate.whole(
-            max_attempts, "max_attempts", minimum=1)
-        lease = self.lease_seconds if lease_seconds is None else validate.seconds(
-            lease_seconds, "lease_seconds")
-        grace = lease if reconcile_grace_seconds is None else validate.seconds(
-            reconcile_grace_seconds, "reconcile_grace_seconds")
-        return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments,
-                          store_result, redact_result)
+        return effect_kind(self.policy, self.lease_seconds, self.max_attempts, effect_type,
+                           vendor=vendor, lease_seconds=lease_seconds,
+                           max_attempts=max_attempts,
+                           reconcile_grace_seconds=reconcile_grace_seconds)
 
     def request(
         self,
@@ -309,26 +275,11 @@ class Gate:
         """:meth:`request` for a ``key`` already checked (a key template renders checked
         keys) and a ``kind`` from :meth:`kind`: the decorator's path, without the second
         check."""
-        digest = payload_hash(payload)
-        if run_id is None or agent_id is None:
-            ctx_run, ctx_agent = run_context()
-            run_id = run_id if run_id is not None else ctx_run
-            agent_id = agent_id if agent_id is not None else ctx_agent
-        if compensates_effect_id is not None:
-            validate.whole(compensates_effect_id, "compensates_effect_id", minimum=1)
-        cost = None if estimated_cost_micros is None else validate.micros(
-            estimated_cost_micros, "estimated_cost_micros")
-        gov = None if self.policy is None else evaluate(self.policy, kind.effect_type, cost)
-        text = validate.text
-        return Request(
-            self.namespace, key, kind.effect_type, digest, kind.vendor, kind.max_attempts,
-            kind.lease_seconds, kind.reconcile_grace_seconds,
-            None if run_id is None else text(run_id, "run_id", 256),
-            None if agent_id is None else text(agent_id, "agent_id", 256),
-            None if group_key is None else text(group_key, "group_key", 512),
-            None if compensation is None else canonical_json(compensation, "compensation"),
-            compensates_effect_id, cost, gov, payload, kind.redact_arguments,
-        )
+        return build_request(
+            self.namespace, self.policy, kind, key, payload, run_id=run_id, agent_id=agent_id,
+            group_key=group_key, compensation=compensation,
+            compensates_effect_id=compensates_effect_id,
+            estimated_cost_micros=estimated_cost_micros)
 
     # -- begin -------------------------------------------------------------------------------
 

@@ -60,6 +60,8 @@ from enum import Enum
 from typing import Any
 
 from .errors import ConfigError, EffectKeyError
+from .payload import canonical_json
+from .utf8 import is_utf8
 
 __all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "filter_names", "is_utf8",
            "register_filter"]
@@ -74,16 +76,6 @@ _BIG = 10**100  # an int field past this takes the careful path (and its clear e
 _UNSEEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
 _ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _MAX_WALK = 8  # attribute and item steps in one field
-
-
-def is_utf8(text: str) -> bool:
-    """False when ``text`` has a lone surrogate (``"\\ud800"``, e.g. from a bad JSON escape),
-    which no database can store as UTF-8."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_key(key: object) -> str:
@@ -153,8 +145,6 @@ def _sha256(value: Any) -> str:
     elif isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
     else:
-        from .payload import canonical_json  # payload builds on this module
-
         data = canonical_json(value, "value").encode("utf-8")
     return hashlib.sha256(data).hexdigest()
 

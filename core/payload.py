@@ -41,7 +41,7 @@ from enum import Enum
 from typing import Any
 
 from .errors import PayloadError
-from .keys import is_utf8
+from .utf8 import is_utf8
 
 __all__ = ["MAX_RESULT_DEPTH", "canonical_json", "payload_hash", "result_json", "to_canonical"]
 

@@ -28,21 +28,22 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .errors import ConfigError, Forbidden, Unauthenticated, UnknownEffect
+from .gatelike import GateLike
 
 if TYPE_CHECKING:
-    from .gate import Gate
     from .records import ApprovalRecord, EffectRecord
     from .sagas import UnwindReport
     from .states import Outcome
     from .store.rows import PrincipalRow
 
 __all__ = [
-    "AGENT", "OPERATOR", "ROLES", "TOKEN_PREFIX", "Acting", "Principal", "add_principal",
-    "authenticate", "authenticate_row", "check_issued", "check_name", "list_principals",
-    "principal_of", "require_holder", "require_operator", "revoke_principal",
+    "AGENT", "OPERATOR", "ROLES", "TOKEN_PREFIX", "Acting", "OperatorGate", "Principal",
+    "add_principal", "authenticate", "authenticate_row", "check_issued", "check_name",
+    "list_principals", "principal_of", "require_holder", "require_operator",
+    "revoke_principal",
 ]
 
 OPERATOR = "operator"
@@ -139,7 +140,7 @@ def _check_role(role: object) -> str:
     return role
 
 
-def add_principal(gate: Gate, name: str, role: str) -> tuple[Principal, str]:
+def add_principal(gate: GateLike, name: str, role: str) -> tuple[Principal, str]:
     """Add ``name`` with ``role`` to the gate's namespace; the principal and its token (shown
     this once: only its hash is stored). :class:`~effectgate.ConfigError` when the name is
     taken (a revoked name stays taken, so history never names two identities)."""
@@ -161,7 +162,7 @@ def add_principal(gate: Gate, name: str, role: str) -> tuple[Principal, str]:
     raise ConfigError("could not store the principal; try again")  # pragma: no cover
 
 
-def authenticate_row(gate: Gate, token: object) -> PrincipalRow:
+def authenticate_row(gate: GateLike, token: object) -> PrincipalRow:
     """The stored principal ``token`` proves, in the gate's namespace;
     :class:`~effectgate.Unauthenticated` otherwise (the same message whatever was wrong)."""
     from .store.principals import TOUCH_EVERY_SECONDS, principal_by_token_id, touch_principal
@@ -182,12 +183,12 @@ def authenticate_row(gate: Gate, token: object) -> PrincipalRow:
     return row
 
 
-def authenticate(gate: Gate, token: object) -> Principal:
+def authenticate(gate: GateLike, token: object) -> Principal:
     """The principal ``token`` proves (see :func:`authenticate_row`)."""
     return principal_of(authenticate_row(gate, token))
 
 
-def revoke_principal(gate: Gate, name: str) -> Principal:
+def revoke_principal(gate: GateLike, name: str) -> Principal:
     """Revoke ``name``: its token stops authenticating at once. Revoking twice is harmless;
     :class:`~effectgate.UnknownEffect` when there is no such principal here."""
     from .store.principals import revoke_principal as revoke
@@ -198,7 +199,7 @@ def revoke_principal(gate: Gate, name: str) -> Principal:
     return principal_of(row)
 
 
-def list_principals(gate: Gate) -> list[Principal]:
+def list_principals(gate: GateLike) -> list[Principal]:
     """Every principal of the gate's namespace, by name (revoked ones included)."""
     from .store.principals import list_principals as rows
 
@@ -258,6 +259,24 @@ def require_holder(principal: Principal, record: EffectRecord, what: str) -> Non
                         effect_id=record.effect_id)
 
 
+class OperatorGate(GateLike, Protocol):
+    """The gate :class:`Acting` speaks for: a :class:`~effectgate.gatelike.GateLike` with the
+    rest of the operator's acts (:class:`effectgate.Gate` has them all)."""
+
+    def resolve(self, key: str, outcome: Outcome | str, *, by: str, result: Any = None,
+                note: str | None = None, force: bool = False) -> EffectRecord:
+        """An operator's verdict on an effect."""
+        ...
+
+    def reconcile(self, key: str, *, by: str) -> EffectRecord:
+        """Ask the reconcile hook now."""
+        ...
+
+    def unwind(self, group_key: str, *, by: str = "unwind") -> UnwindReport:
+        """Compensate a saga group."""
+        ...
+
+
 class Acting:
     """The gate as one authenticated principal. Every decision goes through the same Gate API
     as the CLI, with ``by`` set to the principal's name; before each one the store is asked
@@ -266,7 +285,7 @@ class Acting:
     (:class:`~effectgate.Forbidden`) anything only an operator may do. Nothing is written when
     either is raised."""
 
-    def __init__(self, gate: Gate, principal: Principal) -> None:
+    def __init__(self, gate: OperatorGate, principal: Principal) -> None:
         self.gate = gate
         self.principal = _principal(principal)
         if self.principal.namespace != gate.namespace:

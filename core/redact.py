@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .keys import is_utf8
+from .utf8 import is_utf8
 
 __all__ = [
     "REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text",

@@ -23,7 +23,7 @@ from .redact import describe
 from .states import Decision, Outcome, State
 
 if TYPE_CHECKING:
-    from .gate import Gate
+    from .gatelike import GateLike
     from .records import EffectRecord
 
 __all__ = [
@@ -105,7 +105,7 @@ class UnwindReport:
                 f"<tr><th>outcome</th><th>key</th><th>state</th><th>detail</th></tr>{rows}</table>")
 
 
-def unwind(gate: Gate, group_key: str, by: str) -> UnwindReport:
+def unwind(gate: GateLike, group_key: str, by: str) -> UnwindReport:
     """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`).
     Every step lands in the report, even when one of them fails."""
     report = UnwindReport(group_key)
@@ -121,7 +121,7 @@ def unwind(gate: Gate, group_key: str, by: str) -> UnwindReport:
     return report
 
 
-def _unwind_step(gate: Gate, record: EffectRecord, by: str, report: UnwindReport,
+def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindReport,
                  step: dict[str, Any]) -> None:
     state = record.state.value
     if record.state in (State.AMBIGUOUS, State.IN_FLIGHT, State.PENDING_APPROVAL):
@@ -166,7 +166,7 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
     return request
 
 
-def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: str,
+def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, by: str,
                 report: UnwindReport, step: dict[str, Any]) -> None:
     d = gate.begin(**compensation_request(record), agent_id=by)
     if d.decision is Decision.DUPLICATE:
@@ -206,7 +206,7 @@ def _compensate(gate: Gate, record: EffectRecord, compensator: Compensator, by: 
                                          compensation_effect_id=d.effect_id, result=result))
 
 
-def _text(gate: Gate, text: str) -> str:
+def _text(gate: GateLike, text: str) -> str:
     """Free text for the report (shown by the CLI, returned over MCP): through the gate's
     redactor, as every stored error is."""
     return gate._redact(text) or ""

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from .gate import Gate
+    from .gatelike import GateLike
     from .records import BeginDecision
     from .request import Lease, Request
 
@@ -71,7 +71,7 @@ class Telemetry:
             "effectgate.decisions", description="begin decisions, by decision and effect type")
         self._outcomes = meter.create_counter(
             "effectgate.outcomes", description="reported outcomes, by outcome")
-        self._gates: weakref.WeakSet[Gate] = weakref.WeakSet()
+        self._gates: weakref.WeakSet[GateLike] = weakref.WeakSet()
         self._reading: dict[int, Any] = {}
         self._reading_at = 0.0
         self._lock = threading.Lock()
@@ -203,13 +203,13 @@ class Telemetry:
 
     # -- gauges --------------------------------------------------------------------------------
 
-    def watch(self, gate: Gate) -> None:
+    def watch(self, gate: GateLike) -> None:
         """Add ``gate``'s namespace to the gauges (held weakly: a gate that is gone drops
         out)."""
         with self._lock:
             self._gates.add(gate)
 
-    def forget(self, gate: Gate) -> None:
+    def forget(self, gate: GateLike) -> None:
         """Drop ``gate`` from the gauges (it was closed)."""
         with self._lock:
             self._gates.discard(gate)

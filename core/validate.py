@@ -8,8 +8,8 @@ import math
 import unicodedata
 
 from .errors import ConfigError, InvalidTransition
-from .keys import is_utf8
 from .states import Outcome
+from .utf8 import is_utf8
 
 __all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "micros", "parse_outcome", "seconds",
            "text", "whole"]

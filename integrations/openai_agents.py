@@ -91,6 +91,7 @@ from effectgate import (
     InvalidTransition,
     Outcome,
 )
+from effectgate.gatelike import GateLike
 
 from ._kernel import (
     Framework,
@@ -441,7 +442,7 @@ def _pending(item: Any) -> tuple[GatedFunctionTool, EffectSpec, Any] | None:
             return None
 
 
-def _record_request(gate: Gate, request: Any) -> str | None:
+def _record_request(gate: GateLike, request: Any) -> str | None:
     """The id of the approval request ``request`` waits for, recorded now (so a human sees it
     in the CLI or the console) if the policy asks for one; None when it needs no approval."""
     preview = gate.preview(request)

@@ -13,7 +13,8 @@ Needs the ``console`` extra (Starlette, uvicorn, Jinja2)::
 
 from __future__ import annotations
 
-from .app import SESSION_COOKIE, build_app
+from .app import SESSION_COOKIE
+from .routes import build_app
 from .serve import check_console_bind, serve
 
 __all__ = ["SESSION_COOKIE", "build_app", "check_console_bind", "serve"]

@@ -13,7 +13,8 @@ pages run no script (CSP ``script-src 'none'``); every value on them is shown th
 :func:`effectgate.redact.visible` (:mod:`.pages`).
 
 The pages themselves are in :mod:`.auth`, :mod:`.approvals`, :mod:`.effects`,
-:mod:`.sagas` and :mod:`.admin`.
+:mod:`.sagas` and :mod:`.admin`, and their routes in :mod:`.routes`; they build on this
+module, which imports none of them.
 """
 
 from __future__ import annotations
@@ -23,18 +24,16 @@ import hmac
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
 
 from ..errors import ConfigError, EffectGateError, Forbidden, Unauthenticated, UnknownEffect
+from ..principals import OPERATOR, principal_of
 from .pages import CSS, render
-from .session import Signer
+from .session import Signer, session_id
 
 if TYPE_CHECKING:
     from ..gate import Gate
@@ -46,8 +45,9 @@ __all__ = [
     "Console",
     "View",
     "ago",
-    "build_app",
     "safe_next",
+    "session_operator",
+    "session_secret",
     "when",
     "whole",
 ]
@@ -171,8 +171,6 @@ class Console:
 
     def operator(self, request: Request) -> Principal | None:
         """The signed-in operator, checked against the store; None when there is none."""
-        from .auth import session_operator
-
         return session_operator(self, request)
 
     def csrf_ok(self, request: Request, form: Any) -> bool:
@@ -252,44 +250,32 @@ class Console:
         return response
 
 
-def build_app(gate: Gate, *, secure_cookies: bool = False) -> Starlette:
-    """The console for ``gate`` as an ASGI app. ``secure_cookies``: mark cookies ``Secure``
-    (served over HTTPS, or anywhere but localhost)."""
-    from . import admin, approvals, auth, effects, sagas
+def session_secret(console: Console, request: Request) -> str | None:
+    """The session secret this request's signed cookie carries, if it is well formed."""
+    value = console.signer.unsign("session", request.cookies.get(SESSION_COOKIE))
+    secret = None if value is None else value.get("s")
+    return secret if isinstance(secret, str) and 20 <= len(secret) <= 100 else None
 
-    c = Console(gate, secure_cookies=secure_cookies)
-    s = c.signed_in
 
-    def get(path: str, view: View) -> Route:
-        return Route(path, s(view), methods=["GET"])
+def session_operator(console: Console, request: Request) -> Principal | None:
+    """The operator whose live session this request's cookie names, checked against the
+    store (the session not ended or expired, the principal an unrevoked operator of this
+    namespace); None otherwise. Sets the request's session (name, CSRF token, id)."""
+    from ..store.sessions import session_with_principal
 
-    def post(path: str, view: View) -> Route:
-        return Route(path, s(view), methods=["POST"])
-
-    routes = [
-        Route("/login", partial(auth.login_page, c), methods=["GET"]),
-        Route("/login", partial(auth.login, c), methods=["POST"]),
-        post("/logout", auth.logout),
-        Route("/console.css", c.css, methods=["GET"]),
-        get("/", effects.overview),
-        get("/approvals", approvals.listing),
-        get("/approvals/{approval_id}", approvals.one),
-        post("/approvals/{approval_id}/{verb}", approvals.decide),
-        get("/ambiguous", effects.ambiguous),
-        get("/effects", effects.search),
-        get("/effects/{effect_id}", effects.one),
-        get("/effects/{effect_id}/resolve", effects.confirm_resolve),
-        post("/effects/{effect_id}/resolve", effects.resolve),
-        post("/effects/{effect_id}/reconcile", effects.reconcile),
-        get("/groups", sagas.groups),
-        get("/groups/view", sagas.group),
-        post("/groups/unwind", sagas.unwind),
-        get("/principals", admin.principals),
-        post("/principals", admin.add_principal),
-        get("/principals/created", admin.created),
-        post("/principals/revoke", admin.revoke_principal),
-        get("/audit", admin.audit),
-    ]
-    app = Starlette(routes=routes)
-    app.state.console = c
-    return app
+    secret = session_secret(console, request)
+    if secret is None:
+        return None
+    gate = console.gate
+    found = session_with_principal(gate.store.engine, session_id(secret))
+    if found is None:
+        return None
+    session, row = found
+    if (session.ended_at is not None or session.expires_at <= session.now
+            or session.namespace != gate.namespace or row is None
+            or row.revoked_at is not None or row.namespace != gate.namespace
+            or row.name != session.name or row.role != OPERATOR):
+        return None
+    request.scope["eg_session"] = {"n": row.name, "id": session.id,
+                                   "c": console.signer.derive("csrf", secret)}
+    return principal_of(row)

@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import EffectGateError, Unauthenticated
-from ..principals import OPERATOR, authenticate_row, principal_of
-from .app import SESSION_COOKIE, safe_next
+from ..principals import OPERATOR, authenticate_row
+from .app import SESSION_COOKIE, safe_next, session_operator, session_secret
 from .session import SESSION_SECONDS, new_csrf, new_session_secret, session_id
 
 if TYPE_CHECKING:
@@ -34,36 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["LOGIN_COOKIE", "login", "login_page", "logout", "session_operator"]
 
 LOGIN_COOKIE = "eg_login"
-
-
-def _secret(console: Console, request: Request) -> str | None:
-    value = console.signer.unsign("session", request.cookies.get(SESSION_COOKIE))
-    secret = None if value is None else value.get("s")
-    return secret if isinstance(secret, str) and 20 <= len(secret) <= 100 else None
-
-
-def session_operator(console: Console, request: Request) -> Principal | None:
-    """The operator whose live session this request's cookie names, checked against the
-    store (the session not ended or expired, the principal an unrevoked operator of this
-    namespace); None otherwise. Sets the request's session (name, CSRF token, id)."""
-    from ..store.sessions import session_with_principal
-
-    secret = _secret(console, request)
-    if secret is None:
-        return None
-    gate = console.gate
-    found = session_with_principal(gate.store.engine, session_id(secret))
-    if found is None:
-        return None
-    session, row = found
-    if (session.ended_at is not None or session.expires_at <= session.now
-            or session.namespace != gate.namespace or row is None
-            or row.revoked_at is not None or row.namespace != gate.namespace
-            or row.name != session.name or row.role != OPERATOR):
-        return None
-    request.scope["eg_session"] = {"n": row.name, "id": session.id,
-                                   "c": console.signer.derive("csrf", secret)}
-    return principal_of(row)
 
 
 async def login_page(console: Console, request: Request) -> Response:
@@ -102,7 +72,7 @@ async def login(console: Console, request: Request) -> Response:
         return console.refuse(request, 403, "Refused",
                               f"{row.name} is an {row.role}: only operators sign in here.",
                               "/login", "Sign in")
-    old = _secret(console, request)
+    old = session_secret(console, request)
     secret = new_session_secret()
 
     def start() -> None:

@@ -19,6 +19,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..redact import visible
+from .snippets import CSRF
 
 __all__ = ["CSRF", "CSS", "AsIs", "render"]
 
@@ -55,7 +56,6 @@ button{padding:.3rem .7rem;font-size:.9rem;cursor:pointer}
 .token{font-size:1.1rem;background:#fff;border:2px dashed #1f7a3a;padding:.6rem;display:block}
 """
 
-CSRF = '<input type="hidden" name="csrf_token" value="{{ csrf | asis }}">'
 
 _BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">

@@ -57,7 +57,7 @@ def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
     import uvicorn
 
     from ..sweep import Sweeper, gate_observer
-    from .app import build_app
+    from .routes import build_app
 
     out = out if out is not None else sys.stderr
     secure = check_console_bind(host, port, tls_cert=tls_cert, tls_key=tls_key,

@@ -6,7 +6,7 @@ action that answers with a redirect (303)."""
 
 from __future__ import annotations
 
-from .pages import CSRF
+from .snippets import CSRF
 
 __all__ = ["TEMPLATES"]
 

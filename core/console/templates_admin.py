@@ -4,7 +4,7 @@ revoke) and the audit of operators' actions."""
 
 from __future__ import annotations
 
-from .pages import CSRF
+from .snippets import CSRF
 
 __all__ = ["TEMPLATES"]
 

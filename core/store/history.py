@@ -10,42 +10,15 @@ characters :meth:`str.splitlines` treats as line ends.
 
 from __future__ import annotations
 
-import json
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import String, cast, func
 from sqlalchemy import bindparam as p
 
-from ..states import State
+from .lines import Line, encode_line, encode_text, parse
 from .schema import db_now, effects, literal
 
 __all__ = ["Line", "append", "encode_line", "encode_text", "parse"]
-
-_encode = json.JSONEncoder(ensure_ascii=True).encode
-_STATES = frozenset(s.value for s in State)
-
-
-class Line(NamedTuple):
-    """One transition, as stored."""
-
-    from_state: str | None
-    to_state: str
-    at: float
-    token: int
-    by: str | None
-    note: str | None
-
-
-def encode_text(value: str | None) -> str:
-    """``by`` or ``note`` as it is framed in a line: ASCII-only JSON (``null`` for None)."""
-    return "null" if value is None else _encode(value)
-
-
-def encode_line(from_state: str | None, to_state: str, at: float, token: int, by: str | None,
-                note: str | None) -> str:
-    """A whole line written by Python (the v1 → v2 migration carries old rows this way)."""
-    return "\t".join((from_state or "", to_state, repr(float(at)), str(int(token)),
-                      encode_text(by), encode_text(note))) + "\n"
 
 
 def append(from_state: Any, to_state: Any, token: Any, by: Any = None, *,
@@ -62,32 +35,3 @@ def append(from_state: Any, to_state: Any, token: Any, by: Any = None, *,
         + cast(db_now(), String) + tab + cast(token, String) + tab
         + (p("h_by") if by is None else by) + tab + p("h_note") + literal("\n")
     )
-
-
-def parse(text: str | None) -> list[Line]:
-    """The lines of a ``history`` column, oldest first. A line that cannot be read (written by
-    hand, or cut by a bug) is kept as a note rather than lost or raised."""
-    out: list[Line] = []
-    for raw in (text or "").split("\n"):
-        if not raw:
-            continue
-        parts = raw.split("\t", 5)
-        try:
-            from_state, to_state, at, token, by, note = parts
-            if to_state not in _STATES or (from_state and from_state not in _STATES):
-                raise ValueError(to_state)
-            out.append(Line(from_state or None, to_state, float(at), int(token),
-                            _decode(by), _decode(note)))
-        except ValueError:
-            last = out[-1] if out else None
-            state = last.to_state if last else State.AMBIGUOUS.value
-            out.append(Line(state, state, last.at if last else 0.0, last.token if last else 0,
-                            None, f"unreadable history line: {raw[:200]!r}"))
-    return out
-
-
-def _decode(text: str) -> str | None:
-    value = json.loads(text)
-    if value is not None and not isinstance(value, str):
-        return json.dumps(value)
-    return value

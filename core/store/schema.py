@@ -306,7 +306,7 @@ def _v2(conn: Connection, dialect: str) -> None:
     """History moves from a trigger-fed table into the effect row (one write per transition
     instead of three). Every history row of version 1 is carried into its effect's column
     before the old table and its triggers are dropped."""
-    from .history import encode_line
+    from .lines import encode_line
 
     _expect(conn, 1, "effectgate_effects", _V1_EFFECTS)
     _expect(conn, 1, "effectgate_approvals", _V1_APPROVALS)

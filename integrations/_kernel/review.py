@@ -63,6 +63,7 @@ from effectgate import (
     refusal,
     validate,
 )
+from effectgate.gatelike import GateLike
 from effectgate.keys import check_key
 
 from .call import GatedCall, Refused
@@ -424,7 +425,7 @@ class StoreDecision:
     reason: str | None = None
 
 
-def store_decision(gate: Gate, request: Request) -> StoreDecision | None:
+def store_decision(gate: GateLike, request: Request) -> StoreDecision | None:
     """What the store decided for ``request``, or None: no decision yet (pending, or no
     request for a human at all — a framework's own pause is not the store's to answer).
 
