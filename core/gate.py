@@ -1,60 +1,50 @@
 """The gate: ``begin`` reserves an effect key in one atomic write, ``report`` records what
 happened, and a repeat of the same consequence is answered from the store.
 
-:class:`Gate` is a facade. It validates (``validate``, ``keys``, ``payload``), asks the pure
-state machine (:mod:`effectgate.decide`) for the next step, performs it against the store
-(:mod:`effectgate.store`), and turns rows into answers (:mod:`effectgate.records`). The
-decide ↔ store loop is written twice, small: once for sync callers and once for async ones
-(the ``a``-prefixed twins), which await each store call off the event loop and await an
-``async def`` reconcile hook on the caller's own loop.
+:class:`Gate` is a facade over collaborators that each do one job: requests are built by
+:mod:`effectgate.request_builder`, the begin flow runs in :mod:`effectgate.flow` (the pure
+rules in :mod:`effectgate.decide`), reports and heartbeats in :mod:`effectgate.reporting`,
+operators' acts in :mod:`effectgate.operations`, reads in :mod:`effectgate.reads`, the
+policy in force in :mod:`effectgate.policy_in_force`, sagas in :mod:`effectgate.sagas`. Its
+collaborators see it as a :class:`~effectgate.gatelike.GateLike` and never import this module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import hashlib
-import json
 import logging
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import decide, sagas, validate
-from .discovery import find_policy
-from .errors import (
-    ConfigError,
-    EffectGateError,
-    InvalidTransition,
-    StaleLease,
-    StoreError,
-    UnknownEffect,
-)
+from . import operations, principals, reads, sagas, validate
+from .decorator import gate_function
+from .errors import ConfigError, UnknownEffect
 from .flow import BeginFlow
 from .keys import check_key
 from .memo import CommittedMemo
-from .notices import reported
-from .payload import result_json
+from .policy_in_force import load_policy, note_policy
 from .reconcile import Reconciled, Reconciler
 from .records import ApprovalRecord, BeginDecision, EffectRecord
-from .redact import TextRedactor, bound, redact_fields, redact_text
+from .redact import TextRedactor, redact_with
 from .registry import Registry
+from .reporting import Reporter, kept, observe_decision
 from .request import Lease, Request
 from .request_builder import EffectKind, build_request, effect_kind
 from .sagas import Compensator, UnwindReport
-from .states import ApprovalState, Decision, Outcome, State
+from .states import ApprovalState, Outcome, State
 from .store import Durability, Store
 from .store.connections import DEFAULT_ASYNC_POOL_SIZE
-from .store.rows import EffectHead, EffectRow, Recorded
-from .store.schema import policy_meta_name
-from .telemetry import Telemetry, telemetry
-from .translate import approval_record, effect_record, vendor_key_of
+from .store.rows import EffectRow
+from .telemetry import Telemetry
+from .telemetry import telemetry as telemetry_of
+from .translate import approval_record, effect_record
 
 if TYPE_CHECKING:
+    from .notices import Observer
     from .policy import Policy
-    from .principals import Acting, Principal
     from .webhooks import Webhooks
 
 __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
@@ -62,8 +52,6 @@ __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
 _GATES: weakref.WeakSet[Gate] = weakref.WeakSet()  # whose memos a prune clears
-_MAX_STEPS = 16
-_REDACTED = "[redacted]"
 
 
 class Gate:
@@ -118,24 +106,17 @@ class Gate:
         if text_redactor is not None and not callable(text_redactor):
             raise ConfigError("text_redactor must be a function of a str")
         self._text_redactor = text_redactor
-        self.policy, self.policy_source = _load_policy(policy)
-        self._result_rules = self.policy is not None and any(
-            not rule.store_result or rule.redact_result for rule in self.policy.effects.values())
-        if self.policy_source is not None:
-            log.info("policy in force: %s", self.policy_source,
-                     extra={"reason": f"policy {self.policy_source}"})
+        self.policy, self.policy_source = load_policy(policy)
         self._store = Store(url, durability=durability, read_only=read_only,
                             async_pool_size=async_pool_size)
-        self._note_policy()
+        note_policy(self._store, self.namespace, self.policy, self.policy_source)
         self._memo = CommittedMemo(memo_size)
         _GATES.add(self)
         self._reconcilers: Registry[Reconciler] = Registry()
         self._compensators: Registry[Compensator] = Registry()
         self._webhooks = _webhooks(webhooks)
-        self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact,
-                               None if self._webhooks is None else self._webhooks.notify,
-                               self._kept)
-        self._telemetry = _telemetry(telemetry)
+        self._telemetry = telemetry_of(telemetry)
+        self._wire(None if self._webhooks is None else self._webhooks.notify)
         if self._telemetry is not None:
             self._telemetry.watch(self)
 
@@ -150,9 +131,15 @@ class Gate:
         _GATES.add(other)
         other._reconcilers = self._reconcilers.copy()
         other._compensators = self._compensators.copy()
-        other._flow = BeginFlow(other._store, other._memo, other._reconcilers, other._redact,
-                                self._flow.observe, other._kept)
+        other._wire(self._flow.observe)
         return other
+
+    def _wire(self, observe: Observer | None) -> None:
+        """The begin flow and the reporter of this gate's namespace and memo."""
+        self._flow = BeginFlow(self._store, self._memo, self._reconcilers, self._redact,
+                               observe, self._kept)
+        self._reports = Reporter(self.namespace, self._store, self._flow, self.policy,
+                                 self._redact, self._telemetry)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -181,50 +168,8 @@ class Gate:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _note_policy(self) -> None:
-        """Compare the policy in force with the one last recorded for this namespace in the
-        store: a difference is logged as a warning (a gate started elsewhere, or with no
-        policy file, must not run with other approvals and ceilings unnoticed); a policy in
-        force is then recorded (no policy never replaces the record)."""
-        name = policy_meta_name(self.namespace)
-        digest = policy_digest(self.policy)
-        raw = self._store.meta.get(name)
-        recorded: dict[str, Any] = {}
-        if raw is not None:
-            try:
-                loaded = json.loads(raw)
-                recorded = loaded if isinstance(loaded, dict) else {}
-            except ValueError:
-                recorded = {}
-        if recorded.get("digest") == digest or (raw is None and self.policy is None):
-            return
-        if raw is not None:
-            was = recorded.get("source") or "no policy"
-            now = self.policy_source or "no policy"
-            message = (f"namespace {self.namespace!r} runs with a policy that differs from the "
-                       f"one last recorded for it in the store (then: {was}; now: {now}): "
-                       "approvals, denials and ceilings may not be what its other gates apply")
-            log.warning("%s", bound(message, 600),
-                        extra={"reason": "policy differs from the one last recorded"})
-        if self.policy is not None and not self._store.read_only:
-            # Only a policy is recorded: an operator's CLI (no policy file where it runs) or a
-            # gate started elsewhere warns, but does not replace what the application runs.
-            self._store.put_meta(name, json.dumps(
-                {"digest": digest, "source": self.policy_source, "namespace": self.namespace},
-                sort_keys=True))
-
     def _redact(self, text: str | None) -> str | None:
-        if text is None:
-            return None
-        if self._text_redactor is not None:
-            try:
-                mine = self._text_redactor(text)
-            except Exception as err:  # never store what the user's redactor did not see
-                mine = f"[redacted: the text_redactor raised {type(err).__name__}]"
-            if not isinstance(mine, str):
-                mine = "[redacted: the text_redactor did not return a str]"
-            text = mine
-        return redact_text(text)
+        return redact_with(self._text_redactor, text)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -301,7 +246,7 @@ class Gate:
         answer = self._flow.from_memo(req)
         if answer is None:
             answer = self._flow.begin(req)
-        self._observe(answer)
+        observe_decision(answer, self._telemetry)
         return answer
 
     async def abegin(self, request: Request | None = None, /, **fields: Any) -> BeginDecision:
@@ -316,7 +261,7 @@ class Gate:
         answer = self._flow.from_memo(req)
         if answer is None:
             answer = await self._flow.abegin(req)
-        self._observe(answer)
+        observe_decision(answer, self._telemetry)
         return answer
 
     def _as_request(self, request: Request | None, fields: Mapping[str, Any]) -> Request:
@@ -330,16 +275,6 @@ class Gate:
                 f"{self.namespace!r}")
         return request
 
-    def _observe(self, d: BeginDecision) -> None:
-        if d.decision is not Decision.EXECUTE:
-            if log.isEnabledFor(logging.INFO):
-                log.info("refused %s: %s (%s)", d.key, d.decision.value,
-                         d.reason or d.state.value, extra=_extra(d))
-        elif log.isEnabledFor(logging.DEBUG):
-            log.debug("begin %s: execute", d.key, extra=_extra(d))
-        if self._telemetry is not None:
-            self._telemetry.decision(d.decision, d.effect_type)
-
     def preview(self, request: Request | None = None, /, **fields: Any) -> BeginDecision:
         """What :meth:`begin` would answer now, writing nothing (no reservation, no approval
         request, no charge; spend ceilings are not consulted). For a framework's "does this
@@ -347,28 +282,6 @@ class Gate:
         return self._flow.preview(self._as_request(request, fields))
 
     # -- report, extend ----------------------------------------------------------------------
-
-    def _holder(self, held: BeginDecision | Lease) -> tuple[Lease, bool | None]:
-        """The proof of holding, and whether its attempt is known to charge nothing."""
-        if isinstance(held, BeginDecision):
-            if held.decision is not Decision.EXECUTE or held.lease is None:
-                raise InvalidTransition(
-                    f"only an 'execute' decision holds the effect; this one is "
-                    f"{held.decision.value!r}",
-                    key=held.key, decision=held.decision.value,
-                )
-            if held.namespace != self.namespace:
-                raise InvalidTransition(
-                    f"this decision holds {held.key!r} in namespace {held.namespace!r}, not "
-                    f"{self.namespace!r}", key=held.key)
-            return held.lease, (False if not held.spends else None)
-        if isinstance(held, Lease):
-            key = check_key(held.key)
-            token = validate.whole(held.token, "lease token", minimum=0)
-            secret = validate.text(held.secret, "lease secret", 128, required=True) or ""
-            return Lease(key, token, secret), None
-        raise ConfigError("report and extend_lease take the BeginDecision (or an eg.Lease: key, "
-                          f"token and secret), not {type(held).__name__}")
 
     def report(self, held: BeginDecision | Lease, outcome: Outcome | str, *,
                result: Any = None, error: str | None = None,
@@ -383,21 +296,8 @@ class Gate:
         """
         if self._telemetry is not None and (tracer := self._telemetry.tracer()) is not None:
             with self._telemetry.report_span(tracer, held, outcome):
-                return self._report(held, outcome, result, error, actual_cost_micros)
-        return self._report(held, outcome, result, error, actual_cost_micros)
-
-    def _report(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
-                error: str | None, actual_cost_micros: int | None) -> None:
-        if result is not None and self._result_rules:
-            result = self._kept(self._effect_type_of(held), result)
-        lease, parsed, fields = self._report_fields(held, outcome, result, error,
-                                                    actual_cost_micros)
-        done = self._store.record_outcome(self.namespace, lease, parsed, **fields)
-        if done is None:
-            if self._already(lease, parsed, fields["result"]):
-                return  # a repeat of a report that landed (its reply was lost): nothing to do
-            raise self._stale(lease, f"report {parsed.value}")
-        self._reported(held, lease, parsed, fields["result"], done, fields["reason"])
+                return self._reports.report(held, outcome, result, error, actual_cost_micros)
+        return self._reports.report(held, outcome, result, error, actual_cost_micros)
 
     async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str, *,
                       result: Any = None, error: str | None = None,
@@ -406,124 +306,12 @@ class Gate:
         on SQLite; the event loop never waits on the database."""
         if self._telemetry is not None and (tracer := self._telemetry.tracer()) is not None:
             with self._telemetry.report_span(tracer, held, outcome):
-                return await self._areport(held, outcome, result, error, actual_cost_micros)
-        return await self._areport(held, outcome, result, error, actual_cost_micros)
-
-    async def _areport(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
-                       error: str | None, actual_cost_micros: int | None) -> None:
-        if result is not None and self._result_rules:
-            if isinstance(held, Lease):
-                row = await self._flow.astore.fetch(self.namespace, check_key(held.key))
-                effect_type = None if row is None else row.effect_type
-            else:
-                effect_type = held.effect_type
-            result = self._kept(effect_type, result)
-        lease, parsed, fields = self._report_fields(held, outcome, result, error,
-                                                    actual_cost_micros)
-        done = await self._flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
-        if done is None:
-            if await asyncio.to_thread(self._already, lease, parsed, fields["result"]):
-                return
-            raise await asyncio.to_thread(self._stale, lease, f"report {parsed.value}")
-        self._reported(held, lease, parsed, fields["result"], done, fields["reason"])
-
-    def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
-        if isinstance(held, Lease):
-            row = self._store.fetch(self.namespace, check_key(held.key))
-            return None if row is None else row.effect_type
-        return held.effect_type if isinstance(held, BeginDecision) else None
+                return await self._reports.areport(held, outcome, result, error,
+                                                   actual_cost_micros)
+        return await self._reports.areport(held, outcome, result, error, actual_cost_micros)
 
     def _kept(self, effect_type: str | None, result: Any) -> Any:
-        """What the policy lets the store keep of a reported result: nothing under
-        ``store_result = false``, the ``redact_result`` fields replaced — whoever reports (the
-        decorator, a wrapper, a protocol caller, an agent over MCP)."""
-        rule = None if effect_type is None or self.policy is None else (
-            self.policy.rule_for(effect_type))
-        if rule is None:
-            return result
-        if not rule.store_result:
-            return None
-        return redact_fields(result, rule.redact_result) if rule.redact_result else result
-
-    def _report_fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
-                       error: str | None, actual_cost_micros: int | None,
-                       ) -> tuple[Lease, Outcome, dict[str, Any]]:
-        """Everything a report writes, validated (nothing is written when this raises)."""
-        lease, spends = self._holder(held)
-        parsed = validate.parse_outcome(outcome)
-        text = result_json(result) if parsed is Outcome.COMMITTED else None
-        if error is not None and not isinstance(error, str):
-            raise ConfigError("error must be a str")
-        error = self._redact(error)
-        cost = None if actual_cost_micros is None else validate.micros(
-            actual_cost_micros, "actual_cost_micros")
-        if spends is None and isinstance(held, BeginDecision) and not decide.outcome_spend_delta(
-                parsed, held.estimated_cost_micros, cost):
-            spends = False  # the counters stay as charged: one statement, no transaction
-        ambiguous = parsed is Outcome.AMBIGUOUS
-        fields: dict[str, Any] = {
-            "result": text, "error": error,
-            "reason": (error or "reported ambiguous") if ambiguous else None,
-            "note": bound(error, 200) if ambiguous and error else None,
-            "actual_cost_micros": cost, "spends": spends,
-        }
-        if cost is not None and spends is not False and self.policy is not None and (
-                parsed is Outcome.COMMITTED):
-            fields["overspend"] = _Overspend(self.policy, cost, held)
-        return lease, parsed, fields
-
-    def _reported(self, held: BeginDecision | Lease, lease: Lease, parsed: Outcome,
-                  text: str | None, done: Recorded, reason: str | None = None) -> None:
-        if done.overspent is not None:
-            from .decorator import OverspendWarning
-
-            log.warning("%s: %s", lease.key, done.overspent,
-                        extra={"key": lease.key, "state": parsed.value,
-                               "reason": done.overspent})
-            warnings.warn(f"{lease.key!r}: {done.overspent}", OverspendWarning, stacklevel=3)
-        if done.late:
-            log.warning("late report settled %s: %s", lease.key, parsed.value,
-                        extra={"key": lease.key, "state": parsed.value,
-                               "reason": "late report"})
-        if self._telemetry is not None:
-            self._telemetry.outcome(parsed)
-        if parsed is Outcome.AMBIGUOUS and self._flow.observe is not None:
-            self._flow.observe(reported(held, lease.key, self.namespace, self._store, reason))
-        if parsed is Outcome.COMMITTED and isinstance(held, BeginDecision):
-            self._flow.remember(held.key, held.payload_hash, held.effect_type, held.effect_id,
-                                held.attempt, held.lease_token, text)
-
-    def _already(self, lease: Lease, outcome: Outcome, text: str | None) -> bool:
-        """True when this holder already recorded exactly this outcome."""
-        from .request import secret_hash
-
-        row = self._store.get(self.namespace, lease.key)
-        return bool(
-            row is not None and row.token == lease.token
-            and row.lease_secret == secret_hash(lease.secret)
-            and row.state.value == outcome.value and row.actor is None
-            and (outcome is not Outcome.COMMITTED or row.result == text)
-        )
-
-    def _stale(self, lease: Lease, what: str) -> EffectGateError:
-        row = self._store.get(self.namespace, lease.key)
-        if row is None:
-            return UnknownEffect(f"no effect with key {lease.key!r}", key=lease.key)
-        state = _effective_state(row).value
-        from .request import secret_hash
-
-        if row.token != lease.token:
-            why = f"token {lease.token} is stale: a newer holder has token {row.token}"
-        elif row.lease_secret != secret_hash(lease.secret):
-            why = "the lease secret does not match"
-        elif row.state is State.IN_FLIGHT:
-            why = "the lease lapsed before this call"
-        else:
-            why = f"the effect is already {state}"
-        log.warning("refused %s on %s: %s", what, row.key, why,
-                    extra={"key": row.key, "state": state, "reason": why})
-        return StaleLease(f"cannot {what} on {row.key!r}: {why}", key=row.key, state=state,
-                          reason=why, effect_id=row.id)
+        return kept(self.policy, effect_type, result)
 
     def extend_lease(self, held: BeginDecision | Lease,
                      seconds: float | None = None) -> datetime.datetime:
@@ -531,22 +319,14 @@ class Gate:
 
         Returns the new expiry (an aware datetime). :class:`StaleLease` if it no longer holds
         (a lapsed lease is not revived)."""
-        lease, _ = self._holder(held)
         span = self.lease_seconds if seconds is None else validate.seconds(seconds, "seconds")
-        expiry = self._store.extend(self.namespace, lease, span)
-        if expiry is None:
-            raise self._stale(lease, "extend the lease")
-        return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
+        return self._reports.extend(held, span)
 
     async def aextend_lease(self, held: BeginDecision | Lease,
                             seconds: float | None = None) -> datetime.datetime:
         """:meth:`extend_lease` without blocking the event loop."""
-        lease, _ = self._holder(held)
         span = self.lease_seconds if seconds is None else validate.seconds(seconds, "seconds")
-        expiry = await self._flow.astore.extend(self.namespace, lease, span)
-        if expiry is None:
-            raise await asyncio.to_thread(self._stale, lease, "extend the lease")
-        return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
+        return await self._reports.aextend(held, span)
 
     # -- resolve, reconcile ------------------------------------------------------------------
 
@@ -561,32 +341,8 @@ class Gate:
         holder may still be acting. ``force=True`` overrides that, and says so in the history.
         A resolve that raises has written nothing.
         """
-        key = check_key(key)
-        actor = validate.text(by, "by", 256, required=True) or ""
-        parsed = validate.parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
-        if not isinstance(force, bool):
-            raise ConfigError("force must be a bool")
-        text = result_json(result) if parsed is Outcome.COMMITTED else None
-        note = self._redact(validate.text(note, "note", validate.MAX_TEXT))
-        for _ in range(_MAX_STEPS):
-            row = self._store.fetch(self.namespace, key)
-            if row is None:
-                raise UnknownEffect(f"no effect with key {key!r}", key=key)
-            res = decide.resolution(row, parsed, force=force)
-            how = "force-resolved" if res.forced else "resolved"
-            if text is not None and self._result_rules:
-                text = result_json(self._kept(row.effect_type, result))
-            done = self._store.resolve(row, res, result=text,
-                                       reason=f"{how} {parsed.value} by {actor}", actor=actor,
-                                       note=note)
-            if done is not None:
-                log.info("%s %s: %s by %s", how, key, parsed.value, actor,
-                         extra={"key": key, "state": parsed.value, "reason": note})
-                if parsed is Outcome.COMMITTED:
-                    self._flow.remember(key, done.payload_hash, done.effect_type, done.id,
-                                   done.attempt, done.token, done.result)
-                return self._record(done)
-        raise StoreError("the effect kept changing under contention; try again", key=key)
+        return self._record(operations.resolve(self._reports, key, outcome, by=by, result=result,
+                                               note=note, force=force))
 
     async def aresolve(self, key: str, outcome: Outcome | str, **kwargs: Any) -> EffectRecord:
         """:meth:`resolve` without blocking the event loop."""
@@ -642,19 +398,10 @@ class Gate:
                      ) -> list[EffectRecord]:
         """Effects newest first, filtered (``effect_type`` may be a glob; ``state`` in any
         case); a lapsed IN_FLIGHT effect lists as AMBIGUOUS. ``before_id`` pages on."""
-        wanted = None if state is None else _parse_state(state)
-        if limit is not None:
-            limit = validate.whole(limit, "limit", minimum=1)
-        if before_id is not None:
-            before_id = validate.whole(before_id, "before_id", minimum=1)
-        rows = self._store.effects(
-            self.namespace, state=wanted,
-            effect_type=validate.text(effect_type, "effect_type", 200),
-            run_id=validate.text(run_id, "run_id", 256),
-            agent_id=validate.text(agent_id, "agent_id", 256),
-            group_key=validate.text(group_key, "group_key", 512),
-            key_prefix=validate.text(key_prefix, "key_prefix", 512),
-            limit=limit, before_id=before_id)
+        rows = reads.effect_rows(
+            self._store, self.namespace, state=state, effect_type=effect_type, run_id=run_id,
+            agent_id=agent_id, group_key=group_key, key_prefix=key_prefix, limit=limit,
+            before_id=before_id)
         return [self._record(r, with_history=False) for r in rows]
 
     def count_by_state(self) -> dict[State, int]:
@@ -683,45 +430,19 @@ class Gate:
         :class:`InvalidTransition` when it is not pending (approved, denied, consumed, expired)
         or when ``by`` requested it and the policy forbids self-approval (identities compared
         normalised: case, width, invisible characters)."""
-        approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
-        actor = validate.text(by, "by", 256, required=True) or ""
-        note = self._redact(validate.text(note, "note", validate.MAX_TEXT))
-        for _ in range(_MAX_STEPS):
-            row = decide.check_approval(self._store.approval(self.namespace, approval_id),
-                                        approval_id, actor, approving=True)
-            if self._store.decide_approval(self.namespace, approval_id, ApprovalState.APPROVED,
-                                           actor, note):
-                log.info("approved %s (%s) by %s", row.key, approval_id, actor,
-                         extra={"key": row.key, "reason": note})
-                return self.approval(approval_id)
-        raise StoreError("the approval kept changing under contention; try again")
+        return self.approval(operations.approve(self._store, self.namespace, self._redact,
+                                                approval_id, by=by, note=note))
 
     def deny(self, approval_id: str, *, by: str, reason: str | None = None) -> ApprovalRecord:
         """Deny a pending request: its effect becomes DENIED, and stays so."""
-        approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
-        actor = validate.text(by, "by", 256, required=True) or ""
-        reason = self._redact(validate.text(reason, "reason", validate.MAX_TEXT))
-        for _ in range(_MAX_STEPS):
-            row = decide.check_approval(self._store.approval(self.namespace, approval_id),
-                                        approval_id, actor, approving=False)
-            why = f"{decide.APPROVER_DENIED} by {actor}" + (f": {reason}" if reason else "")
-            if self._store.deny(row, actor, reason, why):
-                log.info("denied %s (%s) by %s", row.key, approval_id, actor,
-                         extra={"key": row.key, "reason": reason})
-                return self.approval(approval_id)
-        raise StoreError("the approval kept changing under contention; try again")
+        return self.approval(operations.deny(self._store, self.namespace, self._redact,
+                                             approval_id, by=by, reason=reason))
 
     def list_approvals(self, state: ApprovalState | str | None = "pending",
                        ) -> list[ApprovalRecord]:
         """Approval requests, newest first (``state=None`` for all)."""
-        wanted = None
-        if state is not None:
-            try:
-                wanted = ApprovalState(state.lower() if isinstance(state, str) else state)
-            except ValueError:
-                names = ", ".join(s.value for s in ApprovalState)
-                raise ConfigError(f"state must be one of {names}, not {state!r}") from None
-        out = [approval_record(r) for r in self._store.approvals(self.namespace)]
+        rows, wanted = reads.approval_rows(self._store, self.namespace, state)
+        out = [approval_record(r) for r in rows]
         return [a for a in out if wanted is None or a.state is wanted]
 
     async def aapprove(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
@@ -793,41 +514,31 @@ class Gate:
 
     # -- principals, the operator's console ----------------------------------------------------
 
-    def add_principal(self, name: str, role: str) -> tuple[Principal, str]:
+    def add_principal(self, name: str, role: str) -> tuple[principals.Principal, str]:
         """Add a named ``operator`` or ``agent`` to this namespace; the principal and its token,
         shown this once (the store keeps only a salted hash). See :mod:`effectgate.principals`."""
-        from .principals import add_principal
+        return principals.add_principal(self, name, role)
 
-        return add_principal(self, name, role)
-
-    def authenticate(self, token: str) -> Principal:
+    def authenticate(self, token: str) -> principals.Principal:
         """The principal ``token`` proves in this namespace; :class:`Unauthenticated` for a
         missing, malformed, unknown or revoked token (one indexed read)."""
-        from .principals import authenticate
+        return principals.authenticate(self, token)
 
-        return authenticate(self, token)
-
-    def revoke_principal(self, name: str) -> Principal:
+    def revoke_principal(self, name: str) -> principals.Principal:
         """Revoke ``name``: its token stops authenticating at once (revoking twice is
         harmless); :class:`UnknownEffect` when there is no such principal."""
-        from .principals import revoke_principal
+        return principals.revoke_principal(self, name)
 
-        return revoke_principal(self, name)
-
-    def list_principals(self) -> list[Principal]:
+    def list_principals(self) -> list[principals.Principal]:
         """Every principal of this namespace, by name (revoked ones included)."""
-        from .principals import list_principals
+        return principals.list_principals(self)
 
-        return list_principals(self)
-
-    def acting_as(self, principal: Principal) -> Acting:
+    def acting_as(self, principal: principals.Principal) -> principals.Acting:
         """This gate as ``principal``: approve, deny, resolve, reconcile and unwind with its name
         as ``by``, refused (:class:`Forbidden`) to an agent. The store is asked before each act:
         a principal of another namespace, revoked, or never issued by this store is refused
         (:class:`Unauthenticated`), with nothing written."""
-        from .principals import Acting
-
-        return Acting(self, principal)
+        return principals.Acting(self, principal)
 
     def reconcile(self, key: str, *, by: str) -> EffectRecord:
         """Ask the registered reconcile hook about the AMBIGUOUS effect ``key`` now (an
@@ -835,20 +546,8 @@ class Gate:
         effect after it (still AMBIGUOUS when the hook could not tell).
         :class:`InvalidTransition` when the effect is not AMBIGUOUS, :class:`ConfigError` when
         no hook for its type is registered in this process."""
-        key = check_key(key)
-        actor = validate.text(by, "by", 256, required=True) or ""
-        row = self._store.fetch(self.namespace, key)
-        if row is None:
-            raise UnknownEffect(f"no effect with key {key!r}", key=key)
-        state = _effective_state(row)
-        if state is not State.AMBIGUOUS:
-            raise InvalidTransition(f"{key!r} is {state.value}, not ambiguous: nothing to "
-                                    "reconcile", key=key, state=state.value)
-        if self._reconcilers.find(row.effect_type) is None:
-            raise ConfigError(f"no reconcile hook for {row.effect_type!r} is registered here "
-                              "(give the gate your code defines, with its hooks)", key=key)
-        self._flow._reconcile(row, None, by=actor)
-        return self.get(key)
+        return self.get(operations.reconcile(self._store, self.namespace, self._flow,
+                                             self._reconcilers, key, by=by))
 
     def ambiguous_queue(self, *, before_id: int | None = None, limit: int = 50,
                         ) -> tuple[list[EffectRecord], int | None]:
@@ -857,15 +556,8 @@ class Gate:
         bounded windows, so it costs the same however many effects the store holds (see
         :mod:`effectgate.store.queue`); a page may hold fewer than ``limit`` with more
         beyond its cursor."""
-        from .store.queue import ambiguous_page
-
-        limit = validate.whole(limit, "limit", minimum=1)
-        if limit > 500:
-            raise ConfigError("limit is at most 500")
-        if before_id is not None:
-            before_id = validate.whole(before_id, "before_id", minimum=1)
-        page = ambiguous_page(self._store.engine, self.namespace, before_id=before_id,
-                              limit=limit)
+        page = reads.ambiguous_rows(self._store, self.namespace, before_id=before_id,
+                                    limit=limit)
         return [self._record(r) for r in page.rows], page.next_before_id
 
     # -- the decorator -----------------------------------------------------------------------
@@ -880,8 +572,6 @@ class Gate:
         ``max_attempts``, ``group_key`` (a template), ``compensation``, ``redact`` (a function
         applied to the result before it is stored), ``store_result``, ``classifiers``.
         """
-        from .decorator import gate_function
-
         def decorate(fn: Callable[..., T]) -> Callable[..., T]:
             return gate_function(self, fn, key, **options)
 
@@ -892,104 +582,6 @@ class Gate:
 def _webhooks(webhooks: object) -> Webhooks | None:
     if webhooks is False or (webhooks is None and "EFFECTGATE_WEBHOOK_URL" not in os.environ):
         return None
-    from .webhooks import Webhooks, from_env
+    from .webhooks import from_option  # threads and HMAC: only once there are webhooks
 
-    if webhooks is None:
-        return from_env()
-    if not isinstance(webhooks, Webhooks):
-        raise ConfigError("webhooks must be an effectgate.webhooks.Webhooks, or False for none")
-    return webhooks
-
-
-_telemetry = telemetry
-
-
-def _load_policy(policy: object) -> tuple[Policy | None, str | None]:
-    if policy is False:
-        return None, None
-    if policy is None or policy is True:
-        found = find_policy()
-        if found is None:
-            return None, None
-        policy = found
-    from .policy import Policy  # pydantic: only once there is a policy
-
-    if isinstance(policy, Policy):
-        return policy, "<Policy>"
-    if isinstance(policy, (str, os.PathLike)):
-        return Policy.load(os.fspath(policy)), os.fspath(policy)
-    if isinstance(policy, Mapping):
-        return Policy.from_dict(policy), "<dict>"
-    raise ConfigError("policy must be an eg.Policy, a path, a mapping, or False for none")
-
-
-class _Overspend:
-    """Asked by the store after an actual cost above the estimate raised spend counters: the
-    text recorded (and warned) when one of them is now past its ceiling, else None."""
-
-    __slots__ = ("_actual", "_held", "_policy")
-
-    def __init__(self, policy: Policy, actual: int, held: BeginDecision | Lease) -> None:
-        self._policy, self._actual, self._held = policy, actual, held
-
-    def __call__(self, spent: list[tuple[str, int]]) -> str | None:
-        from .governance import dollars
-
-        ceilings = [(pattern, scope, limit)
-                    for pattern, rule in self._policy.effects.items() if rule.budget
-                    for scope, limit in rule.budget.ceilings()]
-        if self._policy.budget is not None:
-            ceilings += [("*", scope, limit) for scope, limit in self._policy.budget.ceilings()]
-        over = []
-        for scope_key, total in spent:
-            for pattern, scope, limit in ceilings:
-                if scope_key.startswith(f"{pattern}|{scope}|") and total > limit:
-                    over.append(f"the {scope} ceiling of {dollars(limit)} on {pattern} is at "
-                                f"{dollars(total)}")
-                    break
-        if not over:
-            return None
-        estimate = getattr(self._held, "estimated_cost_micros", None)
-        than = f" (estimated {dollars(estimate)})" if estimate is not None else ""
-        return bound(f"overspent: the actual cost {dollars(self._actual)}{than} was spent, and "
-                     + "; ".join(over), 1000)
-
-
-def policy_digest(policy: Policy | None) -> str:
-    """A short digest of what a policy says (None: ``"none"``): equal for two policies that
-    say the same thing, whatever their file's order or spelling."""
-    if policy is None:
-        return "none"
-    text = json.dumps(policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def _effective_state(row: EffectRow | EffectHead) -> State:
-    if row.state is State.IN_FLIGHT and row.lease_expires_at is not None and (
-        row.lease_expires_at < row.now
-    ):
-        return State.AMBIGUOUS
-    return row.state
-
-
-def _parse_state(state: State | str) -> State:
-    try:
-        return State(state.lower() if isinstance(state, str) else state)
-    except ValueError:
-        names = ", ".join(s.value for s in State)
-        raise ConfigError(f"state must be one of {names}, not {state!r}") from None
-
-
-def _loads(text: str | None) -> Any:
-    from .translate import loads
-
-    return loads(text)
-
-
-def _extra(d: BeginDecision) -> dict[str, Any]:
-    return {"key": d.key, "decision": d.decision.value, "reason": d.reason,
-            "effect_id": d.effect_id}
-
-
-__all__ += []  # vendor_key_of is re-exported by translate for tools
-_ = vendor_key_of
+    return from_option(webhooks)

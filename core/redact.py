@@ -20,6 +20,7 @@ from .utf8 import is_utf8
 
 __all__ = [
     "REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text",
+    "redact_with",
     "unsafe_char", "visible",
 ]
 
@@ -60,6 +61,23 @@ def bound(text: str, limit: int = _LIMIT) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
+
+
+def redact_with(redactor: TextRedactor | None, text: str | None) -> str | None:
+    """``text`` through the user's ``redactor`` (when given), then :func:`redact_text`. A
+    redactor that raises or returns no ``str`` stores a placeholder, never what it did not
+    see."""
+    if text is None:
+        return None
+    if redactor is not None:
+        try:
+            mine = redactor(text)
+        except Exception as err:  # never store what the user's redactor did not see
+            mine = f"[redacted: the text_redactor raised {type(err).__name__}]"
+        if not isinstance(mine, str):
+            mine = "[redacted: the text_redactor did not return a str]"
+        text = mine
+    return redact_text(text)
 
 
 def redact_text(text: str) -> str:

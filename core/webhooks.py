@@ -59,7 +59,7 @@ from .redact import bound, redact_text, visible
 
 __all__ = [
     "EVENTS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WebhookStats", "Webhooks", "from_env",
-    "sign", "verify_signature",
+    "from_option", "sign", "verify_signature",
 ]
 
 log = logging.getLogger("effectgate")
@@ -520,6 +520,16 @@ class Webhooks:
 
 _from_env: dict[tuple[str, ...], Webhooks] = {}
 _from_env_lock = threading.Lock()
+
+
+def from_option(webhooks: object) -> Webhooks | None:
+    """The webhooks a gate's ``webhooks=`` names: a :class:`Webhooks`, or None for those of
+    :func:`from_env`; :class:`~effectgate.ConfigError` for anything else."""
+    if webhooks is None:
+        return from_env()
+    if not isinstance(webhooks, Webhooks):
+        raise ConfigError("webhooks must be an effectgate.webhooks.Webhooks, or False for none")
+    return webhooks
 
 
 def from_env() -> Webhooks | None:

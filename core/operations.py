@@ -1,0 +1,117 @@
+"""Operators' acts behind the gate's facade: :meth:`~effectgate.Gate.resolve`,
+:meth:`~effectgate.Gate.approve`, :meth:`~effectgate.Gate.deny` and
+:meth:`~effectgate.Gate.reconcile`. Each validates everything first, then asks the pure rules
+(:mod:`effectgate.decide`) and writes with a compare-and-set, read again under contention:
+an act that raises has written nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import decide, validate
+from .errors import ConfigError, InvalidTransition, StoreError, UnknownEffect
+from .keys import check_key
+from .payload import result_json
+from .reporting import effective_state, kept
+from .states import ApprovalState, Outcome, State
+
+if TYPE_CHECKING:
+    from .flow import BeginFlow
+    from .reconcile import Reconciler
+    from .registry import Registry
+    from .reporting import Reporter
+    from .store import Store
+    from .store.rows import EffectRow
+
+__all__ = ["approve", "deny", "reconcile", "resolve"]
+
+log = logging.getLogger("effectgate")
+MAX_STEPS = 16
+"""Compare-and-set tries before an act gives up under contention."""
+
+
+def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: Any,
+            note: str | None, force: bool) -> EffectRow:
+    """Settle ``key`` as ``outcome`` by ``by`` (see :meth:`Gate.resolve`); the row after."""
+    key = check_key(key)
+    actor = validate.text(by, "by", 256, required=True) or ""
+    parsed = validate.parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
+    if not isinstance(force, bool):
+        raise ConfigError("force must be a bool")
+    text = result_json(result) if parsed is Outcome.COMMITTED else None
+    note = r.redact(validate.text(note, "note", validate.MAX_TEXT))
+    for _ in range(MAX_STEPS):
+        row = r.store.fetch(r.namespace, key)
+        if row is None:
+            raise UnknownEffect(f"no effect with key {key!r}", key=key)
+        res = decide.resolution(row, parsed, force=force)
+        how = "force-resolved" if res.forced else "resolved"
+        if text is not None and r.result_rules:
+            text = result_json(kept(r.policy, row.effect_type, result))
+        done = r.store.resolve(row, res, result=text,
+                               reason=f"{how} {parsed.value} by {actor}", actor=actor,
+                               note=note)
+        if done is not None:
+            log.info("%s %s: %s by %s", how, key, parsed.value, actor,
+                     extra={"key": key, "state": parsed.value, "reason": note})
+            if parsed is Outcome.COMMITTED:
+                r.flow.remember(key, done.payload_hash, done.effect_type, done.id,
+                                done.attempt, done.token, done.result)
+            return done
+    raise StoreError("the effect kept changing under contention; try again", key=key)
+
+
+def approve(store: Store, namespace: str, redact: Callable[[str | None], str | None],
+            approval_id: str, *, by: str, note: str | None) -> str:
+    """Approve ``approval_id`` by ``by`` (see :meth:`Gate.approve`); its checked id."""
+    approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
+    actor = validate.text(by, "by", 256, required=True) or ""
+    note = redact(validate.text(note, "note", validate.MAX_TEXT))
+    for _ in range(MAX_STEPS):
+        row = decide.check_approval(store.approval(namespace, approval_id),
+                                    approval_id, actor, approving=True)
+        if store.decide_approval(namespace, approval_id, ApprovalState.APPROVED, actor, note):
+            log.info("approved %s (%s) by %s", row.key, approval_id, actor,
+                     extra={"key": row.key, "reason": note})
+            return approval_id
+    raise StoreError("the approval kept changing under contention; try again")
+
+
+def deny(store: Store, namespace: str, redact: Callable[[str | None], str | None],
+         approval_id: str, *, by: str, reason: str | None) -> str:
+    """Deny ``approval_id`` by ``by`` (see :meth:`Gate.deny`); its checked id."""
+    approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
+    actor = validate.text(by, "by", 256, required=True) or ""
+    reason = redact(validate.text(reason, "reason", validate.MAX_TEXT))
+    for _ in range(MAX_STEPS):
+        row = decide.check_approval(store.approval(namespace, approval_id),
+                                    approval_id, actor, approving=False)
+        why = f"{decide.APPROVER_DENIED} by {actor}" + (f": {reason}" if reason else "")
+        if store.deny(row, actor, reason, why):
+            log.info("denied %s (%s) by %s", row.key, approval_id, actor,
+                     extra={"key": row.key, "reason": reason})
+            return approval_id
+    raise StoreError("the approval kept changing under contention; try again")
+
+
+def reconcile(store: Store, namespace: str, flow: BeginFlow, hooks: Registry[Reconciler],
+              key: str, *, by: str) -> str:
+    """Ask the registered hook about the AMBIGUOUS ``key`` now, as ``by`` (see
+    :meth:`Gate.reconcile`); the checked key."""
+    key = check_key(key)
+    actor = validate.text(by, "by", 256, required=True) or ""
+    row = store.fetch(namespace, key)
+    if row is None:
+        raise UnknownEffect(f"no effect with key {key!r}", key=key)
+    state = effective_state(row)
+    if state is not State.AMBIGUOUS:
+        raise InvalidTransition(f"{key!r} is {state.value}, not ambiguous: nothing to "
+                                "reconcile", key=key, state=state.value)
+    if hooks.find(row.effect_type) is None:
+        raise ConfigError(f"no reconcile hook for {row.effect_type!r} is registered here "
+                          "(give the gate your code defines, with its hooks)", key=key)
+    flow._reconcile(row, None, by=actor)
+    return key

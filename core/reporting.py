@@ -1,0 +1,285 @@
+"""The report machinery behind :meth:`Gate.report <effectgate.Gate.report>` and
+:meth:`Gate.extend_lease <effectgate.Gate.extend_lease>`: the proof of holding checked, the
+report's fields validated (nothing is written when that raises), the store's answer turned
+into a repeat (nothing to do), a :class:`~effectgate.StaleLease` that says why, or the
+notices of what was recorded (an overspend, a late report, a memo of the committed result).
+
+:class:`Reporter` is built by the gate for its namespace; the sync and async paths share
+every step but the store call. :func:`observe_decision` logs (and counts) each ``begin``'s
+decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import decide, validate
+from .errors import ConfigError, EffectGateError, InvalidTransition, StaleLease, UnknownEffect
+from .keys import check_key
+from .notices import reported
+from .payload import result_json
+from .records import BeginDecision
+from .redact import bound, redact_fields
+from .request import Lease, secret_hash
+from .states import Decision, Outcome, State
+
+if TYPE_CHECKING:
+    from .flow import BeginFlow
+    from .policy import Policy
+    from .store import Store
+    from .store.rows import EffectHead, EffectRow, Recorded
+    from .telemetry import Telemetry
+
+__all__ = ["Overspend", "Reporter", "effective_state", "kept", "observe_decision"]
+
+log = logging.getLogger("effectgate")
+
+
+def kept(policy: Policy | None, effect_type: str | None, result: Any) -> Any:
+    """What ``policy`` lets the store keep of a reported result: nothing under
+    ``store_result = false``, the ``redact_result`` fields replaced — whoever reports (the
+    decorator, a wrapper, a protocol caller, an agent over MCP)."""
+    rule = None if effect_type is None or policy is None else policy.rule_for(effect_type)
+    if rule is None:
+        return result
+    if not rule.store_result:
+        return None
+    return redact_fields(result, rule.redact_result) if rule.redact_result else result
+
+
+def observe_decision(d: BeginDecision, telemetry: Telemetry | None) -> None:
+    """Log a ``begin``'s decision (a refusal at INFO, an execute at DEBUG) and count it."""
+    if d.decision is not Decision.EXECUTE:
+        if log.isEnabledFor(logging.INFO):
+            log.info("refused %s: %s (%s)", d.key, d.decision.value,
+                     d.reason or d.state.value, extra=_extra(d))
+    elif log.isEnabledFor(logging.DEBUG):
+        log.debug("begin %s: execute", d.key, extra=_extra(d))
+    if telemetry is not None:
+        telemetry.decision(d.decision, d.effect_type)
+
+
+def _extra(d: BeginDecision) -> dict[str, Any]:
+    return {"key": d.key, "decision": d.decision.value, "reason": d.reason,
+            "effect_id": d.effect_id}
+
+
+def has_result_rules(policy: Policy | None) -> bool:
+    """Whether ``policy`` keeps any effect type's result out of the store, or part of it."""
+    return policy is not None and any(
+        not rule.store_result or rule.redact_result for rule in policy.effects.values())
+
+
+class Reporter:
+    """Reports and heartbeats of one gate's namespace."""
+
+    def __init__(self, namespace: str, store: Store, flow: BeginFlow, policy: Policy | None,
+                 redact: Callable[[str | None], str | None],
+                 telemetry: Telemetry | None) -> None:
+        self.namespace, self.store, self.flow, self.policy = namespace, store, flow, policy
+        self.redact, self.telemetry = redact, telemetry
+        self.result_rules = has_result_rules(policy)
+
+    def holder(self, held: BeginDecision | Lease) -> tuple[Lease, bool | None]:
+        """The proof of holding, and whether its attempt is known to charge nothing."""
+        if isinstance(held, BeginDecision):
+            if held.decision is not Decision.EXECUTE or held.lease is None:
+                raise InvalidTransition(
+                    f"only an 'execute' decision holds the effect; this one is "
+                    f"{held.decision.value!r}",
+                    key=held.key, decision=held.decision.value,
+                )
+            if held.namespace != self.namespace:
+                raise InvalidTransition(
+                    f"this decision holds {held.key!r} in namespace {held.namespace!r}, not "
+                    f"{self.namespace!r}", key=held.key)
+            return held.lease, (False if not held.spends else None)
+        if isinstance(held, Lease):
+            key = check_key(held.key)
+            token = validate.whole(held.token, "lease token", minimum=0)
+            secret = validate.text(held.secret, "lease secret", 128, required=True) or ""
+            return Lease(key, token, secret), None
+        raise ConfigError("report and extend_lease take the BeginDecision (or an eg.Lease: key, "
+                          f"token and secret), not {type(held).__name__}")
+
+    # -- report ------------------------------------------------------------------------------
+
+    def report(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+               error: str | None, actual_cost_micros: int | None) -> None:
+        """Record ``outcome`` for the holder ``held`` (see :meth:`Gate.report`)."""
+        if result is not None and self.result_rules:
+            result = kept(self.policy, self._effect_type_of(held), result)
+        lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
+        done = self.store.record_outcome(self.namespace, lease, parsed, **fields)
+        if done is None:
+            if self.already(lease, parsed, fields["result"]):
+                return  # a repeat of a report that landed (its reply was lost): nothing to do
+            raise self.stale(lease, f"report {parsed.value}")
+        self.reported(held, lease, parsed, fields["result"], done, fields["reason"])
+
+    async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+                      error: str | None, actual_cost_micros: int | None) -> None:
+        """:meth:`report`, the store awaited (natively on Postgres)."""
+        if result is not None and self.result_rules:
+            if isinstance(held, Lease):
+                row = await self.flow.astore.fetch(self.namespace, check_key(held.key))
+                effect_type = None if row is None else row.effect_type
+            else:
+                effect_type = held.effect_type
+            result = kept(self.policy, effect_type, result)
+        lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
+        done = await self.flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
+        if done is None:
+            if await asyncio.to_thread(self.already, lease, parsed, fields["result"]):
+                return
+            raise await asyncio.to_thread(self.stale, lease, f"report {parsed.value}")
+        self.reported(held, lease, parsed, fields["result"], done, fields["reason"])
+
+    def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
+        if isinstance(held, Lease):
+            row = self.store.fetch(self.namespace, check_key(held.key))
+            return None if row is None else row.effect_type
+        return held.effect_type if isinstance(held, BeginDecision) else None
+
+    def fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+               error: str | None, actual_cost_micros: int | None,
+               ) -> tuple[Lease, Outcome, dict[str, Any]]:
+        """Everything a report writes, validated (nothing is written when this raises)."""
+        lease, spends = self.holder(held)
+        parsed = validate.parse_outcome(outcome)
+        text = result_json(result) if parsed is Outcome.COMMITTED else None
+        if error is not None and not isinstance(error, str):
+            raise ConfigError("error must be a str")
+        error = self.redact(error)
+        cost = None if actual_cost_micros is None else validate.micros(
+            actual_cost_micros, "actual_cost_micros")
+        if spends is None and isinstance(held, BeginDecision) and not decide.outcome_spend_delta(
+                parsed, held.estimated_cost_micros, cost):
+            spends = False  # the counters stay as charged: one statement, no transaction
+        ambiguous = parsed is Outcome.AMBIGUOUS
+        fields: dict[str, Any] = {
+            "result": text, "error": error,
+            "reason": (error or "reported ambiguous") if ambiguous else None,
+            "note": bound(error, 200) if ambiguous and error else None,
+            "actual_cost_micros": cost, "spends": spends,
+        }
+        if cost is not None and spends is not False and self.policy is not None and (
+                parsed is Outcome.COMMITTED):
+            fields["overspend"] = Overspend(self.policy, cost, held)
+        return lease, parsed, fields
+
+    def reported(self, held: BeginDecision | Lease, lease: Lease, parsed: Outcome,
+                 text: str | None, done: Recorded, reason: str | None = None) -> None:
+        """Tell of what a report recorded: an overspend (logged and warned), a late report,
+        telemetry, an AMBIGUOUS notice; a committed result is remembered."""
+        if done.overspent is not None:
+            from .decorator import OverspendWarning
+
+            log.warning("%s: %s", lease.key, done.overspent,
+                        extra={"key": lease.key, "state": parsed.value,
+                               "reason": done.overspent})
+            warnings.warn(f"{lease.key!r}: {done.overspent}", OverspendWarning, stacklevel=3)
+        if done.late:
+            log.warning("late report settled %s: %s", lease.key, parsed.value,
+                        extra={"key": lease.key, "state": parsed.value,
+                               "reason": "late report"})
+        if self.telemetry is not None:
+            self.telemetry.outcome(parsed)
+        if parsed is Outcome.AMBIGUOUS and self.flow.observe is not None:
+            self.flow.observe(reported(held, lease.key, self.namespace, self.store, reason))
+        if parsed is Outcome.COMMITTED and isinstance(held, BeginDecision):
+            self.flow.remember(held.key, held.payload_hash, held.effect_type, held.effect_id,
+                               held.attempt, held.lease_token, text)
+
+    def already(self, lease: Lease, outcome: Outcome, text: str | None) -> bool:
+        """True when this holder already recorded exactly this outcome."""
+        row = self.store.get(self.namespace, lease.key)
+        return bool(
+            row is not None and row.token == lease.token
+            and row.lease_secret == secret_hash(lease.secret)
+            and row.state.value == outcome.value and row.actor is None
+            and (outcome is not Outcome.COMMITTED or row.result == text)
+        )
+
+    def stale(self, lease: Lease, what: str) -> EffectGateError:
+        """The error for a holder that no longer holds (logged), saying why."""
+        row = self.store.get(self.namespace, lease.key)
+        if row is None:
+            return UnknownEffect(f"no effect with key {lease.key!r}", key=lease.key)
+        state = effective_state(row).value
+        if row.token != lease.token:
+            why = f"token {lease.token} is stale: a newer holder has token {row.token}"
+        elif row.lease_secret != secret_hash(lease.secret):
+            why = "the lease secret does not match"
+        elif row.state is State.IN_FLIGHT:
+            why = "the lease lapsed before this call"
+        else:
+            why = f"the effect is already {state}"
+        log.warning("refused %s on %s: %s", what, row.key, why,
+                    extra={"key": row.key, "state": state, "reason": why})
+        return StaleLease(f"cannot {what} on {row.key!r}: {why}", key=row.key, state=state,
+                          reason=why, effect_id=row.id)
+
+    # -- extend ------------------------------------------------------------------------------
+
+    def extend(self, held: BeginDecision | Lease, span: float) -> datetime.datetime:
+        """The lease of ``held`` now ends ``span`` seconds from now (store clock)."""
+        lease, _ = self.holder(held)
+        expiry = self.store.extend(self.namespace, lease, span)
+        if expiry is None:
+            raise self.stale(lease, "extend the lease")
+        return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
+
+    async def aextend(self, held: BeginDecision | Lease, span: float) -> datetime.datetime:
+        """:meth:`extend`, the store awaited."""
+        lease, _ = self.holder(held)
+        expiry = await self.flow.astore.extend(self.namespace, lease, span)
+        if expiry is None:
+            raise await asyncio.to_thread(self.stale, lease, "extend the lease")
+        return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
+
+
+class Overspend:
+    """Asked by the store after an actual cost above the estimate raised spend counters: the
+    text recorded (and warned) when one of them is now past its ceiling, else None."""
+
+    __slots__ = ("_actual", "_held", "_policy")
+
+    def __init__(self, policy: Policy, actual: int, held: BeginDecision | Lease) -> None:
+        self._policy, self._actual, self._held = policy, actual, held
+
+    def __call__(self, spent: list[tuple[str, int]]) -> str | None:
+        from .governance import dollars
+
+        ceilings = [(pattern, scope, limit)
+                    for pattern, rule in self._policy.effects.items() if rule.budget
+                    for scope, limit in rule.budget.ceilings()]
+        if self._policy.budget is not None:
+            ceilings += [("*", scope, limit) for scope, limit in self._policy.budget.ceilings()]
+        over = []
+        for scope_key, total in spent:
+            for pattern, scope, limit in ceilings:
+                if scope_key.startswith(f"{pattern}|{scope}|") and total > limit:
+                    over.append(f"the {scope} ceiling of {dollars(limit)} on {pattern} is at "
+                                f"{dollars(total)}")
+                    break
+        if not over:
+            return None
+        estimate = getattr(self._held, "estimated_cost_micros", None)
+        than = f" (estimated {dollars(estimate)})" if estimate is not None else ""
+        return bound(f"overspent: the actual cost {dollars(self._actual)}{than} was spent, and "
+                     + "; ".join(over), 1000)
+
+
+def effective_state(row: EffectRow | EffectHead) -> State:
+    """The state reads report: an IN_FLIGHT effect past its lease is AMBIGUOUS."""
+    if row.state is State.IN_FLIGHT and row.lease_expires_at is not None and (
+        row.lease_expires_at < row.now
+    ):
+        return State.AMBIGUOUS
+    return row.state
