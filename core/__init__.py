@@ -19,28 +19,26 @@ from typing import TYPE_CHECKING, Any
 
 from .classify import Classifier, classify, classify_httpx, classify_requests
 from .context import current_effect, current_effect_scope, effect_context
-from .decorator import (
-    BudgetWarning,
-    EffectSpec,
-    OverspendWarning,
-    ResultNotStoredWarning,
-    refusal,
-)
+from .decorator import EffectSpec, refusal
 from .errors import (
     ApprovalRequired,
+    BudgetWarning,
     ConfigError,
     EffectAmbiguous,
     EffectDenied,
     EffectGateError,
+    EffectGateWarning,
     EffectInFlight,
     EffectKeyError,
     EffectRefused,
     Forbidden,
     InvalidTransition,
     NotExecuted,
+    OverspendWarning,
     PayloadError,
     PayloadMismatch,
     PolicyError,
+    ResultNotStoredWarning,
     StaleLease,
     StoreError,
     Unauthenticated,
@@ -109,6 +107,7 @@ __all__ = [
     "EffectAmbiguous",
     "EffectDenied",
     "EffectGateError",
+    "EffectGateWarning",
     "EffectInFlight",
     "EffectKeyError",
     "EffectRecord",

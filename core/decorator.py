@@ -20,13 +20,16 @@ from .classify import Classifier, classify
 from .context import _current, current_effect, current_effect_scope
 from .errors import (
     ApprovalRequired,
+    BudgetWarning,
     ConfigError,
     EffectAmbiguous,
     EffectDenied,
     EffectGateError,
     EffectInFlight,
     EffectRefused,
+    OverspendWarning,
     PayloadError,
+    ResultNotStoredWarning,
 )
 from .keys import KeyTemplate
 from .records import BeginDecision
@@ -48,19 +51,6 @@ __all__ = [
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
 _NOT_STARTED = "cancelled before the body started"
-
-
-class BudgetWarning(UserWarning):
-    """A spend ceiling applies to this effect but the call declared no cost: it cannot fire."""
-
-
-class OverspendWarning(UserWarning):
-    """A committed effect's actual cost exceeded its estimate and pushed a spend counter past
-    its ceiling: the money was spent (recorded as the effect's ``reason``)."""
-
-
-class ResultNotStoredWarning(UserWarning):
-    """The effect committed, but its result had no JSON form, so a duplicate returns None."""
 
 
 def refusal(d: BeginDecision) -> EffectRefused:

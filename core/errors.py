@@ -23,6 +23,15 @@
 
 Every error carries structured fields (``key``, ``state``, ``decision``, ``reason``) besides
 its message, so callers branch on attributes rather than on text.
+
+Every warning effectgate issues (through :mod:`warnings`, besides its log line) has one root
+too, so ``warnings.simplefilter("error", eg.EffectGateWarning)`` makes them all fatal::
+
+    EffectGateWarning               root (a UserWarning): something a person should look at
+    ├── BudgetWarning               a spend ceiling applies but the call declared no cost
+    ├── OverspendWarning            an actual cost pushed a spend counter past its ceiling
+    ├── ResultNotStoredWarning      a committed result had no JSON form: a duplicate gets None
+    └── UngatedToolWarning          a wrapped tool has no effect declared: no reservation
 """
 
 from __future__ import annotations
@@ -31,22 +40,27 @@ from typing import Any
 
 __all__ = [
     "ApprovalRequired",
+    "BudgetWarning",
     "ConfigError",
     "EffectAmbiguous",
     "EffectDenied",
     "EffectGateError",
+    "EffectGateWarning",
     "EffectInFlight",
     "EffectKeyError",
     "EffectRefused",
     "Forbidden",
     "InvalidTransition",
     "NotExecuted",
+    "OverspendWarning",
     "PayloadError",
     "PayloadMismatch",
     "PolicyError",
+    "ResultNotStoredWarning",
     "StaleLease",
     "StoreError",
     "Unauthenticated",
+    "UngatedToolWarning",
     "UnknownEffect",
 ]
 
@@ -185,3 +199,25 @@ class ApprovalRequired(EffectRefused):
 
 class EffectDenied(EffectRefused):
     """Policy, a spend ceiling or ``max_attempts`` refused the effect; ``reason`` says which."""
+
+
+class EffectGateWarning(UserWarning):
+    """Root of every warning effectgate issues."""
+
+
+class BudgetWarning(EffectGateWarning):
+    """A spend ceiling applies to this effect but the call declared no cost: it cannot fire."""
+
+
+class OverspendWarning(EffectGateWarning):
+    """A committed effect's actual cost exceeded its estimate and pushed a spend counter past
+    its ceiling: the money was spent (recorded as the effect's ``reason``)."""
+
+
+class ResultNotStoredWarning(EffectGateWarning):
+    """The effect committed, but its result had no JSON form, so a duplicate returns None."""
+
+
+class UngatedToolWarning(EffectGateWarning):
+    """A tool was wrapped with no effect declared: it gets no reservation, so a repeat of it
+    runs again. Declare it (or list it as read-only) to silence this."""

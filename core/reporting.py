@@ -19,7 +19,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import decide, validate
-from .errors import ConfigError, EffectGateError, InvalidTransition, StaleLease, UnknownEffect
+from .errors import (
+    ConfigError,
+    EffectGateError,
+    InvalidTransition,
+    OverspendWarning,
+    StaleLease,
+    UnknownEffect,
+)
 from .keys import check_key
 from .notices import reported
 from .payload import result_json
@@ -32,10 +39,10 @@ if TYPE_CHECKING:
     from .flow import BeginFlow
     from .policy import Policy
     from .store import Store
-    from .store.rows import EffectHead, EffectRow, Recorded
+    from .store.rows import Recorded
     from .telemetry import Telemetry
 
-__all__ = ["Overspend", "Reporter", "effective_state", "kept", "observe_decision"]
+__all__ = ["Overspend", "Reporter", "kept", "observe_decision"]
 
 log = logging.getLogger("effectgate")
 
@@ -178,8 +185,6 @@ class Reporter:
         """Tell of what a report recorded: an overspend (logged and warned), a late report,
         telemetry, an AMBIGUOUS notice; a committed result is remembered."""
         if done.overspent is not None:
-            from .decorator import OverspendWarning
-
             log.warning("%s: %s", lease.key, done.overspent,
                         extra={"key": lease.key, "state": parsed.value,
                                "reason": done.overspent})
@@ -211,7 +216,7 @@ class Reporter:
         row = self.store.get(self.namespace, lease.key)
         if row is None:
             return UnknownEffect(f"no effect with key {lease.key!r}", key=lease.key)
-        state = effective_state(row).value
+        state = decide.effective_state(row).value
         if row.token != lease.token:
             why = f"token {lease.token} is stale: a newer holder has token {row.token}"
         elif row.lease_secret != secret_hash(lease.secret):
@@ -274,12 +279,3 @@ class Overspend:
         than = f" (estimated {dollars(estimate)})" if estimate is not None else ""
         return bound(f"overspent: the actual cost {dollars(self._actual)}{than} was spent, and "
                      + "; ".join(over), 1000)
-
-
-def effective_state(row: EffectRow | EffectHead) -> State:
-    """The state reads report: an IN_FLIGHT effect past its lease is AMBIGUOUS."""
-    if row.state is State.IN_FLIGHT and row.lease_expires_at is not None and (
-        row.lease_expires_at < row.now
-    ):
-        return State.AMBIGUOUS
-    return row.state

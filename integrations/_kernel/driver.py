@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from effectgate import ConfigError, Gate
+from effectgate.errors import UngatedToolWarning
 
 from .call import OnRefusal
 from .declarations import read_declarations
@@ -19,11 +20,6 @@ from .gates import resolve_gate
 __all__ = ["Framework", "UngatedToolWarning", "gate_tools", "report_ungated"]
 
 log = logging.getLogger("effectgate")
-
-
-class UngatedToolWarning(UserWarning):
-    """A tool was wrapped with no effect declared: it gets no reservation, so a repeat of it
-    runs again. Declare it (or list it as read-only) to silence this."""
 
 
 @dataclass(frozen=True)
