@@ -35,7 +35,7 @@ from .states import ApprovalState, Decision, Outcome, State
 if TYPE_CHECKING:
     from .governance import Charge
     from .request import Request
-    from .store.rows import ApprovalRow, EffectHead
+    from .store.rows import ApprovalRow, EffectHead, EffectRow
 
 __all__ = [
     "APPROVER_DENIED",
@@ -52,6 +52,9 @@ __all__ = [
     "approval_status",
     "begin_step",
     "check_approval",
+    "effective_state",
+    "lapsed",
+    "lease_live",
     "outcome_spend_delta",
     "over_ceiling",
     "report_standing",
@@ -124,6 +127,30 @@ _DUPLICATE = Answer(Decision.DUPLICATE)
 _DUPLICATE_PRUNED = Answer(Decision.DUPLICATE, "its stored result was pruned")
 
 
+
+# -- the lapsed-lease rule: its one Python home ------------------------------------------------
+# A lease is live while its end is not before the store's clock (``lease_expires_at >= now``,
+# both read in the same statement); an IN_FLIGHT effect past it is AMBIGUOUS, never free.
+# The store's SQL says the same in its statements (``lease_expires_at < now`` in the queue,
+# the counts and the reads, ``>=`` in the report and reserve statements): those copies belong
+# to the store and are to be generated from one expression there (see issue 24).
+
+
+def lease_live(row: EffectHead | EffectRow) -> bool:
+    """Whether ``row``'s lease has an end that the store's clock has not passed."""
+    return row.lease_expires_at is not None and row.lease_expires_at >= row.now
+
+
+def lapsed(row: EffectHead | EffectRow) -> bool:
+    """Whether ``row`` is IN_FLIGHT past its lease (so it reads, and is, AMBIGUOUS)."""
+    return row.state is State.IN_FLIGHT and row.lease_expires_at is not None and (
+        not lease_live(row))
+
+
+def effective_state(row: EffectHead | EffectRow) -> State:
+    """The state reads report: an IN_FLIGHT effect past its lease is AMBIGUOUS at once."""
+    return State.AMBIGUOUS if lapsed(row) else row.state
+
 def begin_step(row: EffectHead | None, req: Request, approval: ApprovalRow | None = None, *,
                reconcilable: bool = False) -> Step:
     """The next step of a ``begin`` of ``req`` that found ``row``.
@@ -152,7 +179,7 @@ def begin_step(row: EffectHead | None, req: Request, approval: ApprovalRow | Non
         return _DUPLICATE_PRUNED if row.pruned_at is not None else _DUPLICATE
     if state is State.IN_FLIGHT:
         remaining = (row.lease_expires_at or 0.0) - row.now
-        if remaining >= 0:
+        if lease_live(row):
             return Answer(Decision.IN_FLIGHT, "another holder is executing it",
                           retry_after_seconds=round(min(max(remaining, 0.05),
                                                         _MAX_RETRY_AFTER), 3))
@@ -246,10 +273,9 @@ def resolution(row: EffectHead, outcome: Outcome, *, force: bool = False) -> Res
     after FAILED counts it again (the money was spent, ceiling or not)."""
     state = row.state
     forced = False
-    if state is State.IN_FLIGHT and row.lease_expires_at is not None and (
-        row.lease_expires_at >= row.now
-    ):
+    if state is State.IN_FLIGHT and lease_live(row):
         if not force:
+            assert row.lease_expires_at is not None  # a live lease has an end
             until = datetime.datetime.fromtimestamp(row.lease_expires_at, datetime.UTC)
             raise InvalidTransition(
                 f"cannot resolve {row.key!r}: its holder's lease is live for another "
@@ -298,7 +324,7 @@ def adopts_lost_reservation(row: EffectHead, secret_hash: str) -> bool:
     never executed as though the lost insert still held it."""
     return (row.lease_secret is not None and row.lease_secret == secret_hash
             and row.state is State.IN_FLIGHT and row.attempt == 1 and row.token == 1
-            and row.lease_expires_at is not None and row.lease_expires_at >= row.now)
+            and lease_live(row))
 
 
 def report_standing(row: EffectHead, namespace: str, key: str, token: int,
@@ -317,7 +343,7 @@ def report_standing(row: EffectHead, namespace: str, key: str, token: int,
         return None
     lease = row.lease_expires_at
     if row.state is State.IN_FLIGHT and lease is not None:
-        return "on_time" if lease >= row.now else "late"
+        return "on_time" if lease_live(row) else "late"
     if row.state is State.AMBIGUOUS and lease is not None:
         return "late"
     return None

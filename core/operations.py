@@ -15,7 +15,7 @@ from . import decide, validate
 from .errors import ConfigError, InvalidTransition, StoreError, UnknownEffect
 from .keys import check_key
 from .payload import result_json
-from .reporting import effective_state, kept
+from .reporting import kept
 from .states import ApprovalState, Outcome, State
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def reconcile(store: Store, namespace: str, flow: BeginFlow, hooks: Registry[Rec
     row = store.fetch(namespace, key)
     if row is None:
         raise UnknownEffect(f"no effect with key {key!r}", key=key)
-    state = effective_state(row)
+    state = decide.effective_state(row)
     if state is not State.AMBIGUOUS:
         raise InvalidTransition(f"{key!r} is {state.value}, not ambiguous: nothing to "
                                 "reconcile", key=key, state=state.value)

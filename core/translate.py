@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .decide import lapsed
 from .errors import PayloadError
 from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry, epoch_to_datetime
 from .states import Decision, State
@@ -62,9 +63,8 @@ def decision(row: EffectHead, kind: Decision, vendor_secret: bytes, lease_secret
 
 
 def _effective(row: EffectRow) -> tuple[State, bool]:
-    lapsed = row.state is State.IN_FLIGHT and row.lease_expires_at is not None and (
-        row.lease_expires_at < row.now)
-    return (State.AMBIGUOUS if lapsed else row.state), lapsed
+    gone = lapsed(row)
+    return (State.AMBIGUOUS if gone else row.state), gone
 
 
 def effect_record(row: EffectRow, vendor_secret: bytes, *,
