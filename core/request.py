@@ -12,6 +12,7 @@ SHA-256, so neither the store's contents nor an effect id let anyone report for 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 from collections.abc import Mapping
@@ -56,9 +57,29 @@ class Lease(NamedTuple):
     secret: str
 
 
+_ISSUED: dict[str, str] = {}
+"""Secret → hash of the latest leases this process issued, so that the holder's report and
+heartbeats reuse the hash its ``begin`` computed: one hash per begin, not one per call."""
+_ISSUED_MAX = 1024
+
+
 def secret_hash(secret: str) -> str:
     """What the store keeps of a lease secret."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+    found = _ISSUED.get(secret)
+    return found if found is not None else hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _issue(raw: str | None = None) -> tuple[str, str]:
+    """A lease secret (new: 128 random bits, unless ``raw`` is given) and its hash,
+    remembered for the holder's calls."""
+    if raw is None:
+        raw = secrets.token_urlsafe(16)
+    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    if len(_ISSUED) >= _ISSUED_MAX:
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+            del _ISSUED[next(iter(_ISSUED))]  # the oldest first
+    _ISSUED[raw] = digest
+    return raw, digest
 
 
 class LeaseSecret:
@@ -66,20 +87,21 @@ class LeaseSecret:
 
     __slots__ = ("_hash", "_raw")
 
-    def __init__(self) -> None:
-        self._raw: str | None = None
+    def __init__(self, raw: str | None = None) -> None:
+        """``raw``: the secret to issue (a replay's, for determinism); else a new one."""
+        self._raw: str | None = raw
         self._hash: str | None = None
 
     @property
     def raw(self) -> str:
         """The secret (128 random bits), made on first use."""
         if self._raw is None:
-            self._raw = secrets.token_urlsafe(16)
+            self._raw, self._hash = _issue()
         return self._raw
 
     @property
     def hash(self) -> str:
-        """Its SHA-256, as stored."""
+        """Its SHA-256, as stored (computed once, with the secret)."""
         if self._hash is None:
-            self._hash = secret_hash(self.raw)
+            self._raw, self._hash = _issue(self._raw)
         return self._hash

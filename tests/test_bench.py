@@ -57,6 +57,11 @@ def _assert_core(report: dict[str, Any], backend: str) -> None:
     assert figures["import effectgate, ms"]["value"] < figures[
         "  to a worker's first begin, ms"]["value"]
     assert figures["import effectgate, ms"]["passed"] in (True, False)
+    # After the imports, inside a fresh process: Gate() and the first begin make Python calls
+    # (a count: the same on a busy machine); a second store on it reuses the statements.
+    assert figures["  Gate() + first begin, Python calls"]["value"] > 1000
+    assert figures["  Gate() + first begin, CPU ms (profiled)"]["value"] > 0
+    assert figures["  a second Gate() on that store, CPU ms"]["value"] >= 0
 
 
 def test_bench_sqlite_reports_every_core_ratio_and_leaves_no_files(tmp_path: Path) -> None:

@@ -2,11 +2,16 @@
 ``begin`` (import, open the store, one gated call), each beside a bare interpreter's start,
 taking turns, medians.
 
+Then, inside fresh processes, the part after the imports (``Gate()`` and the first gated
+call): its CPU time and the Python function calls it makes (a count, so it reads the same on a
+busy machine), and the CPU time of a second ``Gate()`` on the same store in that process.
+
 A worker process pays this once; a CLI call or a short-lived job pays it every time.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
@@ -31,6 +36,35 @@ _FIRST_BEGIN = (
 )
 
 
+_AFTER_IMPORTS = (
+    "import cProfile, json, pstats, sys, time\n"
+    "import effectgate as eg, effectgate.gate\n"
+    "profile = cProfile.Profile()\n"
+    "cpu = time.process_time()\n"
+    "profile.enable()\n"
+    "gate = eg.Gate(sys.argv[1], namespace=sys.argv[2], policy=False)\n"
+    "@gate.effect('start:{n}', effect_type='bench.start')\n"
+    "def start(n: int) -> int:\n"
+    "    return n\n"
+    "start(1)\n"
+    "profile.disable()\n"
+    "first = time.process_time() - cpu\n"
+    "cpu = time.process_time()\n"
+    "eg.Gate(sys.argv[1], namespace=sys.argv[2] + '-2', policy=False).close()\n"
+    "second = time.process_time() - cpu\n"
+    "print(json.dumps([first * 1000, pstats.Stats(profile).total_calls, second * 1000]))\n"
+)
+
+
+def _after_imports(url: str, namespace: str) -> tuple[float, int, float]:
+    """(CPU ms of Gate() + first begin under the profiler, its Python calls, CPU ms of a
+    second Gate() on the same store), measured inside one fresh process."""
+    out = subprocess.run([sys.executable, "-c", _AFTER_IMPORTS, url, namespace], check=True,
+                         capture_output=True, text=True).stdout
+    first, calls, second = json.loads(out.strip().splitlines()[-1])
+    return float(first), int(calls), float(second)
+
+
 def _wall_ms(code: str, *args: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code, *args], check=True,
@@ -48,6 +82,7 @@ def bench_startup(s: Scratch, report: Report) -> None:
         bare.append(_wall_ms(_BARE))
         imported.append(_wall_ms(_IMPORT))
         first.append(_wall_ms(_FIRST_BEGIN, url, s.namespace(f"startup{run}")))
+    inside = [_after_imports(url, s.namespace(f"startup-in{run}")) for run in range(3)]
     base = statistics.median(bare)
     took = statistics.median(imported) - base
     report.figures += [
@@ -56,4 +91,10 @@ def bench_startup(s: Scratch, report: Report) -> None:
         Figure("core", s.backend, "  to a worker's first begin, ms",
                round(statistics.median(first) - base, 1)),
         Figure("core", s.backend, "  a bare interpreter's start, ms", round(base, 1)),
+        Figure("core", s.backend, "  Gate() + first begin, CPU ms (profiled)",
+               round(statistics.median(i[0] for i in inside), 1)),
+        Figure("core", s.backend, "  Gate() + first begin, Python calls",
+               statistics.median(i[1] for i in inside)),
+        Figure("core", s.backend, "  a second Gate() on that store, CPU ms",
+               round(statistics.median(i[2] for i in inside), 1)),
     ]

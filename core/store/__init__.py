@@ -59,7 +59,7 @@ from .schema import (
     meta,
     read_schema,
 )
-from .statements import Statements
+from .statements import statements_for
 from .threaded import ThreadedStore
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class Store:
             dialect: Any = sqlite_dialect(paramstyle="named")
         else:
             dialect = engine.dialect
-        self.sql = Statements(dialect, self.dialect_name, durability)
+        self.sql = statements_for(dialect, self.dialect_name, durability)
         if self.sql.reserve_function is not None and not read_only:
             try:
                 self.sql.reserve_function.install(engine)

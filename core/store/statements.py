@@ -9,6 +9,8 @@ the secret issued with its lease — never by an effect id.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import BigInteger, case, false, func, literal_column, null, select, true
@@ -23,7 +25,7 @@ from .pg_reserve import ReserveFunction
 from .rows import HEAD_COLUMNS, ROW_COLUMNS
 from .schema import approvals, budgets, db_day, db_now, effects, literal
 
-__all__ = ["Sql", "Statements"]
+__all__ = ["Sql", "Statements", "statements_for"]
 
 
 _ONE: ColumnElement[int] = literal_column("1")
@@ -51,10 +53,62 @@ class Sql:
         return f"Sql({self.text[:60]!r}...)"
 
 
+_NAMES = (
+    "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
+    "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_row", "fetch_row_id",
+    "insert", "insert_lean", "lapse", "note_reason", "now", "report", "report_late", "resolve",
+    "take",
+)
+
+
 class Statements:
-    """The compiled statements for one dialect."""
+    """The statements for one dialect and durability, each compiled the first time it is
+    used (a worker's first ``begin`` compiles the two or three it runs, not all of them).
+
+    Shared by every store of that dialect and durability in the process
+    (:func:`statements_for`): compiled once per process, not once per ``Store``."""
+
+    adjust: Sql
+    approval_consume: Sql
+    approval_decide: Sql
+    approval_forget: Sql
+    approval_get: Sql
+    approval_insert: Sql
+    charge: Sql
+    charge_day: Sql
+    extend: Sql
+    fetch: Sql
+    fetch_row: Sql
+    fetch_row_id: Sql
+    insert: Sql
+    insert_lean: Sql
+    lapse: Sql
+    note_reason: Sql
+    now: Sql
+    report: Sql
+    report_late: Sql
+    resolve: Sql
+    take: Sql
+
+    def __getattr__(self, name: str) -> Sql:
+        """Compile the statement ``name`` on first use and keep it (later reads of it are
+        plain attribute reads: this method is not called again for that name)."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name not in lazy:
+            raise AttributeError(name)
+        sql = Sql(lazy[name](), self.__dict__["_dialect"])
+        self.__dict__[name] = sql
+        return sql
+
+    def compile_all(self) -> None:
+        """Compile every statement now (a check that each one compiles)."""
+        for name in _NAMES:
+            getattr(self, name)
 
     def __init__(self, dialect: Any, dialect_name: str, durability: str = "reserve") -> None:
+        lazy: dict[str, Callable[[], ClauseElement]] = {}
+        self._lazy = lazy
+        self._dialect = dialect
         now = db_now()
         # Postgres: a write that may ride on the next sync commits asynchronously, for its own
         # transaction only (``set_config(..., is_local)`` in the statement itself: no extra
@@ -111,12 +165,12 @@ class Statements:
             .values(insert_values)
             .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
         )
-        self.fetch = Sql(select(*head).where(by_key), dialect)
-        self.fetch_row = Sql(select(*full).where(by_key), dialect)
-        self.fetch_row_id = Sql(select(*full).where(in_ns & (t.id == p("id"))), dialect)
-        self.insert = Sql(insert.returning(*head, true().label("inserted")), dialect)
+        lazy["fetch"] = lambda: select(*head).where(by_key)
+        lazy["fetch_row"] = lambda: select(*full).where(by_key)
+        lazy["fetch_row_id"] = lambda: select(*full).where(in_ns & (t.id == p("id")))
+        lazy["insert"] = lambda: insert.returning(*head, true().label("inserted"))
         # The reservation of a new key only needs what the store decided: id, lease, clock.
-        self.insert_lean = Sql(insert.returning(t.id, t.lease_expires_at, now), dialect)
+        lazy["insert_lean"] = lambda: insert.returning(t.id, t.lease_expires_at, now)
         # Postgres: read-if-present, else insert, in one round trip: the two statements above
         # run inside a function generated from them (see pg_reserve).
         reserve_columns = [(c.name, str(c.type.compile(dialect=dialect))) for c in head[:-1]] + [
@@ -134,7 +188,7 @@ class Statements:
         # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
         # one starting, or a governed refusal (PENDING_APPROVAL, DENIED). A new token (and, for
         # an attempt, a new lease secret) each time; the vendor key is kept as it was.
-        self.take = Sql(
+        lazy["take"] = lambda: (
             effects.update()
             .where(cas & (t.state == p("expected_state")))
             .values(
@@ -162,25 +216,23 @@ class Statements:
                 lease_secret=p("lease_secret"),
                 pruned_at=null(),  # a pruned tombstone that moves on is live again
             )
-            .returning(*head),
-            dialect,
+            .returning(*head)
         )
-        self.lapse = Sql(
+        lazy["lapse"] = lambda: (
             effects.update()
             .where(cas & (t.state == in_flight) & (t.lease_expires_at < now) & ride)
             .values(state=ambiguous, reason=literal("lease lapsed"), updated_at=now,
                     actor=literal("lease"), note=null(),
                     history=line(t.state, ambiguous, t.token, literal('"lease"')))
-            .returning(*head),
-            dialect,
+            .returning(*head)
         )
         # The holder's outcome. A FAILED its holder proves moves the next attempt to a new
         # vendor key, unless the current key was kept from an earlier attempt (whose holder
         # may still send it).
         proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt)
 
-        def outcome(where: Any, note: Any) -> Sql:
-            return Sql(
+        def outcome(where: Any, note: Any) -> Any:
+            return (
                 effects.update()
                 .where(where)
                 .values(
@@ -197,24 +249,22 @@ class Statements:
                     vendor_attempt=case((proved, t.attempt + _ONE), else_=t.vendor_attempt),
                     vendor_since=case((proved, null()), else_=t.vendor_since),
                 )
-                .returning(t.budget_keys, t.estimated_cost_micros),
-                dialect,
+                .returning(t.budget_keys, t.estimated_cost_micros)
             )
 
-        self.report = outcome(holder & live & ride, null())
+        lazy["report"] = lambda: outcome(holder & live & ride, null())
         # The lapsed holder's own late report settles its AMBIGUOUS effect, as long as nobody
         # has held or resolved it since (the token would have moved on).
         lapsed = ((t.state == in_flight) & (t.lease_expires_at < now)) | (
             (t.state == ambiguous) & t.lease_expires_at.is_not(None))
-        self.report_late = outcome(holder & lapsed & ride, literal("late report"))
-        self.extend = Sql(
+        lazy["report_late"] = lambda: outcome(holder & lapsed & ride, literal("late report"))
+        lazy["extend"] = lambda: (
             effects.update()
             .where(holder & live & ride)
             .values(lease_expires_at=now + p("lease_seconds"), updated_at=now)
-            .returning(t.lease_expires_at),
-            dialect,
+            .returning(t.lease_expires_at)
         )
-        self.resolve = Sql(
+        lazy["resolve"] = lambda: (
             effects.update()
             .where(cas & (t.state == p("expected_state")))
             .values(
@@ -233,10 +283,9 @@ class Statements:
                     ((p("state") == _state(State.COMMITTED)) & (t.vendor_attempt > t.attempt),
                      t.attempt), else_=t.vendor_attempt),
             )
-            .returning(*full),
-            dialect,
+            .returning(*full)
         )
-        self.now = Sql(select(now), dialect)
+        lazy["now"] = lambda: select(now)
 
         # Spend: a charge against one ceiling is counted only while the sum stays within the
         # limit; a per-day ceiling's counter is named by the store's UTC date.
@@ -259,7 +308,7 @@ class Statements:
             )
 
         charges = (charge(p("scope_key")), charge(p("scope_key") + db_day()))
-        self.charge, self.charge_day = Sql(charges[0], dialect), Sql(charges[1], dialect)
+        lazy["charge"], lazy["charge_day"] = (lambda: charges[0]), (lambda: charges[1])
         # Postgres: a governed reservation of a new key — read, else charge every ceiling,
         # else insert — in one round trip (see pg_reserve).
         self.governed_function = ReserveFunction(
@@ -272,30 +321,28 @@ class Statements:
         # A counter moved by an actual cost or a resolution stops at the most a BIGINT holds
         # (over every ceiling) rather than overflowing: ``room`` is how far it may rise before
         # that (adjust_binds).
-        self.adjust = Sql(
+        lazy["adjust"] = lambda: (
             budgets.update()
             .where((b.namespace == p("namespace")) & (b.scope_key == p("scope_key")))
             .values(spent_micros=case(
                 (b.spent_micros > p("room", type_=BigInteger()), literal_column(str(MAX_INT))),
                 else_=b.spent_micros + p("delta", type_=BigInteger())),
                     updated_at=now)
-            .returning(b.scope_key, b.spent_micros),
-            dialect,
+            .returning(b.scope_key, b.spent_micros)
         )
         # A committed attempt that cost more than its estimate and pushed a counter past its
         # ceiling says so in its record (the money was spent; nobody may miss it).
-        self.note_reason = Sql(
+        lazy["note_reason"] = lambda: (
             effects.update()
             .where((t.namespace == p("namespace")) & (t.key == p("key"))
                    & (t.token == p("token")))
-            .values(reason=p("reason")),
-            dialect,
+            .values(reason=p("reason"))
         )
 
         a = approvals.c
         mine = (a.namespace == p("namespace")) & (a.id == p("approval_id"))
         pending, approved = _state(ApprovalState.PENDING), _state(ApprovalState.APPROVED)
-        self.approval_insert = Sql(
+        lazy["approval_insert"] = lambda: (
             approvals.insert().values(
                 id=p("approval_id"), namespace=p("namespace"), effect_id=p("effect_id"),
                 effect_type=p("effect_type"), key=p("key"), payload_hash=p("payload_hash"),
@@ -303,28 +350,44 @@ class Statements:
                 estimated_cost_micros=p("estimated_cost_micros"),
                 allow_self_approval=p("allow_self_approval"), created_at=now,
                 expires_at=now + p("expires_seconds"), arguments=p("arguments"),
-            ),
-            dialect,
+            )
         )
-        self.approval_get = Sql(select(*approvals.c, now.label("now")).where(mine), dialect)
+        lazy["approval_get"] = lambda: select(*approvals.c, now.label("now")).where(mine)
         # A decision clears the arguments: the approver has seen them; they are not kept.
-        self.approval_decide = Sql(
+        lazy["approval_decide"] = lambda: (
             approvals.update()
             .where(mine & (a.state == pending) & (a.expires_at >= now))
             .values(state=p("state"), decided_by=p("by"), decided_at=now, reason=p("reason"),
                     arguments=null())
-            .returning(a.id),
-            dialect,
+            .returning(a.id)
         )
-        self.approval_consume = Sql(
+        lazy["approval_consume"] = lambda: (
             approvals.update()
             .where(mine & (a.state == approved) & (a.expires_at >= now)
                    & (a.effect_type == p("effect_type")) & (a.key == p("key"))
                    & (a.payload_hash == p("payload_hash")))
             .values(state=_state(ApprovalState.CONSUMED), arguments=null())
-            .returning(a.id),
-            dialect,
+            .returning(a.id)
         )
-        self.approval_forget = Sql(
-            approvals.update().where(mine).values(arguments=null()), dialect)
+        lazy["approval_forget"] = lambda: approvals.update().where(mine).values(arguments=null())
 
+
+
+_SHARED: dict[tuple[Any, ...], Statements] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def statements_for(dialect: Any, dialect_name: str, durability: str = "reserve") -> Statements:
+    """The process's :class:`Statements` for this dialect and durability, made the first time
+    (every store on the same kind of database shares them: a statement's text depends only
+    on the dialect, its driver's placeholder style, the server's version and the
+    durability)."""
+    key = (dialect_name, getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
+           getattr(dialect, "server_version_info", None), durability)
+    found = _SHARED.get(key)
+    if found is None:
+        with _SHARED_LOCK:
+            found = _SHARED.get(key)
+            if found is None:
+                found = _SHARED[key] = Statements(dialect, dialect_name, durability)
+    return found
