@@ -3,11 +3,13 @@ decision is the real :mod:`effectgate.decide`'s, the actors that use it, a simul
 and the invariants checked in every reachable state.
 
 The model store only holds rows and applies what ``decide`` returns: ``begin_step`` for each
-step of a ``begin``, ``resolution`` for an operator's or a reconcile hook's settlement,
-``report_standing`` for a holder's report, and ``reported_vendor_attempt`` /
-``resolved_vendor_attempt`` for the vendor key. A ``begin`` is walked one store call at a time,
-in exactly the order :class:`effectgate.flow.BeginFlow` makes them (reserve, fetch, lapse,
-move, get, resolve), so other actors interleave between any two of its calls.
+step of a ``begin``, ``resolution`` for an operator's or a reconcile hook's settlement. The
+rules that live only in the store's SQL (who may report, how a report or a resolve moves the
+vendor key) are stated here once (:func:`report_standing`, :func:`reported_vendor_attempt`,
+:func:`resolved_vendor_attempt`) and the replay holds the SQL to them. A ``begin`` is walked
+one store call at a time, in exactly the order :class:`effectgate.flow.BeginFlow` makes them
+(reserve, fetch, lapse, move, get, resolve), so other actors interleave between any two of its
+calls.
 
 Actors: workers (each ``begin`` → send to the vendor → the vendor answers → ``report``; or
 dying at any point; the clock moving while one waits is a stall), a forger (a worker that
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from .. import decide
 from ..errors import EffectGateError, InvalidTransition
@@ -44,6 +46,9 @@ __all__ = [
     "ModelState",
     "Step",
     "describe",
+    "report_standing",
+    "reported_vendor_attempt",
+    "resolved_vendor_attempt",
 ]
 
 KEY = "k"
@@ -54,6 +59,9 @@ fits, two held at once do not)."""
 PAYLOAD: dict[str, Any] = {"n": 1}
 _PAYLOAD_HASH = payload_hash(PAYLOAD)
 VENDOR = "generic"
+MAX_CALLS = 24
+"""A begin answers within this many store calls (liveness; the real flow gives up after 16
+steps, each at most one write and one read)."""
 Action = tuple[Any, ...]
 """One step of a schedule: a tuple of plain values (``("begin", 0)``, ``("tick",)``, ...)."""
 
@@ -81,6 +89,19 @@ class Config:
     """A policy asks a human to approve every effect of the first worker's type (the operator
     approves or denies)."""
     name: str = ""
+    keys: tuple[str, ...] = ()
+    """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
+    its spend counters."""
+    payloads: tuple[int, ...] = ()
+    """Each worker's payload ``{"n": <this>}`` (default 1): another payload on the same key is
+    refused."""
+    unsure: bool = False
+    """A holder may report AMBIGUOUS after the vendor answered, and then try to report what
+    it learnt (the store must refuse: an AMBIGUOUS it reported moves only by resolve or
+    reconcile)."""
+    memo: bool = False
+    """Each namespace's gate keeps a COMMITTED memo (the real
+    :meth:`effectgate.flow.BeginFlow.from_memo` answers a repeat before the store is asked)."""
     one_call: bool = False
     """The store's shape: it inserts a new key in one call that reads first (Postgres), so a
     governed begin starts with that move, not a read (:meth:`effectgate.store.Store.one_call`).
@@ -98,9 +119,18 @@ class Config:
 
             policy = Policy.from_dict({"effects": {self.workers[0][1]: rule}})
             gov = evaluate(policy, effect_type, cost)
-        return Request(ns, KEY, effect_type, _PAYLOAD_HASH, VENDOR, self.max_attempts,
-                       self.lease_ticks - 0.5, float(self.grace_ticks), None, None, None,
-                       None, None, cost, gov, PAYLOAD)
+        payload = self.payload(worker)
+        return Request(ns, self.key(worker), effect_type, payload_hash(payload), VENDOR,
+                       self.max_attempts, self.lease_ticks - 0.5, float(self.grace_ticks),
+                       None, None, None, None, None, cost, gov, payload)
+
+    def key(self, worker: int) -> str:
+        """Worker ``worker``'s effect key."""
+        return self.keys[worker] if worker < len(self.keys) else KEY
+
+    def payload(self, worker: int) -> dict[str, Any]:
+        """Worker ``worker``'s payload."""
+        return {"n": self.payloads[worker] if worker < len(self.payloads) else 1}
 
     def policy_rule(self) -> dict[str, Any]:
         """The policy rule of the first worker's type (empty: no policy)."""
@@ -140,6 +170,7 @@ class MRow(NamedTuple):
     approval_id: str | None = None
     budget_keys: str | None = None
     estimated: int | None = None
+    payload_hash: str = _PAYLOAD_HASH
 
 
 class MApproval(NamedTuple):
@@ -171,6 +202,8 @@ class Worker(NamedTuple):
     reply: str | None = None
     seen_token: int | None = None
     approval: ApprovalRow | None = None
+    calls: int = 0
+    """Store calls this begin has made without an answer (liveness: bounded)."""
 
 
 class ModelState(NamedTuple):
@@ -194,7 +227,9 @@ class ModelState(NamedTuple):
     consumed: tuple[tuple[str, str, str], ...] = ()
     spend: tuple[tuple[str, str, int], ...] = ()
     """Spend counters: (namespace, scope key, micros)."""
-    """Approvals an EXECUTE used: (approval id, the executing request's type, namespace)."""
+    memo: tuple[tuple[str, str, str, str, int, int, int, str | None], ...] = ()
+    """Each namespace gate's COMMITTED memo: (namespace, key, payload hash, effect type,
+    effect id, attempt, token, result)."""
 
 
 class Step(NamedTuple):
@@ -287,10 +322,15 @@ class Model:
                 outcome = "committed" if w.reply == "executed" else "failed"
                 for x in lost:
                     out.append(("report", i, outcome, x))
-            if w.phase in ("begin", "held", "sent", "replied"):
+                if c.unsure:
+                    out.append(("report", i, "ambiguous", False))
+            elif w.phase == "unsure":  # it reported AMBIGUOUS, then learnt the outcome
+                out.append(("report", i, "committed" if w.reply == "executed" else "failed",
+                            False))
+            if w.phase in ("begin", "held", "sent", "replied", "unsure"):
                 out.append(("die", i))
             if c.forgery and not w.forged and w.phase in ("idle", "done"):
-                row = self._row(s, c.workers[i][0])
+                row = self.row_of(s, i)
                 if row is not None and row.state is State.IN_FLIGHT and w.seen_token is not None:
                     out.append(("guess", i))
                 for j, other in enumerate(s.workers):
@@ -302,7 +342,7 @@ class Model:
             out.append(("land", entry[0], "executed"))
             out.append(("land", entry[0], "refused"))
         if s.ops:
-            row = self._row(s, c.workers[0][0])
+            row = self.row_of(s, 0)
             if row is not None:
                 for outcome in ("committed", "failed"):
                     for x in lost:
@@ -313,9 +353,9 @@ class Model:
                     row.pruned is None
                 ):
                     out.append(("prune",))
-                if any(a.state is ApprovalState.PENDING and a.namespace == row.namespace
-                       for a in s.approvals):
-                    out += [("approve",), ("deny",)]
+            if any(a.state is ApprovalState.PENDING and a.namespace == c.workers[0][0]
+                   for a in s.approvals):
+                out += [("approve",), ("deny",)]
         if s.now < c.ticks and not self._transit_due(s):
             out.append(("tick",))
         return out
@@ -350,13 +390,17 @@ class Model:
         return False
 
     @staticmethod
-    def _row(s: ModelState, ns: str) -> MRow | None:
-        return next((r for r in s.rows if r.namespace == ns and r.key == KEY), None)
+    def _row(s: ModelState, ns: str, key: str = KEY) -> MRow | None:
+        return next((r for r in s.rows if r.namespace == ns and r.key == key), None)
+
+    def row_of(self, s: ModelState, worker: int) -> MRow | None:
+        """The stored row of worker ``worker``'s key (None: not written)."""
+        return self._row(s, self.config.workers[worker][0], self.config.key(worker))
 
     def head(self, r: MRow, now: float) -> EffectHead:
         """The row as the store hands it up (with the clock)."""
         return EffectHead(
-            r.id, r.namespace, r.key, r.effect_type, _PAYLOAD_HASH, r.state, r.attempt,
+            r.id, r.namespace, r.key, r.effect_type, r.payload_hash, r.state, r.attempt,
             r.token, r.lease, r.started, r.created, r.result, r.reason, VENDOR,
             r.vendor_attempt, r.vendor_since, r.approval_id, r.budget_keys, r.estimated,
             r.pruned, r.secret, float(now))
@@ -406,11 +450,11 @@ class Model:
         mine = self._secret(s, i)
         now = float(s.now)
         if w.call == "reserve":
-            row = self._row(s, req.namespace)
+            row = self._row(s, req.namespace, req.key)
             if row is None:
-                new = MRow(s.next_id, req.namespace, KEY, req.effect_type, State.IN_FLIGHT, 1, 1,
-                           now + req.lease_seconds, now, now, None, None, 1, now, None, mine,
-                           req.agent_id)
+                new = MRow(s.next_id, req.namespace, req.key, req.effect_type, State.IN_FLIGHT,
+                           1, 1, now + req.lease_seconds, now, now, None, None, 1, now, None,
+                           mine, req.agent_id, payload_hash=req.payload_hash)
                 s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
                 if lost:
                     s = s._replace(faults=s.faults - 1)
@@ -421,7 +465,7 @@ class Model:
                 return self._next(s, i, w._replace(call="recover"), "read (reply lost)")
             return self._after_read(s, i, self.head(row, now), "read the existing key")
         if w.call in ("fetch", "recover"):
-            row = self._row(s, req.namespace)
+            row = self._row(s, req.namespace, req.key)
             head = None if row is None else self.head(row, now)
             if w.call == "recover" and head is not None and decide.adopts_lost_reservation(
                     head, mine):
@@ -431,7 +475,7 @@ class Model:
             insert: decide.Move = w.step
             first = w.call == "first"  # a lost reply here is recovered, as a reservation's
             if self._reads_first(insert):  # one call: read; else charges, then the insert
-                existing = self._row(s, req.namespace)
+                existing = self._row(s, req.namespace, req.key)
                 if existing is not None:
                     if lost and first:
                         s = s._replace(faults=s.faults - 1)
@@ -446,7 +490,7 @@ class Model:
             if over is not None:
                 return self._next(s, i, w._replace(step=decide.over_ceiling(insert, over)),
                                   f"over the ceiling ({over})")
-            if self._row(s, req.namespace) is not None:
+            if self._row(s, req.namespace, req.key) is not None:
                 return self._next(s, i, w._replace(call="fetch"), "insert: the key exists")
             s = charged
             starts = insert.to is State.IN_FLIGHT
@@ -456,12 +500,12 @@ class Model:
                                          s.next_id, req.effect_type, req.key,
                                          ApprovalState.PENDING, now)
                 s = s._replace(approvals=(*s.approvals, new_approval))
-            new = MRow(s.next_id, req.namespace, KEY, req.effect_type, insert.to, 1, 1,
+            new = MRow(s.next_id, req.namespace, req.key, req.effect_type, insert.to, 1, 1,
                        now + req.lease_seconds if starts else None, now, now, None,
                        insert.reason, 1, now if starts else None, None,
                        mine if starts else None, req.agent_id,
                        new_approval.id if new_approval else None, keys,
-                       req.estimated_cost_micros)
+                       req.estimated_cost_micros, req.payload_hash)
             s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
             if lost and first:
                 s = s._replace(faults=s.faults - 1)
@@ -478,7 +522,7 @@ class Model:
             s = _set_worker(s, i, w._replace(approval=self.approval_row(found, now)))
             return self._after_read(s, i, w.row, f"read approval {found.id} ({found.state})")
         if w.call == "lapse":
-            row = self._row(s, req.namespace)
+            row = self._row(s, req.namespace, req.key)
             if row is None or row.id != w.row.id or row.token != w.row.token or (
                 row.state is not State.IN_FLIGHT) or row.lease is None or row.lease >= now:
                 return self._next(s, i, w._replace(call="fetch"), "lapse: it moved")
@@ -489,7 +533,7 @@ class Model:
             return self._after_read(s, i, self.head(new, now), "lapsed to AMBIGUOUS")
         if w.call == "move":
             move: decide.Move = w.step
-            row = self._row(s, req.namespace)
+            row = self._row(s, req.namespace, req.key)
             # The store's order, all or nothing: consume the approval, charge, then the
             # compare-and-set of the effect.
             base = s
@@ -543,7 +587,7 @@ class Model:
                               f"the hook answers {verdict}")
         if w.call == "resolve":
             res, verdict = w.step
-            row = self._row(s, req.namespace)
+            row = self._row(s, req.namespace, req.key)
             if row is None or row.id != w.row.id or row.token != w.row.token or (
                 row.state is not res.expected
             ):
@@ -581,7 +625,7 @@ class Model:
         return row._replace(
             state=res.to, token=row.token + 1, result=result, lease=None, pruned=None,
             actor=actor, reason=actor,
-            vendor_attempt=decide.resolved_vendor_attempt(self.head(row, 0.0), res.to))
+            vendor_attempt=resolved_vendor_attempt(self.head(row, 0.0), res.to))
 
     def _after_read(self, s: ModelState, i: int, head: EffectHead | None, text: str) -> Step:
         """Run the flow's pure logic on what the store said, up to its next store call."""
@@ -628,9 +672,12 @@ class Model:
         found: list[str] = []
         if kind not in (Decision.IN_FLIGHT, Decision.BLOCKED) and (
             head.effect_type != req.effect_type or head.namespace != req.namespace
-        ):  # a result, an execution, an approval or a denial never crosses types
+            or head.payload_hash != req.payload_hash
+        ):  # a result, an execution, an approval or a denial never crosses types or payloads
             found.append(f"IDENTITY: worker {i} ({req.namespace}/{req.effect_type}) answered "
-                         f"{kind.value} for an effect of {head.namespace}/{head.effect_type}")
+                         f"{kind.value} for an effect of {head.namespace}/{head.effect_type}"
+                         + ("" if head.payload_hash == req.payload_hash
+                            else " with another payload"))
         if kind is Decision.EXECUTE:
             found += self._check_grant(s, i, head)
             if consumed is not None:
@@ -642,9 +689,9 @@ class Model:
                                  f"executed {req.effect_type}")
                 s = s._replace(consumed=(*s.consumed, (consumed, req.effect_type,
                                                        req.namespace)))
-            denied = self._row(s, head.namespace)
+            denied = self._row(s, head.namespace, head.key)
             if any(a.state is ApprovalState.DENIED and a.namespace == head.namespace
-                   for a in s.approvals) and denied is not None:
+                   and a.key == head.key for a in s.approvals) and denied is not None:
                 found.append(f"DENIAL IS FINAL: {head.namespace}/{head.key} executed after an "
                              "approver denied it")
             lease = (head.token, self._secret(s, i), head.attempt, head.vendor_attempt,
@@ -680,7 +727,7 @@ class Model:
         w = s.workers[i]
         assert w.lease is not None
         ns, et = self.config.workers[i]
-        vk = (ns, et, KEY, w.lease[3] or w.lease[2])
+        vk = (ns, et, self.config.key(i), w.lease[3] or w.lease[2])
         end = w.lease[4] if w.lease[4] is not None else 0.0
         timely = end >= s.now
         s = s._replace(transit=(*s.transit, (i, vk, timely, end)))
@@ -713,32 +760,41 @@ class Model:
         w = s.workers[i]
         assert w.lease is not None
         ns = self.config.workers[i][0]
+        key = self.config.key(i)
         result = json.dumps(f"v{w.lease[3]}") if outcome == "committed" else None
-        s, text, found = self._record(s, i, ns, w.lease[0], w.lease[1], Outcome(outcome),
+        s, text, found = self._record(s, i, ns, key, w.lease[0], w.lease[1], Outcome(outcome),
                                       result, holder=True)
         if lost:  # the write happened; the worker sees an error and moves on, as it would
             text += " (the reply is lost: the caller sees an error)"
-        nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
-                    seen_token=w.seen_token)
+        elif outcome == "committed" and self.config.memo and _written(text) == "written":
+            row = self._row(s, ns, key)
+            assert row is not None  # the gate remembers what its holder committed
+            s = _remember(s, row, w.lease[0], w.lease[2], result)
+        if outcome == "ambiguous":  # it keeps its proof, and may report what it learns
+            nw = w._replace(phase="unsure")
+        else:
+            nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
+                        seen_token=w.seen_token)
         return Step(_set_worker(s, i, nw), text, tuple(found), _written(text))
 
-    def _record(self, s: ModelState, i: int, ns: str, token: int, secret: str,
+    def _record(self, s: ModelState, i: int, ns: str, key: str, token: int, secret: str,
                 outcome: Outcome, result: str | None, *,
                 holder: bool) -> tuple[ModelState, str, list[str]]:
-        """The store's ``record_outcome``: every row the proof holds for is written."""
+        """What the store's ``record_outcome`` must do (the replay holds its SQL to this):
+        every row the proof holds for is written."""
         found: list[str] = []
         written = []
         rows = list(s.rows)
         for n, row in enumerate(rows):
             head = self.head(row, float(s.now))
-            standing = decide.report_standing(head, ns, KEY, token, secret)
+            standing = report_standing(head, ns, key, token, secret)
             if standing is None:
                 continue
             rows[n] = row._replace(
                 state=State(outcome.value), result=result, lease=None,
                 actor="late" if standing == "late" else None,
                 reason=None if outcome is not Outcome.AMBIGUOUS else "reported ambiguous",
-                vendor_attempt=decide.reported_vendor_attempt(head, outcome),
+                vendor_attempt=reported_vendor_attempt(head, outcome),
                 vendor_since=None if outcome is Outcome.FAILED and (
                     row.vendor_attempt == row.attempt) else row.vendor_since)
             written.append(f"{row.namespace}/{row.key} {standing}")
@@ -764,10 +820,10 @@ class Model:
     def _do_guess(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
         ns = self.config.workers[i][0]
-        row = self._row(s, ns)
+        row = self.row_of(s, i)
         assert row is not None
         before = s
-        s, text, found = self._record(s, i, ns, row.token, secret_hash(f"guess{i}"),
+        s, text, found = self._record(s, i, ns, row.key, row.token, secret_hash(f"guess{i}"),
                                       Outcome.FAILED, None, holder=False)
         if s.rows == before.rows:  # refused: nothing changed (it may try again)
             return Step(s, text, tuple(found), "refused")
@@ -777,15 +833,15 @@ class Model:
         w, v = s.workers[i], s.workers[j]
         assert v.lease is not None
         before = s
-        s, text, found = self._record(s, i, self.config.workers[i][0], v.lease[0], v.lease[1],
+        s, text, found = self._record(s, i, self.config.workers[i][0], self.config.key(j),
+                                      v.lease[0], v.lease[1],
                                       Outcome.FAILED, None, holder=False)
         if s.rows == before.rows:  # refused: nothing changed (it may try again)
             return Step(s, text, tuple(found), "refused")
         return Step(_set_worker(s, i, w._replace(forged=True)), text, tuple(found), "written")
 
     def _do_resolve(self, s: ModelState, outcome: str, force: bool, lost: bool) -> Step:
-        ns = self.config.workers[0][0]
-        row = self._row(s, ns)
+        row = self.row_of(s, 0)
         assert row is not None
         try:
             res = decide.resolution(self.head(row, float(s.now)), Outcome(outcome), force=force)
@@ -795,6 +851,8 @@ class Model:
         result = json.dumps("op") if outcome == "committed" else None
         new = self._resolved(row, res, result, "operator")
         s = s._replace(spend=_adjust(s.spend, row.namespace, row.budget_keys, res.spend_delta))
+        if self.config.memo and outcome == "committed" and not lost:
+            s = _remember(s, new, new.token, new.attempt, result)
         return Step(s._replace(rows=_put(s.rows, new)),
                     f"resolved {row.state.value} -> {res.to.value}", (), "resolved")
 
@@ -838,7 +896,9 @@ class Model:
             r.namespace == ns and r.state in settled and r.pruned is None) else r
             for r in s.rows)
         count = sum(a != b for a, b in zip(rows, s.rows, strict=True))
-        return Step(s._replace(rows=rows, ops=s.ops - 1), f"pruned {count}", (), count)
+        memo = tuple(m for m in s.memo if m[0] != ns)  # the gate forgets its memo
+        return Step(s._replace(rows=rows, ops=s.ops - 1, memo=memo), f"pruned {count}", (),
+                    count)
 
     # -- invariants --------------------------------------------------------------------------
 
@@ -849,7 +909,9 @@ class Model:
             held = sum(r.estimated or 0 for r in s.rows if r.namespace == ns and r.budget_keys
                        and scope in json.loads(r.budget_keys) and r.state in (
                            State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED))
-            if not 0 <= spent <= LIMIT or spent != held:
+            # (The ceiling itself is checked where an attempt is admitted: an operator's
+            # COMMITTED after FAILED counts the money spent, ceiling or not.)
+            if spent < 0 or spent != held:
                 found.append(f"SPEND: {ns} {scope} counts {spent} (ceiling {LIMIT}) while the "
                              f"effects holding a charge estimate {held}")
         committed = dict(((ns, key), res) for ns, key, res in s.committed)
@@ -900,13 +962,181 @@ class Model:
         return found
 
     def transition(self, s: ModelState, action: Action) -> Step:
-        """:meth:`apply` plus the invariants that compare two states."""
+        """:meth:`apply` plus the invariants that compare two states, those of the answer a
+        begin gave (:meth:`execute_violations`), the memo, and a begin's liveness (it answers
+        within :data:`MAX_CALLS` store calls)."""
+        if action[0] == "begin" and self.config.memo:
+            hit = self._memo_answer(s, action[1])
+            if hit is not None:
+                return hit
         step = self.apply(s, action)
-        if step.state.rows is s.rows:
+        after, extra = step.state, list[str]()
+        answer = step.answer if isinstance(step.answer, tuple) else ()
+        if action[0] == "step":
+            w = after.workers[action[1]]
+            if w.phase == "begin":
+                after = _set_worker(after, action[1], w._replace(calls=w.calls + 1))
+                if w.calls + 1 > MAX_CALLS:
+                    extra.append(f"LIVENESS: worker {action[1]}'s begin made {w.calls + 1} "
+                                 "store calls without an answer")
+            elif self.config.memo and answer[:1] == ("duplicate",):
+                row = self.row_of(after, action[1])
+                assert row is not None
+                after = _remember(after, row, row.token, row.attempt, row.result)
+        if answer[:1] == ("execute",):
+            extra += self.execute_violations(after, action[1])
+        if after.rows is not s.rows:
+            extra += self.ambiguous_moves(s, after, action)
+            after = self.record_committed(after)
+        if after is step.state and not extra:
             return step
-        extra = self.ambiguous_moves(s, step.state, action)
-        return Step(self.record_committed(step.state), step.text,
-                    step.violations + tuple(extra), step.answer)
+        return Step(after, step.text, step.violations + tuple(extra), step.answer)
+
+    def execute_violations(self, s: ModelState, i: int) -> list[str]:
+        """What an EXECUTE answered to worker ``i`` must satisfy in the state ``s`` it left:
+        the row is IN_FLIGHT under the token and secret just handed out, with a live lease,
+        within max_attempts, charged against its ceilings (approved or not) and within them,
+        and with an approval consumed where the policy asks for one."""
+        c, w, req = self.config, s.workers[i], self.requests[i]
+        row, lease = self.row_of(s, i), w.lease
+        where = f"{req.namespace}/{req.key}"
+        if row is None or lease is None:
+            return [f"EXECUTE ONLY ON A STORED ROW: worker {i} answered EXECUTE for {where}, "
+                    "which the store does not hold"]
+        found = []
+        if row.state is not State.IN_FLIGHT:
+            found.append(f"EXECUTE ONLY ON IN_FLIGHT: worker {i} answered EXECUTE for {where}, "
+                         f"which is {row.state.value}")
+        elif row.token != lease[0] or row.secret != lease[1]:
+            found.append(f"EXECUTE ONLY UNDER THE CURRENT TOKEN: worker {i} answered EXECUTE "
+                         f"with token {lease[0]} for {where}, held under token {row.token}"
+                         + ("" if row.secret == lease[1] else " and another lease secret"))
+        elif row.lease is None or row.lease < s.now:
+            found.append(f"EXECUTE ONLY UNDER A LIVE LEASE: worker {i} answered EXECUTE for "
+                         f"{where}, whose lease ended at {row.lease}")
+        if row.attempt > req.max_attempts:
+            found.append(f"MAX ATTEMPTS: {where} executed attempt {row.attempt} (max_attempts "
+                         f"{req.max_attempts})")
+        governed = c.policy_rule() and req.effect_type == c.workers[0][1]
+        if governed and c.budget:
+            scopes = json.loads(row.budget_keys) if row.budget_keys else []
+            spend = {(n, k): v for n, k, v in s.spend}
+            if not scopes:
+                found.append(f"SPEND WITHIN CEILINGS: {where} executed (attempt {row.attempt}) "
+                             "without a charge against its ceiling")
+            for scope in scopes:
+                if spend.get((row.namespace, scope), 0) > LIMIT:
+                    found.append(f"SPEND WITHIN CEILINGS: {where} executed with {scope} at "
+                                 f"{spend[(row.namespace, scope)]} (ceiling {LIMIT})")
+        if governed and c.approval and not any(
+                u[0] == row.approval_id for u in s.consumed):
+            found.append(f"APPROVAL REQUIRED: {where} executed without consuming an approval")
+        return found
+
+    def _memo_answer(self, s: ModelState, i: int) -> Step | None:
+        """A begin the real :meth:`effectgate.flow.BeginFlow.from_memo` answers from this
+        namespace's memo (None: it asks the store)."""
+        from ..flow import BeginFlow
+        from ..memo import CommittedMemo, MemoEntry
+
+        req = self.requests[i]
+        memo = CommittedMemo(64)
+        for ns, key, ph, et, eid, attempt, token, result in s.memo:
+            if ns == req.namespace:
+                memo.put(key, MemoEntry(ph, et, eid, attempt, token, result))
+        hit = BeginFlow.from_memo(cast(BeginFlow, _MemoOnly(memo)), req)
+        if hit is None:
+            return None
+        w = s.workers[i]
+        left = w.begins - 1
+        after = _set_worker(s, i, Worker("idle" if left else "done", left, w.forged,
+                                         seen_token=w.seen_token))
+        row = self.row_of(s, i)
+        found = []
+        if row is None or row.state is not State.COMMITTED or (
+                row.payload_hash, row.effect_type) != (req.payload_hash, req.effect_type):
+            found.append(f"IDENTITY: worker {i} was answered duplicate from the memo for "
+                         f"{req.namespace}/{req.key}, stored as "
+                         + ("nothing" if row is None else f"{row.state.value} of another "
+                            "payload or type" if row.state is State.COMMITTED
+                            else row.state.value))
+        return Step(after, f"answered from the memo: duplicate (attempt {hit.attempt})",
+                    tuple(found), (Decision.DUPLICATE.value, hit.attempt, hit.lease_token))
+
+    def final(self, s: ModelState) -> list[str]:
+        """Liveness at the end of a complete schedule (nothing left changes the state):
+        every effect settled, AMBIGUOUS, waiting for a human, or IN_FLIGHT under a lease that
+        ends (it lapses to AMBIGUOUS); no worker stuck inside a begin."""
+        found = []
+        for i, w in enumerate(s.workers):
+            if w.phase == "begin":
+                found.append(f"LIVENESS: worker {i} is stuck in its begin (next: {w.call})")
+        for row in s.rows:
+            where = f"{row.namespace}/{row.key}"
+            if row.state is State.IN_FLIGHT and row.lease is None:
+                found.append(f"LIVENESS: {where} is IN_FLIGHT under no lease: nobody holds it "
+                             "and it never lapses")
+        return found
+
+
+def report_standing(row: EffectHead, namespace: str, key: str, token: int,
+                    secret_hash: str) -> Literal["on_time", "late"] | None:
+    """Whether a report presenting (``namespace``, ``key``, ``token``, ``secret_hash``) is the
+    holder's own, and when it comes: ``"on_time"`` (its lease is live), ``"late"`` (the lease
+    lapsed and nobody held or resolved the effect since), or None (not this row's holder, or
+    too late: refused, nothing written).
+
+    The model's statement of the rule: no product code calls it (the store's ``report`` /
+    ``report_late`` statements carry the rule in SQL, inside the compare-and-set); the replay
+    (:mod:`effectgate.verify.replay`) holds the SQL to it, transition by transition."""
+    if row.namespace != namespace or row.key != key or row.token != token or (
+        row.lease_secret is None or row.lease_secret != secret_hash
+    ):
+        return None
+    lease = row.lease_expires_at
+    if row.state is State.IN_FLIGHT and lease is not None:
+        return "on_time" if lease >= row.now else "late"
+    if row.state is State.AMBIGUOUS and lease is not None:
+        return "late"
+    return None
+
+
+def reported_vendor_attempt(row: EffectHead, outcome: Outcome) -> int | None:
+    """The vendor attempt after the holder reports ``outcome``: a FAILED the holder proves
+    moves the next attempt to a new vendor key, unless the current key was kept from an
+    earlier attempt (whose holder may still send it). The model's statement of the rule in the
+    ``report`` statements' SQL (the replay holds the SQL to it)."""
+    if outcome is Outcome.FAILED and row.vendor_attempt == row.attempt:
+        return row.attempt + 1
+    return row.vendor_attempt
+
+
+def resolved_vendor_attempt(row: EffectHead, to: State) -> int | None:
+    """The vendor attempt after a resolution to ``to``: an operator's or a hook's FAILED keeps
+    the vendor key (a late request from the old holder is deduplicated); COMMITTED takes back
+    a key moved past the current attempt. The model's statement of the rule in the
+    ``resolve`` statement's SQL (the replay holds the SQL to it)."""
+    if to is State.COMMITTED and row.vendor_attempt is not None and (
+        row.vendor_attempt > row.attempt
+    ):
+        return row.attempt
+    return row.vendor_attempt
+
+
+class _MemoOnly:
+    """What :meth:`effectgate.flow.BeginFlow.from_memo` reads of its flow: the memo."""
+
+    def __init__(self, memo: Any) -> None:
+        self.memo = memo
+
+
+def _remember(s: ModelState, row: MRow, token: int, attempt: int,
+              result: str | None) -> ModelState:
+    """The namespace gate's memo after it remembers ``row`` COMMITTED."""
+    entry = (row.namespace, row.key, row.payload_hash, row.effect_type, row.id, attempt, token,
+             result)
+    kept = [m for m in s.memo if (m[0], m[1]) != (row.namespace, row.key)]
+    return s._replace(memo=tuple(sorted((*kept, entry), key=lambda m: (m[0], m[1]))))
 
 
 def _written(text: str) -> str:
