@@ -185,6 +185,23 @@ def test_traces_are_numbered_human_steps() -> None:
     assert "[reserve] reserved (reply lost) (next: recover)" in found.violation.format()
 
 
+def test_the_recovery_bug_schedule_is_a_regression_test_of_the_checker() -> None:
+    """Issue 26: a reservation written, its reply lost, force-resolved FAILED by an operator,
+    then the lost-reply recovery reads the row back. On main the recovery decides afresh (a
+    new attempt); with ``adopts_lost_reservation`` reduced to the secret check, the checker
+    finds the EXECUTE answered for a FAILED row, on this schedule and by itself."""
+    config = _config("2 workers, two effect types")
+    schedule = [("begin", 0), ("step", 0, True, None), ("resolve", "failed", True, False),
+                ("step", 0, False, None)]
+    assert run_schedule(config, schedule) == []
+    with mutation("adopt-by-secret"):
+        found = run_schedule(config, schedule)
+        explored = explore(config)
+    assert any(v.startswith("EXECUTE ONLY ON IN_FLIGHT") for v in found), found
+    assert explored.violation is not None
+    assert len(explored.violation.actions) <= len(schedule), explored.violation.format()
+
+
 def _head(**fields: Any) -> EffectHead:
     base = EffectHead(1, "a", "k", "t", "h", State.IN_FLIGHT, 1, 1, 10.0, 0.0, 0.0, None, None,
                       "generic", 1, 0.0, None, None, None, None, "s", 5.0)

@@ -63,6 +63,11 @@ FORGER = _bound("2 workers, a forger", forgery=True)
 NAMESPACES = _bound("2 workers, two namespaces, a forger",
                     workers=[["a", "refund"], ["b", "refund"]], forgery=True)
 UNSURE = _bound("2 workers, a holder unsure of its outcome", unsure=True)
+# For the replay (every schedule replayed costs real store calls): the same bounds without the
+# clock where the rule needs none, and a lapse that may be reconciled at once.
+HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
+                grace_ticks=0.25)
+_STILL = {"ticks": 0}
 
 
 @dataclass(frozen=True)
@@ -132,54 +137,56 @@ MUTATIONS = [
     # -- flow.py -----------------------------------------------------------------------------
     Mutation("the memo ignores the payload hash", "flow.py",
              "if hit is None or hit.payload_hash != req.payload_hash or (",
-             "if hit is None or (", [MEMO], [MEMO]),
+             "if hit is None or (", [MEMO], [{**MEMO, **_STILL}]),
     Mutation("the flow adopts any row after a lost reservation reply", "flow.py",
              "if row is not None and secret._raw is not None and decide.adopts_lost_reservation(\n"
              "                row, secret.hash):",
-             "if row is not None and secret._raw is not None:", [], [LOST]),
+             "if row is not None and secret._raw is not None:", [], [{**LOST, **_STILL}]),
     Mutation("the flow never asks the reconcile hook", "flow.py",
              "        return row is not None and row.state is State.AMBIGUOUS",
              "        return False and row is not None and row.state is State.AMBIGUOUS",
-             [], [REPLAY]),
+             [], [HOOKED]),
     Mutation("the flow does not retry a move the ceiling refused", "flow.py",
              "        if moved.over_ceiling is not None:\n            step = decide.over_ceiling("
              "step, moved.over_ceiling)\n            moved = self._store.move(",
              "        if False:\n            step = decide.over_ceiling(step, moved.over_ceiling)"
-             "\n            moved = self._store.move(", [], [TWO_KEYS]),
+             "\n            moved = self._store.move(", [], [{**TWO_KEYS, **_STILL}]),
     Mutation("the hook's verdict settled as FAILED", "flow.py",
-             "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [], [REPLAY]),
+             "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [], [HOOKED]),
     Mutation("the flow reads again instead of marking a lapse", "flow.py",
              "                row = self._lapsed(row) or store.fetch(req.namespace, req.key)",
-             "                row = store.fetch(req.namespace, req.key)", [], [REPLAY]),
+             "                row = store.fetch(req.namespace, req.key)", [], [HOOKED]),
     # -- the store's SQL (store/statements.py) -----------------------------------------------
     Mutation("the fencing token removed from the compare-and-set", "store/statements.py",
              'cas = in_ns & (t.id == p("id")) & (t.token == p("token"))',
-             'cas = in_ns & (t.id == p("id"))', [], [ABA], postgres=True),
+             'cas = in_ns & (t.id == p("id"))', [], [{**ABA, **_STILL}], postgres=True),
     Mutation("a report without the lease secret", "store/statements.py",
              'holder = by_key & (t.token == p("token")) & (t.lease_secret == p("lease_secret"))',
-             'holder = by_key & (t.token == p("token"))', [], [FORGER]),
+             'holder = by_key & (t.token == p("token"))', [], [{**FORGER, **_STILL}]),
     Mutation("a report not scoped to its namespace", "store/statements.py",
              'holder = by_key & (t.token == p("token"))',
-             'holder = (t.key == p("key")) & (t.token == p("token"))', [], [NAMESPACES]),
+             'holder = (t.key == p("key")) & (t.token == p("token"))', [],
+             [{**NAMESPACES, **_STILL}]),
     Mutation("a late report lands after the holder reported AMBIGUOUS", "store/statements.py",
              "(t.state == ambiguous) & t.lease_expires_at.is_not(None))",
-             "(t.state == ambiguous))", [], [UNSURE]),
+             "(t.state == ambiguous))", [], [{**UNSURE, **_STILL}]),
     Mutation("a resolve keeps the token", "store/statements.py",
              '                state=p("state"),\n                token=t.token + _ONE,\n'
              '                result=p("result"),',
              '                state=p("state"),\n                result=p("result"),', [],
-             [OPERATOR]),
+             [{**OPERATOR, **_STILL}]),
     Mutation("a lapse writes FAILED", "store/statements.py",
              '.values(state=ambiguous, reason=literal("lease lapsed")',
              '.values(state=_state(State.FAILED), reason=literal("lease lapsed")', [],
-             [REPLAY]),
+             [HOOKED]),
     Mutation("a holder's FAILED moves a kept vendor key", "store/statements.py",
              'proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt)',
-             'proved = p("state") == _state(State.FAILED)', [], [REPLAY]),
+             'proved = p("state") == _state(State.FAILED)', [], [HOOKED]),
     Mutation("a charge ignores the ceiling", "store/statements.py",
              'where=b.spent_micros <= p("limit", type_=BigInteger()) - p(\n'
              '                        "cost", type_=BigInteger()),',
-             "where=b.spent_micros >= 0,", [], [TWO_KEYS]),
+             'where=b.spent_micros <= p("limit", type_=BigInteger()),', [],
+             [{**TWO_KEYS, **_STILL}]),
 ]
 
 

@@ -984,7 +984,7 @@ class Model:
                 assert row is not None
                 after = _remember(after, row, row.token, row.attempt, row.result)
         if answer[:1] == ("execute",):
-            extra += self.execute_violations(after, action[1])
+            extra += self.execute_violations(after, action[1], s)
         if after.rows is not s.rows:
             extra += self.ambiguous_moves(s, after, action)
             after = self.record_committed(after)
@@ -992,11 +992,12 @@ class Model:
             return step
         return Step(after, step.text, step.violations + tuple(extra), step.answer)
 
-    def execute_violations(self, s: ModelState, i: int) -> list[str]:
-        """What an EXECUTE answered to worker ``i`` must satisfy in the state ``s`` it left:
-        the row is IN_FLIGHT under the token and secret just handed out, with a live lease,
-        within max_attempts, charged against its ceilings (approved or not) and within them,
-        and with an approval consumed where the policy asks for one."""
+    def execute_violations(self, s: ModelState, i: int, before: ModelState) -> list[str]:
+        """What an EXECUTE answered to worker ``i`` must satisfy in the state ``s`` it left
+        (``before``: the state it came from): the row is IN_FLIGHT under the token and secret
+        just handed out, with a live lease, within max_attempts, charged against its ceilings
+        (approved or not) and within them when charged by this step, and with an approval
+        consumed where the policy asks for one."""
         c, w, req = self.config, s.workers[i], self.requests[i]
         row, lease = self.row_of(s, i), w.lease
         where = f"{req.namespace}/{req.key}"
@@ -1021,11 +1022,13 @@ class Model:
         if governed and c.budget:
             scopes = json.loads(row.budget_keys) if row.budget_keys else []
             spend = {(n, k): v for n, k, v in s.spend}
+            old = {(n, k): v for n, k, v in before.spend}
             if not scopes:
                 found.append(f"SPEND WITHIN CEILINGS: {where} executed (attempt {row.attempt}) "
                              "without a charge against its ceiling")
             for scope in scopes:
-                if spend.get((row.namespace, scope), 0) > LIMIT:
+                at = (row.namespace, scope)
+                if spend.get(at, 0) != old.get(at) and spend.get(at, 0) > LIMIT:
                     found.append(f"SPEND WITHIN CEILINGS: {where} executed with {scope} at "
                                  f"{spend[(row.namespace, scope)]} (ceiling {LIMIT})")
         if governed and c.approval and not any(

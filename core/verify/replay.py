@@ -235,7 +235,7 @@ class _Run:
                 estimated_cost_micros=COST if config.budget else None))
         self.runners: dict[int, _Runner] = {}
         self.leases: dict[int, Lease | BeginDecision] = {}
-        self.grants: set[tuple[str, int]] = set()
+        self.grants: set[tuple[str, str, int]] = set()
         self.committed: dict[tuple[str, str], str | None] = {}
 
     def finish(self) -> None:
@@ -308,10 +308,17 @@ class _Run:
                 # With a memo the gate remembers what a decision's holder commits (a bare
                 # lease proves the same, and is remembered by nobody).
                 self.leases[i] = value if self.config.memo else value.lease
-                grant = (value.namespace, value.attempt)
+                grant = (value.namespace, value.key, value.attempt)
                 if grant in self.grants:
                     return f"VIOLATION: attempt {value.attempt} executed twice on the store"
                 self.grants.add(grant)
+                real = self.r.store.get(value.namespace, value.key)
+                if real is None or real.state.value != "in_flight" or (
+                        real.token != value.lease_token):
+                    return ("VIOLATION: EXECUTE ONLY ON IN_FLIGHT UNDER ITS TOKEN: the store "
+                            f"answered EXECUTE (token {value.lease_token}) for a row that is "
+                            + ("missing" if real is None
+                               else f"{real.state.value} under token {real.token}"))
         elif isinstance(value, EffectGateError):
             got = ("error", type(value).__name__)
         else:
