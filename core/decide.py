@@ -54,6 +54,7 @@ __all__ = [
     "check_approval",
     "outcome_spend_delta",
     "over_ceiling",
+    "reads_first",
     "resolution",
     "same_principal",
 ]
@@ -213,6 +214,12 @@ def _govern(req: Request, row: EffectHead | None, consume: str | None, *,
     return Move(State.IN_FLIGHT, Decision.EXECUTE, expected, attempt_increment,
                 consume_approval=consume, forget_approval=forget, charges=charges,
                 cost=gov.cost or 0, budget_warning=gov.budget_warning)
+
+
+def reads_first(move: Move) -> bool:
+    """Whether a store that can insert a new key in one call reading first (Postgres) does so
+    for ``move``: a move that consumes, forgets or requests an approval needs a transaction."""
+    return not (move.consume_approval or move.forget_approval or move.request_approval)
 
 
 def over_ceiling(move: Move, label: str) -> Move:

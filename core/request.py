@@ -62,13 +62,19 @@ def secret_hash(secret: str) -> str:
 
 
 class LeaseSecret:
-    """The secret one ``begin`` would issue with a lease, made only if it is needed."""
+    """The secret one ``begin`` would issue with a lease, made only if it is needed (or
+    given: ``raw``, for a deterministic replay)."""
 
     __slots__ = ("_hash", "_raw")
 
-    def __init__(self) -> None:
-        self._raw: str | None = None
+    def __init__(self, raw: str | None = None) -> None:
+        self._raw: str | None = raw
         self._hash: str | None = None
+
+    @property
+    def issued(self) -> bool:
+        """Whether the secret has been made (an insert can carry it only then)."""
+        return self._raw is not None
 
     @property
     def raw(self) -> str:
