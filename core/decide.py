@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime
 import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from .errors import InvalidTransition, PayloadMismatch, UnknownEffect
 from .states import ApprovalState, Decision, Outcome, State
@@ -57,10 +57,8 @@ __all__ = [
     "lease_live",
     "outcome_spend_delta",
     "over_ceiling",
-    "report_standing",
-    "reported_vendor_attempt",
+    "reads_first",
     "resolution",
-    "resolved_vendor_attempt",
     "same_principal",
 ]
 
@@ -245,6 +243,12 @@ def _govern(req: Request, row: EffectHead | None, consume: str | None, *,
                 cost=gov.cost or 0, budget_warning=gov.budget_warning)
 
 
+def reads_first(move: Move) -> bool:
+    """Whether a store that can insert a new key in one call reading first (Postgres) does so
+    for ``move``: a move that consumes, forgets or requests an approval needs a transaction."""
+    return not (move.consume_approval or move.forget_approval or move.request_approval)
+
+
 def over_ceiling(move: Move, label: str) -> Move:
     """The move to make instead of ``move`` when the ceiling ``label`` refused its charge."""
     return Move(State.DENIED, Decision.DENIED, move.expected, move.attempt_increment,
@@ -325,49 +329,6 @@ def adopts_lost_reservation(row: EffectHead, secret_hash: str) -> bool:
     return (row.lease_secret is not None and row.lease_secret == secret_hash
             and row.state is State.IN_FLIGHT and row.attempt == 1 and row.token == 1
             and lease_live(row))
-
-
-def report_standing(row: EffectHead, namespace: str, key: str, token: int,
-                    secret_hash: str) -> Literal["on_time", "late"] | None:
-    """Whether a report presenting (``namespace``, ``key``, ``token``, ``secret_hash``) is the
-    holder's own, and when it comes: ``"on_time"`` (its lease is live), ``"late"`` (the lease
-    lapsed and nobody held or resolved the effect since), or None (not this row's holder, or
-    too late: refused, nothing written).
-
-    The store's ``report`` / ``report_late`` statements are this predicate compiled to SQL (a
-    compare-and-set needs it inside the statement); the model checker
-    (:mod:`effectgate.verify.model`) calls this one and its replay holds the two equal."""
-    if row.namespace != namespace or row.key != key or row.token != token or (
-        row.lease_secret is None or row.lease_secret != secret_hash
-    ):
-        return None
-    lease = row.lease_expires_at
-    if row.state is State.IN_FLIGHT and lease is not None:
-        return "on_time" if lease_live(row) else "late"
-    if row.state is State.AMBIGUOUS and lease is not None:
-        return "late"
-    return None
-
-
-def reported_vendor_attempt(row: EffectHead, outcome: Outcome) -> int | None:
-    """The vendor attempt after the holder reports ``outcome``: a FAILED the holder proves
-    moves the next attempt to a new vendor key, unless the current key was kept from an
-    earlier attempt (whose holder may still send it). The SQL twin is in the ``report``
-    statements."""
-    if outcome is Outcome.FAILED and row.vendor_attempt == row.attempt:
-        return row.attempt + 1
-    return row.vendor_attempt
-
-
-def resolved_vendor_attempt(row: EffectHead, to: State) -> int | None:
-    """The vendor attempt after a resolution to ``to``: an operator's or a hook's FAILED keeps
-    the vendor key (a late request from the old holder is deduplicated); COMMITTED takes back
-    a key moved past the current attempt. The SQL twin is the ``resolve`` statement."""
-    if to is State.COMMITTED and row.vendor_attempt is not None and (
-        row.vendor_attempt > row.attempt
-    ):
-        return row.attempt
-    return row.vendor_attempt
 
 
 def approval_status(approval: ApprovalRow) -> ApprovalState:

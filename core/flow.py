@@ -1,23 +1,40 @@
-"""The decide ↔ store loop of ``begin``, written twice and small: :meth:`BeginFlow.begin` for
-sync callers and :meth:`BeginFlow.abegin` for async ones perform the same steps that the pure
-state machine (:mod:`effectgate.decide`) returns — answer, lapse, read the approval, ask the
-reconcile hook, move — against the store, until an answer (at most a bounded number of steps:
-a key that keeps changing under contention is a :class:`StoreError`, never a guess).
+"""The ``begin`` flow, written once, sans I/O: :func:`begin_steps` is a generator that yields
+store commands (:mod:`effectgate._commands`) and receives their answers, performing the steps
+the pure state machine (:mod:`effectgate.decide`) returns — answer, lapse, read the approval,
+ask the reconcile hook, move — until an answer (at most a bounded number of steps: a key that
+keeps changing under contention is a :class:`StoreError`, never a guess).
 
-The COMMITTED memo (:class:`~effectgate.memo.CommittedMemo`) answers repeats before the store
-is asked; reconcile hooks are called here (a sync hook, or an ``async def`` one awaited on the
-caller's loop), their verdicts settled through :func:`effectgate.decide.resolution`.
+Its drivers (:mod:`effectgate._drive`) perform the commands against the sync store or its
+async face; the model checker performs them against its in-memory store, so it explores this
+very sequence (the httpx ``auth_flow`` shape). :class:`BeginFlow` is the gate's face on it:
+the COMMITTED memo (answering repeats before the store is asked), ``begin`` / ``abegin`` as
+thin calls of the drivers, ``preview``, and an operator's ``reconcile``.
+
+The lease secret and the approval id are drawn through injectable sources, so a schedule
+replays deterministically.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, NamedTuple
 
-from . import decide, validate
+from . import _drive, decide, validate
+from ._commands import (
+    CallHook,
+    Command,
+    Examine,
+    Fetch,
+    GetApproval,
+    HookFailed,
+    Lapse,
+    Reserve,
+    Resolve,
+    Tell,
+    Write,
+)
 from .decide import Answer, Move, ReadApproval
 from .errors import ConfigError, InvalidTransition, PayloadError, StoreError
 from .memo import CommittedMemo, MemoEntry
@@ -25,40 +42,256 @@ from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, not
 from .payload import canonical_json, result_json
 from .reconcile import Reconciler, verdict
 from .records import BeginDecision
-from .redact import describe, redact_text
+from .redact import describe
 from .registry import Registry
 from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
 from .store import NewApproval, Store
-from .store.rows import ApprovalRow, EffectHead, EffectRow, Moved
+from .store.rows import ApprovalRow, EffectHead, EffectRow
 from .translate import decision, effect_record, loads
 
-__all__ = ["BeginFlow"]
+__all__ = ["BeginFlow", "Flow", "Parts", "begin_steps", "done_head", "reconcile_steps"]
 
 log = logging.getLogger("effectgate")
 _MAX_STEPS = 16
 _REDACTED = "[redacted]"
 
+Flow = Generator[Command, Any, Any]
+"""A flow: yields commands, is sent their answers (or thrown the store's errors)."""
+
+
+def _approval_id() -> str:
+    return "apr_" + secrets.token_hex(10)
+
+
+def _keep(_type: str | None, result: Any) -> Any:
+    return result
+
+
+def _same(text: str | None) -> str | None:
+    return text
+
+
+class Parts(NamedTuple):
+    """What a flow knows besides the request: the store's shape and vendor secret, the
+    reconcile hooks, the memo, and the gate's redaction and result-keeping rules."""
+
+    one_call: Callable[[Move], bool]
+    """Whether the store inserts a new key by this move in one call that reads first."""
+    vendor_secret: bytes
+    reconcilers: Registry[Reconciler]
+    memo: CommittedMemo
+    redact: Callable[[str | None], str | None] = _same
+    kept: Callable[[str | None, Any], Any] = _keep
+    approval_ids: Callable[[], str] = _approval_id
+
+
+def begin_steps(parts: Parts, req: Request,
+                secret: LeaseSecret) -> Generator[Command, Any, BeginDecision]:
+    """The decide ↔ store loop of one ``begin`` of ``req``, issuing ``secret`` with a lease."""
+    first = _first_move(parts, req)
+    row: EffectHead | None
+    try:
+        if first is not None:  # governed, one round trip: read, else charge and insert
+            done = yield from _move(parts, None, first, req, secret)
+            if isinstance(done, BeginDecision):
+                return done
+            row = done if done is not None else (yield Fetch(req.namespace, req.key))
+        elif req.governance is None:
+            row = yield Reserve(req, secret)
+        else:
+            row = yield Fetch(req.namespace, req.key)
+    except StoreError as err:
+        row = yield from _recover(req, secret, err)
+    if row is not None and row.inserted:
+        return _decision(parts, row, Decision.EXECUTE, secret=secret)
+    approval: ApprovalRow | None = None
+    for _ in range(_MAX_STEPS):
+        step = decide.begin_step(row, req, approval,
+                                 reconcilable=_reconcilable(parts, row, req))
+        if isinstance(step, Answer):
+            assert row is not None
+            return _answer(parts, row, step)
+        if isinstance(step, Move):
+            done = yield from _move(parts, row, step, req, secret)
+            if isinstance(done, BeginDecision):
+                return done
+            row = done if done is not None else (yield Fetch(req.namespace, req.key))
+        elif isinstance(step, ReadApproval):
+            approval = None if step.approval_id is None else (
+                yield GetApproval(req.namespace, step.approval_id))
+            if approval is None:  # gone: treat as expired
+                approval = _gone(row, step.approval_id)
+        elif step is decide.LAPSE:
+            assert row is not None
+            row = (yield from _lapse(row)) or (yield Fetch(req.namespace, req.key))
+        else:
+            assert row is not None
+            settled = yield from reconcile_steps(parts, row)
+            if settled is None:
+                return _answer(parts, row, Answer(Decision.BLOCKED,
+                                                  row.reason or "the outcome is unknown"))
+            row = settled
+    raise StoreError("the effect kept changing under contention; try again", key=req.key)
+
+
+def _recover(req: Request, secret: LeaseSecret,
+             err: StoreError) -> Generator[Command, Any, EffectHead | None]:
+    """A reservation whose reply was lost may have committed: read the key once more; the
+    reservation is ours only if nobody has acted on it since
+    (:func:`effectgate.decide.adopts_lost_reservation`); any other row is decided on."""
+    if not err.outcome_unknown:
+        raise err
+    try:
+        row: EffectHead | None = yield Fetch(req.namespace, req.key)
+    except StoreError:
+        raise StoreError(
+            f"the reservation of {req.key!r} may or may not have been written (the store's "
+            "reply was lost); the body has not run", outcome_unknown=True, key=req.key,
+        ) from err
+    if row is not None and secret.issued and decide.adopts_lost_reservation(row, secret.hash):
+        return row._replace(inserted=True)
+    return row
+
+
+def _reconcilable(parts: Parts, row: EffectHead | None, req: Request) -> bool:
+    """Whether a reconcile hook may be asked (looked up only for an AMBIGUOUS row)."""
+    return row is not None and row.state is State.AMBIGUOUS and bool(parts.reconcilers) and (
+        req.effect_type in parts.reconcilers)
+
+
+def _first_move(parts: Parts, req: Request) -> Move | None:
+    """A governed begin's move for a new key, when the store makes it in one round trip that
+    reads first (Postgres): no separate read of the key before it."""
+    if req.governance is None:
+        return None
+    step = decide.begin_step(None, req)
+    if isinstance(step, Move) and parts.one_call(step):
+        return step
+    return None
+
+
+def _move(parts: Parts, row: EffectHead | None, step: Move, req: Request,
+          secret: LeaseSecret) -> Generator[Command, Any, BeginDecision | EffectHead | None]:
+    """Perform a move; its answer, or the row to decide on again (None: read it again)."""
+    approval = None
+    if step.request_approval:
+        gov = req.governance
+        assert gov is not None and gov.approval is not None
+        approval = NewApproval(parts.approval_ids(), gov.approval.expires_seconds,
+                               gov.approval.allow_self_approval, _arguments(req))
+    moved = yield Write(row, step, req, secret, approval)
+    if moved.over_ceiling is not None:
+        step = decide.over_ceiling(step, moved.over_ceiling)
+        moved = yield Write(row, step, req, secret)
+    new: EffectHead | None = moved.row
+    if new is None or (row is None and not new.inserted):
+        return new  # another writer's row (or None: read it again), to decide on
+    asked = approval is not None and step.decision is Decision.APPROVAL_REQUIRED
+    if step.budget_warning or asked:
+        yield Tell(logging.WARNING if step.budget_warning else logging.NOTSET, "%s: %s",
+                   (req.key, step.budget_warning or step.reason),
+                   {"key": req.key, "reason": step.budget_warning or step.reason}, notice(
+                       APPROVAL_REQUIRED if asked else BUDGET_WARNING, new,
+                       reason=step.reason if asked else step.budget_warning,
+                       run_id=req.run_id, agent_id=req.agent_id,
+                       approval_id=approval.approval_id if approval else None))
+    return _decision(
+        parts, new, step.decision, reason=step.reason,
+        approval_id=approval.approval_id if approval else None,
+        secret=secret if step.decision is Decision.EXECUTE else None,
+        budget_warning=step.budget_warning,
+    )
+
+
+def _lapse(row: EffectHead) -> Generator[Command, Any, EffectHead | None]:
+    lapsed: EffectHead | None = yield Lapse(row)
+    if lapsed is not None:
+        yield Tell(logging.INFO, "lease lapsed: %s is AMBIGUOUS", (row.key,),
+                   {"key": row.key, "decision": Decision.BLOCKED.value,
+                    "reason": "lease lapsed"}, notice(AMBIGUOUS, lapsed, reason="lease lapsed"))
+    return lapsed
+
+
+def reconcile_steps(parts: Parts, row: EffectHead, *,
+                    by: str | None = None) -> Generator[Command, Any, EffectHead | None]:
+    """Ask the hook for ``row``'s effect type; the row after its verdict, or None (still
+    unknown). ``by``: the operator who asked for it now (recorded with the hook's name)."""
+    fn = parts.reconcilers.find(row.effect_type)
+    if fn is None:
+        return None
+    full: EffectRow | None = yield Examine(row)
+    if full is None:
+        return None
+    answer = yield CallHook(fn, effect_record(full, parts.vendor_secret, with_history=False))
+    if isinstance(answer, HookFailed):
+        yield _hook_failed(parts, fn, row, answer.error)
+        return None
+    try:
+        found = verdict(answer)
+        if found is None:
+            return None
+        outcome = Outcome(found.outcome)
+        text = result_json(parts.kept(row.effect_type, found.result)) if (
+            outcome is Outcome.COMMITTED and found.result is not None) else None
+        note = parts.redact(validate.text(found.note, "note", validate.MAX_TEXT))
+        res = decide.resolution(row, outcome)
+    except (ConfigError, PayloadError, InvalidTransition) as err:
+        yield _hook_failed(parts, fn, row, err)
+        return None
+    name = ((f"{by} via " if by else "") + f"reconciler:{_name(fn)}")[:256]
+    done = yield Resolve(row, res, text, f"reconciled {outcome.value}", name, note)
+    yield Tell(logging.INFO, "reconciled %s: %s", (row.key, outcome.value),
+               {"key": row.key, "state": outcome.value, "reason": note})
+    if done is None:
+        again: EffectHead | None = yield Fetch(row.namespace, row.key)
+        return again
+    return done_head(done)
+
+
+def _hook_failed(parts: Parts, fn: Reconciler, row: EffectHead, err: BaseException) -> Tell:
+    return Tell(logging.WARNING, "reconcile hook %s failed on %s: %s",
+                (_name(fn), row.key, parts.redact(describe(err))),
+                {"key": row.key, "reason": "reconcile hook raised"})
+
+
+def _answer(parts: Parts, row: EffectHead, answer: Answer) -> BeginDecision:
+    if answer.decision is Decision.DUPLICATE:
+        if parts.memo.size:
+            parts.memo.put(row.key, MemoEntry(row.payload_hash, row.effect_type, row.id,
+                                              row.attempt, row.token, row.result))
+        return _decision(parts, row, Decision.DUPLICATE, reason=answer.reason,
+                         result=loads(row.result))
+    return _decision(parts, row, answer.decision, reason=answer.reason,
+                     retry_after_seconds=answer.retry_after_seconds,
+                     approval_id=answer.approval_id)
+
+
+def _decision(parts: Parts, row: EffectHead, kind: Decision, *,
+              secret: LeaseSecret | None = None, **extra: Any) -> BeginDecision:
+    return decision(row, kind, parts.vendor_secret, None if secret is None else secret.raw,
+                    **extra)
+
 
 class BeginFlow:
-    """One namespace's way through ``begin``: the store, the memo and the reconcile hooks."""
+    """One namespace's way through ``begin``: the store, the memo and the reconcile hooks.
+
+    ``secrets``: where each begin's lease secret comes from; ``approval_ids``: where a new
+    approval request's id comes from (both injectable, for deterministic replays)."""
 
     def __init__(self, store: Store, memo: CommittedMemo, reconcilers: Registry[Reconciler],
                  redact: Callable[[str | None], str | None],
                  observe: Observer | None = None,
-                 kept: Callable[[str | None, Any], Any] = lambda _type, result: result) -> None:
+                 kept: Callable[[str | None, Any], Any] = _keep, *,
+                 secrets: Callable[[], LeaseSecret] = LeaseSecret,
+                 approval_ids: Callable[[], str] = _approval_id) -> None:
         self._store = store
         self.observe = observe  # told of approvals requested, lapses, budget warnings
-        self._kept = kept
         self.astore = store.async_face()
         self.memo = memo
-        self._reconcilers = reconcilers
-        self._redact = redact
-
-    def _reconcilable(self, row: EffectHead | None, req: Request) -> bool:
-        """Whether a reconcile hook may be asked (looked up only for an AMBIGUOUS row)."""
-        return row is not None and row.state is State.AMBIGUOUS and bool(self._reconcilers) and (
-            req.effect_type in self._reconcilers)
+        self._secrets = secrets
+        self.parts = Parts(store.one_call, store.secret, reconcilers, memo, redact, kept,
+                           approval_ids)
 
     def remember(self, key: str, payload: str, effect_type: str, effect_id: int, attempt: int,
                  token: int, result: str | None) -> None:
@@ -82,205 +315,24 @@ class BeginFlow:
         )
 
     def begin(self, req: Request) -> BeginDecision:
-        """The decide ↔ store loop, for sync callers."""
-        store, secret = self._store, LeaseSecret()
-        first = self._first_move(req)
-        try:
-            if first is not None:  # governed, one round trip: read, else charge and insert
-                done = self._move(None, first, req, secret)
-                if isinstance(done, BeginDecision):
-                    return done
-                row = done if done is not None else store.fetch(req.namespace, req.key)
-            else:
-                row = store.reserve(req, secret) if req.governance is None else store.fetch(
-                    req.namespace, req.key)
-        except StoreError as err:
-            row = self._recover(req, secret, err)
-        if row is not None and row.inserted:
-            return self._decision(row, Decision.EXECUTE, secret=secret)
-        approval: ApprovalRow | None = None
-        for _ in range(_MAX_STEPS):
-            step = decide.begin_step(row, req, approval,
-                                     reconcilable=self._reconcilable(row, req))
-            if isinstance(step, Answer):
-                assert row is not None
-                return self._answer(row, step)
-            if isinstance(step, Move):
-                done = self._move(row, step, req, secret)
-                if isinstance(done, BeginDecision):
-                    return done
-                row = done if done is not None else store.fetch(req.namespace, req.key)
-            elif isinstance(step, ReadApproval):
-                approval = None if step.approval_id is None else store.approval(
-                    req.namespace, step.approval_id)
-                if approval is None:  # gone: treat as expired
-                    approval = _gone(row, step.approval_id)
-            elif step is decide.LAPSE:
-                assert row is not None
-                row = self._lapsed(row) or store.fetch(req.namespace, req.key)
-            else:
-                assert row is not None
-                settled = self._reconcile(row, req)
-                if settled is None:
-                    return self._answer(row, Answer(Decision.BLOCKED,
-                                                    row.reason or "the outcome is unknown"))
-                row = settled
-        raise StoreError("the effect kept changing under contention; try again", key=req.key)
+        """The flow of ``req``, driven against the store (sync callers)."""
+        done: BeginDecision = _drive.drive(begin_steps(self.parts, req, self._secrets()),
+                                           self._store, self.observe)
+        return done
 
     async def abegin(self, req: Request) -> BeginDecision:
-        """The decide ↔ store loop, for async callers (the same steps, awaited)."""
-        store, secret = self.astore, LeaseSecret()
-        first = self._first_move(req)
-        try:
-            if first is not None:
-                done = await self._afirst_move(first, req, secret)
-                if isinstance(done, BeginDecision):
-                    return done
-                row = done if done is not None else await store.fetch(req.namespace, req.key)
-            else:
-                row = await (store.reserve(req, secret) if req.governance is None
-                             else store.fetch(req.namespace, req.key))
-        except StoreError as err:
-            row = await asyncio.to_thread(self._recover, req, secret, err)
-        if row is not None and row.inserted:
-            return self._decision(row, Decision.EXECUTE, secret=secret)
-        approval: ApprovalRow | None = None
-        for _ in range(_MAX_STEPS):
-            step = decide.begin_step(row, req, approval,
-                                     reconcilable=self._reconcilable(row, req))
-            if isinstance(step, Answer):
-                assert row is not None
-                return self._answer(row, step)
-            if isinstance(step, Move):
-                done = await asyncio.to_thread(self._move, row, step, req, secret)
-                if isinstance(done, BeginDecision):
-                    return done
-                row = done if done is not None else await store.fetch(req.namespace, req.key)
-            elif isinstance(step, ReadApproval):
-                approval = None if step.approval_id is None else await store.approval(
-                    req.namespace, step.approval_id)
-                if approval is None:
-                    approval = _gone(row, step.approval_id)
-            elif step is decide.LAPSE:
-                assert row is not None
-                row = await asyncio.to_thread(self._lapsed, row) or await store.fetch(
-                    req.namespace, req.key)
-            else:
-                assert row is not None
-                settled = await self._areconcile(row, req)
-                if settled is None:
-                    return self._answer(row, Answer(Decision.BLOCKED,
-                                                    row.reason or "the outcome is unknown"))
-                row = settled
-        raise StoreError("the effect kept changing under contention; try again", key=req.key)
+        """The flow of ``req``, driven against the store's async face (async callers)."""
+        done: BeginDecision = await _drive.adrive(
+            begin_steps(self.parts, req, self._secrets()), self._store, self.astore,
+            self.observe)
+        return done
 
-    def _recover(self, req: Request, secret: LeaseSecret, err: StoreError) -> EffectHead | None:
-        """A reservation whose reply was lost may have committed: read the key once more;
-        the reservation is ours only if nobody has acted on it since
-        (:func:`effectgate.decide.adopts_lost_reservation`); any other row is decided on."""
-        if not err.outcome_unknown:
-            raise err
-        try:
-            row = self._store.fetch(req.namespace, req.key)
-        except StoreError:
-            raise StoreError(
-                f"the reservation of {req.key!r} may or may not have been written (the store's "
-                "reply was lost); the body has not run", outcome_unknown=True, key=req.key,
-            ) from err
-        if row is not None and secret._raw is not None and decide.adopts_lost_reservation(
-                row, secret.hash):
-            return row._replace(inserted=True)
-        return row
-
-    def _first_move(self, req: Request) -> Move | None:
-        """A governed begin's move for a new key, when the store makes it in one round trip
-        that reads first (Postgres): no separate read of the key before it."""
-        if req.governance is None:
-            return None
-        step = decide.begin_step(None, req)
-        if isinstance(step, Move) and self._store.one_call(step):
-            return step
-        return None
-
-    def _move(self, row: EffectHead | None, step: Move, req: Request,
-              secret: LeaseSecret) -> BeginDecision | EffectHead | None:
-        """Perform a move; its answer, or the row to decide on again (None: read it again)."""
-        approval = None
-        if step.request_approval:
-            gov = req.governance
-            assert gov is not None and gov.approval is not None
-            approval = NewApproval(
-                "apr_" + secrets.token_hex(10), gov.approval.expires_seconds,
-                gov.approval.allow_self_approval, _arguments(req))
-        moved = self._store.move(row, step, req, secret, approval)
-        if moved.over_ceiling is not None:
-            step = decide.over_ceiling(step, moved.over_ceiling)
-            moved = self._store.move(row, step, req, secret)
-        return self._after_move(row, step, req, secret, approval, moved)
-
-    async def _afirst_move(self, step: Move, req: Request,
-                           secret: LeaseSecret) -> BeginDecision | EffectHead | None:
-        """:meth:`_move` of a :meth:`_first_move`, awaited (natively on Postgres)."""
-        moved = await self.astore.move_new(step, req, secret)
-        if moved.over_ceiling is not None:
-            step = decide.over_ceiling(step, moved.over_ceiling)
-            moved = await self.astore.move_new(step, req, secret)
-        return self._after_move(None, step, req, secret, None, moved)
-
-    def _after_move(self, row: EffectHead | None, step: Move, req: Request,
-                    secret: LeaseSecret, approval: NewApproval | None,
-                    moved: Moved) -> BeginDecision | EffectHead | None:
-        new = moved.row
-        if new is None or (row is None and not new.inserted):
-            return new  # another writer's row (or None: read it again), to decide on
-        if step.budget_warning:
-            log.warning("%s: %s", req.key, step.budget_warning,
-                        extra={"key": req.key, "reason": step.budget_warning})
-        if self.observe is not None and (step.budget_warning or (
-                approval is not None and step.decision is Decision.APPROVAL_REQUIRED)):
-            self._tell(step, new, req, approval)
-        return self._decision(
-            new, step.decision, reason=step.reason,
-            approval_id=approval.approval_id if approval else None,
-            secret=secret if step.decision is Decision.EXECUTE else None,
-            budget_warning=step.budget_warning,
-        )
-
-    def _tell(self, step: Move, row: EffectHead, req: Request,
-              approval: NewApproval | None) -> None:
-        """Tell the observer of a new approval request or a budget warning."""
-        asked = approval is not None and step.decision is Decision.APPROVAL_REQUIRED
-        assert self.observe is not None
-        self.observe(notice(
-            APPROVAL_REQUIRED if asked else BUDGET_WARNING, row, self._store,
-            reason=step.reason if asked else step.budget_warning, run_id=req.run_id,
-            agent_id=req.agent_id, approval_id=approval.approval_id if approval else None))
-
-    def _lapsed(self, row: EffectHead) -> EffectHead | None:
-        lapsed = self._store.lapse(row)
-        if lapsed is not None:
-            log.info("lease lapsed: %s is AMBIGUOUS", row.key,
-                     extra={"key": row.key, "decision": Decision.BLOCKED.value,
-                            "reason": "lease lapsed"})
-            if self.observe is not None:
-                self.observe(notice(AMBIGUOUS, lapsed, self._store, reason="lease lapsed"))
-        return lapsed
-
-    def _answer(self, row: EffectHead, answer: Answer) -> BeginDecision:
-        if answer.decision is Decision.DUPLICATE:
-            if self.memo.size:
-                self.remember(row.key, row.payload_hash, row.effect_type, row.id, row.attempt,
-                              row.token, row.result)
-            return self._decision(row, Decision.DUPLICATE, reason=answer.reason,
-                                  result=loads(row.result))
-        return self._decision(row, answer.decision, reason=answer.reason,
-                              retry_after_seconds=answer.retry_after_seconds,
-                              approval_id=answer.approval_id)
-
-    def _decision(self, row: EffectHead, kind: Decision, *, secret: LeaseSecret | None = None,
-                  **extra: Any) -> BeginDecision:
-        return decision(row, kind, self._store.secret,
-                        None if secret is None else secret.raw, **extra)
+    def _reconcile(self, row: EffectHead, req: Request | None = None, *,
+                   by: str | None = None) -> EffectHead | None:
+        """Ask the hook now (for an operator ``by``): the row after its verdict, or None."""
+        settled: EffectHead | None = _drive.drive(reconcile_steps(self.parts, row, by=by),
+                                                  self._store, self.observe)
+        return settled
 
     def preview(self, req: Request) -> BeginDecision:
         """What :meth:`begin` would answer now, writing nothing (no reservation, no approval
@@ -290,7 +342,7 @@ class BeginFlow:
         approval = None
         for _ in range(3):
             step = decide.begin_step(row, req, approval,
-                                     reconcilable=self._reconcilable(row, req))
+                                     reconcilable=_reconcilable(self.parts, row, req))
             if isinstance(step, ReadApproval):
                 approval = (None if step.approval_id is None
                             else self._store.approval(req.namespace, step.approval_id))
@@ -300,89 +352,15 @@ class BeginFlow:
             break
         base = row if row is not None else _unsaved(req, self._store.now())
         if isinstance(step, Answer):
-            return self._answer(base, step) if step.decision is not Decision.DUPLICATE else (
-                self._decision(base, Decision.DUPLICATE, result=loads(base.result),
-                               reason=step.reason))
+            return _answer(self.parts, base, step) if step.decision is not (
+                Decision.DUPLICATE) else _decision(self.parts, base, Decision.DUPLICATE,
+                                                   result=loads(base.result),
+                                                   reason=step.reason)
         if isinstance(step, Move):
-            return self._decision(base, step.decision, reason=step.reason,
-                                  budget_warning=step.budget_warning)
-        return self._decision(base, Decision.BLOCKED, reason=base.reason or "lease lapsed")
-
-    def _reconcile(self, row: EffectHead, req: Request | None, *,
-                   by: str | None = None) -> EffectHead | None:
-        """Ask the hook (sync callers); the row after its verdict, or None (still unknown).
-        ``by``: the operator who asked for it now (recorded with the hook's name)."""
-        fn = self._reconcilers.find(row.effect_type)
-        full = self._store.get(row.namespace, row.key)
-        if fn is None or full is None:
-            return None
-        try:
-            answer: Any = fn(effect_record(full, self._store.secret, with_history=False))
-        except Exception as err:
-            self._hook_failed(fn, row, err)
-            return None
-        if asyncio.iscoroutine(answer):
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                answer = _run_hook(fn, row, answer)
-            else:
-                answer.close()
-                raise ConfigError(
-                    f"the reconcile hook for {row.effect_type} is async, and a sync begin was "
-                    "called inside a running event loop: use await gate.abegin(...) (or the "
-                    "async decorator) there", key=row.key)
-            if answer is None:
-                return None
-        return self._settle(fn, row, answer, by=by)
-
-    async def _areconcile(self, row: EffectHead, req: Request) -> EffectHead | None:
-        """Ask the hook (async callers): an ``async def`` hook on this loop, a sync one on a
-        worker thread."""
-        fn = self._reconcilers.find(row.effect_type)
-        full = await self.astore.get(row.namespace, row.key)
-        if fn is None or full is None:
-            return None
-        record = effect_record(full, self._store.secret, with_history=False)
-        try:
-            if asyncio.iscoroutinefunction(fn):
-                answer: Any = await fn(record)
-            else:
-                answer = await asyncio.to_thread(fn, record)
-                if asyncio.iscoroutine(answer):
-                    answer = await answer
-        except Exception as err:
-            self._hook_failed(fn, row, err)
-            return None
-        return await asyncio.to_thread(self._settle, fn, row, answer)
-
-    def _hook_failed(self, fn: Reconciler, row: EffectHead, err: BaseException) -> None:
-        log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
-                    self._redact(describe(err)),
-                    extra={"key": row.key, "reason": "reconcile hook raised"})
-        return None
-
-    def _settle(self, fn: Reconciler, row: EffectHead, answer: Any, *,
-                by: str | None = None) -> EffectHead | None:
-        try:
-            found = verdict(answer)
-            if found is None:
-                return None
-            outcome = Outcome(found.outcome)
-            text = result_json(self._kept(row.effect_type, found.result)) if (
-                outcome is Outcome.COMMITTED and found.result is not None) else None
-            note = self._redact(validate.text(found.note, "note", validate.MAX_TEXT))
-            res = decide.resolution(row, outcome)
-        except (ConfigError, PayloadError, InvalidTransition) as err:
-            self._hook_failed(fn, row, err)
-            return None
-        name = (f"{by} via " if by else "") + f"reconciler:{_name(fn)}"
-        name = name[:256]
-        done = self._store.resolve(row, res, result=text, reason=f"reconciled {outcome.value}",
-                                   actor=name, note=note)
-        log.info("reconciled %s: %s", row.key, outcome.value,
-                 extra={"key": row.key, "state": outcome.value, "reason": note})
-        return self._store.fetch(row.namespace, row.key) if done is None else done_head(done)
+            return _decision(self.parts, base, step.decision, reason=step.reason,
+                             budget_warning=step.budget_warning)
+        return _decision(self.parts, base, Decision.BLOCKED,
+                         reason=base.reason or "lease lapsed")
 
 
 def _arguments(req: Request) -> str | None:
@@ -421,17 +399,5 @@ def done_head(row: EffectRow) -> EffectHead:
         row.lease_secret, row.now)
 
 
-def _run_hook(fn: Reconciler, row: EffectHead, coro: Any) -> Any:
-    try:
-        return asyncio.run(coro)
-    except Exception as err:
-        log.warning("reconcile hook %s failed on %s: %s", _name(fn), row.key,
-                    redact_text(describe(err)),
-                    extra={"key": row.key, "reason": "reconcile hook raised"})
-        return None
-
-
 def _name(fn: Any) -> str:
     return str(getattr(fn, "__qualname__", None) or repr(fn))
-
-

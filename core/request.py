@@ -83,7 +83,8 @@ def _issue(raw: str | None = None) -> tuple[str, str]:
 
 
 class LeaseSecret:
-    """The secret one ``begin`` would issue with a lease, made only if it is needed."""
+    """The secret one ``begin`` would issue with a lease, made only if it is needed (or
+    given: ``raw``, for a deterministic replay)."""
 
     __slots__ = ("_hash", "_raw")
 
@@ -91,6 +92,11 @@ class LeaseSecret:
         """``raw``: the secret to issue (a replay's, for determinism); else a new one."""
         self._raw: str | None = raw
         self._hash: str | None = None
+
+    @property
+    def issued(self) -> bool:
+        """Whether the secret has been made (an insert can carry it only then)."""
+        return self._raw is not None
 
     @property
     def raw(self) -> str:

@@ -26,23 +26,27 @@ from effectgate.verify.explore import (
     run_schedule,
     sample_schedules,
 )
-from effectgate.verify.model import Config, Model
+from effectgate.verify.model import (
+    Config,
+    Model,
+    report_standing,
+    reported_vendor_attempt,
+    resolved_vendor_attempt,
+)
 
 # Which config of the 2-worker bound each reverted fix shows up in (the schedule it needs: a
 # second namespace, a forger in the same one, an operator, a slow holder, a second type).
 _MUTANT_BOUND = {
-    "namespace": "2 workers, two namespaces",
-    "secret": "2 workers, one namespace, lost replies",
     "live-resolve": "2 workers, one namespace, an operator",
     "grace": "2 workers, one namespace, lost replies",
     "effect-type": "2 workers, two effect types",
+    "adopt-by-secret": "2 workers, two effect types",
 }
 _EXPECTED = {
-    "namespace": "STALE WRITE",
-    "secret": "STALE WRITE",
     "live-resolve": "EXCLUSIVE",
     "grace": "RECONCILED FAILED IS TRUE",
     "effect-type": "IDENTITY",
+    "adopt-by-secret": "EXECUTE ONLY ON IN_FLIGHT",
 }
 
 
@@ -175,10 +179,27 @@ def test_traces_are_numbered_human_steps() -> None:
         "   3. worker 0 (a/refund) sends the request to the vendor: sent under vendor key #1",
         "  VIOLATED X: example",
     ]
-    with mutation("secret"):
-        found = explore(_config("2 workers, one namespace, lost replies"))
+    with mutation("adopt-by-secret"):
+        found = explore(_config("2 workers, two effect types"))
     assert found.violation is not None
-    assert "[reserve] reserved: execute (attempt 1, token 1, in_flight)" in found.violation.format()
+    assert "[reserve] reserved (reply lost) (next: recover)" in found.violation.format()
+
+
+def test_the_recovery_bug_schedule_is_a_regression_test_of_the_checker() -> None:
+    """Issue 26: a reservation written, its reply lost, force-resolved FAILED by an operator,
+    then the lost-reply recovery reads the row back. On main the recovery decides afresh (a
+    new attempt); with ``adopts_lost_reservation`` reduced to the secret check, the checker
+    finds the EXECUTE answered for a FAILED row, on this schedule and by itself."""
+    config = _config("2 workers, two effect types")
+    schedule = [("begin", 0), ("step", 0, True, None), ("resolve", "failed", True, False),
+                ("step", 0, False, None)]
+    assert run_schedule(config, schedule) == []
+    with mutation("adopt-by-secret"):
+        found = run_schedule(config, schedule)
+        explored = explore(config)
+    assert any(v.startswith("EXECUTE ONLY ON IN_FLIGHT") for v in found), found
+    assert explored.violation is not None
+    assert len(explored.violation.actions) <= len(schedule), explored.violation.format()
 
 
 def _head(**fields: Any) -> EffectHead:
@@ -188,28 +209,28 @@ def _head(**fields: Any) -> EffectHead:
 
 
 def test_report_standing_is_the_holders_proof_and_nothing_else() -> None:
-    assert decide.report_standing(_head(), "a", "k", 1, "s") == "on_time"
-    assert decide.report_standing(_head(now=11.0), "a", "k", 1, "s") == "late"
-    assert decide.report_standing(_head(state=State.AMBIGUOUS, now=11.0), "a", "k", 1,
+    assert report_standing(_head(), "a", "k", 1, "s") == "on_time"
+    assert report_standing(_head(now=11.0), "a", "k", 1, "s") == "late"
+    assert report_standing(_head(state=State.AMBIGUOUS, now=11.0), "a", "k", 1,
                                   "s") == "late"
     for ns, key, token, secret in (("b", "k", 1, "s"), ("a", "j", 1, "s"), ("a", "k", 2, "s"),
                                    ("a", "k", 1, "x")):
-        assert decide.report_standing(_head(), ns, key, token, secret) is None
-    assert decide.report_standing(_head(lease_secret=None), "a", "k", 1, "s") is None
+        assert report_standing(_head(), ns, key, token, secret) is None
+    assert report_standing(_head(lease_secret=None), "a", "k", 1, "s") is None
     for state in (State.COMMITTED, State.FAILED, State.DENIED, State.PENDING_APPROVAL):
-        assert decide.report_standing(_head(state=state), "a", "k", 1, "s") is None
+        assert report_standing(_head(state=state), "a", "k", 1, "s") is None
     # An AMBIGUOUS effect an operator resolved has no lease: no late report lands.
-    assert decide.report_standing(_head(state=State.AMBIGUOUS, lease_expires_at=None), "a",
+    assert report_standing(_head(state=State.AMBIGUOUS, lease_expires_at=None), "a",
                                   "k", 1, "s") is None
 
 
 def test_vendor_key_rules() -> None:
-    assert decide.reported_vendor_attempt(_head(), Outcome.FAILED) == 2
-    assert decide.reported_vendor_attempt(_head(), Outcome.COMMITTED) == 1
+    assert reported_vendor_attempt(_head(), Outcome.FAILED) == 2
+    assert reported_vendor_attempt(_head(), Outcome.COMMITTED) == 1
     kept = _head(attempt=2, vendor_attempt=1)  # kept from attempt 1 (its holder may send)
-    assert decide.reported_vendor_attempt(kept, Outcome.FAILED) == 1
-    assert decide.resolved_vendor_attempt(_head(), State.FAILED) == 1
-    assert decide.resolved_vendor_attempt(_head(vendor_attempt=2), State.COMMITTED) == 1
+    assert reported_vendor_attempt(kept, Outcome.FAILED) == 1
+    assert resolved_vendor_attempt(_head(), State.FAILED) == 1
+    assert resolved_vendor_attempt(_head(vendor_attempt=2), State.COMMITTED) == 1
 
 
 def test_the_bound_sizes_are_what_the_suite_can_afford() -> None:

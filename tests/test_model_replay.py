@@ -112,17 +112,39 @@ def test_a_random_sample_of_the_three_worker_bound(replayer: Replayer,
     _assert_ok(report)
 
 
-def test_a_replay_notices_when_the_store_and_the_model_disagree(replayer: Replayer) -> None:
-    """With the namespace fix reverted in the model only (the store's SQL keeps it), a report
-    with another namespace's lease lands in the model and is refused by the store: the replay
-    says so (the comparison can fail)."""
+def test_a_replay_notices_when_the_store_and_the_model_disagree(
+        replayer: Replayer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the model's report rule not scoped to the namespace (the store's SQL keeps the
+    scope), a report with another namespace's lease lands in the model and is refused by the
+    store: the replay says so (the comparison can fail)."""
+    from effectgate.verify import model
+
     config = replayer.shaped(next(c for c in BOUNDS["2-worker"]
                                   if c.name.endswith("two namespaces")))
     schedule = (("begin", 0), ("step", 0, False, None), ("borrow", 1, 0))
-    with mutation("namespace"):
+    real = model.report_standing
+    with monkeypatch.context() as patch:
+        patch.setattr(model, "report_standing", lambda row, ns, key, token, secret: real(
+            row, row.namespace, key, token, secret))
         problems, _ = replayer.replay(config, schedule)
     assert problems and "report was written, the real one refused" in problems[0], problems
     assert replayer.replay(config, schedule)[0] == []  # on main they agree
+
+
+RECOVERY_BUG = (("begin", 0), ("step", 0, True, None), ("resolve", "failed", True, False),
+                ("step", 0, False, None))
+"""Issue 26's bug: the reservation is written, its reply lost; an operator force-resolves it
+FAILED; the lost-reply recovery reads the row (same lease secret) and must not execute it."""
+
+
+def test_the_recovery_bug_is_found_on_the_store_when_its_fix_is_reverted(
+        replayer: Replayer) -> None:
+    config = replayer.shaped(next(c for c in BOUNDS["2-worker"]
+                                  if c.name.endswith("two effect types")))
+    assert replayer.replay(config, RECOVERY_BUG)[0] == []
+    with mutation("adopt-by-secret"):
+        problems, _ = replayer.replay(config, RECOVERY_BUG)
+    assert problems and "VIOLATION" in problems[0], problems
 
 
 def test_a_replay_leaves_nothing_behind(replayer: Replayer) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, func, select, update
 
 from .. import validate
-from ..decide import outcome_spend_delta
+from ..decide import outcome_spend_delta, reads_first
 from ..errors import ConfigError, StoreError
 from ..request import secret_hash
 from ..states import ApprovalState, Outcome, State
@@ -282,8 +282,7 @@ class Store:
         """Whether the insert of a new key by ``move`` is one round trip that reads first
         (Postgres: the generated functions; an existing key comes back unchanged, with
         ``inserted`` false). Moves that consume, forget or request an approval are not."""
-        return not self.is_sqlite and not (
-            move.consume_approval or move.forget_approval or move.request_approval)
+        return not self.is_sqlite and reads_first(move)
 
     def one_call_sql(self, move: Move) -> Sql:
         """The statement :meth:`one_call` runs for ``move``."""

@@ -4,7 +4,7 @@ once), so the first violation found comes with the shortest schedule that reache
 
 Also: the bounds the suite and ``effectgate verify --exhaustive`` use, counter-examples as
 numbered steps and as a regression test, schedules (every one, or a seeded sample) for replay on
-the real stores, and the five reverted fixes of the kernel issue as mutations of ``decide``.
+the real stores, and reverted fixes of ``decide`` as mutations.
 """
 
 from __future__ import annotations
@@ -50,6 +50,17 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
                name="2 workers, approvals"),
         Config(workers=_TWO, begins=(1, 1), faults=1, ops=1, budget=True, forgery=False,
                name="2 workers, a spend ceiling"),
+        Config(workers=_TWO, keys=("k", "j"), begins=(2, 2), faults=0, ops=2, approval=True,
+               budget=True, forgery=False, prune=False,
+               name="2 workers, two keys, approvals and a spend ceiling"),
+        Config(workers=_TWO, keys=("k", "j"), begins=(1, 1), faults=1, ops=1, budget=True,
+               forgery=False, prune=False, name="2 workers, two keys under one ceiling"),
+        Config(workers=_TWO, payloads=(1, 2), begins=(2, 1), faults=0, ops=1, memo=True,
+               forgery=False, name="2 workers, two payloads on one key, a memo"),
+        Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, unsure=True, forgery=False,
+               prune=False, name="2 workers, a holder unsure of its outcome"),
+        Config(workers=_TWO, begins=(2, 1), faults=0, ops=0, max_attempts=2, hook=False,
+               forgery=False, prune=False, ticks=3, name="2 workers, max_attempts reached"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,
@@ -114,6 +125,7 @@ def explore(config: Config, *, max_states: int | None = None) -> Exploration:
     transitions = 0
     while queue:
         s = queue.popleft()
+        ends = True  # a complete schedule ends here: nothing enabled changes the state
         for action in model.actions(s):
             step = model.transition(s, action)
             transitions += 1
@@ -121,11 +133,17 @@ def explore(config: Config, *, max_states: int | None = None) -> Exploration:
                 path = [*_path(parent, s), action]
                 return Exploration(config, len(parent), transitions,
                                    time.perf_counter() - started, _trace(config, path))
+            ends = ends and step.state == s
             if step.state not in parent:
                 parent[step.state] = (s, action)
                 queue.append(step.state)
                 if max_states is not None and len(parent) > max_states:
                     raise RuntimeError(f"{config.name}: more than {max_states} states")
+        stuck = model.final(s) if ends else []
+        if stuck:
+            trace = _trace(config, _path(parent, s))
+            return Exploration(config, len(parent), transitions, time.perf_counter() - started,
+                               Trace(config, trace.actions, trace.texts, tuple(stuck)))
     return Exploration(config, len(parent), transitions, time.perf_counter() - started, None)
 
 
@@ -172,6 +190,8 @@ def run_schedule(config: Config, actions: list[Action] | tuple[Action, ...]) -> 
         step = model.transition(s, action)
         found += step.violations
         s = step.state
+    if all(model.transition(s, a).state == s for a in model.actions(s)):
+        found += model.final(s)  # a complete schedule: liveness
     return found
 
 
@@ -199,9 +219,9 @@ def schedules(config: Config, *, limit: int = 100_000) -> Iterator[tuple[Action,
 
 def covering_schedules(config: Config) -> list[tuple[Action, ...]]:
     """Schedules that together take every transition of ``config``'s state graph at least
-    once (each: a shortest path to an untaken transition, then on to the end, preferring
-    untaken ones): every distinct step of the bound, in far fewer schedules than every
-    order."""
+    once, those that change nothing included (each: a shortest path to an untaken
+    transition, then on to the end, preferring untaken ones): every distinct step of the
+    bound, in far fewer schedules than every order."""
     model = Model(config)
     root = model.initial()
     parent: dict[ModelState, tuple[ModelState, Action] | None] = {root: None}
@@ -219,7 +239,9 @@ def covering_schedules(config: Config) -> list[tuple[Action, ...]]:
     out: list[tuple[Action, ...]] = []
     for s in order:
         for action in model.actions(s):
-            if (s, action) in taken or model.transition(s, action).state == s:
+            # A transition that changes nothing (a refused forgery, resolve or report) is
+            # taken too: the store must refuse it as well.
+            if (s, action) in taken:
                 continue
             path = _path(parent, s)
             cur = root
@@ -264,19 +286,12 @@ def sample_schedules(config: Config, count: int, *, seed: int = 17) -> list[tupl
     return out
 
 
-# -- the five reverted fixes -------------------------------------------------------------------
+# -- reverted fixes of decide (the mutation suite, tests/test_mutations.py, patches the product's
+# source itself: decide, flow and the store's SQL) -------------------------------------------
 
-_real_standing = decide.report_standing
 _real_resolution = decide.resolution
 _real_begin_step = decide.begin_step
-
-
-def _no_namespace(row: Any, namespace: str, key: str, token: int, secret: str) -> Any:
-    return _real_standing(row, row.namespace, key, token, secret)
-
-
-def _no_secret(row: Any, namespace: str, key: str, token: int, secret: str) -> Any:
-    return _real_standing(row._replace(lease_secret=secret), namespace, key, token, secret)
+_real_adopts = decide.adopts_lost_reservation
 
 
 def _live_resolvable(row: Any, outcome: Any, *, force: bool = False) -> Any:
@@ -295,18 +310,22 @@ def _type_not_identity(row: Any, req: Any, approval: Any = None, *,
     return _real_begin_step(row, req, approval, reconcilable=reconcilable)
 
 
+def _secret_only(row: Any, secret_hash: str) -> bool:
+    return row.lease_secret is not None and row.lease_secret == secret_hash
+
+
 MUTATIONS: dict[str, tuple[str, Callable[..., Any], str]] = {
-    "namespace": ("report_standing", _no_namespace,
-                  "another namespace settles my effect: report not scoped to the namespace"),
-    "secret": ("report_standing", _no_secret,
-               "a guessed token reports: the lease secret not checked"),
     "live-resolve": ("resolution", _live_resolvable,
                      "a live lease resolved without force"),
     "grace": ("begin_step", _no_grace, "reconcile asked without a grace period"),
     "effect-type": ("begin_step", _type_not_identity, "the effect type not part of identity"),
+    "adopt-by-secret": ("adopts_lost_reservation", _secret_only,
+                        "a lost reservation reply recovered by the lease secret alone (an "
+                        "operator's resolve keeps the secret)"),
 }
-"""Each fix of the kernel issue, reverted: the name of the ``decide`` function replaced, its
-pre-fix behaviour, and what it lets happen."""
+"""Fixes of ``decide``, reverted: the name of the function replaced, its pre-fix behaviour,
+and what it lets happen (the model and the real flow both call ``decide`` through the
+module, so both see the mutant)."""
 
 
 @contextlib.contextmanager

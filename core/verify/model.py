@@ -2,12 +2,16 @@
 decision is the real :mod:`effectgate.decide`'s, the actors that use it, a simulated vendor,
 and the invariants checked in every reachable state.
 
-The model store only holds rows and applies what ``decide`` returns: ``begin_step`` for each
-step of a ``begin``, ``resolution`` for an operator's or a reconcile hook's settlement,
-``report_standing`` for a holder's report, and ``reported_vendor_attempt`` /
-``resolved_vendor_attempt`` for the vendor key. A ``begin`` is walked one store call at a time,
-in exactly the order :class:`effectgate.flow.BeginFlow` makes them (reserve, fetch, lapse,
-move, get, resolve), so other actors interleave between any two of its calls.
+A worker's ``begin`` is the real flow (:func:`effectgate.flow.begin_steps`), walked one store
+command at a time: the model store (:mod:`effectgate.verify.model_store`) answers each command
+from the model's state, so other actors interleave between any two of the flow's calls, and a
+change in the flow's sequence is a change in what is explored. A worker's state keeps the
+answers its flow was given; the flow is re-run on them to resume it (it is deterministic: its
+lease secret and approval ids are drawn from the worker and the begin). The model store holds
+rows and applies what ``decide`` returns: ``resolution`` for an operator's settlement. The
+rules that live only in the store's SQL (who may report, how a report or a resolve moves the
+vendor key) are stated once in :mod:`effectgate.verify.model_rows` (``report_standing``,
+``reported_vendor_attempt``, ``resolved_vendor_attempt``); the replay holds the SQL to them.
 
 Actors: workers (each ``begin`` → send to the vendor → the vendor answers → ``report``; or
 dying at any point; the clock moving while one waits is a stall), a forger (a worker that
@@ -24,36 +28,63 @@ ends (the assumption the grace period encodes): the clock does not pass that poi
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .. import decide
-from ..errors import EffectGateError, InvalidTransition
+from .._commands import CallHook, Command, Tell
+from ..errors import EffectGateError, InvalidTransition, StoreError
+from ..flow import Flow, Parts, begin_steps
+from ..memo import CommittedMemo
 from ..payload import payload_hash
-from ..request import Request, secret_hash
+from ..records import BeginDecision
+from ..registry import Registry
+from ..request import LeaseSecret, Request, secret_hash
 from ..states import ApprovalState, Decision, Outcome, State
 from ..store.rows import ApprovalRow, EffectHead
+from .model_rows import (
+    KEY,
+    PAYLOAD,
+    VENDOR,
+    MApproval,
+    MRow,
+    adjust,
+    approval_row,
+    head,
+    put,
+    put_approval,
+    report_standing,
+    reported_vendor_attempt,
+    resolved_vendor_attempt,
+)
+from .model_store import CALLS, ModelStore, resolved
 
 __all__ = [
     "KEY",
+    "LOST",
     "PAYLOAD",
+    "VENDOR",
     "Action",
     "Config",
     "Model",
     "ModelState",
     "Step",
     "describe",
+    "report_standing",
+    "reported_vendor_attempt",
+    "resolved_vendor_attempt",
 ]
 
-KEY = "k"
+MAX_CALLS = 24
+"""A begin answers within this many store calls (liveness; the real flow gives up after 16
+steps, each at most one write and one read)."""
 COST = 60
 LIMIT = 100
 """With ``Config.budget``: each attempt's estimated cost, and its type's ceiling (one attempt
 fits, two held at once do not)."""
-PAYLOAD: dict[str, Any] = {"n": 1}
-_PAYLOAD_HASH = payload_hash(PAYLOAD)
-VENDOR = "generic"
 Action = tuple[Any, ...]
 """One step of a schedule: a tuple of plain values (``("begin", 0)``, ``("tick",)``, ...)."""
 
@@ -81,6 +112,19 @@ class Config:
     """A policy asks a human to approve every effect of the first worker's type (the operator
     approves or denies)."""
     name: str = ""
+    keys: tuple[str, ...] = ()
+    """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
+    its spend counters."""
+    payloads: tuple[int, ...] = ()
+    """Each worker's payload ``{"n": <this>}`` (default 1): another payload on the same key is
+    refused."""
+    unsure: bool = False
+    """A holder may report AMBIGUOUS after the vendor answered, and then try to report what
+    it learnt (the store must refuse: an AMBIGUOUS it reported moves only by resolve or
+    reconcile)."""
+    memo: bool = False
+    """Each namespace's gate keeps a COMMITTED memo (the real
+    :meth:`effectgate.flow.BeginFlow.from_memo` answers a repeat before the store is asked)."""
     one_call: bool = False
     """The store's shape: it inserts a new key in one call that reads first (Postgres), so a
     governed begin starts with that move, not a read (:meth:`effectgate.store.Store.one_call`).
@@ -98,9 +142,19 @@ class Config:
 
             policy = Policy.from_dict({"effects": {self.workers[0][1]: rule}})
             gov = evaluate(policy, effect_type, cost)
-        return Request(ns, KEY, effect_type, _PAYLOAD_HASH, VENDOR, self.max_attempts,
-                       self.lease_ticks - 0.5, float(self.grace_ticks), None, None, None,
-                       None, None, cost, gov, PAYLOAD)
+        payload = self.payload(worker)
+        return Request(ns, self.key(worker), effect_type, payload_hash(payload), VENDOR,
+                       self.max_attempts, self.lease_ticks - 0.5, float(self.grace_ticks),
+                       None, None, None, None, None, cost, gov, payload)
+
+    def key(self, worker: int) -> str:
+        """Worker ``worker``'s effect key."""
+        return self.keys[worker] if worker < len(self.keys) else KEY
+
+    def payload(self, worker: int) -> dict[str, Any]:
+        """Worker ``worker``'s payload."""
+        return {"n": self.payloads[worker] if worker < len(self.payloads) else 1}
+
 
     def policy_rule(self) -> dict[str, Any]:
         """The policy rule of the first worker's type (empty: no policy)."""
@@ -117,60 +171,62 @@ class Config:
         return f"Config({fields})"
 
 
-class MRow(NamedTuple):
-    """A stored effect in the model (the columns decisions read)."""
-
-    id: int
-    namespace: str
-    key: str
-    effect_type: str
-    state: State
-    attempt: int
-    token: int
-    lease: float | None
-    started: float | None
-    created: float
-    result: str | None
-    reason: str | None
-    vendor_attempt: int | None
-    vendor_since: float | None
-    pruned: float | None
-    secret: str | None
-    actor: str | None
-    approval_id: str | None = None
-    budget_keys: str | None = None
-    estimated: int | None = None
-
-
-class MApproval(NamedTuple):
-    """A stored approval request (its clock columns: created; it never expires here)."""
-
-    id: str
-    namespace: str
-    effect_id: int
-    effect_type: str
-    key: str
-    state: ApprovalState
-    created: float
-
-
 class Worker(NamedTuple):
     """One worker's local state.
 
-    ``phase``: idle, begin (``call`` is the next store call, with ``row`` / ``step`` its
-    arguments), held (EXECUTE: may send), sent, replied (``reply`` the vendor's answer), done,
-    dead. ``lease``: (token, secret, attempt, vendor attempt, lease end) of its EXECUTE."""
+    ``phase``: idle, begin (its flow's next store call is ``call``, about ``row``; ``answers``
+    is what the flow was answered so far), held (EXECUTE: may send), sent, replied (``reply``
+    the vendor's answer), done, dead. ``lease``: (token, secret, attempt, vendor attempt,
+    lease end) of its EXECUTE; ``consumed``: the approval its begin's move consumed."""
 
     phase: str
     begins: int
     forged: bool = False
     call: str | None = None
     row: EffectHead | None = None
-    step: Any = None
+    answers: tuple[Any, ...] = ()
     lease: tuple[int, str, int, int | None, float | None] | None = None
     reply: str | None = None
     seen_token: int | None = None
-    approval: ApprovalRow | None = None
+    consumed: str | None = None
+    calls: int = 0
+    """Store calls this begin has made without an answer (liveness: bounded)."""
+
+
+class _Lost:
+    """The answer recorded for a call whose reply was lost (the flow is thrown an error)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "LOST"
+
+
+LOST = _Lost()
+
+
+class _Run(NamedTuple):
+    """A run of a worker's flow: ``kind`` wait (``value`` its next store command), done
+    (``value`` its decision) or error (``value`` the error's type name); the answers it was
+    given (the hook's and the log lines' included), and whether the hook was called."""
+
+    kind: str
+    value: Any
+    answers: tuple[Any, ...]
+    hooked: bool
+
+
+def _lost() -> StoreError:
+    return StoreError("the reply was lost (model)", outcome_unknown=True)
+
+
+def _ids(prefix: str) -> Callable[[], str]:
+    counter = itertools.count(1)
+    return lambda: f"{prefix}{next(counter)}"
+
+
+def _no_hook(record: Any) -> str:
+    raise AssertionError("the model answers the reconcile hook's call itself")
 
 
 class ModelState(NamedTuple):
@@ -194,7 +250,9 @@ class ModelState(NamedTuple):
     consumed: tuple[tuple[str, str, str], ...] = ()
     spend: tuple[tuple[str, str, int], ...] = ()
     """Spend counters: (namespace, scope key, micros)."""
-    """Approvals an EXECUTE used: (approval id, the executing request's type, namespace)."""
+    memo: tuple[tuple[str, str, str, str, int, int, int, str | None], ...] = ()
+    """Each namespace gate's COMMITTED memo: (namespace, key, payload hash, effect type,
+    effect id, attempt, token, result)."""
 
 
 class Step(NamedTuple):
@@ -252,7 +310,13 @@ class Model:
     requests: tuple[Request, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.requests = tuple(self.config.request(i) for i in range(len(self.config.workers)))
+        c = self.config
+        self.requests = tuple(c.request(i) for i in range(len(c.workers)))
+        self.store = ModelStore(c.one_call)
+        hooks = Registry({"*": _no_hook}) if c.hook else Registry[Any]()
+        self.parts = Parts(lambda move: c.one_call and decide.reads_first(move), b"model",
+                           hooks, CommittedMemo(0))
+        self._runs: dict[tuple[Any, ...], _Run] = {}
 
     # -- states ------------------------------------------------------------------------------
 
@@ -275,7 +339,7 @@ class Model:
                 verdicts: tuple[str | None, ...] = (None,)
                 if w.call == "get":
                     verdicts = self._verdicts(s, w)
-                writes = w.call in ("reserve", "lapse", "move", "first", "resolve")
+                writes = w.call in ("reserve", "lapse", "move", "resolve")
                 for v in verdicts:
                     for x in (lost if writes else (False,)):
                         out.append(("step", i, x, v))
@@ -287,10 +351,16 @@ class Model:
                 outcome = "committed" if w.reply == "executed" else "failed"
                 for x in lost:
                     out.append(("report", i, outcome, x))
-            if w.phase in ("begin", "held", "sent", "replied"):
+                if c.unsure:
+                    out.append(("report", i, "ambiguous", False))
+            elif w.phase == "unsure":  # it reported AMBIGUOUS, then learnt the outcome
+                out.append(("report", i, "committed" if w.reply == "executed" else "failed",
+                            False))
+            if w.phase in ("begin", "held", "sent", "replied", "unsure"):
+
                 out.append(("die", i))
             if c.forgery and not w.forged and w.phase in ("idle", "done"):
-                row = self._row(s, c.workers[i][0])
+                row = self.row_of(s, i)
                 if row is not None and row.state is State.IN_FLIGHT and w.seen_token is not None:
                     out.append(("guess", i))
                 for j, other in enumerate(s.workers):
@@ -302,7 +372,7 @@ class Model:
             out.append(("land", entry[0], "executed"))
             out.append(("land", entry[0], "refused"))
         if s.ops:
-            row = self._row(s, c.workers[0][0])
+            row = self.row_of(s, 0)
             if row is not None:
                 for outcome in ("committed", "failed"):
                     for x in lost:
@@ -313,9 +383,9 @@ class Model:
                     row.pruned is None
                 ):
                     out.append(("prune",))
-                if any(a.state is ApprovalState.PENDING and a.namespace == row.namespace
-                       for a in s.approvals):
-                    out += [("approve",), ("deny",)]
+            if any(a.state is ApprovalState.PENDING and a.namespace == c.workers[0][0]
+                   for a in s.approvals):
+                out += [("approve",), ("deny",)]
         if s.now < c.ticks and not self._transit_due(s):
             out.append(("tick",))
         return out
@@ -350,16 +420,16 @@ class Model:
         return False
 
     @staticmethod
-    def _row(s: ModelState, ns: str) -> MRow | None:
-        return next((r for r in s.rows if r.namespace == ns and r.key == KEY), None)
+    def _row(s: ModelState, ns: str, key: str = KEY) -> MRow | None:
+        return next((r for r in s.rows if r.namespace == ns and r.key == key), None)
+
+    def row_of(self, s: ModelState, worker: int) -> MRow | None:
+        """The stored row of worker ``worker``'s key (None: not written)."""
+        return self._row(s, self.config.workers[worker][0], self.config.key(worker))
 
     def head(self, r: MRow, now: float) -> EffectHead:
         """The row as the store hands it up (with the clock)."""
-        return EffectHead(
-            r.id, r.namespace, r.key, r.effect_type, _PAYLOAD_HASH, r.state, r.attempt,
-            r.token, r.lease, r.started, r.created, r.result, r.reason, VENDOR,
-            r.vendor_attempt, r.vendor_since, r.approval_id, r.budget_keys, r.estimated,
-            r.pruned, r.secret, float(now))
+        return head(r, float(now))
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -382,235 +452,67 @@ class Model:
 
     def _do_begin(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
-        req = self.requests[i]
-        first, step = ("reserve" if req.governance is None else "fetch"), None
-        if req.governance is not None and self.config.one_call:
-            move = decide.begin_step(None, req)
-            if isinstance(move, decide.Move) and self._reads_first(move):
-                first, step = "first", move
-        nw = Worker("begin", w.begins - 1, w.forged, first, step=step, seen_token=w.seen_token)
-        return Step(_set_worker(s, i, nw), f"begin starts: {first}", ())
+        nw = Worker("begin", w.begins - 1, w.forged, seen_token=w.seen_token)
+        return self._waits(s, i, nw, self._run(i, nw.begins, (), None).value, "begin starts")
 
-    def _reads_first(self, move: decide.Move) -> bool:
-        """As :meth:`effectgate.store.Store.one_call`: the insert of a new key by ``move``
-        reads first, in the same call."""
-        return self.config.one_call and not (
-            move.consume_approval or move.forget_approval or move.request_approval)
+    def _flow(self, i: int, begins: int) -> Flow:
+        """Worker ``i``'s flow for the begin that leaves it ``begins`` more: the real one,
+        with a lease secret and approval ids of its own (the same on every run)."""
+        parts = self.parts._replace(approval_ids=_ids(f"apr{i}.{begins}."))
+        return begin_steps(parts, self.requests[i], LeaseSecret(f"w{i}b{begins}"))
+
+    def _run(self, i: int, begins: int, answers: tuple[Any, ...], verdict: str | None) -> _Run:
+        """Worker ``i``'s flow run on ``answers`` up to its next store call or its end, the
+        hook's call (if it comes) answered ``verdict``. The flow is deterministic, so a run is
+        a function of its arguments: each is made once (from the flow's start) and kept."""
+        key = (i, begins, answers, verdict)
+        done = self._runs.get(key)
+        if done is not None:
+            return done
+        flow = self._flow(i, begins)
+        given, hooked = list(answers), False
+        try:
+            command = next(flow)
+            for answer in answers:
+                command = flow.throw(_lost()) if answer is LOST else flow.send(answer)
+            while isinstance(command, (Tell, CallHook)):
+                answer = None if isinstance(command, Tell) else verdict
+                hooked = hooked or isinstance(command, CallHook)
+                given.append(answer)
+                command = flow.send(answer)
+            done = _Run("wait", command, tuple(given), hooked)
+        except StopIteration as stop:
+            done = _Run("done", stop.value, tuple(given), hooked)
+        except EffectGateError as err:
+            done = _Run("error", type(err).__name__, tuple(given), hooked)
+        self._runs[key] = done
+        return done
 
     def _secret(self, s: ModelState, i: int) -> str:
         return secret_hash(f"w{i}b{s.workers[i].begins}")
 
     def _do_step(self, s: ModelState, i: int, lost: bool, verdict: str | None) -> Step:
+        """The model store answers worker ``i``'s flow's pending command (its reply lost,
+        when ``lost``); the flow runs on to its next store call or its answer."""
         w = s.workers[i]
-        req = self.requests[i]
-        mine = self._secret(s, i)
-        now = float(s.now)
-        if w.call == "reserve":
-            row = self._row(s, req.namespace)
-            if row is None:
-                new = MRow(s.next_id, req.namespace, KEY, req.effect_type, State.IN_FLIGHT, 1, 1,
-                           now + req.lease_seconds, now, now, None, None, 1, now, None, mine,
-                           req.agent_id)
-                s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
-                if lost:
-                    s = s._replace(faults=s.faults - 1)
-                    return self._next(s, i, w._replace(call="recover"), "reserved (reply lost)")
-                return self._finish(s, i, Decision.EXECUTE, self.head(new, now), "reserved")
-            if lost:  # the flow cannot tell a lost read from a lost insert: it reads again
-                s = s._replace(faults=s.faults - 1)
-                return self._next(s, i, w._replace(call="recover"), "read (reply lost)")
-            return self._after_read(s, i, self.head(row, now), "read the existing key")
-        if w.call in ("fetch", "recover"):
-            row = self._row(s, req.namespace)
-            head = None if row is None else self.head(row, now)
-            if w.call == "recover" and head is not None and decide.adopts_lost_reservation(
-                    head, mine):
-                return self._finish(s, i, Decision.EXECUTE, head, "recovered: the row is ours")
-            return self._after_read(s, i, head, "fetched")
-        if w.call in ("move", "first") and w.row is None:  # a governed begin inserts the key
-            insert: decide.Move = w.step
-            first = w.call == "first"  # a lost reply here is recovered, as a reservation's
-            if self._reads_first(insert):  # one call: read; else charges, then the insert
-                existing = self._row(s, req.namespace)
-                if existing is not None:
-                    if lost and first:
-                        s = s._replace(faults=s.faults - 1)
-                        return self._next(s, i, w._replace(call="recover"), "read (reply lost)")
-                    if lost:
-                        return self._error(s._replace(faults=s.faults - 1), i,
-                                           "read (reply lost)")
-                    return self._after_read(s, i, self.head(existing, now),
-                                            "read the existing key")
-            # The store's order, all or nothing: charges, then the insert.
-            charged, keys, over = self._charge(s, req.namespace, insert)
-            if over is not None:
-                return self._next(s, i, w._replace(step=decide.over_ceiling(insert, over)),
-                                  f"over the ceiling ({over})")
-            if self._row(s, req.namespace) is not None:
-                return self._next(s, i, w._replace(call="fetch"), "insert: the key exists")
-            s = charged
-            starts = insert.to is State.IN_FLIGHT
-            new_approval = None
-            if insert.request_approval:
-                new_approval = MApproval(f"apr{len(s.approvals) + 1}", req.namespace,
-                                         s.next_id, req.effect_type, req.key,
-                                         ApprovalState.PENDING, now)
-                s = s._replace(approvals=(*s.approvals, new_approval))
-            new = MRow(s.next_id, req.namespace, KEY, req.effect_type, insert.to, 1, 1,
-                       now + req.lease_seconds if starts else None, now, now, None,
-                       insert.reason, 1, now if starts else None, None,
-                       mine if starts else None, req.agent_id,
-                       new_approval.id if new_approval else None, keys,
-                       req.estimated_cost_micros)
-            s = s._replace(rows=_put(s.rows, new), next_id=s.next_id + 1)
-            if lost and first:
-                s = s._replace(faults=s.faults - 1)
-                return self._next(s, i, w._replace(call="recover"), "inserted (reply lost)")
-            if lost:
-                return self._error(s._replace(faults=s.faults - 1), i, "inserted (reply lost)")
-            return self._finish(s, i, insert.decision, self.head(new, now),
-                                f"inserted as {insert.to.value}")
-        assert w.row is not None
-        if w.call == "approval":
-            found = next((a for a in s.approvals if a.namespace == req.namespace
-                          and a.id == w.row.approval_id), None)
-            assert found is not None  # never deleted while its effect waits
-            s = _set_worker(s, i, w._replace(approval=self.approval_row(found, now)))
-            return self._after_read(s, i, w.row, f"read approval {found.id} ({found.state})")
-        if w.call == "lapse":
-            row = self._row(s, req.namespace)
-            if row is None or row.id != w.row.id or row.token != w.row.token or (
-                row.state is not State.IN_FLIGHT) or row.lease is None or row.lease >= now:
-                return self._next(s, i, w._replace(call="fetch"), "lapse: it moved")
-            new = row._replace(state=State.AMBIGUOUS, reason="lease lapsed", actor="lease")
-            s = s._replace(rows=_put(s.rows, new))
-            if lost:
-                return self._error(s._replace(faults=s.faults - 1), i, "lapsed (reply lost)")
-            return self._after_read(s, i, self.head(new, now), "lapsed to AMBIGUOUS")
-        if w.call == "move":
-            move: decide.Move = w.step
-            row = self._row(s, req.namespace)
-            # The store's order, all or nothing: consume the approval, charge, then the
-            # compare-and-set of the effect.
-            base = s
-            if move.consume_approval is not None:
-                used = next((a for a in s.approvals if a.namespace == req.namespace
-                             and a.id == move.consume_approval), None)
-                if used is None or used.state is not ApprovalState.APPROVED or (
-                    used.effect_type != req.effect_type or used.key != req.key
-                ):
-                    return self._next(base, i, w._replace(call="fetch"), "consume: it moved")
-                s = s._replace(approvals=_put_approval(s.approvals, used._replace(
-                    state=ApprovalState.CONSUMED)))
-            s, keys, over = self._charge(s, req.namespace, move)
-            if over is not None:
-                return self._next(base, i, w._replace(step=decide.over_ceiling(move, over)),
-                                  f"over the ceiling ({over})")
-            if row is None or row.id != w.row.id or row.token != w.row.token or (
-                row.state is not w.row.state
-            ):
-                return self._next(base, i, w._replace(call="fetch"), "move: it moved")
-            new_approval = None
-            if move.request_approval:
-                new_approval = MApproval(f"apr{len(s.approvals) + 1}", req.namespace, row.id,
-                                         req.effect_type, req.key, ApprovalState.PENDING, now)
-                s = s._replace(approvals=(*s.approvals, new_approval))
-            starts = move.to is State.IN_FLIGHT
-            new = row._replace(
-                state=move.to, attempt=row.attempt + move.attempt_increment,
-                token=row.token + 1, lease=now + req.lease_seconds if starts else None,
-                started=now, result=None,
-                reason=move.reason,
-                vendor_since=(row.vendor_since if row.vendor_since is not None else now)
-                if starts else row.vendor_since,
-                secret=mine if starts else None, pruned=None, actor=req.agent_id,
-                approval_id=new_approval.id if new_approval else move.consume_approval,
-                budget_keys=keys, estimated=req.estimated_cost_micros)
-            s = s._replace(rows=_put(s.rows, new))
-            if lost:
-                return self._error(s._replace(faults=s.faults - 1), i, "moved (reply lost)")
-            return self._finish(s, i, move.decision, self.head(new, now),
-                                f"moved to {move.to.value}", consumed=move.consume_approval)
-        if w.call == "get":
-            assert verdict is not None
-            if verdict == "unknown":
-                return self._finish(s, i, Decision.BLOCKED, w.row, "the hook answers unknown")
-            try:
-                res = decide.resolution(w.row, Outcome(verdict))
-            except InvalidTransition:
-                return self._finish(s, i, Decision.BLOCKED, w.row, "the hook's verdict refused")
-            return self._next(s, i, w._replace(call="resolve", step=(res, verdict)),
-                              f"the hook answers {verdict}")
-        if w.call == "resolve":
-            res, verdict = w.step
-            row = self._row(s, req.namespace)
-            if row is None or row.id != w.row.id or row.token != w.row.token or (
-                row.state is not res.expected
-            ):
-                return self._next(s, i, w._replace(call="fetch"), "reconcile: it moved")
-            new = self._resolved(row, res, None, "reconcile")
-            s = s._replace(rows=_put(s.rows, new),
-                           spend=_adjust(s.spend, row.namespace, row.budget_keys,
-                                         res.spend_delta))
-            if lost:
-                return self._error(s._replace(faults=s.faults - 1), i, "reconciled (reply lost)")
-            return self._after_read(s, i, self.head(new, now), f"reconciled {verdict}")
-        raise AssertionError(w.call)
-
-    def _charge(self, s: ModelState, ns: str,
-                move: decide.Move) -> tuple[ModelState, str | None, str | None]:
-        """The store's charges of ``move``: the state after, the budget keys charged, and the
-        label of a ceiling that refused (then nothing is charged)."""
-        if not move.charges:
-            return s, None, None
-        spend = dict(((n, k), v) for n, k, v in s.spend)
-        charged = []
-        for charge in move.charges:
-            got = spend.get((ns, charge.scope_key), 0)
-            if move.cost > charge.limit or (
-                (ns, charge.scope_key) in spend and got + move.cost > charge.limit
-            ):
-                return s, None, charge.label
-            spend[(ns, charge.scope_key)] = got + move.cost
-            charged.append(charge.scope_key)
-        return (s._replace(spend=tuple(sorted((n, k, v) for (n, k), v in spend.items()))),
-                json.dumps(charged), None)
-
-    def _resolved(self, row: MRow, res: decide.Resolution, result: str | None,
-                  actor: str) -> MRow:
-        return row._replace(
-            state=res.to, token=row.token + 1, result=result, lease=None, pruned=None,
-            actor=actor, reason=actor,
-            vendor_attempt=decide.resolved_vendor_attempt(self.head(row, 0.0), res.to))
-
-    def _after_read(self, s: ModelState, i: int, head: EffectHead | None, text: str) -> Step:
-        """Run the flow's pure logic on what the store said, up to its next store call."""
-        req = self.requests[i]
-        w = s.workers[i]
-        try:
-            step = decide.begin_step(head, req, w.approval, reconcilable=(
-                self.config.hook and head is not None and head.state is State.AMBIGUOUS))
-        except EffectGateError as err:
-            return self._error(s, i, f"{text}; refused", type(err).__name__)
-        if isinstance(step, decide.Answer):
-            assert head is not None
-            return self._finish(s, i, step.decision, head, f"{text}; answer")
-        if isinstance(step, decide.Move):
-            return self._next(s, i, w._replace(call="move", row=head, step=step),
-                              f"{text}; decide: move to {step.to.value}")
-        if step is decide.LAPSE:
-            return self._next(s, i, w._replace(call="lapse", row=head, step=None),
-                              f"{text}; decide: lapse")
-        if step is decide.RECONCILE:
-            return self._next(s, i, w._replace(call="get", row=head, step=None),
-                              f"{text}; decide: ask the reconcile hook")
-        if isinstance(step, decide.ReadApproval):
-            return self._next(s, i, w._replace(call="approval", row=head, step=None),
-                              f"{text}; decide: read the approval")
-        raise AssertionError(step)
+        done = self.store.perform(s, self._run(i, w.begins, w.answers, None).value)
+        s, text, answer = done.state, done.text, done.answer
+        if lost and done.lossy:
+            s, answer, text = s._replace(faults=s.faults - 1), LOST, f"{text} (reply lost)"
+        run = self._run(i, w.begins, (*w.answers, answer), verdict)
+        w = w._replace(answers=run.answers, consumed=done.consumed or w.consumed)
+        if run.hooked:
+            text = f"{text}; the hook answers {verdict}"
+        if run.kind == "done":
+            return self._finish(s, i, w, run.value, text)
+        if run.kind == "error":
+            return self._error(s, i, text, run.value)
+        return self._waits(s, i, w, run.value, text)
 
     @staticmethod
-    def _next(s: ModelState, i: int, w: Worker, text: str) -> Step:
+    def _waits(s: ModelState, i: int, w: Worker, command: Command, text: str) -> Step:
+        """Worker ``i``'s flow waits for the store to answer ``command``."""
+        w = w._replace(call=CALLS[type(command)], row=getattr(command, "row", None))
         return Step(_set_worker(s, i, w), f"{text} (next: {w.call})", ())
 
     def _error(self, s: ModelState, i: int, text: str, error: str = "StoreError") -> Step:
@@ -620,19 +522,22 @@ class Model:
         return Step(_set_worker(s, i, nw), f"{text}: the caller sees {error}", (),
                     ("error", error))
 
-    def _finish(self, s: ModelState, i: int, kind: Decision, head: EffectHead,
-                text: str, *, consumed: str | None = None) -> Step:
+    def _finish(self, s: ModelState, i: int, w: Worker, d: BeginDecision, text: str) -> Step:
         """A begin's answer: EXECUTE holds the lease; anything else leaves the worker idle."""
-        w = s.workers[i]
+        kind = d.decision
         req = self.requests[i]
         found: list[str] = []
         if kind not in (Decision.IN_FLIGHT, Decision.BLOCKED) and (
-            head.effect_type != req.effect_type or head.namespace != req.namespace
-        ):  # a result, an execution, an approval or a denial never crosses types
+            d.effect_type != req.effect_type or d.namespace != req.namespace
+            or d.payload_hash != req.payload_hash
+        ):  # a result, an execution, an approval or a denial never crosses types or payloads
             found.append(f"IDENTITY: worker {i} ({req.namespace}/{req.effect_type}) answered "
-                         f"{kind.value} for an effect of {head.namespace}/{head.effect_type}")
+                         f"{kind.value} for an effect of {d.namespace}/{d.effect_type}"
+                         + ("" if d.payload_hash == req.payload_hash
+                            else " with another payload"))
         if kind is Decision.EXECUTE:
-            found += self._check_grant(s, i, head)
+            found += self._check_grant(s, i, d)
+            consumed = w.consumed
             if consumed is not None:
                 if any(c[0] == consumed for c in s.consumed):
                     found.append(f"APPROVAL ONCE: approval {consumed} executed twice")
@@ -642,45 +547,46 @@ class Model:
                                  f"executed {req.effect_type}")
                 s = s._replace(consumed=(*s.consumed, (consumed, req.effect_type,
                                                        req.namespace)))
-            denied = self._row(s, head.namespace)
-            if any(a.state is ApprovalState.DENIED and a.namespace == head.namespace
-                   for a in s.approvals) and denied is not None:
-                found.append(f"DENIAL IS FINAL: {head.namespace}/{head.key} executed after an "
+            denied = self._row(s, d.namespace, d.key)
+            if any(a.state is ApprovalState.DENIED and a.namespace == d.namespace
+                   and a.key == d.key for a in s.approvals) and denied is not None:
+                found.append(f"DENIAL IS FINAL: {d.namespace}/{d.key} executed after an "
                              "approver denied it")
-            lease = (head.token, self._secret(s, i), head.attempt, head.vendor_attempt,
-                     head.lease_expires_at)
+            row = self._row(s, d.namespace, d.key)  # the row the flow just wrote or adopted
+            lease = (d.lease_token, self._secret(s, i), d.attempt,
+                     None if row is None else row.vendor_attempt, d.lease_expires_epoch)
             nw = Worker("held", w.begins, w.forged, lease=lease, seen_token=1)
-            s = s._replace(grants=tuple(sorted({*s.grants, (head.namespace, head.key,
-                                                            head.attempt)})))
+            s = s._replace(grants=tuple(sorted({*s.grants, (d.namespace, d.key,
+                                                            d.attempt)})))
         else:
             nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
                         seen_token=1)
-        return Step(_set_worker(s, i, nw), f"{text}: {kind.value} (attempt {head.attempt}, "
-                    f"token {head.token}, {head.state.value})", tuple(found),
-                    (kind.value, head.attempt, head.token))
+        return Step(_set_worker(s, i, nw), f"{text}: {kind.value} (attempt {d.attempt}, "
+                    f"token {d.lease_token}, {d.state.value})", tuple(found),
+                    (kind.value, d.attempt, d.lease_token))
 
-    def _check_grant(self, s: ModelState, i: int, head: EffectHead) -> list[str]:
+    def _check_grant(self, s: ModelState, i: int, d: BeginDecision) -> list[str]:
         found = []
         for ns, key, attempt in s.grants:
-            if (ns, key, attempt) == (head.namespace, head.key, head.attempt):
+            if (ns, key, attempt) == (d.namespace, d.key, d.attempt):
                 found.append(f"ONCE PER ATTEMPT: attempt {attempt} of {ns}/{key} granted "
-                             f"EXECUTE again (token {head.token})")
+                             f"EXECUTE again (token {d.lease_token})")
         for j, v in enumerate(s.workers):
             if j == i or v.lease is None or v.phase not in ("held", "sent", "replied"):
                 continue
-            if self.config.workers[j][0] != head.namespace:
+            if self.config.workers[j][0] != d.namespace:
                 continue
             end = v.lease[4]
             if end is not None and end >= s.now:
-                found.append(f"EXCLUSIVE: worker {i} granted EXECUTE on {head.namespace}/"
-                             f"{head.key} while worker {j}'s lease is live (until {end})")
+                found.append(f"EXCLUSIVE: worker {i} granted EXECUTE on {d.namespace}/"
+                             f"{d.key} while worker {j}'s lease is live (until {end})")
         return found
 
     def _do_send(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
         assert w.lease is not None
         ns, et = self.config.workers[i]
-        vk = (ns, et, KEY, w.lease[3] or w.lease[2])
+        vk = (ns, et, self.config.key(i), w.lease[3] or w.lease[2])
         end = w.lease[4] if w.lease[4] is not None else 0.0
         timely = end >= s.now
         s = s._replace(transit=(*s.transit, (i, vk, timely, end)))
@@ -713,36 +619,45 @@ class Model:
         w = s.workers[i]
         assert w.lease is not None
         ns = self.config.workers[i][0]
+        key = self.config.key(i)
         result = json.dumps(f"v{w.lease[3]}") if outcome == "committed" else None
-        s, text, found = self._record(s, i, ns, w.lease[0], w.lease[1], Outcome(outcome),
+        s, text, found = self._record(s, i, ns, key, w.lease[0], w.lease[1], Outcome(outcome),
                                       result, holder=True)
         if lost:  # the write happened; the worker sees an error and moves on, as it would
             text += " (the reply is lost: the caller sees an error)"
-        nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
-                    seen_token=w.seen_token)
+        elif outcome == "committed" and self.config.memo and _written(text) == "written":
+            row = self._row(s, ns, key)
+            assert row is not None  # the gate remembers what its holder committed
+            s = _remember(s, row, w.lease[0], w.lease[2], result)
+        if outcome == "ambiguous":  # it keeps its proof, and may report what it learns
+            nw = w._replace(phase="unsure")
+        else:
+            nw = Worker("idle" if w.begins else "done", w.begins, w.forged,
+                        seen_token=w.seen_token)
         return Step(_set_worker(s, i, nw), text, tuple(found), _written(text))
 
-    def _record(self, s: ModelState, i: int, ns: str, token: int, secret: str,
+    def _record(self, s: ModelState, i: int, ns: str, key: str, token: int, secret: str,
                 outcome: Outcome, result: str | None, *,
                 holder: bool) -> tuple[ModelState, str, list[str]]:
-        """The store's ``record_outcome``: every row the proof holds for is written."""
+        """What the store's ``record_outcome`` must do (the replay holds its SQL to this):
+        every row the proof holds for is written."""
         found: list[str] = []
         written = []
         rows = list(s.rows)
         for n, row in enumerate(rows):
             head = self.head(row, float(s.now))
-            standing = decide.report_standing(head, ns, KEY, token, secret)
+            standing = report_standing(head, ns, key, token, secret)
             if standing is None:
                 continue
             rows[n] = row._replace(
                 state=State(outcome.value), result=result, lease=None,
                 actor="late" if standing == "late" else None,
                 reason=None if outcome is not Outcome.AMBIGUOUS else "reported ambiguous",
-                vendor_attempt=decide.reported_vendor_attempt(head, outcome),
+                vendor_attempt=reported_vendor_attempt(head, outcome),
                 vendor_since=None if outcome is Outcome.FAILED and (
                     row.vendor_attempt == row.attempt) else row.vendor_since)
             written.append(f"{row.namespace}/{row.key} {standing}")
-            spend_after = _adjust(s.spend, row.namespace, row.budget_keys,
+            spend_after = adjust(s.spend, row.namespace, row.budget_keys,
                                   decide.outcome_spend_delta(outcome, row.estimated, None))
             s = s._replace(spend=spend_after)
             lease = s.workers[i].lease
@@ -764,10 +679,10 @@ class Model:
     def _do_guess(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
         ns = self.config.workers[i][0]
-        row = self._row(s, ns)
+        row = self.row_of(s, i)
         assert row is not None
         before = s
-        s, text, found = self._record(s, i, ns, row.token, secret_hash(f"guess{i}"),
+        s, text, found = self._record(s, i, ns, row.key, row.token, secret_hash(f"guess{i}"),
                                       Outcome.FAILED, None, holder=False)
         if s.rows == before.rows:  # refused: nothing changed (it may try again)
             return Step(s, text, tuple(found), "refused")
@@ -777,15 +692,15 @@ class Model:
         w, v = s.workers[i], s.workers[j]
         assert v.lease is not None
         before = s
-        s, text, found = self._record(s, i, self.config.workers[i][0], v.lease[0], v.lease[1],
+        s, text, found = self._record(s, i, self.config.workers[i][0], self.config.key(j),
+                                      v.lease[0], v.lease[1],
                                       Outcome.FAILED, None, holder=False)
         if s.rows == before.rows:  # refused: nothing changed (it may try again)
             return Step(s, text, tuple(found), "refused")
         return Step(_set_worker(s, i, w._replace(forged=True)), text, tuple(found), "written")
 
     def _do_resolve(self, s: ModelState, outcome: str, force: bool, lost: bool) -> Step:
-        ns = self.config.workers[0][0]
-        row = self._row(s, ns)
+        row = self.row_of(s, 0)
         assert row is not None
         try:
             res = decide.resolution(self.head(row, float(s.now)), Outcome(outcome), force=force)
@@ -793,9 +708,11 @@ class Model:
             return Step(s, f"refused: {str(err).split(':')[0]}", (), "refused")
         s = s._replace(ops=s.ops - 1)  # a lost reply: the same write, an error for the operator
         result = json.dumps("op") if outcome == "committed" else None
-        new = self._resolved(row, res, result, "operator")
-        s = s._replace(spend=_adjust(s.spend, row.namespace, row.budget_keys, res.spend_delta))
-        return Step(s._replace(rows=_put(s.rows, new)),
+        new = resolved(row, res, result, "operator")
+        s = s._replace(spend=adjust(s.spend, row.namespace, row.budget_keys, res.spend_delta))
+        if self.config.memo and outcome == "committed" and not lost:
+            s = _remember(s, new, new.token, new.attempt, result)
+        return Step(s._replace(rows=put(s.rows, new)),
                     f"resolved {row.state.value} -> {res.to.value}", (), "resolved")
 
     def _pending(self, s: ModelState) -> MApproval:
@@ -807,7 +724,7 @@ class Model:
         a = self._pending(s)
         decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
                               approving=True)
-        s = s._replace(ops=s.ops - 1, approvals=_put_approval(s.approvals, a._replace(
+        s = s._replace(ops=s.ops - 1, approvals=put_approval(s.approvals, a._replace(
             state=ApprovalState.APPROVED)))
         return Step(s, f"approved {a.id}", (), "approved")
 
@@ -815,21 +732,19 @@ class Model:
         a = self._pending(s)
         decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
                               approving=False)
-        s = s._replace(ops=s.ops - 1, approvals=_put_approval(s.approvals, a._replace(
+        s = s._replace(ops=s.ops - 1, approvals=put_approval(s.approvals, a._replace(
             state=ApprovalState.DENIED)))
         row = next((r for r in s.rows if r.id == a.effect_id), None)
         if row is not None and row.state is State.PENDING_APPROVAL and row.approval_id == a.id:
             row = row._replace(state=State.DENIED, token=row.token + 1, lease=None,
                                reason=f"{decide.APPROVER_DENIED} by operator", actor="operator",
                                pruned=None, result=None)
-            s = s._replace(rows=_put(s.rows, row))
+            s = s._replace(rows=put(s.rows, row))
         return Step(s, f"denied {a.id}", (), "denied")
 
     def approval_row(self, a: MApproval, now: float) -> ApprovalRow:
         """An approval as the store hands it up."""
-        return ApprovalRow(a.id, a.namespace, a.effect_id, a.effect_type, a.key, _PAYLOAD_HASH,
-                           a.state, None, None, None, 0, a.created, a.created + 1e6, None, None,
-                           None, None, now)
+        return approval_row(a, now)
 
     def _do_prune(self, s: ModelState) -> Step:
         ns = self.config.workers[0][0]
@@ -838,7 +753,9 @@ class Model:
             r.namespace == ns and r.state in settled and r.pruned is None) else r
             for r in s.rows)
         count = sum(a != b for a, b in zip(rows, s.rows, strict=True))
-        return Step(s._replace(rows=rows, ops=s.ops - 1), f"pruned {count}", (), count)
+        memo = tuple(m for m in s.memo if m[0] != ns)  # the gate forgets its memo
+        return Step(s._replace(rows=rows, ops=s.ops - 1, memo=memo), f"pruned {count}", (),
+                    count)
 
     # -- invariants --------------------------------------------------------------------------
 
@@ -849,7 +766,9 @@ class Model:
             held = sum(r.estimated or 0 for r in s.rows if r.namespace == ns and r.budget_keys
                        and scope in json.loads(r.budget_keys) and r.state in (
                            State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED))
-            if not 0 <= spent <= LIMIT or spent != held:
+            # (The ceiling itself is checked where an attempt is admitted: an operator's
+            # COMMITTED after FAILED counts the money spent, ceiling or not.)
+            if spent < 0 or spent != held:
                 found.append(f"SPEND: {ns} {scope} counts {spent} (ceiling {LIMIT}) while the "
                              f"effects holding a charge estimate {held}")
         committed = dict(((ns, key), res) for ns, key, res in s.committed)
@@ -900,13 +819,140 @@ class Model:
         return found
 
     def transition(self, s: ModelState, action: Action) -> Step:
-        """:meth:`apply` plus the invariants that compare two states."""
+        """:meth:`apply` plus the invariants that compare two states, those of the answer a
+        begin gave (:meth:`execute_violations`), the memo, and a begin's liveness (it answers
+        within :data:`MAX_CALLS` store calls)."""
+        if action[0] == "begin" and self.config.memo:
+            hit = self._memo_answer(s, action[1])
+            if hit is not None:
+                return hit
         step = self.apply(s, action)
-        if step.state.rows is s.rows:
+        after, extra = step.state, list[str]()
+        answer = step.answer if isinstance(step.answer, tuple) else ()
+        if action[0] == "step":
+            w = after.workers[action[1]]
+            if w.phase == "begin":
+                after = _set_worker(after, action[1], w._replace(calls=w.calls + 1))
+                if w.calls + 1 > MAX_CALLS:
+                    extra.append(f"LIVENESS: worker {action[1]}'s begin made {w.calls + 1} "
+                                 "store calls without an answer")
+            elif self.config.memo and answer[:1] == ("duplicate",):
+                row = self.row_of(after, action[1])
+                assert row is not None
+                after = _remember(after, row, row.token, row.attempt, row.result)
+        if answer[:1] == ("execute",):
+            extra += self.execute_violations(after, action[1], s)
+        if after.rows is not s.rows:
+            extra += self.ambiguous_moves(s, after, action)
+            after = self.record_committed(after)
+        if after is step.state and not extra:
             return step
-        extra = self.ambiguous_moves(s, step.state, action)
-        return Step(self.record_committed(step.state), step.text,
-                    step.violations + tuple(extra), step.answer)
+        return Step(after, step.text, step.violations + tuple(extra), step.answer)
+
+    def execute_violations(self, s: ModelState, i: int, before: ModelState) -> list[str]:
+        """What an EXECUTE answered to worker ``i`` must satisfy in the state ``s`` it left
+        (``before``: the state it came from): the row is IN_FLIGHT under the token and secret
+        just handed out, with a live lease, within max_attempts, charged against its ceilings
+        (approved or not) and within them when charged by this step, and with an approval
+        consumed where the policy asks for one."""
+        c, w, req = self.config, s.workers[i], self.requests[i]
+        row, lease = self.row_of(s, i), w.lease
+        where = f"{req.namespace}/{req.key}"
+        if row is None or lease is None:
+            return [f"EXECUTE ONLY ON A STORED ROW: worker {i} answered EXECUTE for {where}, "
+                    "which the store does not hold"]
+        found = []
+        if row.state is not State.IN_FLIGHT:
+            found.append(f"EXECUTE ONLY ON IN_FLIGHT: worker {i} answered EXECUTE for {where}, "
+                         f"which is {row.state.value}")
+        elif row.token != lease[0] or row.secret != lease[1]:
+            found.append(f"EXECUTE ONLY UNDER THE CURRENT TOKEN: worker {i} answered EXECUTE "
+                         f"with token {lease[0]} for {where}, held under token {row.token}"
+                         + ("" if row.secret == lease[1] else " and another lease secret"))
+        elif row.lease is None or row.lease < s.now:
+            found.append(f"EXECUTE ONLY UNDER A LIVE LEASE: worker {i} answered EXECUTE for "
+                         f"{where}, whose lease ended at {row.lease}")
+        if row.attempt > req.max_attempts:
+            found.append(f"MAX ATTEMPTS: {where} executed attempt {row.attempt} (max_attempts "
+                         f"{req.max_attempts})")
+        governed = c.policy_rule() and req.effect_type == c.workers[0][1]
+        if governed and c.budget:
+            scopes = json.loads(row.budget_keys) if row.budget_keys else []
+            spend = {(n, k): v for n, k, v in s.spend}
+            old = {(n, k): v for n, k, v in before.spend}
+            if not scopes:
+                found.append(f"SPEND WITHIN CEILINGS: {where} executed (attempt {row.attempt}) "
+                             "without a charge against its ceiling")
+            for scope in scopes:
+                at = (row.namespace, scope)
+                if spend.get(at, 0) != old.get(at) and spend.get(at, 0) > LIMIT:
+                    found.append(f"SPEND WITHIN CEILINGS: {where} executed with {scope} at "
+                                 f"{spend[(row.namespace, scope)]} (ceiling {LIMIT})")
+        if governed and c.approval and not any(
+                u[0] == row.approval_id for u in s.consumed):
+            found.append(f"APPROVAL REQUIRED: {where} executed without consuming an approval")
+        return found
+
+    def _memo_answer(self, s: ModelState, i: int) -> Step | None:
+        """A begin the real :meth:`effectgate.flow.BeginFlow.from_memo` answers from this
+        namespace's memo (None: it asks the store)."""
+        from ..flow import BeginFlow
+        from ..memo import CommittedMemo, MemoEntry
+
+        req = self.requests[i]
+        memo = CommittedMemo(64)
+        for ns, key, ph, et, eid, attempt, token, result in s.memo:
+            if ns == req.namespace:
+                memo.put(key, MemoEntry(ph, et, eid, attempt, token, result))
+        hit = BeginFlow.from_memo(cast(BeginFlow, _MemoOnly(memo)), req)
+        if hit is None:
+            return None
+        w = s.workers[i]
+        left = w.begins - 1
+        after = _set_worker(s, i, Worker("idle" if left else "done", left, w.forged,
+                                         seen_token=w.seen_token))
+        row = self.row_of(s, i)
+        found = []
+        if row is None or row.state is not State.COMMITTED or (
+                row.payload_hash, row.effect_type) != (req.payload_hash, req.effect_type):
+            found.append(f"IDENTITY: worker {i} was answered duplicate from the memo for "
+                         f"{req.namespace}/{req.key}, stored as "
+                         + ("nothing" if row is None else f"{row.state.value} of another "
+                            "payload or type" if row.state is State.COMMITTED
+                            else row.state.value))
+        return Step(after, f"answered from the memo: duplicate (attempt {hit.attempt})",
+                    tuple(found), (Decision.DUPLICATE.value, hit.attempt, hit.lease_token))
+
+    def final(self, s: ModelState) -> list[str]:
+        """Liveness at the end of a complete schedule (nothing left changes the state):
+        every effect settled, AMBIGUOUS, waiting for a human, or IN_FLIGHT under a lease that
+        ends (it lapses to AMBIGUOUS); no worker stuck inside a begin."""
+        found = []
+        for i, w in enumerate(s.workers):
+            if w.phase == "begin":
+                found.append(f"LIVENESS: worker {i} is stuck in its begin (next: {w.call})")
+        for row in s.rows:
+            where = f"{row.namespace}/{row.key}"
+            if row.state is State.IN_FLIGHT and row.lease is None:
+                found.append(f"LIVENESS: {where} is IN_FLIGHT under no lease: nobody holds it "
+                             "and it never lapses")
+        return found
+
+
+class _MemoOnly:
+    """What :meth:`effectgate.flow.BeginFlow.from_memo` reads of its flow: the memo."""
+
+    def __init__(self, memo: Any) -> None:
+        self.memo = memo
+
+
+def _remember(s: ModelState, row: MRow, token: int, attempt: int,
+              result: str | None) -> ModelState:
+    """The namespace gate's memo after it remembers ``row`` COMMITTED."""
+    entry = (row.namespace, row.key, row.payload_hash, row.effect_type, row.id, attempt, token,
+             result)
+    kept = [m for m in s.memo if (m[0], m[1]) != (row.namespace, row.key)]
+    return s._replace(memo=tuple(sorted((*kept, entry), key=lambda m: (m[0], m[1]))))
 
 
 def _written(text: str) -> str:
@@ -915,25 +961,6 @@ def _written(text: str) -> str:
 
 def _vk(head: EffectHead) -> tuple[str, str, str, int]:
     return (head.namespace, head.effect_type, head.key, head.vendor_attempt or head.attempt)
-
-
-def _adjust(spend: tuple[tuple[str, str, int], ...], ns: str, keys: str | None,
-            delta: int) -> tuple[tuple[str, str, int], ...]:
-    if not delta or not keys:
-        return spend
-    scopes = set(json.loads(keys))
-    return tuple((n, k, v + delta) if n == ns and k in scopes else (n, k, v)
-                 for n, k, v in spend)
-
-
-def _put_approval(approvals: tuple[MApproval, ...], a: MApproval) -> tuple[MApproval, ...]:
-    return tuple(a if x.id == a.id else x for x in approvals)
-
-
-def _put(rows: tuple[MRow, ...], row: MRow) -> tuple[MRow, ...]:
-    out = [r for r in rows if r.id != row.id]
-    out.append(row)
-    return tuple(sorted(out, key=lambda r: r.id))
 
 
 def _set_worker(s: ModelState, i: int, w: Worker) -> ModelState:

@@ -33,7 +33,7 @@ from ..records import BeginDecision
 from ..request import Lease
 from ..states import Decision
 from ..store.schema import policy_meta_name
-from .model import COST, KEY, PAYLOAD, VENDOR, Action, Config, Model, ModelState
+from .model import COST, VENDOR, Action, Config, Model, ModelState
 
 __all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]
 
@@ -92,30 +92,34 @@ class _Runner:
 class Replayer:
     """Replays schedules against the store at ``url`` (namespaces ``prefix`` + random)."""
 
-    def __init__(self, url: str, *, prefix: str = "replay-") -> None:
+    def __init__(self, url: str, *, prefix: str = "replay-",
+                 schedule_timeout: float = 60.0) -> None:
         self.prefix = prefix
         self.url = url
+        self.schedule_timeout = schedule_timeout
+        """A schedule still replaying after this many seconds is a finding (a hung flow)."""
         self.gate = self._base(False)
         self.store = self.gate.store
         self._lose: str | None = None
         self._governed: dict[str, Gate] = {}
 
-    def _base(self, policy: Any) -> Gate:
-        gate = Gate(self.url, namespace=f"{self.prefix}base", policy=policy, memo_size=0)
+    def _base(self, policy: Any, memo: bool = False) -> Gate:
+        gate = Gate(self.url, namespace=f"{self.prefix}base", policy=policy,
+                    memo_size=64 if memo else 0)
         for name in _WRAPPED:
             setattr(gate.store, name, self._wrap(name, getattr(gate.store, name)))
         return gate
 
     def base_for(self, config: Config) -> Gate:
-        """The gate a config's namespaces derive from: with the approval policy when the
-        config has one."""
+        """The gate a config's namespaces derive from: with the config's policy when it has
+        one, with a COMMITTED memo when it models one."""
         rule = config.policy_rule()
-        if not rule:
+        if not rule and not config.memo:
             return self.gate
-        policy = {"effects": {config.workers[0][1]: rule}}
-        name = json.dumps(policy, sort_keys=True)
+        policy: Any = {"effects": {config.workers[0][1]: rule}} if rule else False
+        name = json.dumps([policy, config.memo], sort_keys=True)
         if name not in self._governed:
-            self._governed[name] = self._base(policy)
+            self._governed[name] = self._base(policy, config.memo)
         return self._governed[name]
 
     def close(self) -> None:
@@ -182,12 +186,15 @@ class Replayer:
         """Replay one schedule: the problems found (empty: the store agreed with the model
         at every step) and the steps replayed."""
         run = _Run(self, config)
+        ends = time.monotonic() + self.schedule_timeout
         try:
             for n, action in enumerate(schedule, 1):
                 try:
                     problem = run.step(action)
                 except Exception as err:  # a hung or broken step is a finding, not a crash
                     problem = f"{type(err).__name__}: {err}"
+                if not problem and time.monotonic() > ends:
+                    problem = f"the schedule ran past its {self.schedule_timeout:.0f}s timeout"
                 if problem:
                     return [f"{config.name} step {n} {action!r}: {problem}"], n
             return [], len(schedule)
@@ -219,17 +226,17 @@ class _Run:
                 for et in types:
                     gate.reconciler(et)(_hook)
         self.requests = []
-        for ns, et in config.workers:
+        for i, (ns, et) in enumerate(config.workers):
             gate = self.gates[ns]
             kind = gate.kind(et, vendor=VENDOR, lease_seconds=lease,
                              max_attempts=config.max_attempts, reconcile_grace_seconds=grace)
             self.requests.append(gate.request(
-                effect_type=kind, key=KEY, payload=PAYLOAD,
+                effect_type=kind, key=config.key(i), payload=config.payload(i),
                 estimated_cost_micros=COST if config.budget else None))
         self.runners: dict[int, _Runner] = {}
-        self.leases: dict[int, Lease] = {}
-        self.grants: set[tuple[str, int]] = set()
-        self.committed: dict[str, str | None] = {}
+        self.leases: dict[int, Lease | BeginDecision] = {}
+        self.grants: set[tuple[str, str, int]] = set()
+        self.committed: dict[tuple[str, str], str | None] = {}
 
     def finish(self) -> None:
         for runner in self.runners.values():
@@ -273,7 +280,7 @@ class _Run:
         runner = _Runner(self.gates[self.config.workers[i][0]], self.requests[i])
         self.runners[i] = runner
         runner.thread.start()
-        return self._expect_call(i, runner.next())
+        return self._expect_call(i, runner.next(), expected.answer)
 
     def _step(self, action: Action, before: ModelState, expected: Any) -> str | None:
         i, lost, verdict = action[1], action[2], action[3]
@@ -298,11 +305,20 @@ class _Run:
             got: tuple[Any, ...] = (value.decision.value, value.attempt, value.lease_token)
             if value.decision is Decision.EXECUTE:
                 assert value.lease is not None
-                self.leases[i] = value.lease
-                grant = (value.namespace, value.attempt)
+                # With a memo the gate remembers what a decision's holder commits (a bare
+                # lease proves the same, and is remembered by nobody).
+                self.leases[i] = value if self.config.memo else value.lease
+                grant = (value.namespace, value.key, value.attempt)
                 if grant in self.grants:
                     return f"VIOLATION: attempt {value.attempt} executed twice on the store"
                 self.grants.add(grant)
+                real = self.r.store.get(value.namespace, value.key)
+                if real is None or real.state.value != "in_flight" or (
+                        real.token != value.lease_token):
+                    return ("VIOLATION: EXECUTE ONLY ON IN_FLIGHT UNDER ITS TOKEN: the store "
+                            f"answered EXECUTE (token {value.lease_token}) for a row that is "
+                            + ("missing" if real is None
+                               else f"{real.state.value} under token {real.token}"))
         elif isinstance(value, EffectGateError):
             got = ("error", type(value).__name__)
         else:
@@ -318,7 +334,7 @@ class _Run:
         result = f"v{lease[3]}" if outcome == "committed" else None
         return self._reported(i, self.leases[i], outcome, result, lost, expected.answer)
 
-    def _reported(self, i: int, lease: Lease, outcome: str, result: Any, lost: bool,
+    def _reported(self, i: int, lease: Lease | BeginDecision, outcome: str, result: Any, lost: bool,
                   answer: Any) -> str | None:
         gate = self.gates[self.config.workers[i][0]]
         if lost:
@@ -337,9 +353,9 @@ class _Run:
 
     def _guess(self, action: Action, before: ModelState, expected: Any) -> str | None:
         i = action[1]
-        row = self.model._row(before, self.config.workers[i][0])
+        row = self.model.row_of(before, i)
         assert row is not None
-        forged = Lease(KEY, row.token, "guessed-" + uuid.uuid4().hex)
+        forged = Lease(row.key, row.token, "guessed-" + uuid.uuid4().hex)
         return self._reported(i, forged, "failed", None, False, expected.answer)
 
     def _borrow(self, action: Action, before: ModelState, expected: Any) -> str | None:
@@ -367,7 +383,7 @@ class _Run:
         if lost:
             self.r._lose = "resolve"
         try:
-            gate.resolve(KEY, outcome, by="operator", force=force,
+            gate.resolve(self.config.key(0), outcome, by="operator", force=force,
                          result="op" if outcome == "committed" else None)
             got = "resolved"
         except InvalidTransition:
@@ -381,9 +397,10 @@ class _Run:
 
     def _approve(self, action: Action, before: ModelState, expected: Any) -> str | None:
         gate = self.gates[self.config.workers[0][0]]
-        pending = gate.list_approvals("pending")
+        want = self.model._pending(before)
+        pending = [a for a in gate.list_approvals("pending") if a.key == want.key]
         if len(pending) != 1:
-            return f"the store has {len(pending)} pending approvals, the model one"
+            return f"the store has {len(pending)} pending approvals of {want.key}, the model one"
         try:
             if action[0] == "approve":
                 gate.approve(pending[0].approval_id, by="operator")
@@ -404,20 +421,21 @@ class _Run:
     # -- comparisons -----------------------------------------------------------------------------
 
     def _compare(self) -> str | None:
-        for ns, name in self.names.items():
-            row = self.model._row(self.state, ns)
-            real = self.r.store.get(name, KEY)
+        for ns, key in self._keys():
+            name = self.names[ns]
+            row = self.model._row(self.state, ns, key)
+            real = self.r.store.get(name, key)
             if row is None or real is None:
                 if (row is None) != (real is None):
-                    return f"{ns}: the model has {row}, the store {real}"
+                    return f"{ns}/{key}: the model has {row}, the store {real}"
                 continue
             want = (row.state.value, row.attempt, row.token, row.vendor_attempt, row.result,
                     row.pruned is not None)
             got = (real.state.value, real.attempt, real.token, real.vendor_attempt,
                    real.result, real.pruned_at is not None)
             if want != got:
-                return (f"{ns}: the model's row (state, attempt, token, vendor attempt, result, "
-                        f"pruned) is {want}, the store's {got}")
+                return (f"{ns}/{key}: the model's row (state, attempt, token, vendor attempt, "
+                        f"result, pruned) is {want}, the store's {got}")
         from sqlalchemy import text
 
         with self.r.store.engine.connect() as conn:
@@ -430,19 +448,27 @@ class _Run:
                     return f"{ns}: the model's spend is {model_spend}, the store's {real_spend}"
         return None
 
+    def _keys(self) -> list[tuple[str, str]]:
+        return sorted({(ns, self.config.key(i)) for i, (ns, _) in enumerate(
+            self.config.workers)})
+
     def _invariants(self) -> str | None:
-        for ns, name in self.names.items():
-            real = self.r.store.get(name, KEY)
+        """The model's state invariants on the store's own rows and counters (those that read
+        the model's vendor are the model's), and COMMITTED is final on the store."""
+        for ns, key in self._keys():
+            name = self.names[ns]
+            real = self.r.store.get(name, key)
             if real is None:
                 continue
-            if name in self.committed:
+            if (name, key) in self.committed:
                 if real.state.value != "committed" or (
-                    real.result != self.committed[name] and real.pruned_at is None
+                    real.result != self.committed[(name, key)] and real.pruned_at is None
                 ):
-                    return f"VIOLATION: {ns}'s COMMITTED effect changed"
+                    return f"VIOLATION: {ns}/{key}'s COMMITTED effect changed on the store"
             elif real.state.value == "committed":
-                self.committed[name] = real.result
-        return None
+                self.committed[(name, key)] = real.result
+        found = self.model.check(self.state)
+        return f"VIOLATION: {found[0]}" if found else None
 
 
 def _hook(record: Any) -> str:

@@ -1,0 +1,232 @@
+"""The mutation suite: single-point mutations of real protocol rules in ``decide.py``,
+``flow.py`` and the store's SQL (``store/statements.py``), each applied to a copy of the
+product's own source (never a model twin) and required to be caught by the model checker
+(:mod:`effectgate.verify.explore`) or by the replay of every transition of its bound on the
+real store (:mod:`effectgate.verify.replay`), not only by unit tests. Each caught mutant's
+shortest trace is printed (``-s``).
+
+How: the package is copied to a temporary folder, the patch applied there (its old text must
+occur exactly once in the real file), and ``tests/mutation_worker.py`` runs in a subprocess
+with the copy first on ``PYTHONPATH``. Each mutation names the bounds that show it: small
+configs of the 2-worker bound (so that the suite stays fast; the whole 2-worker bound runs in
+tests/test_model_check.py on the unmutated product).
+
+Every layer for every mutant, for the counts (slow; prints a table)::
+
+    EFFECTGATE_MUTATIONS_ALL=1 .venv/bin/pytest -q -s tests/test_mutations.py -n2
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import PG_URL
+
+pytestmark = pytest.mark.slow
+
+CORE = Path(__file__).resolve().parent.parent / "core"
+WORKER = Path(__file__).resolve().parent / "mutation_worker.py"
+_TWO = [["a", "refund"], ["a", "refund"]]
+_QUIET = {"workers": _TWO, "begins": [1, 1], "faults": 0, "ops": 0, "forgery": False,
+          "prune": False, "hook": False}
+
+
+def _bound(name: str, **fields: Any) -> dict[str, Any]:
+    return {**_QUIET, **fields, "name": name}
+
+
+REPLAY = _bound("2 workers, one begin each, a reconcile hook", hook=True)
+LOST = _bound("2 workers, a lost reply", faults=1)
+OPERATOR = _bound("2 workers, an operator", ops=1)
+LOST_AND_OPERATOR = _bound("2 workers, a lost reply and an operator", faults=1, ops=1)
+CEILING = _bound("2 workers, a spend ceiling, an operator", ops=1, budget=True)
+TWO_KEYS = _bound("2 workers, two keys under one ceiling", keys=["k", "j"], budget=True)
+APPROVED_BUDGET = _bound("1 worker twice, an approval and a spend ceiling", begins=[2, 0],
+                         ops=1, approval=True, budget=True)
+DENIALS = _bound("2 workers, approvals, two operator actions", begins=[2, 1], ops=2,
+                 approval=True)
+ATTEMPTS = _bound("2 workers, max_attempts 2", begins=[2, 1], max_attempts=2, ticks=3)
+ABA = _bound("2 workers, three begins", begins=[2, 1])
+TYPES = _bound("2 workers, two effect types", workers=[["a", "refund"], ["a", "payout"]])
+PAYLOADS = _bound("2 workers, two payloads on one key", payloads=[1, 2])
+MEMO = _bound("2 workers, two payloads on one key, a memo", payloads=[1, 2], memo=True)
+FORGER = _bound("2 workers, a forger", forgery=True)
+NAMESPACES = _bound("2 workers, two namespaces, a forger",
+                    workers=[["a", "refund"], ["b", "refund"]], forgery=True)
+UNSURE = _bound("2 workers, a holder unsure of its outcome", unsure=True)
+# For the replay (every schedule replayed costs real store calls): the same bounds without the
+# clock where the rule needs none, and a lapse that may be reconciled at once.
+HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
+                grace_ticks=0.25)
+_STILL = {"ticks": 0}
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One rule broken at one point: ``old`` (exactly once in ``path``) becomes ``new``."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    explore: list[dict[str, Any]] = field(default_factory=list)
+    replay: list[dict[str, Any]] = field(default_factory=list)
+    postgres: bool = False
+
+
+MUTATIONS = [
+    # -- decide.py ---------------------------------------------------------------------------
+    Mutation("approved executions bypass the spend ceiling", "decide.py",
+             "gov.charges(req.effect_type, req.run_id, req.agent_id) if gov.counts_spend else ()",
+             "gov.charges(req.effect_type, req.run_id, req.agent_id) if gov.counts_spend and "
+             "consume is None else ()", [APPROVED_BUDGET]),
+    Mutation("lease expiry read from the worker's clock", "decide.py",
+             "remaining = (row.lease_expires_at or 0.0) - row.now",
+             "remaining = (row.lease_expires_at or 0.0) - __import__('time').time()", [REPLAY]),
+    Mutation("a COMMITTED effect executes again", "decide.py",
+             "return _DUPLICATE_PRUNED if row.pruned_at is not None else _DUPLICATE",
+             "return _govern(req, row, None, attempt_increment=1)", [REPLAY]),
+    Mutation("max_attempts off by one", "decide.py",
+             "if row.attempt >= req.max_attempts:", "if row.attempt > req.max_attempts:",
+             [ATTEMPTS]),
+    Mutation("reconcile asked without a grace period", "decide.py",
+             "wait = row.lease_expires_at + req.reconcile_grace_seconds - row.now",
+             "wait = row.lease_expires_at - row.now", [REPLAY]),
+    Mutation("the effect type is not part of identity", "decide.py",
+             "    if row.effect_type != req.effect_type:\n        raise PayloadMismatch(",
+             "    if False:\n        raise PayloadMismatch(", [TYPES]),
+    Mutation("the payload is not part of identity", "decide.py",
+             "if row.payload_hash != req.payload_hash:", "if False:", [PAYLOADS]),
+    Mutation("a live lease resolved without force", "decide.py",
+             "        if not force:\n            until =", "        if False:\n            until =",
+             [OPERATOR]),
+    Mutation("an operator's FAILED keeps the charge", "decide.py",
+             "            delta = -row.estimated_cost_micros", "            delta = 0", [CEILING]),
+    Mutation("a holder's FAILED keeps the charge", "decide.py",
+             "    if outcome is Outcome.FAILED:\n        return -held",
+             "    if outcome is Outcome.FAILED:\n        return 0", [CEILING]),
+    Mutation("over the ceiling executes anyway", "decide.py",
+             "    return Move(State.DENIED, Decision.DENIED, move.expected, "
+             "move.attempt_increment,\n                reason=f\"spend ceiling reached",
+             "    return Move(State.IN_FLIGHT, Decision.EXECUTE, move.expected, "
+             "move.attempt_increment,\n                reason=f\"spend ceiling reached",
+             [TWO_KEYS]),
+    Mutation("a lost reservation reply adopted by the secret alone (the recovery bug)",
+             "decide.py",
+             "            and row.state is State.IN_FLIGHT and row.attempt == 1 and row.token == 1"
+             "\n            and row.lease_expires_at is not None and row.lease_expires_at >= "
+             "row.now)", ")", [LOST_AND_OPERATOR]),
+    Mutation("a lost reservation reply adopted without checking the lease secret",
+             "decide.py",
+             "    return (row.lease_secret is not None and row.lease_secret == secret_hash\n"
+             "            and row.state", "    return (True\n            and row.state", [LOST]),
+    Mutation("an approver's denial is asked again", "decide.py",
+             "    if (row.reason or \"\").startswith(APPROVER_DENIED):",
+             "    if False:", [DENIALS]),
+    Mutation("a lapsed lease is taken over without AMBIGUOUS", "decide.py",
+             "        return LAPSE\n", "        return _govern(req, row, None)\n", [REPLAY]),
+    # -- flow.py -----------------------------------------------------------------------------
+    Mutation("the memo ignores the payload hash", "flow.py",
+             "if hit is None or hit.payload_hash != req.payload_hash or (",
+             "if hit is None or (", [MEMO], [{**MEMO, **_STILL}]),
+    Mutation("the flow adopts any row after a lost reservation reply", "flow.py",
+             "if row is not None and secret._raw is not None and decide.adopts_lost_reservation(\n"
+             "                row, secret.hash):",
+             "if row is not None and secret._raw is not None:", [], [{**LOST, **_STILL}]),
+    Mutation("the flow never asks the reconcile hook", "flow.py",
+             "        return row is not None and row.state is State.AMBIGUOUS",
+             "        return False and row is not None and row.state is State.AMBIGUOUS",
+             [], [HOOKED]),
+    Mutation("the flow does not retry a move the ceiling refused", "flow.py",
+             "        if moved.over_ceiling is not None:\n            step = decide.over_ceiling("
+             "step, moved.over_ceiling)\n            moved = self._store.move(",
+             "        if False:\n            step = decide.over_ceiling(step, moved.over_ceiling)"
+             "\n            moved = self._store.move(", [], [{**TWO_KEYS, **_STILL}]),
+    Mutation("the hook's verdict settled as FAILED", "flow.py",
+             "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [], [HOOKED]),
+    Mutation("the flow reads again instead of marking a lapse", "flow.py",
+             "                row = self._lapsed(row) or store.fetch(req.namespace, req.key)",
+             "                row = store.fetch(req.namespace, req.key)", [], [HOOKED]),
+    # -- the store's SQL (store/statements.py) -----------------------------------------------
+    Mutation("the fencing token removed from the compare-and-set", "store/statements.py",
+             'cas = in_ns & (t.id == p("id")) & (t.token == p("token"))',
+             'cas = in_ns & (t.id == p("id"))', [], [{**ABA, **_STILL}], postgres=True),
+    Mutation("a report without the lease secret", "store/statements.py",
+             'holder = by_key & (t.token == p("token")) & (t.lease_secret == p("lease_secret"))',
+             'holder = by_key & (t.token == p("token"))', [], [{**FORGER, **_STILL}]),
+    Mutation("a report not scoped to its namespace", "store/statements.py",
+             'holder = by_key & (t.token == p("token"))',
+             'holder = (t.key == p("key")) & (t.token == p("token"))', [],
+             [{**NAMESPACES, **_STILL}]),
+    Mutation("a late report lands after the holder reported AMBIGUOUS", "store/statements.py",
+             "(t.state == ambiguous) & t.lease_expires_at.is_not(None))",
+             "(t.state == ambiguous))", [], [{**UNSURE, **_STILL}]),
+    Mutation("a resolve keeps the token", "store/statements.py",
+             '                state=p("state"),\n                token=t.token + _ONE,\n'
+             '                result=p("result"),',
+             '                state=p("state"),\n                result=p("result"),', [],
+             [{**OPERATOR, **_STILL}]),
+    Mutation("a lapse writes FAILED", "store/statements.py",
+             '.values(state=ambiguous, reason=literal("lease lapsed")',
+             '.values(state=_state(State.FAILED), reason=literal("lease lapsed")', [],
+             [HOOKED]),
+    Mutation("a holder's FAILED moves a kept vendor key", "store/statements.py",
+             'proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt)',
+             'proved = p("state") == _state(State.FAILED)', [], [HOOKED]),
+    Mutation("a charge ignores the ceiling", "store/statements.py",
+             'where=b.spent_micros <= p("limit", type_=BigInteger()) - p(\n'
+             '                        "cost", type_=BigInteger()),',
+             'where=b.spent_micros <= p("limit", type_=BigInteger()),', [],
+             [{**TWO_KEYS, **_STILL}]),
+]
+
+
+def _mutant(m: Mutation, root: Path) -> Path:
+    """A copy of the package with ``m`` applied; its folder."""
+    real = (CORE / m.path).read_text()
+    assert real.count(m.old) == 1, f"{m.name}: the old text occurs {real.count(m.old)} times " \
+        f"in {m.path} (the product moved on: update the mutation)"
+    copy = root / "effectgate"
+    shutil.copytree(CORE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / m.path).write_text(real.replace(m.old, m.new))
+    return root
+
+
+def _run(m: Mutation, root: Path, *, every_layer: bool = False) -> dict[str, Any]:
+    spec = {"explore": m.explore, "replay": m.replay, "all": every_layer,
+            "pg_url": PG_URL if (m.postgres or every_layer) and PG_URL else None}
+    env = {**os.environ, "PYTHONPATH": str(_mutant(m, root)), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, str(WORKER), json.dumps(spec), str(root)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("m", MUTATIONS, ids=lambda m: m.name)
+def test_each_mutation_is_caught_by_the_checker_or_the_replay(m: Mutation,
+                                                               tmp_path: Path) -> None:
+    assert m.explore or m.replay
+    result = _run(m, tmp_path)
+    assert result["caught"], f"{m.name} ({m.path}) escaped the checker and the replay"
+    first = result["caught"][0]
+    print(f"\n[{m.name}: caught by the {first['layer']} in {result['seconds']}s]\n"
+          f"{first['trace']}")
+    assert "   1. " in first["trace"]
+
+
+def test_the_suite_mutates_decide_flow_and_the_sql() -> None:
+    files = {m.path for m in MUTATIONS}
+    assert {"decide.py", "flow.py", "store/statements.py"} <= files
+    assert len(MUTATIONS) >= 20 and len({m.name for m in MUTATIONS}) == len(MUTATIONS)
+    for m in MUTATIONS:
+        assert (CORE / m.path).read_text().count(m.old) == 1, m.name
