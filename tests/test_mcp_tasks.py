@@ -179,3 +179,15 @@ async def test_a_client_without_the_extension_gets_the_result_itself(
                                                 allow_claimed=True)
     assert isinstance(result, types.CallToolResult) and not result.is_error
     assert (result.meta or {})["effectgate"]["decision"] == "execute"
+
+
+async def test_tasks_methods_need_the_extension_declared(
+        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY
+
+    gate = make_gate(policy=POLICY)
+    async with gateway(gate, tmp_path, monkeypatch, tasks=False) as client:
+        for ask in (get, cancel):
+            with pytest.raises(MCPError) as caught:
+                await ask(client, "any")
+            assert caught.value.error.code == MISSING_REQUIRED_CLIENT_CAPABILITY

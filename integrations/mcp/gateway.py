@@ -65,7 +65,7 @@ from .relay import (
     progress_relay,
 )
 from .results import stored_result
-from .tasks import NOT_SENT, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
+from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 from .writes import Kind, Verdict, classify
 
@@ -569,7 +569,7 @@ class Gateway:
                 stored = await self._once(spec, keyed, lease, attempt)
         except AskClient:
             raise
-        except eg.NotExecuted as err:
+        except NotSent as err:
             return _error({"error": "NotSent", "key": ran[0].key if ran else None,
                            "message": err.message,
                            "what_to_do": "Nothing happened; call again if it is still wanted."})
@@ -662,7 +662,7 @@ class Gateway:
             with run.pre_send:
                 session = await link.upstream.ready()
             if not run.may_send():
-                raise eg.NotExecuted(NOT_SENT)
+                raise NotSent
         beat = asyncio.create_task(self._heartbeat(eg.current_effect(), lease))
         try:
             result = await session.send_request(request, types.CallToolResult,

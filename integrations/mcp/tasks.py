@@ -43,11 +43,13 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
+import effectgate as eg
+
 try:
     from mcp import types
     from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
     from mcp.shared.exceptions import MCPError
-    from mcp_types import RequestParams
+    from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY, RequestParams
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
@@ -55,9 +57,9 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
     ) from err
 
 __all__ = [
-    "NOT_SENT", "TASKS_EXTENSION", "CancelTaskParams", "DetailedTask", "GetTaskParams", "TaskBoard",
-    "TaskHandle", "TaskRun", "TasksExtension", "UpdateTaskParams", "poll", "serve_tasks",
-    "state_reader", "wants_task",
+    "NOT_SENT", "TASKS_EXTENSION", "CancelTaskParams", "CancelTaskRequest", "DetailedTask",
+    "GetTaskParams", "GetTaskRequest", "NotSent", "TaskBoard", "TaskHandle", "TaskRun",
+    "TasksExtension", "UpdateTaskParams", "poll", "serve_tasks", "state_reader", "wants_task",
 ]
 
 log = logging.getLogger("effectgate")
@@ -67,6 +69,13 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 NOT_SENT = "cancelled (tasks/cancel) before the call was sent: it never started"
 """The error of an effect whose task was cancelled before its call left."""
+
+class NotSent(eg.NotExecuted):
+    """A task's call cancelled (``tasks/cancel``) before it left for the upstream: FAILED."""
+
+    def __init__(self, message: str = NOT_SENT, **fields: Any) -> None:
+        super().__init__(message, **fields)
+
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 
@@ -305,8 +314,6 @@ def state_reader(gate: Any) -> Callable[[str], Awaitable[str | None]]:
     store off the event loop; None for an unknown key."""
     import asyncio
 
-    import effectgate as eg
-
     async def state_of(key: str) -> str | None:
         try:
             record = await asyncio.to_thread(gate.get, key)
@@ -317,18 +324,29 @@ def state_reader(gate: Any) -> Callable[[str], Awaitable[str | None]]:
     return state_of
 
 
+def _declared(ctx: Any) -> None:
+    """``-32021`` (missing required client capability) unless the request declared the
+    extension: the ``tasks/*`` methods are the extension's."""
+    if not wants_task(ctx):
+        raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, "Missing required client capability",
+                       {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
+
+
 def serve_tasks(server: Any, board: TaskBoard) -> None:
     """Route ``tasks/get``, ``tasks/cancel`` and ``tasks/update`` of a low-level ``Server``
     to ``board`` and advertise the extension."""
     server.extensions[TASKS_EXTENSION] = {}
 
     async def get(ctx: Any, params: GetTaskParams) -> DetailedTask:
+        _declared(ctx)
         return await board.get(params.task_id)
 
     async def cancel(ctx: Any, params: CancelTaskParams) -> types.EmptyResult:
+        _declared(ctx)
         return await board.cancel(params.task_id)
 
     async def update(ctx: Any, params: UpdateTaskParams) -> types.EmptyResult:
+        _declared(ctx)
         return await board.update(params.task_id)
 
     server.add_request_handler("tasks/get", GetTaskParams, get)
