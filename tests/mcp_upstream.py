@@ -6,7 +6,8 @@ the process while it sleeps. ``write_file`` writes a file through the operating 
 symlink in the path is followed, as a real file server's write would) and appends the path it
 received; ``charge`` answers structured content (and its JSON as text) holding the card it was
 given. ``lookup`` is a read. With ``$REFUSE_START`` naming a file that
-exists, the server exits before answering anything (an upstream that cannot start).
+exists, the server exits before answering anything (an upstream that cannot start); with
+``$SLOW_START`` naming a file that exists, it waits 5 s before it answers (a slow start).
 
 Run: ``python tests/mcp_upstream.py`` (stdio) or ``python tests/mcp_upstream.py --http PORT``.
 """
@@ -20,6 +21,10 @@ from pathlib import Path
 
 if __name__ == "__main__" and Path(os.environ.get("REFUSE_START") or "/nonexistent").exists():
     sys.exit(3)  # an upstream that cannot start: exits before reading a byte
+if __name__ == "__main__" and Path(os.environ.get("SLOW_START") or "/nonexistent").exists():
+    import time
+
+    time.sleep(5)  # a slow start: nothing is read meanwhile
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError

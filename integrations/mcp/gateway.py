@@ -65,6 +65,7 @@ from .relay import (
     progress_relay,
 )
 from .results import stored_result
+from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 from .writes import Kind, Verdict, classify
 
@@ -201,6 +202,7 @@ class Gateway:
         self._validators: dict[str, Any] = {}
         self._checked: set[str] = set()
         self._tg: anyio.abc.TaskGroup | None = None
+        self.tasks = TaskBoard(state_reader(gate))
         self._shared: Link | None = None
         self._lock = anyio.Lock()
         self.declared = dict(specs)
@@ -362,6 +364,8 @@ class Gateway:
             name, version=info.version if info else "", title=info.title if info else None,
             instructions=self.init.instructions if self.init else None, **handlers)
         server.middleware.append(self.state_keys.boundary(name))  # 2026-07-28 requestState
+        if caps.tools is not None:
+            serve_tasks(server, self.tasks)  # the Tasks extension, for gated calls (.tasks)
         server.notification_options = NotificationOptions(
             prompts_changed=bool(caps.prompts and caps.prompts.list_changed),
             resources_changed=bool(caps.resources and caps.resources.list_changed),
@@ -516,10 +520,13 @@ class Gateway:
         ran: list[eg.BeginDecision] = []
         lease = spec.lease_seconds or self.gate.lease_seconds
         request = _call_request(tool.name, keyed, meta)
+        run = self.tasks.new() if self._tg is not None and wants_task(ctx) else None
 
         async def body() -> dict[str, Any]:
             ran.append(eg.current_effect())
-            return await self._execute(link, ctx, request, lease)
+            if run is not None:
+                run.holding(ran[0].key)
+            return await self._execute(link, None if run else ctx, request, lease, run)
 
         async def attempt() -> Any:
             try:
@@ -534,14 +541,38 @@ class Gateway:
                     raise
                 return await spec.arun(keyed, body)  # decided on the console: ask again
 
+        async def answer() -> types.CallToolResult:
+            return await self._answer(spec, keyed, lease, attempt, ran, modern=(
+                run is None and is_modern(getattr(ctx, "protocol_version", None))))
+
+        if run is not None:  # a task once it holds the lease (.tasks); else answered at once
+            assert self._tg is not None
+            try:
+                return await self.tasks.offer(self._tg, run, answer)  # type: ignore[return-value]
+            except AskClient as ask:
+                return ask.result  # type: ignore[return-value]
         try:
-            if self._tg is not None and is_modern(getattr(ctx, "protocol_version", None)):
+            return await answer()
+        except AskClient as ask:
+            return ask.result  # type: ignore[return-value]
+
+    async def _answer(self, spec: eg.EffectSpec, keyed: dict[str, Any], lease: float,
+                      attempt: Callable[[], Awaitable[Any]], ran: list[eg.BeginDecision], *,
+                      modern: bool) -> types.CallToolResult:
+        """The gated call's answer: its result (recorded), or the refusal or error a model
+        reads. ``AskClient`` for an approval round."""
+        try:
+            if self._tg is not None and modern:
                 # a broken 2026-07-28 stream cancels the request, not the call (.reissue)
                 stored = await detached(self._tg, lambda: self._once(spec, keyed, lease, attempt))
             else:
                 stored = await self._once(spec, keyed, lease, attempt)
-        except AskClient as ask:
-            return ask.result  # type: ignore[return-value]
+        except AskClient:
+            raise
+        except NotSent as err:
+            return _error({"error": "NotSent", "key": ran[0].key if ran else None,
+                           "message": err.message,
+                           "what_to_do": "Nothing happened; call again if it is still wanted."})
         except UpstreamToolError as err:
             return _with_note(err.result, _FAILED_HINT if self.tool_errors == "failed"
                               else _AMBIGUOUS_HINT, ran)
@@ -624,8 +655,14 @@ class Gateway:
             raise _InvalidArguments(f"{where}: {err.message}" if where else err.message) from err
 
     async def _execute(self, link: Link, ctx: Ctx | None, request: types.CallToolRequest,
-                       lease: float) -> dict[str, Any]:
-        session = await link.upstream.ready()  # NotExecuted: the call was never sent
+                       lease: float, run: TaskRun | None = None) -> dict[str, Any]:
+        if run is None:
+            session = await link.upstream.ready()  # NotExecuted: the call was never sent
+        else:  # a task: a tasks/cancel before the request leaves releases it (.tasks)
+            with run.pre_send:
+                session = await link.upstream.ready()
+            if not run.may_send():
+                raise NotSent
         beat = asyncio.create_task(self._heartbeat(eg.current_effect(), lease))
         try:
             result = await session.send_request(request, types.CallToolResult,
