@@ -153,6 +153,12 @@ class Gate:
         """The underlying store (for tools and tests)."""
         return self._store
 
+    @property
+    def webhooks(self) -> Webhooks | None:
+        """The webhooks told of approval requests, AMBIGUOUS effects and budget warnings, or
+        None (see ``webhooks=``)."""
+        return self._webhooks
+
     def __repr__(self) -> str:
         return f"Gate({self._store.dialect_name}, namespace={self.namespace!r})"
 

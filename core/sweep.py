@@ -37,7 +37,7 @@ log = logging.getLogger("effectgate")
 def gate_observer(gate: Gate) -> Observer | None:
     """The observer the gate itself tells of events (its webhooks' ``notify``), or None when
     the gate has no webhooks."""
-    hooks = getattr(gate, "_webhooks", None)
+    hooks = gate.webhooks
     return None if hooks is None else hooks.notify
 
 

@@ -19,7 +19,7 @@ PUBLIC = {
     "deny", "effect", "extend_lease", "get", "get_by_id", "group_steps", "in_namespace", "kind",
     "list_approvals", "list_effects", "list_principals", "preview", "prune", "reconcile",
     "reconciler", "report", "request", "resolve", "revoke_principal", "store", "url",
-    "unwind",
+    "unwind", "webhooks",
 }
 
 

@@ -35,7 +35,7 @@ def watch(url: str | None, namespace: str, gate_ref: str | None, interval: float
     from ..sweep import Sweeper, gate_observer
 
     with open_gate(url, namespace, gate_ref) as gate:
-        hooks = getattr(gate, "_webhooks", None)
+        hooks = gate.webhooks
         observer = gate_observer(gate)
         if observer is None or hooks is None:
             fail("nothing to notify: set $EFFECTGATE_WEBHOOK_URL and "

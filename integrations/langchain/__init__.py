@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 from effectgate import ConfigError, EffectSpec, Gate, Outcome
 
-from ._kernel import (
+from .._kernel import (
     Framework,
     GatedCall,
     OnRefusal,
@@ -92,9 +92,9 @@ from ._kernel import (
     requires_extra,
     resolve_gate,
 )
-from ._kernel import gate_tools as _gate_tools
-from ._kernel.call import keep_refusal
-from ._kernel.review import (
+from .._kernel import gate_tools as _gate_tools
+from .._kernel.call import keep_refusal
+from .._kernel.review import (
     DECISIONS,
     Replacement,
     Review,
@@ -105,7 +105,7 @@ from ._kernel.review import (
     replacement,
     review_of,
 )
-from ._kernel.vocabulary import TOOL_TEXTS
+from .._kernel.vocabulary import TOOL_TEXTS
 
 with requires_extra("langchain", "langchain"):
     from langchain_core.messages import ToolMessage
