@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .. import decide
+from .. import flow as flows
 from .._commands import CallHook, Command, Tell
 from ..errors import EffectGateError, InvalidTransition, StoreError
-from .. import flow as flows
 from ..flow import Flow, Parts
 from ..memo import CommittedMemo
 from ..records import BeginDecision
