@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from .. import decide
+from .. import flow as flows
 from .._commands import CallHook, Command, Tell
 from ..errors import EffectGateError, InvalidTransition, StoreError
-from ..flow import Flow, Parts, begin_steps
+from ..flow import Flow, Parts
 from ..memo import CommittedMemo
 from ..payload import payload_hash
 from ..records import BeginDecision
@@ -453,13 +454,14 @@ class Model:
     def _do_begin(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
         nw = Worker("begin", w.begins - 1, w.forged, seen_token=w.seen_token)
-        return self._waits(s, i, nw, self._run(i, nw.begins, (), None).value, "begin starts")
+        step = self._waits(s, i, nw, self._run(i, nw.begins, (), None).value, "")
+        return step._replace(text=f"begin starts: {step.state.workers[i].call}")
 
     def _flow(self, i: int, begins: int) -> Flow:
         """Worker ``i``'s flow for the begin that leaves it ``begins`` more: the real one,
         with a lease secret and approval ids of its own (the same on every run)."""
         parts = self.parts._replace(approval_ids=_ids(f"apr{i}.{begins}."))
-        return begin_steps(parts, self.requests[i], LeaseSecret(f"w{i}b{begins}"))
+        return flows.begin_steps(parts, self.requests[i], LeaseSecret(f"w{i}b{begins}"))
 
     def _run(self, i: int, begins: int, answers: tuple[Any, ...], verdict: str | None) -> _Run:
         """Worker ``i``'s flow run on ``answers`` up to its next store call or its end, the
