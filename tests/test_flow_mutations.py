@@ -66,7 +66,8 @@ def test_a_mutation_in_the_flow_is_a_violation_with_a_short_trace(mutated: str) 
     assert len(trace.actions) <= 12
     text = trace.format()
     assert "VIOLATED" in text and "calls begin" in text
-    assert any(v.startswith(("EXCLUSIVE", "ONCE PER ATTEMPT")) for v in trace.violations)
+    assert any(v.startswith(("EXCLUSIVE", "ONCE PER ATTEMPT", "EXECUTE ONLY", "LIVENESS"))
+               for v in trace.violations), text
 
 
 def test_the_unmutated_copy_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -173,7 +173,7 @@ def test_traces_are_numbered_human_steps() -> None:
         s = step.state
     text = Trace(config, tuple(actions), tuple(texts), ("X: example",)).format()
     assert text.splitlines()[1:] == [
-        "   1. worker 0 (a/refund) calls begin: begin starts (next: reserve)",
+        "   1. worker 0 (a/refund) calls begin: begin starts: reserve",
         "   2. worker 0 (a/refund)'s begin makes its next store call: reserved: execute "
         "(attempt 1, token 1, in_flight)",
         "   3. worker 0 (a/refund) sends the request to the vendor: sent under vendor key #1",
