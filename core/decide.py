@@ -5,7 +5,7 @@ request and, where needed, the approval, :func:`begin_step` returns the next ste
 ``begin``: an :class:`Answer` (the decision), :data:`LAPSE` (mark a lapsed lease AMBIGUOUS),
 :data:`RECONCILE` (ask the reconcile hook), :class:`ReadApproval`, or a :class:`Move` to
 IN_FLIGHT, PENDING_APPROVAL or DENIED. The gate performs the step against the store and asks
-again with what it read (a bounded loop, written once for sync and once for async callers).
+again with what it read (a bounded loop, written once: :func:`effectgate.flow.begin_steps`).
 
 The rules of settling live here too: :func:`resolution` (what an operator or a reconcile hook
 may settle, and how spend moves), :func:`outcome_spend_delta` (how a holder's report moves

@@ -139,23 +139,24 @@ MUTATIONS = [
              "if hit is None or hit.payload_hash != req.payload_hash or (",
              "if hit is None or (", [MEMO], [{**MEMO, **_STILL}]),
     Mutation("the flow adopts any row after a lost reservation reply", "flow.py",
-             "if row is not None and secret._raw is not None and decide.adopts_lost_reservation(\n"
-             "                row, secret.hash):",
-             "if row is not None and secret._raw is not None:", [], [{**LOST, **_STILL}]),
+             "if row is not None and secret.issued and decide.adopts_lost_reservation(row, "
+             "secret.hash):", "if row is not None and secret.issued:", [LOST],
+             [{**LOST, **_STILL}]),
     Mutation("the flow never asks the reconcile hook", "flow.py",
-             "        return row is not None and row.state is State.AMBIGUOUS",
-             "        return False and row is not None and row.state is State.AMBIGUOUS",
-             [], [HOOKED]),
+             "    return row is not None and row.state is State.AMBIGUOUS",
+             "    return False and row is not None and row.state is State.AMBIGUOUS",
+             [REPLAY], [HOOKED]),
     Mutation("the flow does not retry a move the ceiling refused", "flow.py",
-             "        if moved.over_ceiling is not None:\n            step = decide.over_ceiling("
-             "step, moved.over_ceiling)\n            moved = self._store.move(",
-             "        if False:\n            step = decide.over_ceiling(step, moved.over_ceiling)"
-             "\n            moved = self._store.move(", [], [{**TWO_KEYS, **_STILL}]),
+             "    if moved.over_ceiling is not None:\n        step = decide.over_ceiling("
+             "step, moved.over_ceiling)\n        moved = yield Write(",
+             "    if False:\n        step = decide.over_ceiling(step, moved.over_ceiling)"
+             "\n        moved = yield Write(", [TWO_KEYS], [{**TWO_KEYS, **_STILL}]),
     Mutation("the hook's verdict settled as FAILED", "flow.py",
-             "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [], [HOOKED]),
+             "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [REPLAY],
+             [HOOKED]),
     Mutation("the flow reads again instead of marking a lapse", "flow.py",
-             "                row = self._lapsed(row) or store.fetch(req.namespace, req.key)",
-             "                row = store.fetch(req.namespace, req.key)", [], [HOOKED]),
+             "            row = (yield from _lapse(row)) or (yield Fetch(req.namespace, req.key))",
+             "            row = yield Fetch(req.namespace, req.key)", [REPLAY], [HOOKED]),
     # -- the store's SQL (store/statements.py) -----------------------------------------------
     Mutation("the fencing token removed from the compare-and-set", "store/statements.py",
              'cas = in_ns & (t.id == p("id")) & (t.token == p("token"))',

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from .. import decide
+from .. import flow as flows
 from .._commands import CallHook, Command, Tell
 from ..errors import EffectGateError, InvalidTransition, StoreError
-from ..flow import Flow, Parts, begin_steps
+from ..flow import Flow, Parts
 from ..memo import CommittedMemo
 from ..payload import payload_hash
 from ..records import BeginDecision
@@ -453,13 +454,14 @@ class Model:
     def _do_begin(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
         nw = Worker("begin", w.begins - 1, w.forged, seen_token=w.seen_token)
-        return self._waits(s, i, nw, self._run(i, nw.begins, (), None).value, "begin starts")
+        step = self._waits(s, i, nw, self._run(i, nw.begins, (), None).value, "")
+        return step._replace(text=f"begin starts: {step.state.workers[i].call}")
 
     def _flow(self, i: int, begins: int) -> Flow:
         """Worker ``i``'s flow for the begin that leaves it ``begins`` more: the real one,
         with a lease secret and approval ids of its own (the same on every run)."""
         parts = self.parts._replace(approval_ids=_ids(f"apr{i}.{begins}."))
-        return begin_steps(parts, self.requests[i], LeaseSecret(f"w{i}b{begins}"))
+        return flows.begin_steps(parts, self.requests[i], LeaseSecret(f"w{i}b{begins}"))
 
     def _run(self, i: int, begins: int, answers: tuple[Any, ...], verdict: str | None) -> _Run:
         """Worker ``i``'s flow run on ``answers`` up to its next store call or its end, the
@@ -842,12 +844,30 @@ class Model:
                 after = _remember(after, row, row.token, row.attempt, row.result)
         if answer[:1] == ("execute",):
             extra += self.execute_violations(after, action[1], s)
+        if action[0] == "step":
+            extra += self._gave_up(s, after, action, step, answer)
         if after.rows is not s.rows:
             extra += self.ambiguous_moves(s, after, action)
             after = self.record_committed(after)
         if after is step.state and not extra:
             return step
         return Step(after, step.text, step.violations + tuple(extra), step.answer)
+
+    def _gave_up(self, s: ModelState, after: ModelState, action: Action, step: Step,
+                 answer: tuple[Any, ...]) -> list[str]:
+        """Liveness of one begin: it does not give up (StoreError) unless a reply was lost,
+        and it does not answer BLOCKED on an AMBIGUOUS effect whose grace period is over
+        without asking the reconcile hook the bound registers."""
+        i, w, c = action[1], s.workers[action[1]], self.config
+        if answer == ("error", "StoreError") and not action[2] and LOST not in w.answers:
+            return [f"LIVENESS: worker {i}'s begin gave up (StoreError) with no reply lost"]
+        row = self.row_of(after, i)
+        if answer[:1] == ("blocked",) and c.hook and row is not None and (
+                row.state is State.AMBIGUOUS) and "the hook answers" not in step.text and (
+                row.lease is None or row.lease + c.grace_ticks <= after.now):
+            return [f"RECONCILE WHEN DUE: worker {i} was answered BLOCKED on {row.namespace}/"
+                    f"{row.key} without asking the reconcile hook"]
+        return []
 
     def execute_violations(self, s: ModelState, i: int, before: ModelState) -> list[str]:
         """What an EXECUTE answered to worker ``i`` must satisfy in the state ``s`` it left
