@@ -52,6 +52,9 @@ def _assert_core(report: dict[str, Any], backend: str) -> None:
     assert python["base_us"] == alone["gate_us"]
     figures = _figures(report, backend)
     assert figures["rows written by refusals"]["value"] == 0
+    # Python calls counted, not timed: a refusal from the store makes fewer than an effect.
+    assert 0 < figures["Python calls / refusal (store)"]["value"] < figures[
+        "Python calls / effect"]["value"]
     # Start-up, in fresh processes: the import is part of the way to the first begin.
     assert figures["import effectgate, ms"]["value"] > 0
     assert figures["import effectgate, ms"]["value"] < figures[

@@ -18,7 +18,7 @@ from .replay import Replay
 from .stores import Scratch
 from .trace import PgTrace, SqliteTrace, pg_fingerprint
 
-__all__ = ["EFFECT_TARGETS", "REFUSAL_TARGETS", "bench_core", "gated"]
+__all__ = ["EFFECT_TARGETS", "REFUSAL_TARGETS", "bench_core", "gated", "python_calls"]
 
 # (backend, durability variant) -> the largest allowed ratio to the raw driver (docs/benchmarks.md)
 EFFECT_TARGETS = {("sqlite", "default"): 1.3, ("sqlite", "normal"): 2.5,
@@ -120,6 +120,8 @@ def _count_effect(s: Scratch, report: Report, gate: Gate, fn: Callable[[str], An
                   raw: RawSqlite | RawPostgres, gate_keys: KeySource,
                   raw_keys: KeySource) -> None:
     k = _TRACED
+    report.figures.append(Figure("core", s.backend, "Python calls / effect",
+                                 python_calls(fn, gate_keys.take(k))))
     with gate.store.connection() as conn:
         if s.backend == "postgres":
             with PgTrace(conn) as gt:
@@ -151,6 +153,8 @@ def _count_refusal(s: Scratch, report: Report, cold: Gate, cold_fn: Callable[[st
                    gate_done: list[str], raw_done: list[str]) -> None:
     k = min(_TRACED, len(gate_done))
     keys = gate_done[:k]
+    report.figures.append(Figure("core", s.backend, "Python calls / refusal (store)",
+                                 python_calls(cold_fn, keys)))
     if s.backend == "postgres":
         dsn = s.dsn("core_default")
         before = pg_fingerprint(dsn, cold.namespace)
@@ -183,6 +187,22 @@ def _count_refusal(s: Scratch, report: Report, cold: Gate, cold_fn: Callable[[st
             Figure("core", s.backend, "rows written by refusals", sct.changes + smt.changes,
                    target="0", passed=sct.changes + smt.changes == 0),
         ]
+
+
+def python_calls(fn: Callable[[str], Any], keys: list[str]) -> float:
+    """Python function calls per ``fn(key)`` (cProfile's count: the same on a busy machine,
+    where microseconds are not)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        timed_calls(fn, keys)
+    finally:
+        profile.disable()
+    calls = int(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+    return round(calls / max(1, len(keys)), 1)
 
 
 def _verbs(statements: list[str], k: int) -> str:
