@@ -551,8 +551,8 @@ def crewai_env() -> None:
     tests/conftest.py sets for the whole run; here for a process that did not load it)."""
     import os
 
-    for name, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("OTEL_SDK_DISABLED", "true"),
-                        ("CREWAI_TRACING_ENABLED", "false"), ("CREWAI_TESTING", "true")):
+    for name, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("CREWAI_TRACING_ENABLED", "false"),
+                        ("CREWAI_TESTING", "true")):
         os.environ.setdefault(name, value)
 
 

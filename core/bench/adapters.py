@@ -41,7 +41,8 @@ def refund(txn_id: str, amount_cents: int = 500) -> dict:  # type: ignore[type-a
 
 def _integration(name: str) -> Any:
     if name == "crewai":  # CrewAI exports telemetry by default: the bench sends nothing away
-        for var, value in (("CREWAI_DISABLE_TELEMETRY", "true"), ("OTEL_SDK_DISABLED", "true"),
+        # (not OTEL_SDK_DISABLED: it would make the telemetry rows' own providers no-ops)
+        for var, value in (("CREWAI_DISABLE_TELEMETRY", "true"),
                            ("CREWAI_TRACING_ENABLED", "false")):
             os.environ.setdefault(var, value)
     try:
