@@ -90,8 +90,9 @@ MUTATIONS = [
              "gov.charges(req.effect_type, req.run_id, req.agent_id) if gov.counts_spend and "
              "consume is None else ()", [APPROVED_BUDGET]),
     Mutation("lease expiry read from the worker's clock", "decide.py",
-             "remaining = (row.lease_expires_at or 0.0) - row.now",
-             "remaining = (row.lease_expires_at or 0.0) - __import__('time').time()", [REPLAY]),
+             "    return row.lease_expires_at is not None and row.lease_expires_at >= row.now",
+             "    return row.lease_expires_at is not None and (\n"
+             "        row.lease_expires_at >= __import__('time').time())", [REPLAY]),
     Mutation("a COMMITTED effect executes again", "decide.py",
              "return _DUPLICATE_PRUNED if row.pruned_at is not None else _DUPLICATE",
              "return _govern(req, row, None, attempt_increment=1)", [REPLAY]),
@@ -107,7 +108,7 @@ MUTATIONS = [
     Mutation("the payload is not part of identity", "decide.py",
              "if row.payload_hash != req.payload_hash:", "if False:", [PAYLOADS]),
     Mutation("a live lease resolved without force", "decide.py",
-             "        if not force:\n            until =", "        if False:\n            until =",
+             "        if not force:\n            assert", "        if False:\n            assert",
              [OPERATOR]),
     Mutation("an operator's FAILED keeps the charge", "decide.py",
              "            delta = -row.estimated_cost_micros", "            delta = 0", [CEILING]),
@@ -123,8 +124,7 @@ MUTATIONS = [
     Mutation("a lost reservation reply adopted by the secret alone (the recovery bug)",
              "decide.py",
              "            and row.state is State.IN_FLIGHT and row.attempt == 1 and row.token == 1"
-             "\n            and row.lease_expires_at is not None and row.lease_expires_at >= "
-             "row.now)", ")", [LOST_AND_OPERATOR]),
+             "\n            and lease_live(row))", ")", [LOST_AND_OPERATOR]),
     Mutation("a lost reservation reply adopted without checking the lease secret",
              "decide.py",
              "    return (row.lease_secret is not None and row.lease_secret == secret_hash\n"

@@ -30,7 +30,10 @@ from .model_rows import (
 
 if TYPE_CHECKING:
     from .._commands import Command
-    from .model import ModelState
+
+# The model's state (:class:`effectgate.verify.model.ModelState`, a NamedTuple), named loosely
+# here so that the model and its store do not import each other.
+ModelState = Any
 
 __all__ = ["CALLS", "ModelStore", "Performed", "resolved"]
 
