@@ -425,6 +425,10 @@ class Gateway:
                                             result_type)
                 except ConnectionError as err:
                     raise MCPError(types.INTERNAL_ERROR, str(err)) from err
+                except MCPError as err:
+                    if request_type is types.ReadResourceRequest:
+                        raise _resource_not_found(err, ctx, params) from err
+                    raise
 
         return handle
 
@@ -707,6 +711,27 @@ class Gateway:
         """Close the shared (stateless) link, if one was opened."""
         if self._shared is not None:
             await self._shared.upstream.aclose()
+
+
+_OLD_RESOURCE_NOT_FOUND = -32002  # before 2026-07-28 (SEP-2164 moved it to -32602)
+
+
+def _resource_not_found(err: MCPError, ctx: Ctx, params: Any) -> MCPError:
+    """The upstream's error for a ``resources/read``, in the client's revision: a missing
+    resource is ``-32602`` carrying its ``uri`` at 2026-07-28 (SEP-2164), whatever revision
+    the upstream speaks; any other error, and any error to an older client, as it came."""
+    uri = getattr(params, "uri", None)
+    modern = is_modern(getattr(ctx, "protocol_version", None))
+    if not modern or uri is None or err.code not in (_OLD_RESOURCE_NOT_FOUND,
+                                                    types.INVALID_PARAMS):
+        return err
+    data = err.error.data
+    if isinstance(data, dict) and "uri" in data:
+        return err if err.code == types.INVALID_PARAMS else MCPError(
+            types.INVALID_PARAMS, err.message, data)
+    if err.code == types.INVALID_PARAMS and data is not None:
+        return err  # an invalid-params error about something else
+    return MCPError(types.INVALID_PARAMS, err.message, {"uri": str(uri)})
 
 
 def _refused(err: eg.EffectGateError) -> dict[str, Any]:
