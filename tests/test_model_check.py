@@ -19,6 +19,7 @@ from effectgate.store.rows import EffectHead
 from effectgate.verify.explore import (
     BOUNDS,
     MUTATIONS,
+    Exploration,
     Trace,
     emit_regression_test,
     explore,
@@ -54,23 +55,50 @@ def _config(name: str) -> Config:
     return next(c for c in BOUNDS["2-worker"] if c.name == name)
 
 
+_EXPLORED: dict[tuple[Config, str | None], Exploration] = {}
+
+
+def _explore(config: Config, mutant: str | None = None) -> Exploration:
+    """``explore(config)`` (with fix ``mutant`` reverted), once per test process: the tests
+    that read one exploration share it (each is grouped with the others on its config, so
+    that they run in one xdist worker)."""
+    key = (config, mutant)
+    if key not in _EXPLORED:
+        if mutant is None:
+            _EXPLORED[key] = explore(config)
+        else:
+            with mutation(mutant):
+                _EXPLORED[key] = explore(config)
+    return _EXPLORED[key]
+
+
+def _by_config(configs: Any) -> list[Any]:
+    return [pytest.param(c, id=c.name, marks=pytest.mark.xdist_group(f"model: {c.name}"))
+            for c in configs]
+
+
+def _by_mutant(names: Any) -> list[Any]:
+    return [pytest.param(n, id=n, marks=pytest.mark.xdist_group(f"mutant: {n}"))
+            for n in names]
+
+
 def _report(record_property: Any, bound: str, found: Any) -> None:
     print(f"\n[model check {bound}] {found.summary()}")
     record_property(f"{found.config.name}: states", found.states)
     record_property(f"{found.config.name}: seconds", round(found.seconds, 2))
 
 
-@pytest.mark.parametrize("config", BOUNDS["2-worker"], ids=lambda c: c.name)
+@pytest.mark.parametrize("config", _by_config(BOUNDS["2-worker"]))
 def test_every_interleaving_of_the_two_worker_bound_keeps_every_invariant(
         config: Config, record_property: Any) -> None:
-    found = explore(config)
+    found = _explore(config)
     _report(record_property, "2-worker", found)
     assert found.violation is None, found.violation.format()
     assert found.states > 1000  # the bound really branches
 
 
-@pytest.mark.parametrize("config", [c for c in BOUNDS["2-worker"] if c.approval or c.budget],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize("config", _by_config(c for c in BOUNDS["2-worker"]
+                                             if c.approval or c.budget))
 def test_the_governed_bounds_in_the_postgres_shape_keep_every_invariant(
         config: Config, record_property: Any) -> None:
     """On Postgres a governed begin's first store call is one move that reads first, then
@@ -81,7 +109,7 @@ def test_the_governed_bounds_in_the_postgres_shape_keep_every_invariant(
     assert found.violation is None, found.violation.format()
     if config.budget and not config.approval:  # (an approval rule asks a human first: not
         # a one-call move, so a bound with approvals keeps its interleavings)
-        assert found.states != explore(config).states  # the shape changes the interleavings
+        assert found.states != _explore(config).states  # the shape changes the interleavings
 
 
 @pytest.mark.slow
@@ -93,12 +121,11 @@ def test_every_interleaving_of_the_three_worker_bound_keeps_every_invariant(
     assert found.violation is None, found.violation.format()
 
 
-@pytest.mark.parametrize("name", sorted(MUTATIONS))
+@pytest.mark.parametrize("name", _by_mutant(sorted(MUTATIONS)))
 def test_each_reverted_fix_is_found_with_a_shortest_readable_trace(
         name: str, record_property: Any) -> None:
     config = _config(_MUTANT_BOUND[name])
-    with mutation(name):
-        found = explore(config)
+    found = _explore(config, name)
     _report(record_property, f"mutant {name}", found)
     assert found.violation is not None, f"reverting {name!r} went unnoticed"
     trace = found.violation
@@ -112,12 +139,11 @@ def test_each_reverted_fix_is_found_with_a_shortest_readable_trace(
     assert run_schedule(config, trace.actions) == []
 
 
-@pytest.mark.parametrize("name", sorted(MUTATIONS))
+@pytest.mark.parametrize("name", _by_mutant(sorted(MUTATIONS)))
 def test_a_counter_example_becomes_a_regression_test_that_fails_on_the_mutant(
         name: str, tmp_path: Any) -> None:
     config = _config(_MUTANT_BOUND[name])
-    with mutation(name):
-        found = explore(config)
+    found = _explore(config, name)
     assert found.violation is not None
     source = emit_regression_test(found.violation, mutation_name=name, name=name.replace("-", "_"))
     path = tmp_path / f"test_regression_{name.replace('-', '_')}.py"
@@ -162,6 +188,7 @@ def test_a_schedule_skips_what_the_state_does_not_enable() -> None:
     assert run_schedule(config, schedule) == []
 
 
+@pytest.mark.xdist_group("mutant: adopt-by-secret")
 def test_traces_are_numbered_human_steps() -> None:
     config = BOUNDS["replay"][0]
     model = Model(config)
@@ -180,12 +207,12 @@ def test_traces_are_numbered_human_steps() -> None:
         "   3. worker 0 (a/refund) sends the request to the vendor: sent under vendor key #1",
         "  VIOLATED X: example",
     ]
-    with mutation("adopt-by-secret"):
-        found = explore(_config("2 workers, two effect types"))
+    found = _explore(_config("2 workers, two effect types"), "adopt-by-secret")
     assert found.violation is not None
     assert "[reserve] reserved (reply lost) (next: fetch)" in found.violation.format()
 
 
+@pytest.mark.xdist_group("mutant: adopt-by-secret")
 def test_the_recovery_bug_schedule_is_a_regression_test_of_the_checker() -> None:
     """Issue 26: a reservation written, its reply lost, force-resolved FAILED by an operator,
     then the lost-reply recovery reads the row back. On main the recovery decides afresh (a
@@ -197,7 +224,7 @@ def test_the_recovery_bug_schedule_is_a_regression_test_of_the_checker() -> None
     assert run_schedule(config, schedule) == []
     with mutation("adopt-by-secret"):
         found = run_schedule(config, schedule)
-        explored = explore(config)
+    explored = _explore(config, "adopt-by-secret")
     assert any(v.startswith("EXECUTE ONLY ON IN_FLIGHT") for v in found), found
     assert explored.violation is not None
     assert len(explored.violation.actions) <= len(schedule), explored.violation.format()
