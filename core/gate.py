@@ -319,20 +319,25 @@ class Gate:
     def _kept(self, effect_type: str | None, result: Any) -> Any:
         return kept(self.policy, effect_type, result)
 
-    def extend_lease(self, held: BeginDecision | Lease,
-                     seconds: float | None = None) -> datetime.datetime:
+    def extend_lease(self, held: BeginDecision | Lease, seconds: float | None = None, *,
+                     vendor_ref: str | None = None) -> datetime.datetime:
         """Heartbeat for a long call: the lease now ends ``seconds`` from now (store clock).
 
+        ``vendor_ref`` records what the vendor calls this attempt (e.g. the id of the task an
+        MCP upstream runs it as): kept with the effect (``EffectRecord.vendor_ref``) for a
+        reconcile hook to ask the vendor about after a crash; None leaves it as it is.
         Returns the new expiry (an aware datetime). :class:`StaleLease` if it no longer holds
         (a lapsed lease is not revived)."""
         span = self.lease_seconds if seconds is None else validate.seconds(seconds, "seconds")
-        return self._reports.extend(held, span)
+        ref = validate.text(vendor_ref, "vendor_ref", validate.MAX_TEXT)
+        return self._reports.extend(held, span, ref)
 
-    async def aextend_lease(self, held: BeginDecision | Lease,
-                            seconds: float | None = None) -> datetime.datetime:
+    async def aextend_lease(self, held: BeginDecision | Lease, seconds: float | None = None, *,
+                            vendor_ref: str | None = None) -> datetime.datetime:
         """:meth:`extend_lease` without blocking the event loop."""
         span = self.lease_seconds if seconds is None else validate.seconds(seconds, "seconds")
-        return await self._reports.aextend(held, span)
+        ref = validate.text(vendor_ref, "vendor_ref", validate.MAX_TEXT)
+        return await self._reports.aextend(held, span, ref)
 
     # -- resolve, reconcile ------------------------------------------------------------------
 

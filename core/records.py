@@ -183,6 +183,9 @@ class EffectRecord:
     pruned_at: datetime.datetime | None = None
     vendor_key: VendorKey | None = None
     history: tuple[HistoryEntry, ...] = field(default=())
+    vendor_ref: str | None = None
+    """What the vendor calls the current attempt, as its holder recorded it with a heartbeat
+    (``extend_lease(..., vendor_ref=...)``), e.g. an MCP upstream's task id; None if never."""
 
     @property
     def lease_lapsed(self) -> bool:

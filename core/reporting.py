@@ -232,18 +232,20 @@ class Reporter:
 
     # -- extend ------------------------------------------------------------------------------
 
-    def extend(self, held: BeginDecision | Lease, span: float) -> datetime.datetime:
+    def extend(self, held: BeginDecision | Lease, span: float,
+               vendor_ref: str | None = None) -> datetime.datetime:
         """The lease of ``held`` now ends ``span`` seconds from now (store clock)."""
         lease, _ = self.holder(held)
-        expiry = self.store.extend(self.namespace, lease, span)
+        expiry = self.store.extend(self.namespace, lease, span, vendor_ref)
         if expiry is None:
             raise self.stale(lease, "extend the lease")
         return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
 
-    async def aextend(self, held: BeginDecision | Lease, span: float) -> datetime.datetime:
+    async def aextend(self, held: BeginDecision | Lease, span: float,
+                      vendor_ref: str | None = None) -> datetime.datetime:
         """:meth:`extend`, the store awaited."""
         lease, _ = self.holder(held)
-        expiry = await self.flow.astore.extend(self.namespace, lease, span)
+        expiry = await self.flow.astore.extend(self.namespace, lease, span, vendor_ref)
         if expiry is None:
             raise await asyncio.to_thread(self.stale, lease, "extend the lease")
         return datetime.datetime.fromtimestamp(expiry, datetime.UTC)

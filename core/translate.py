@@ -95,7 +95,7 @@ def effect_record(row: EffectRow, vendor_secret: bytes, *,
         actual_cost_micros=row.actual_cost_micros, approval_id=row.approval_id,
         pruned_at=epoch_to_datetime(row.pruned_at),
         vendor_key=vendor_key_of(row, vendor_secret),
-        history=entries,
+        history=entries, vendor_ref=row.vendor_ref,
     )
 
 

@@ -4,22 +4,38 @@
 the suite against it directly and through the gateway shows what the gateway passes on:
 logging, progress, sampling and elicitation during a call, resources, prompts, completions.
 
+It also serves the Tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663, 2026-07-28)
+server-side, with the fixtures the suite's tasks scenarios call (``greet``, ``slow_compute``,
+``failing_job``, ``protocol_error_job``): a 2026-07-28 request that declares the extension on a
+task-supporting tool is answered with a task, run in this process and answered by
+``tasks/get`` / ``tasks/cancel`` (``tasks/update`` is acknowledged). This is the upstream the
+gateway's upstream tasks are tested against (``tests/test_mcp_upstream_tasks.py``): with
+``FIXTURE_RUNS`` set, each ``slow_compute`` that finishes appends its ``label`` to that file.
+
 Run: ``python tests/mcp_conformance_upstream.py`` (stdio) or ``... --http PORT`` (0: a free
 port, printed on stderr).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import secrets
 import sys
 import warnings
 from typing import Any
 
 import anyio
+import anyio.abc
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY, RequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ConfigDict
 
 warnings.simplefilter("ignore")  # the logging capability's deprecation, on purpose
 
@@ -47,7 +63,13 @@ TOOLS = [_tool(n) for n in (
                             "required": ["prompt"]}),
     _tool("test_elicitation", {"type": "object", "properties": {"message": {"type": "string"}},
                                "required": ["message"]}),
+    _tool("greet", {"type": "object", "properties": {"name": {"type": "string"}}}),
+    _tool("slow_compute", {"type": "object", "properties": {
+        "seconds": {"type": "number"}, "label": {"type": "string"}}}),
+    _tool("failing_job"), _tool("protocol_error_job"),
 ]
+TASK_TOOLS = {"slow_compute", "failing_job", "protocol_error_job"}
+TASKS = "io.modelcontextprotocol/tasks"
 DEFAULTS = {"type": "object", "required": [], "properties": {
     "name": {"type": "string", "description": "User name", "default": "John Doe"},
     "age": {"type": "integer", "description": "User age", "default": 30},
@@ -87,8 +109,126 @@ async def _elicit(ctx: Any, message: str, schema: dict[str, Any]) -> types.Elici
         metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
 
 
-async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _declared(ctx: Any) -> bool:
+    """A 2026-07-28 request whose client declared the Tasks extension (on the request)."""
+    caps = getattr(ctx, "client_capabilities", None) or getattr(
+        getattr(ctx, "session", None), "client_capabilities", None)
+    return (getattr(ctx, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS
+            and TASKS in (getattr(caps, "extensions", None) or {}))
+
+
+class Task:
+    """One task of this process: its status, and its result or error once it ends."""
+
+    def __init__(self) -> None:
+        self.id = secrets.token_urlsafe(18)
+        self.status = "working"
+        self.created = self.updated = _now()
+        self.result: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.scope = anyio.CancelScope()
+
+    def wire(self, *, detailed: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"taskId": self.id, "status": self.status,
+                               "createdAt": self.created, "lastUpdatedAt": self.updated,
+                               "ttlMs": 600_000, "pollIntervalMs": 200}
+        if detailed and self.status == "completed":
+            out["result"] = self.result
+        if detailed and self.status == "failed":
+            out["error"] = self.error
+        return out
+
+
+class Wire(types.Result):
+    """A result given as its wire fields (a task handle, a task)."""
+
+    model_config = ConfigDict(**types.Result.model_config, extra="allow")
+    result_type: str = "complete"
+
+
+class TaskParams(RequestParams):
+    task_id: str
+    input_responses: dict[str, Any] | None = None
+
+
+TASK_RUNS: dict[str, Task] = {}
+TASK_GROUP: list[anyio.abc.TaskGroup] = []
+
+
+async def _work(name: str, args: dict[str, Any]) -> types.CallToolResult:
+    """What a task-supporting tool does (as a task or, undeclared, synchronously)."""
+    if name == "slow_compute":
+        await anyio.sleep(float(args.get("seconds", 1)))
+        label = str(args.get("label", ""))
+        if os.environ.get("FIXTURE_RUNS"):
+            with open(os.environ["FIXTURE_RUNS"], "a", encoding="utf-8") as runs:
+                runs.write(label + "\n")
+        return types.CallToolResult(content=[_text(f"computed {label}")],
+                                    structured_content={"label": label})
+    if name == "failing_job":
+        await anyio.sleep(1)
+        return types.CallToolResult(is_error=True, content=[_text("the job failed")])
+    raise MCPError(types.INTERNAL_ERROR, "protocol_error_job always fails with a protocol error")
+
+
+async def _as_task(name: str, args: dict[str, Any]) -> Wire:
+    task = Task()
+    TASK_RUNS[task.id] = task
+
+    async def run() -> None:
+        with task.scope:
+            try:
+                result = await _work(name, args)
+                task.result = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+                task.status = "completed"
+            except MCPError as err:
+                task.error = err.error.model_dump(mode="json", exclude_none=True)
+                task.status = "failed"
+            task.updated = _now()
+
+    TASK_GROUP[0].start_soon(run)
+    return Wire(result_type="task", **task.wire(detailed=False))
+
+
+def _task(ctx: Any, params: TaskParams) -> Task:
+    if not _declared(ctx):
+        raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, "Missing required client capability",
+                       {"requiredCapabilities": {"extensions": {TASKS: {}}}})
+    task = TASK_RUNS.get(params.task_id)
+    if task is None:
+        raise MCPError(types.INVALID_PARAMS, "Failed to retrieve task: Task not found")
+    return task
+
+
+async def get_task(ctx: Any, params: TaskParams) -> Wire:
+    return Wire(**_task(ctx, params).wire(detailed=True))
+
+
+async def cancel_task(ctx: Any, params: TaskParams) -> types.EmptyResult:
+    task = _task(ctx, params)
+    if task.status == "working":
+        task.scope.cancel()
+        task.status, task.updated = "cancelled", _now()
+    return types.EmptyResult()
+
+
+async def update_task(ctx: Any, params: TaskParams) -> types.EmptyResult:
+    _task(ctx, params)
+    return types.EmptyResult()
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
     name, args = params.name, params.arguments or {}
+    if name in TASK_TOOLS:
+        return await (_as_task(name, args) if _declared(ctx) and TASK_GROUP
+                      else _work(name, args))
+    if name == "greet":
+        return types.CallToolResult(content=[_text(f"Hello, {args.get('name', 'World')}!")])
     image = types.ImageContent(type="image", data=IMAGE, mime_type="image/png")
     if name == "test_simple_text":
         content: list[Any] = [_text("This is a simple text response for testing.")]
@@ -247,26 +387,38 @@ server: Server[Any] = Server(
     on_unsubscribe_resource=subscribe, on_list_prompts=list_prompts, on_get_prompt=get_prompt,
     on_completion=complete)
 server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
+server.add_request_handler("tasks/get", TaskParams, get_task)
+server.add_request_handler("tasks/cancel", TaskParams, cancel_task)
+server.add_request_handler("tasks/update", TaskParams, update_task)
+server.extensions[TASKS] = {}
 
 
 async def _stdio() -> None:
-    async with stdio_server() as (read, write):
+    async with anyio.create_task_group() as tg, stdio_server() as (read, write):
+        TASK_GROUP.append(tg)  # where tasks run
         await server.run(read, write, server.create_initialization_options())
+        tg.cancel_scope.cancel()
+
+
+async def _http(sock: Any) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), log_level="warning")
+    async with anyio.create_task_group() as tg:
+        TASK_GROUP.append(tg)
+        await uvicorn.Server(config).serve(sockets=[sock])
+        tg.cancel_scope.cancel()
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         import socket
 
-        import uvicorn
-
         sock = socket.socket()
         sock.bind(("127.0.0.1", int(sys.argv[2])))
         sock.listen(64)
         print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", file=sys.stderr,
               flush=True)
-        config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"),
-                                log_level="warning")
-        uvicorn.Server(config).run(sockets=[sock])
+        anyio.run(_http, sock)
     else:
         anyio.run(_stdio)

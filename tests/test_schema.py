@@ -27,6 +27,7 @@ _V1 = """
     ALTER TABLE effectgate_effects DROP COLUMN lease_secret;
     ALTER TABLE effectgate_effects DROP COLUMN vendor_attempt;
     ALTER TABLE effectgate_effects DROP COLUMN vendor_since;
+    ALTER TABLE effectgate_effects DROP COLUMN vendor_ref;
     ALTER TABLE effectgate_approvals DROP COLUMN arguments;
     CREATE TABLE effectgate_history (id INTEGER PRIMARY KEY, effect_id INTEGER NOT NULL,
         from_state VARCHAR(20), to_state VARCHAR(20) NOT NULL, at FLOAT NOT NULL,
@@ -79,6 +80,7 @@ def _as_version_3(path: Path) -> None:
         DROP TABLE effectgate_principals;
         DROP TABLE effectgate_sessions;
         DROP TABLE effectgate_audit;
+        ALTER TABLE effectgate_effects DROP COLUMN vendor_ref;
         UPDATE effectgate_meta SET value = '3' WHERE name = 'schema_version';
     """)
     conn.commit()
@@ -96,7 +98,7 @@ def test_version_3_store_gains_principals_and_keeps_every_row(tmp_path: Path) ->
     gate.close()
     _as_version_3(path)
     gate = eg.Gate(f"sqlite:///{path}", policy=policy, memo_size=0)
-    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "5"
+    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "6"
     assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
     assert gate.approval(asked.approval_id or "").arguments == {"amount": 3}
     operator, token = gate.add_principal("alice", "operator")
@@ -128,6 +130,7 @@ def _as_version_4(path: Path) -> None:
     conn.executescript("""
         DROP TABLE effectgate_sessions;
         DROP TABLE effectgate_audit;
+        ALTER TABLE effectgate_effects DROP COLUMN vendor_ref;
         UPDATE effectgate_meta SET value = '4' WHERE name = 'schema_version';
     """)
     conn.commit()
@@ -144,7 +147,7 @@ def test_version_4_store_gains_sessions_and_the_audit_and_keeps_every_row(
     gate.close()
     _as_version_4(path)
     gate = eg.Gate(f"sqlite:///{path}", memo_size=0)
-    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "5"
+    assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "6"
     assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
     assert [p.name for p in gate.list_principals()] == ["alice"]
     from effectgate.audit import list_actions, record_action
@@ -171,6 +174,61 @@ def test_version_4_store_with_a_sessions_table_already_is_refused_unchanged(
         "SELECT value FROM effectgate_meta WHERE name = 'schema_version'").fetchone()[0]
     conn.close()
     assert "effectgate_audit" not in names and version == "4"
+
+
+def _as_version_5(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("ALTER TABLE effectgate_effects DROP COLUMN vendor_ref"))
+            conn.execute(text("UPDATE effectgate_meta SET value = '5' "
+                              "WHERE name = 'schema_version'"))
+    finally:
+        engine.dispose()
+
+
+def test_version_5_store_gains_vendor_refs_and_keeps_every_row(own_store_url: str) -> None:
+    """From version 5, on both backends: every row is kept, an effect held across the
+    migration is still its holder's, and its heartbeat then records what the vendor calls
+    it."""
+    gate = eg.Gate(own_store_url)
+    d = gate.begin(effect_type="x", key="k:1", payload={})
+    gate.report(d, "committed", result=7)
+    held = gate.begin(effect_type="x", key="k:2", payload={})
+    gate.close()
+    _as_version_5(own_store_url)
+    before = _tables(own_store_url)
+    gate = eg.Gate(own_store_url, memo_size=0)
+    try:
+        assert gate.store.meta["schema_version"] == str(SCHEMA_VERSION) == "6"
+        after = _tables(own_store_url)
+        assert {t: len(rows) for t, rows in after.items()} == {
+            t: len(rows) for t, rows in before.items()}
+        assert gate.begin(effect_type="x", key="k:1", payload={}).result == 7
+        assert gate.get("k:2").vendor_ref is None
+        gate.extend_lease(held, 30, vendor_ref="task-1")
+        assert gate.get("k:2").vendor_ref == "task-1"
+        with pytest.raises(eg.ConfigError, match="vendor_ref"):
+            gate.extend_lease(held, 30, vendor_ref="\x00")
+        assert gate.get("k:2").vendor_ref == "task-1"
+    finally:
+        gate.close()
+
+
+def test_version_5_store_of_an_unknown_shape_is_refused_unchanged(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'odd5.db'}"
+    eg.Gate(url).close()
+    _as_version_5(url)
+    conn = sqlite3.connect(tmp_path / "odd5.db")
+    conn.execute("ALTER TABLE effectgate_effects ADD COLUMN surprise TEXT")
+    conn.commit()
+    conn.close()
+    before = _tables(url)
+    with pytest.raises(eg.ConfigError, match="unexpected: surprise"):
+        eg.Gate(url)
+    assert _tables(url) == before
 
 
 def _set_version(url: str, version: int) -> None:

@@ -344,15 +344,20 @@ class Store:
         return binds, {**binds, "h_note": history.encode_text(_late(note))}
 
     @staticmethod
-    def extend_binds(namespace: str, lease: Lease, seconds: float) -> dict[str, Any]:
+    def extend_binds(namespace: str, lease: Lease, seconds: float,
+                     vendor_ref: str | None = None) -> dict[str, Any]:
         """The binds of a heartbeat."""
         return {"namespace": namespace, "key": lease.key, "token": lease.token,
-                "lease_secret": secret_hash(lease.secret), "lease_seconds": seconds}
+                "lease_secret": secret_hash(lease.secret), "lease_seconds": seconds,
+                "vendor_ref": vendor_ref}
 
-    def extend(self, namespace: str, lease: Lease, seconds: float) -> float | None:
-        """Push a live lease out to ``seconds`` from now; the new expiry, or None when the
-        holder's proof no longer holds or the lease has lapsed."""
-        rows = self._conns.run(self.sql.extend, self.extend_binds(namespace, lease, seconds),
+    def extend(self, namespace: str, lease: Lease, seconds: float,
+               vendor_ref: str | None = None) -> float | None:
+        """Push a live lease out to ``seconds`` from now (and record ``vendor_ref``, what the
+        vendor calls this attempt, when given); the new expiry, or None when the holder's
+        proof no longer holds or the lease has lapsed."""
+        rows = self._conns.run(self.sql.extend,
+                               self.extend_binds(namespace, lease, seconds, vendor_ref),
                                self._outcome_sync)
         return float(rows[0][0]) if rows else None
 
@@ -536,7 +541,8 @@ class Store:
             try:
                 pruned = conn.execute(
                     update(effects).where(old).values(
-                        result=None, error=None, note=None, history=None, pruned_at=now,
+                        result=None, error=None, note=None, history=None, vendor_ref=None,
+                        pruned_at=now,
                     )
                 ).rowcount
                 conn.execute(delete(approvals).where(

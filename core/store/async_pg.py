@@ -304,10 +304,12 @@ class AsyncPostgres:
         rows = await self.run(store.sql.report_late, late, writing=True)
         return Recorded(rows[0][0], rows[0][1], True) if rows else None
 
-    async def extend(self, namespace: str, lease: Lease, seconds: float) -> float | None:
+    async def extend(self, namespace: str, lease: Lease, seconds: float,
+                     vendor_ref: str | None = None) -> float | None:
         """:meth:`Store.extend`."""
         rows = await self.run(self._store.sql.extend,
-                              self._store.extend_binds(namespace, lease, seconds), writing=True)
+                              self._store.extend_binds(namespace, lease, seconds, vendor_ref),
+                              writing=True)
         return float(rows[0][0]) if rows else None
 
 

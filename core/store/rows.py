@@ -79,6 +79,7 @@ class EffectRow(NamedTuple):
     pruned_at: float | None
     budget_keys: str | None
     lease_secret: str | None
+    vendor_ref: str | None
     history: str | None
     now: float
 

@@ -6,7 +6,8 @@ effect's own ``history`` column in the statement that makes it (see ``statements
 history costs no extra row, index entry or round trip. ``effectgate_meta`` holds the schema
 version, the store's secret for vendor keys, and the policy each namespace last ran with
 (:func:`policy_meta_name`). Version 5 adds the console's server-side sessions
-(``effectgate_sessions``) and the record of operators' actions (``effectgate_audit``).
+(``effectgate_sessions``) and the record of operators' actions (``effectgate_audit``);
+version 6 what a vendor calls an effect's attempt (``vendor_ref``, e.g. an MCP upstream task).
 
 :func:`ensure_schema` creates a fresh store at the latest version, or migrates an older one
 under a lock, in one transaction: each migration first checks that the store has exactly the
@@ -94,6 +95,9 @@ effects = Table(
     Column("lease_secret", String(64)),
     Column("vendor_attempt", Integer),
     Column("vendor_since", Double),
+    # v6: what the vendor calls the current attempt (e.g. an MCP upstream's task id), written
+    # by the holder with a heartbeat, read by a reconcile hook after a crash.
+    Column("vendor_ref", Text),
     UniqueConstraint("namespace", "key", name="uq_effectgate_effects_key"),
 )
 # A saga's steps by group: a partial index, in SQL that both backends read alike. (Declared as
@@ -279,7 +283,7 @@ def _has_table(conn: Connection, table: str) -> bool:
 
 # The columns each version's tables have (what a migration from that version expects).
 _V1_EFFECTS = {c.name for c in effects.c} - {"history", "lease_secret", "vendor_attempt",
-                                               "vendor_since"}
+                                               "vendor_since", "vendor_ref"}
 _V1_APPROVALS = {c.name for c in approvals.c} - {"arguments"}
 _V2_EFFECTS = _V1_EFFECTS | {"history"}
 _V1_HISTORY = {"id", "effect_id", "from_state", "to_state", "at", "by", "note", "token"}
@@ -354,7 +358,7 @@ def _v3(conn: Connection, dialect: str) -> None:
     conn.exec_driver_sql("ALTER TABLE effectgate_approvals ADD COLUMN arguments TEXT")
 
 
-_V3_EFFECTS = {c.name for c in effects.c}
+_V3_EFFECTS = {c.name for c in effects.c} - {"vendor_ref"}
 _V3_APPROVALS = {c.name for c in approvals.c}
 
 
@@ -386,13 +390,20 @@ def _v5(conn: Connection, dialect: str) -> None:
                 "was not written by a released effectgate; nothing was changed")
         table.create(conn)
 
+
+def _v6(conn: Connection, dialect: str) -> None:
+    """What the vendor calls an attempt (``vendor_ref``, e.g. an MCP upstream's task id): a
+    new, empty column on effects; every other row and table stays as it is."""
+    _expect(conn, 5, "effectgate_effects", _V3_EFFECTS)
+    conn.exec_driver_sql("ALTER TABLE effectgate_effects ADD COLUMN vendor_ref TEXT")
+
 VERSION_SQL = "SELECT value FROM effectgate_meta WHERE name = 'schema_version'"
 # How long a kept connection writes before it reads the schema version again.
 RECHECK_SECONDS = 30.0
 
 # MIGRATIONS[n - 1] takes a store from version n - 1 to n, inside one transaction. A fresh
 # store is created at the latest version directly.
-MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -261,7 +261,8 @@ class Statements:
         lazy["extend"] = lambda: (
             effects.update()
             .where(holder & live & ride)
-            .values(lease_expires_at=now + p("lease_seconds"), updated_at=now)
+            .values(lease_expires_at=now + p("lease_seconds"), updated_at=now,
+                    vendor_ref=func.coalesce(p("vendor_ref"), t.vendor_ref))
             .returning(t.lease_expires_at)
         )
         lazy["resolve"] = lambda: (

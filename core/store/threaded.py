@@ -57,6 +57,7 @@ class ThreadedStore:
         return await asyncio.to_thread(self._store.record_outcome, namespace, lease, outcome,
                                        **kwargs)
 
-    async def extend(self, namespace: str, lease: Lease, seconds: float) -> float | None:
+    async def extend(self, namespace: str, lease: Lease, seconds: float,
+                     vendor_ref: str | None = None) -> float | None:
         """:meth:`Store.extend`, on a worker thread."""
-        return await asyncio.to_thread(self._store.extend, namespace, lease, seconds)
+        return await asyncio.to_thread(self._store.extend, namespace, lease, seconds, vendor_ref)

@@ -132,7 +132,7 @@ def full(r: MRow, now: float) -> EffectRow:
         r.id, r.namespace, r.key, r.effect_type, r.payload_hash, r.state, r.attempt, r.token,
         r.lease, r.started, r.created, now, r.result, None, r.reason, None, None, None, None,
         None, VENDOR, r.vendor_attempt, r.vendor_since, r.estimated, None, r.approval_id,
-        r.actor, None, r.pruned, r.budget_keys, r.secret, None, now)
+        r.actor, None, r.pruned, r.budget_keys, r.secret, None, None, now)
 
 
 def approval_row(a: MApproval, now: float) -> ApprovalRow:

@@ -67,6 +67,7 @@ from .relay import (
 from .results import stored_result
 from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
+from .upstream_tasks import TaskCall, UpstreamTasks, task_ref
 from .writes import Kind, Verdict, classify
 
 try:
@@ -82,6 +83,8 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
 __all__ = ["Gateway", "UpstreamFactory", "UpstreamToolError", "run_gateway", "tool_specs"]
 
 log = logging.getLogger("effectgate")
+# How long the start waits for an HTTP upstream's server/discover (does it declare tasks?).
+_DISCOVER_SECONDS = 10.0
 R = TypeVar("R", bound=BaseModel)
 
 _REJECTED_BEFORE_RUN = {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND,
@@ -170,6 +173,8 @@ class Gateway:
                          if console is not None else None)
         self.state_keys = state_keys if state_keys is not None else RoundKeys.from_env()
         self.rounds = ApprovalRounds(self.state_keys, console, self._decided)
+        self.target = upstream.strip() if isinstance(upstream, str) else None
+        self.upstream_tasks: UpstreamTasks | None = None
         if isinstance(upstream, str):
             target = upstream
             Upstream(target)  # a bad command line fails now, not at the first client
@@ -240,10 +245,40 @@ class Gateway:
         finally:
             probe.close()  # it ends in the background (a server may linger after stdin closes)
         self.init = probe.init
+        await self._adopt_upstream_tasks()
         self.tools = {tool.name: tool for tool in tools}
         for tool in tools:
             self._verdict(tool)
             self._check(tool)
+
+    async def _adopt_upstream_tasks(self) -> None:
+        """An HTTP upstream that declares the Tasks extension (in its 2026-07-28
+        ``server/discover``: a legacy ``initialize`` does not carry extensions) runs gated calls
+        as its tasks, and its ``tasks/get`` is the reconcile hook of every gated effect type
+        here (:mod:`.upstream_tasks`). Any other upstream, or no answer, changes nothing."""
+        if self.target is None or not self.target.startswith(("http://", "https://")):
+            return
+        by_type = {spec.effect_type: spec for spec in self.specs.values()}
+        if not by_type:
+            return
+
+        def redact(effect_type: str, result: Any) -> Any:
+            spec = by_type.get(effect_type)
+            return spec.redact(result) if spec is not None and spec.redact else result
+
+        tasks = UpstreamTasks(
+            self.target, rejected_before_run=frozenset(_REJECTED_BEFORE_RUN),
+            tool_errors=self.tool_errors, redact=redact)
+        try:
+            with anyio.fail_after(_DISCOVER_SECONDS):
+                async with tasks.session():
+                    pass
+        except Exception as err:  # no 2026-07-28 answer or no Tasks extension: plain calls
+            log.debug("upstream tasks not used: %s", err)
+            return
+        self.upstream_tasks = tasks
+        for effect_type in sorted(by_type):
+            self.gate.reconciler(effect_type)(self.upstream_tasks.reconcile)
 
     def _verdict(self, tool: types.Tool) -> Verdict:
         verdict = classify(tool, self.specs, self.rule)
@@ -660,6 +695,8 @@ class Gateway:
 
     async def _execute(self, link: Link, ctx: Ctx | None, request: types.CallToolRequest,
                        lease: float, run: TaskRun | None = None) -> dict[str, Any]:
+        if self.upstream_tasks is not None:
+            return await self._as_upstream_task(self.upstream_tasks, request, lease, run)
         if run is None:
             session = await link.upstream.ready()  # NotExecuted: the call was never sent
         else:  # a task: a tasks/cancel before the request leaves releases it (.tasks)
@@ -673,6 +710,37 @@ class Gateway:
                                                 progress_callback=progress_relay(ctx))
         finally:
             beat.cancel()
+        if result.is_error:
+            raise UpstreamToolError(result)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    async def _as_upstream_task(self, tasks: UpstreamTasks, request: types.CallToolRequest,
+                                lease: float, run: TaskRun | None) -> dict[str, Any]:
+        """The call on a 2026-07-28 request that lets the upstream answer with a task: its id
+        is recorded with the effect at once (with the heartbeat), then ``tasks/get`` is polled
+        until it ends, the lease kept alive meanwhile (:mod:`.upstream_tasks`)."""
+        d = eg.current_effect()
+
+        def sending() -> None:
+            if run is not None and not run.may_send():
+                raise NotSent
+
+        async def started(handle: Any) -> None:
+            await self.gate.aextend_lease(d, lease, vendor_ref=task_ref(d.attempt,
+                                                                        handle.task_id))
+
+        beat = asyncio.create_task(self._heartbeat(d, lease))
+        result: types.CallToolResult | None = None
+        try:
+            if run is None:
+                result = await tasks.call(request.params, sending, started)
+            else:  # a tasks/cancel before the request leaves releases it (.tasks)
+                with run.pre_send:
+                    result = await tasks.call(request.params, sending, started)
+        finally:
+            beat.cancel()
+        if result is None:
+            raise NotSent  # cancelled while connecting: the call never left
         if result.is_error:
             raise UpstreamToolError(result)
         return result.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -692,6 +760,9 @@ class Gateway:
             return eg.Outcome.FAILED if self.tool_errors == "failed" else eg.Outcome.AMBIGUOUS
         if isinstance(exc, MCPError) and exc.code in _REJECTED_BEFORE_RUN:
             return eg.Outcome.FAILED  # the upstream answered that it did not run the call
+        if isinstance(exc, TaskCall) and isinstance(code := (exc.error or {}).get("code"), int) \
+                and exc.status == "failed" and code in _REJECTED_BEFORE_RUN:
+            return eg.Outcome.FAILED  # its task failed before running the call
         return None
 
     async def _forward(self, link: Link, ctx: Ctx | None,
