@@ -229,14 +229,23 @@ class LlamaIndex(Driver):
             warnings.simplefilter("ignore")
             agent = EffectGateFunctionAgent(name="billing", tools=tools, llm=llm)
 
+        # LlamaIndex's runtime keeps every run id it has seen in this process (a run that raised
+        # keeps its queue), and refuses one again: a repeated id gets a suffix, once per use.
+        seen = _LLAMA_RUN_IDS.setdefault(run_id, 0)
+        _LLAMA_RUN_IDS[run_id] = seen + 1
+        unique = run_id if not seen else f"{run_id}.{seen}"
+
         async def go() -> dict[str, str]:
-            handler = agent.run(user_msg="refund T1", run_id=run_id)
+            handler = agent.run(user_msg="refund T1", run_id=unique)
             out = {ev.tool_id: str(ev.tool_output.content) async for ev in handler.stream_events()
                    if isinstance(ev, ToolCallResult)}
             await handler
             return out
 
         return asyncio.run(go())
+
+
+_LLAMA_RUN_IDS: dict[str, int] = {}
 
 
 class PydanticAI(Driver):
