@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import secrets
 from collections.abc import Mapping
+from os import urandom as _urandom
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def _issue(raw: str | None = None) -> tuple[str, str]:
     """A lease secret (new: 128 random bits, unless ``raw`` is given) and its hash,
     remembered for the holder's calls."""
     if raw is None:
-        raw = secrets.token_urlsafe(16)
+        raw = _urandom(16).hex()
     digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
     if len(_ISSUED) >= _ISSUED_MAX:
         with contextlib.suppress(StopIteration, KeyError, RuntimeError):
@@ -100,7 +100,7 @@ class LeaseSecret:
 
     @property
     def raw(self) -> str:
-        """The secret (128 random bits), made on first use."""
+        """The secret (128 random bits, hex), made on first use."""
         if self._raw is None:
             self._raw, self._hash = _issue()
         return self._raw

@@ -67,6 +67,10 @@ class Telemetry:
         if tracer_provider is not None:
             self._tracer = tracer_provider.get_tracer("effectgate")
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("effectgate")
+        # Counting into the global provider's stand-in (before the application sets one)
+        # records nothing: skip it until one is set (an exact check, no clock).
+        self._metrics_state: Any = _global_meter_state()
+        self._counting = meter_provider is not None or self._metrics_state is None
         self._decisions = meter.create_counter(
             "effectgate.decisions", description="begin decisions, by decision and effect type")
         self._outcomes = meter.create_counter(
@@ -92,11 +96,15 @@ class Telemetry:
 
     def decision(self, decision: str, effect_type: str) -> None:
         """Count one ``begin`` decision."""
-        self._decisions.add(1, {"decision": decision, "effect_type": effect_type})
+        if self._counting or self._metrics_state._METER_PROVIDER is not None:
+            self._counting = True  # for good: a provider, once set, stays
+            self._decisions.add(1, {"decision": decision, "effect_type": effect_type})
 
     def outcome(self, outcome: str) -> None:
         """Count one reported outcome."""
-        self._outcomes.add(1, {"outcome": outcome})
+        if self._counting or self._metrics_state._METER_PROVIDER is not None:
+            self._counting = True
+            self._outcomes.add(1, {"outcome": outcome})
 
     # -- spans ---------------------------------------------------------------------------------
 
@@ -291,6 +299,16 @@ def _of_decision(d: BeginDecision) -> dict[str, Any]:
     return {"effectgate.key": d.key, "effectgate.effect_type": d.effect_type,
             "effectgate.namespace": d.namespace, "effectgate.decision": d.decision.value,
             "effectgate.attempt": d.attempt}
+
+
+def _global_meter_state() -> Any:
+    """OpenTelemetry's module that holds the global meter provider once one is set (None when
+    this version keeps it elsewhere: then every decision is counted)."""
+    try:
+        from opentelemetry.metrics import _internal
+    except ImportError:  # pragma: no cover - another layout: count always
+        return None
+    return _internal if hasattr(_internal, "_METER_PROVIDER") else None
 
 
 def _ceilings(policy: Any) -> list[tuple[str, str, int]]:

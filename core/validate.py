@@ -81,7 +81,9 @@ def seconds(value: object, name: str) -> float:
 def parse_outcome(outcome: object, allowed: tuple[Outcome, ...] = tuple(Outcome)) -> Outcome:
     """``outcome`` as an :class:`Outcome`; :class:`InvalidTransition` if it is not one."""
     parsed = None
-    if isinstance(outcome, str):
+    if type(outcome) is Outcome:
+        parsed = outcome
+    elif isinstance(outcome, str):
         try:
             parsed = Outcome(outcome.lower())
         except ValueError:

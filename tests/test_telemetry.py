@@ -218,11 +218,13 @@ def test_the_global_providers_are_picked_up_once_configured(tmp_path: Any) -> No
         points = {{m.name: [p.value for p in m.data.data_points]
                   for r in reader.get_metrics_data().resource_metrics
                   for s in r.scope_metrics for m in s.metrics}}
-        print(json.dumps([names, points.get("effectgate.ambiguous")]))
+        print(json.dumps([names, points.get("effectgate.ambiguous"),
+                          points.get("effectgate.decisions")]))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    names, ambiguous = json.loads(done.stdout.strip().splitlines()[-1])
+    names, ambiguous, decisions = json.loads(done.stdout.strip().splitlines()[-1])
     assert names == ["effectgate.begin", "effectgate.report"]
     assert ambiguous == [1]
+    assert decisions == [1]  # counted from the provider's setting on (the first went nowhere)

@@ -339,9 +339,10 @@ class Store:
             "namespace": namespace, "key": lease.key, "token": lease.token,
             "lease_secret": secret_hash(lease.secret), "state": outcome.value, "result": result,
             "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
-            "h_note": history.encode_text(note),
+            "h_note": _NULL if note is None else history.encode_text(note),
         }
-        return binds, {**binds, "h_note": history.encode_text(_late(note))}
+        late = _LATE if note is None else history.encode_text(_late(note))
+        return binds, {**binds, "h_note": late}
 
     @staticmethod
     def extend_binds(namespace: str, lease: Lease, seconds: float,
@@ -588,6 +589,9 @@ class Store:
 
 def _late(note: str | None) -> str:
     return "late report" + (f": {note}" if note else "")
+
+
+_LATE = history.encode_text(_late(None))
 
 
 def _begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[str, Any]:

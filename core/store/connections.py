@@ -24,6 +24,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from time import monotonic
 from typing import Any, Literal, NoReturn
 
 from sqlalchemy import Engine, create_engine, event
@@ -93,28 +94,37 @@ class Connections:
     def driver(self) -> Any:
         """This thread's driver connection, opened from the engine once and kept."""
         local = self._local
-        conn = getattr(local, "conn", None)
-        if conn is None or local.pid != os.getpid():
-            if self._pid != os.getpid():
-                self._forget_parent()
-                local = self._local
+        try:  # the common case: this thread's connection, in this process
+            conn = local.conn
+            if conn is not None and local.pid == os.getpid():
+                return conn
+        except AttributeError:  # a thread's first call
+            pass
+        return self._open()
+
+    def _open(self) -> Any:
+        """Open this thread's connection (and, in a forked child, forget the parent's)."""
+        local = self._local
+        if self._pid != os.getpid():
+            self._forget_parent()
+            local = self._local
+        try:
+            proxied = self.engine.raw_connection()
+        except Exception as err:
+            raise StoreError(f"cannot reach the store at {safe_url(self.url)}: "
+                             f"{type(err).__name__}") from err
+        conn = proxied.driver_connection
+        proxied.detach()  # ours now: the pool neither counts nor resets it
+        local.conn, local.pid = conn, os.getpid()
+        local.sync = _FULL  # as the connect hook left it
+        self._adopt(conn)
+        if self.watch is not None:  # a new connection: was the store migrated meanwhile?
             try:
-                proxied = self.engine.raw_connection()
+                row = local.conn.execute(VERSION_SQL).fetchone()
             except Exception as err:
-                raise StoreError(f"cannot reach the store at {safe_url(self.url)}: "
-                                 f"{type(err).__name__}") from err
-            conn = proxied.driver_connection
-            proxied.detach()  # ours now: the pool neither counts nor resets it
-            local.conn, local.pid = conn, os.getpid()
-            local.sync = _FULL  # as the connect hook left it
-            self._adopt(conn)
-            if self.watch is not None:  # a new connection: was the store migrated meanwhile?
-                try:
-                    row = local.conn.execute(VERSION_SQL).fetchone()
-                except Exception as err:
-                    self.drop()
-                    raise store_error(err, writing=False) from err
-                self.watch.note(None if row is None else row[0])
+                self.drop()
+                raise store_error(err, writing=False) from err
+            self.watch.note(None if row is None else row[0])
         return conn
 
     def _adopt(self, conn: Any) -> None:
@@ -156,7 +166,8 @@ class Connections:
         """One statement in autocommit; ``sync`` (SQLite) is the durability of its commit, and
         marks it as a write."""
         conn = self.driver()
-        if sync is not None:
+        if sync is not None and (watch := self.watch) is not None and (
+                monotonic() >= watch.next_read):
             self._check_version(conn)
         try:
             if sync is not None and self.is_sqlite:

@@ -531,20 +531,23 @@ class VersionWatch:
     def __init__(self, where: str) -> None:
         self.where = where
         self.interval = RECHECK_SECONDS
-        self._next = time.monotonic() + self.interval
+        self.next_read = time.monotonic() + self.interval
 
     def due(self) -> bool:
         """True when the next write must read the version first."""
-        return time.monotonic() >= self._next
+        return time.monotonic() >= self.next_read
+
+    next_read: float
+    """The clock (``time.monotonic``) from which the next write reads the version first."""
 
     def note(self, value: object) -> bool:
         """Take the version just read (the ``value`` of its meta row, read when a connection
         opens or before a write); True when it is newer than this effectgate's, and then
         every write reads it again first until it is this one again."""
         if _version_of(value) > SCHEMA_VERSION:
-            self._next = 0.0
+            self.next_read = 0.0
             return True
-        self._next = time.monotonic() + self.interval
+        self.next_read = time.monotonic() + self.interval
         return False
 
     def seen(self, value: object) -> None:
