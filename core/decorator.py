@@ -430,15 +430,18 @@ def _binder(fn: Callable[..., Any], signature: inspect.Signature,
     if not simple:
         return slow
 
+    most, every = len(positional), len(names)
+
     def fast(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if len(args) > len(positional):
+        if len(args) > most:
             return slow(args, kwargs)
         values = dict(zip(positional, args, strict=False))
-        for name, value in kwargs.items():
-            if name in values or name not in known:
-                return slow(args, kwargs)
-            values[name] = value
-        if len(values) < len(names):
+        if kwargs:
+            for name, value in kwargs.items():
+                if name in values or name not in known:
+                    return slow(args, kwargs)
+                values[name] = value
+        if len(values) < every:
             for name in names:
                 if name not in values:
                     if name not in defaults:
