@@ -633,3 +633,18 @@ def test_policy_result_rules_apply_to_resolutions_and_reconcile_hooks(make_gate:
     again = gate.begin(effect_type="sms.hooked", key="sms:2", payload={})
     assert again.decision is eg.Decision.DUPLICATE
     assert again.result == {"to": "[redacted]", "sid": "S2"}
+
+
+def test_a_new_attempt_clears_the_vendors_reference_of_the_last(gate: eg.Gate) -> None:
+    # The reference names the attempt it was recorded for: a reconcile hook asking the vendor
+    # about the new attempt must not be handed the old attempt's task.
+    first = gate.begin(effect_type="t", key="ref:1", payload={})
+    gate.extend_lease(first, 30, vendor_ref="task-of-attempt-1")
+    assert gate.get("ref:1").vendor_ref == "task-of-attempt-1"
+    gate.report(first, "failed", error="refused before running")
+    assert gate.get("ref:1").vendor_ref == "task-of-attempt-1"  # a settled attempt keeps it
+    second = gate.begin(effect_type="t", key="ref:1", payload={})
+    assert second.decision is eg.Decision.EXECUTE and second.attempt == 2
+    assert gate.get("ref:1").vendor_ref is None
+    gate.extend_lease(second, 30, vendor_ref="task-of-attempt-2")
+    assert gate.get("ref:1").vendor_ref == "task-of-attempt-2"

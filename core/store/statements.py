@@ -187,7 +187,8 @@ class Statements:
         holder = by_key & (t.token == p("token")) & (t.lease_secret == p("lease_secret"))
         # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
         # one starting, or a governed refusal (PENDING_APPROVAL, DENIED). A new token (and, for
-        # an attempt, a new lease secret) each time; the vendor key is kept as it was.
+        # an attempt, a new lease secret) each time; the vendor key is kept as it was, and the
+        # vendor's reference (which names the attempt it was recorded for) is cleared.
         lazy["take"] = lambda: (
             effects.update()
             .where(cas & (t.state == p("expected_state")))
@@ -209,6 +210,7 @@ class Statements:
                 estimated_cost_micros=p("estimated_cost_micros"),
                 actual_cost_micros=null(),
                 vendor=p("vendor"),
+                vendor_ref=null(),
                 vendor_since=case((starts, func.coalesce(t.vendor_since, now)),
                                   else_=t.vendor_since),
                 actor=p("actor"),
