@@ -126,8 +126,8 @@ def test_workers_are_interchangeable_only_when_the_bound_treats_them_alike() -> 
                                begins=(1, 1, 1))).permutations()) == 6
 
 
-@pytest.mark.parametrize("config", [BOUNDS["replay"][0], _TWO["2 workers, approvals"]],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize("config", [BOUNDS["replay"][0], replace(
+    _TWO["2 workers, approvals"], begins=(1, 1), name="approvals, 1+1")], ids=lambda c: c.name)
 def test_the_reduced_exploration_visits_one_state_of_every_class(config: Config) -> None:
     """As many states as the full state space has classes (by key), and fewer than it."""
     model, sym = Model(config), Symmetry(config)

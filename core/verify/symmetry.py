@@ -198,18 +198,22 @@ class Symmetry:
         """The permutations that put each class's workers in order of signature."""
         workers = s.workers
         choices: list[list[tuple[int, ...]]] = []
+        moves = False
         for members in self.classes:
-            if len(members) == 2:  # the common case, quickly
-                a, b = members
-                sa, sb = _signature(workers[a]), _signature(workers[b])
-                choices.append([members] if sa < sb else [(b, a)] if sb < sa
-                               else [members, (b, a)])
+            sigs = [_signature(workers[i]) for i in members]
+            ranked = sorted(range(len(members)), key=sigs.__getitem__)
+            if all(sigs[a] != sigs[b] for a, b in itertools.pairwise(ranked)):  # no ties
+                order = tuple(members[r] for r in ranked)
+                moves = moves or order != members
+                choices.append([order])
                 continue
-            sig = {i: _signature(workers[i]) for i in members}
-            ranked = sorted(members, key=sig.__getitem__)
-            runs = [tuple(g) for _, g in itertools.groupby(ranked, key=sig.__getitem__)]
+            runs = [tuple(members[r] for r in g)
+                    for _, g in itertools.groupby(ranked, key=sigs.__getitem__)]
             choices.append([tuple(itertools.chain.from_iterable(p)) for p in
                             itertools.product(*(itertools.permutations(r) for r in runs))])
+            moves = True
+        if not moves:
+            return [self._identity]
         out = []
         for choice in itertools.product(*choices):
             perm = list(self._identity)
