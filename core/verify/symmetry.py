@@ -54,7 +54,6 @@ class _Renamer:
         self.perm = perm
         self.names: dict[str, str] = {}
         self._workers: dict[Any, Any] = {}
-        self._rows: dict[MRow, MRow] = {}
         for i, j in enumerate(perm):
             if i == j:
                 continue
@@ -115,13 +114,11 @@ class _Renamer:
         return got
 
     def row(self, r: MRow) -> MRow:
-        """A stored row, renamed (made once for each)."""
-        got = self._rows.get(r)
-        if got is None:
-            secret, approval = self.name(r.secret), self.name(r.approval_id)
-            got = self._rows[r] = r if secret is r.secret and approval is r.approval_id else (
-                r._replace(secret=secret, approval_id=approval))
-        return got
+        """A stored row, renamed."""
+        secret, approval = self.name(r.secret), self.name(r.approval_id)
+        if secret is r.secret and approval is r.approval_id:
+            return r
+        return r._replace(secret=secret, approval_id=approval)
 
     def state(self, s: ModelState) -> ModelState:
         """``s`` with the workers moved and renamed."""
