@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -147,23 +146,28 @@ def test_the_reduced_exploration_visits_one_state_of_every_class(config: Config)
     assert reduced.states * 2 >= len(seen)  # two workers: at most two states a class
 
 
-_MUTANTS = [("live-resolve", "2 workers, one namespace, an operator"),
-            ("grace", "2 workers, one namespace, lost replies"),
-            ("adopt-by-secret", "2 workers, one namespace, lost replies")]
+_THREE = BOUNDS["3-worker"][2]  # 3 workers, two effect types (two interchangeable)
+_MUTANTS = [("live-resolve", replace(_TWO["2 workers, one namespace, an operator"],
+                                     begins=(2, 2))),
+            ("grace", replace(_TWO["2 workers, one namespace, lost replies"], begins=(2, 2))),
+            ("adopt-by-secret", replace(_TWO["2 workers, one namespace, lost replies"],
+                                        begins=(2, 2))),
+            ("grace", _THREE), ("effect-type", _THREE)]
 
 
-@pytest.mark.parametrize(("name", "bound"), _MUTANTS, ids=[m for m, _ in _MUTANTS])
-def test_a_reverted_fix_is_found_as_soon_and_the_trace_replays(name: str, bound: str) -> None:
-    """With the workers made interchangeable, the reduced exploration finds the reverted
-    fix with a schedule as short as the full one, of real actions from the initial state."""
-    config = replace(_TWO[bound], begins=(2, 2))
+@pytest.mark.parametrize(("name", "config"), _MUTANTS,
+                         ids=[f"{m}, {len(c.workers)} workers" for m, c in _MUTANTS])
+def test_a_reverted_fix_is_found_as_soon_and_the_trace_replays(name: str,
+                                                               config: Config) -> None:
+    """With interchangeable workers, the reduced exploration finds the reverted fix with a
+    schedule as short as the full one, of real actions from the initial state."""
     assert interchangeable(config)
     with mutation(name):
         reduced, full = explore(config), explore(config, symmetry=False)
         assert reduced.violation is not None and full.violation is not None
         assert len(reduced.violation.actions) == len(full.violation.actions)
         assert reduced.states < full.states
-        replayed: Any = trace_of(config, reduced.violation.actions)
+        replayed = trace_of(config, reduced.violation.actions)
         assert replayed.violations == reduced.violation.violations
         assert run_schedule(config, reduced.violation.actions)
     assert run_schedule(config, reduced.violation.actions) == []

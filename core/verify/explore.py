@@ -1,6 +1,8 @@
 """Exhaustive exploration of the protocol model (:mod:`effectgate.verify.model`): every
 interleaving up to a bound, breadth first with state hashing (a state reached twice is explored
-once), so the first violation found comes with the shortest schedule that reaches it.
+once, and so is a state that differs from one reached only by a permutation of interchangeable
+workers: :mod:`effectgate.verify.symmetry`), so the first violation found comes with the
+shortest schedule that reaches it.
 
 Also: the bounds the suite and ``effectgate verify --exhaustive`` use, counter-examples as
 numbered steps and as a regression test, schedules (every one, or a seeded sample) for replay on
