@@ -1,6 +1,8 @@
 """Exhaustive exploration of the protocol model (:mod:`effectgate.verify.model`): every
 interleaving up to a bound, breadth first with state hashing (a state reached twice is explored
-once), so the first violation found comes with the shortest schedule that reaches it.
+once, and so is a state that differs from one reached only by a permutation of interchangeable
+workers: :mod:`effectgate.verify.symmetry`), so the first violation found comes with the
+shortest schedule that reaches it.
 
 Also: the bounds the suite and ``effectgate verify --exhaustive`` use, counter-examples as
 numbered steps and as a regression test, schedules (every one, or a seeded sample) for replay on
@@ -21,6 +23,7 @@ from unittest import mock
 from .. import decide
 from ..errors import ConfigError
 from .model import Action, Config, Model, ModelState, describe
+from .symmetry import Symmetry
 
 __all__ = [
     "BOUNDS",
@@ -114,41 +117,56 @@ class Exploration:
                 f"{self.seconds:.2f}s, {found}")
 
 
-def explore(config: Config, *, max_states: int | None = None) -> Exploration:
+def explore(config: Config, *, max_states: int | None = None,
+            symmetry: bool = True) -> Exploration:
     """Every state reachable within ``config``, breadth first; stops at the first violation
-    (found with a shortest schedule). ``max_states``: raise if the bound is larger."""
+    (found with a shortest schedule). ``max_states``: raise if the bound is larger.
+
+    ``symmetry``: states that differ only by a permutation of interchangeable workers
+    (:mod:`effectgate.verify.symmetry`) are explored once, from the first of them reached (so
+    ``states`` counts those classes, and a counter-example is a schedule of real actions from
+    the initial state, as short as without the reduction)."""
     model = Model(config)
+    key: Callable[[ModelState], Any] = Symmetry(config).key if symmetry else _same
     started = time.perf_counter()
     root = model.initial()
-    parent: dict[ModelState, tuple[ModelState, Action] | None] = {root: None}
-    queue = deque([root])
+    parent: dict[Any, tuple[Any, Action] | None] = {key(root): None}
+    queue = deque([(root, key(root))])
     transitions = 0
     while queue:
-        s = queue.popleft()
+        s, at = queue.popleft()
         ends = True  # a complete schedule ends here: nothing enabled changes the state
         for action in model.actions(s):
             step = model.transition(s, action)
             transitions += 1
             if step.violations:
-                path = [*_path(parent, s), action]
+                path = [*_path(parent, at), action]
                 return Exploration(config, len(parent), transitions,
                                    time.perf_counter() - started, _trace(config, path))
-            ends = ends and step.state == s
-            if step.state not in parent:
-                parent[step.state] = (s, action)
-                queue.append(step.state)
+            after = step.state
+            if after == s:
+                continue
+            ends = False
+            seen = key(after)
+            if seen not in parent:
+                parent[seen] = (at, action)
+                queue.append((after, seen))
                 if max_states is not None and len(parent) > max_states:
                     raise RuntimeError(f"{config.name}: more than {max_states} states")
         stuck = model.final(s) if ends else []
         if stuck:
-            trace = _trace(config, _path(parent, s))
+            trace = _trace(config, _path(parent, at))
             return Exploration(config, len(parent), transitions, time.perf_counter() - started,
                                Trace(config, trace.actions, trace.texts, tuple(stuck)))
     return Exploration(config, len(parent), transitions, time.perf_counter() - started, None)
 
 
-def _path(parent: dict[ModelState, tuple[ModelState, Action] | None],
-          s: ModelState) -> list[Action]:
+def _same(s: ModelState) -> ModelState:
+    return s
+
+
+def _path(parent: dict[Any, tuple[Any, Action] | None], s: Any) -> list[Action]:
+    """The actions from the root to ``s`` (a state, or a state's key in ``parent``)."""
     out: list[Action] = []
     link = parent[s]
     while link is not None:

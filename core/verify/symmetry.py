@@ -1,0 +1,231 @@
+"""Symmetry reduction for the exhaustive exploration (:mod:`effectgate.verify.explore`):
+workers the bound gives the same namespace, effect type, key, payload and number of begins are
+interchangeable, and two states that differ only by a permutation of such workers are one
+state to explore.
+
+A worker's index leaks into the state: its lease secrets are ``secret_hash("w<i>b<n>")``, its
+approval ids ``apr<i>.<n>.<k>`` (:meth:`effectgate.verify.model.Model._flow`), and a request on
+its way names its sender. A permutation therefore moves each worker's local state to its new
+index and renames, everywhere in the state (rows, approvals, the answers a worker's flow was
+given, leases, requests in transit), the secrets and approval ids of the workers it moves.
+
+The key of a state's class (:meth:`Symmetry.key`): the workers of each class put in order of
+a signature that holds no index (their phase, begins, calls...); the permutations that sort
+them, applied to the state, give one state (its key) or, when signatures tie, a few (their
+frozenset is the key). A permuted state sorts by the same permutations composed with its own,
+so every state of a class has the same key, and equal keys are states of one class.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ..request import secret_hash
+from ..store.rows import ApprovalRow, EffectHead, EffectRow, Moved
+from .model import LOST, Action, Config, ModelState
+from .model_rows import MRow
+
+__all__ = ["Symmetry", "interchangeable"]
+
+_ROWS, _WORKERS, _TRANSIT, _APPROVALS, _CONSUMED = (
+    ModelState._fields.index(f) for f in ("rows", "workers", "transit", "approvals", "consumed"))
+
+Perm = tuple[int, ...]
+"""A permutation of the workers: ``perm[i]`` is worker ``i``'s index after it."""
+
+
+def interchangeable(config: Config) -> tuple[tuple[int, ...], ...]:
+    """The classes of workers ``config`` makes interchangeable (each with two or more
+    workers): the same namespace, effect type, key, payload and number of begins."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, (ns, effect_type) in enumerate(config.workers):
+        begins = config.begins[i] if i < len(config.begins) else 1
+        ident = (ns, effect_type, config.key(i), repr(config.payload(i)), begins)
+        groups.setdefault(ident, []).append(i)
+    return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
+
+class _Renamer:
+    """One permutation's renaming of worker-specific names (lease secret hashes, approval
+    ids) and of worker indices."""
+
+    def __init__(self, config: Config, perm: Perm) -> None:
+        self.perm = perm
+        self.names: dict[str, str] = {}
+        self._workers: dict[Any, Any] = {}
+        for i, j in enumerate(perm):
+            if i == j:
+                continue
+            for n in range(config.begins[i] if i < len(config.begins) else 1):
+                self.names[secret_hash(f"w{i}b{n}")] = secret_hash(f"w{j}b{n}")
+
+    def name(self, x: str | None) -> str | None:
+        """``x`` renamed (a secret hash or an approval id of a moved worker)."""
+        return None if x is None else self.text(x)
+
+    def text(self, x: str) -> str:
+        """``x`` renamed (:meth:`name`)."""
+        got = self.names.get(x)
+        if got is not None:
+            return got
+        if x.startswith("apr"):
+            dot = x.find(".")
+            if dot > 3 and x[3:dot].isdigit() and int(x[3:dot]) < len(self.perm):
+                i = int(x[3:dot])
+                got = x if self.perm[i] == i else f"apr{self.perm[i]}{x[dot:]}"
+                self.names[x] = got
+                return got
+        return x
+
+    def head(self, h: EffectHead) -> EffectHead:
+        """A row as the store handed it up, renamed."""
+        secret, approval = self.name(h.lease_secret), self.name(h.approval_id)
+        if secret is h.lease_secret and approval is h.approval_id:
+            return h
+        return h._replace(lease_secret=secret, approval_id=approval)
+
+    def answer(self, a: Any) -> Any:
+        """One answer a worker's flow was given, renamed."""
+        if a is None or a is LOST or isinstance(a, str):
+            return a
+        if isinstance(a, EffectHead):
+            return self.head(a)
+        if isinstance(a, Moved):
+            return a if a.row is None else a._replace(row=self.head(a.row))
+        if isinstance(a, EffectRow):
+            return a._replace(lease_secret=self.name(a.lease_secret),
+                              approval_id=self.name(a.approval_id))
+        if isinstance(a, ApprovalRow):
+            return a._replace(id=self.text(a.id))
+        raise TypeError(f"the symmetry does not know how to rename an answer {a!r}")
+
+    def worker(self, w: Any) -> Any:
+        """A worker's local state, renamed (made once for each)."""
+        got = self._workers.get(w)
+        if got is None:
+            name, lease = self.name, w.lease
+            if lease is not None:
+                lease = (lease[0], name(lease[1]), lease[2], lease[3], lease[4])
+            got = self._workers[w] = w._replace(
+                row=None if w.row is None else self.head(w.row),
+                answers=tuple(self.answer(a) for a in w.answers), lease=lease,
+                consumed=name(w.consumed))
+        return got
+
+    def row(self, r: MRow) -> MRow:
+        """A stored row, renamed."""
+        secret, approval = self.name(r.secret), self.name(r.approval_id)
+        if secret is r.secret and approval is r.approval_id:
+            return r
+        return r._replace(secret=secret, approval_id=approval)
+
+    def state(self, s: ModelState) -> ModelState:
+        """``s`` with the workers moved and renamed."""
+        name, perm = self.name, self.perm
+        workers: list[Any] = list(s.workers)
+        for i, w in enumerate(s.workers):
+            workers[perm[i]] = self.worker(w)
+        fields = list(s)
+        fields[_WORKERS] = tuple(workers)
+        fields[_ROWS] = tuple(self.row(r) for r in s.rows)
+        if s.transit:
+            fields[_TRANSIT] = tuple((perm[e[0]], *e[1:]) for e in s.transit)
+        if s.approvals:
+            fields[_APPROVALS] = tuple(a._replace(id=self.text(a.id)) for a in s.approvals)
+        if s.consumed:
+            fields[_CONSUMED] = tuple((name(c[0]), *c[1:]) for c in s.consumed)
+        return ModelState._make(fields)
+
+    def action(self, action: Action) -> Action:
+        """``action`` done by the moved workers (the worker indices it names, renamed)."""
+        kind = action[0]
+        if kind in ("begin", "step", "send", "land", "report", "die", "guess"):
+            return (kind, self.perm[action[1]], *action[2:])
+        if kind == "borrow":
+            return (kind, self.perm[action[1]], self.perm[action[2]])
+        return action
+
+
+def _signature(w: Any) -> tuple[Any, ...]:
+    """What a worker's order within its class is decided on: nothing that names a worker."""
+    lease = w.lease
+    return (w.phase, w.begins, w.forged, w.call or "", w.reply or "", w.seen_token or 0,
+            w.calls, len(w.answers), (lease[0], lease[2]) if lease is not None else (0, 0))
+
+
+class Symmetry:
+    """The permutations of interchangeable workers of one :class:`Config`, and the key that
+    is the same for every state of a class (:meth:`key`)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.classes = interchangeable(config)
+        self._renamers: dict[Perm, _Renamer] = {}
+        self._identity: Perm = tuple(range(len(config.workers)))
+
+    def permutations(self) -> list[Perm]:
+        """Every permutation of the workers that moves only interchangeable ones (the
+        identity first)."""
+        out = []
+        for choice in itertools.product(*(itertools.permutations(c) for c in self.classes)):
+            perm = list(self._identity)
+            for members, image in zip(self.classes, choice, strict=True):
+                for i, j in zip(members, image, strict=True):
+                    perm[i] = j
+            out.append(tuple(perm))
+        return out
+
+    def renamer(self, perm: Perm) -> _Renamer:
+        """The renaming of ``perm`` (made once)."""
+        got = self._renamers.get(perm)
+        if got is None:
+            got = self._renamers[perm] = _Renamer(self.config, perm)
+        return got
+
+    def permute(self, s: ModelState, perm: Perm) -> ModelState:
+        """``s`` with worker ``i`` moved to ``perm[i]``, everything renamed."""
+        return s if perm == self._identity else self.renamer(perm).state(s)
+
+    def permute_action(self, action: Action, perm: Perm) -> Action:
+        """``action`` as the worker moved by ``perm`` does it."""
+        return action if perm == self._identity else self.renamer(perm).action(action)
+
+    def _sorting(self, s: ModelState) -> list[Perm]:
+        """The permutations that put each class's workers in order of signature."""
+        workers = s.workers
+        choices: list[list[tuple[int, ...]]] = []
+        moves = False
+        for members in self.classes:
+            sigs = [_signature(workers[i]) for i in members]
+            ranked = sorted(range(len(members)), key=sigs.__getitem__)
+            if all(sigs[a] != sigs[b] for a, b in itertools.pairwise(ranked)):  # no ties
+                order = tuple(members[r] for r in ranked)
+                moves = moves or order != members
+                choices.append([order])
+                continue
+            runs = [tuple(members[r] for r in g)
+                    for _, g in itertools.groupby(ranked, key=sigs.__getitem__)]
+            choices.append([tuple(itertools.chain.from_iterable(p)) for p in
+                            itertools.product(*(itertools.permutations(r) for r in runs))])
+            moves = True
+        if not moves:
+            return [self._identity]
+        out = []
+        for choice in itertools.product(*choices):
+            perm = list(self._identity)
+            for members, order in zip(self.classes, choice, strict=True):
+                for position, i in zip(members, order, strict=True):
+                    perm[i] = position
+            out.append(tuple(perm))
+        return out
+
+    def key(self, s: ModelState) -> Any:
+        """The same for every state that is ``s`` up to a permutation of interchangeable
+        workers, and for no other: ``s`` sorted (or the frozenset of its sortings)."""
+        if not self.classes:
+            return s
+        perms = self._sorting(s)
+        if len(perms) == 1:
+            return self.permute(s, perms[0])
+        return frozenset(self.permute(s, p) for p in perms)
