@@ -98,7 +98,7 @@ def test_every_interleaving_of_the_two_worker_bound_keeps_every_invariant(
 
 
 @pytest.mark.parametrize("config", _by_config(c for c in BOUNDS["2-worker"]
-                                             if c.approval or c.budget))
+                                             if c.policy_rule()))
 def test_the_governed_bounds_in_the_postgres_shape_keep_every_invariant(
         config: Config, record_property: Any) -> None:
     """On Postgres a governed begin's first store call is one move that reads first, then

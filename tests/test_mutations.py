@@ -63,6 +63,8 @@ FORGER = _bound("2 workers, a forger", forgery=True)
 NAMESPACES = _bound("2 workers, two namespaces, a forger",
                     workers=[["a", "refund"], ["b", "refund"]], forgery=True)
 UNSURE = _bound("2 workers, a holder unsure of its outcome", unsure=True)
+DENY = _bound("2 workers, a type the policy denies", begins=[2, 1], deny=True)
+BLOCK = _bound("2 workers, on_ambiguous block, an operator", hook=True, ops=1, block=True)
 # For the replay (every schedule replayed costs real store calls): the same bounds without the
 # clock where the rule needs none, and a lapse that may be reconciled at once.
 HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
@@ -134,6 +136,12 @@ MUTATIONS = [
              "    if False:", [DENIALS]),
     Mutation("a lapsed lease is taken over without AMBIGUOUS", "decide.py",
              "        return LAPSE\n", "        return _govern(req, row, None)\n", [REPLAY]),
+    Mutation("a type the policy denies executes", "decide.py",
+             "    if gov.deny:\n        return Move(State.DENIED",
+             "    if False:\n        return Move(State.DENIED", [DENY]),
+    Mutation("the reconcile hook asked although on_ambiguous is block", "decide.py",
+             'if not reconcilable or (gov is not None and gov.on_ambiguous == "block"):',
+             "if not reconcilable:", [BLOCK]),
     # -- flow.py -----------------------------------------------------------------------------
     Mutation("the memo ignores the payload hash", "flow.py",
              "if hit is None or hit.payload_hash != req.payload_hash or (",

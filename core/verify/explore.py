@@ -61,6 +61,10 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
                prune=False, name="2 workers, a holder unsure of its outcome"),
         Config(workers=_TWO, begins=(2, 1), faults=0, ops=0, max_attempts=2, hook=False,
                forgery=False, prune=False, ticks=3, name="2 workers, max_attempts reached"),
+        Config(workers=_TWO, begins=(2, 1), faults=1, ops=1, deny=True, forgery=False,
+               name="2 workers, a type the policy denies"),
+        Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, block=True, forgery=False,
+               prune=False, name="2 workers, on_ambiguous block"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,

@@ -112,6 +112,13 @@ class Config:
     :data:`COST`."""
     """A policy asks a human to approve every effect of the first worker's type (the operator
     approves or denies)."""
+    deny: bool = False
+    """The policy denies the first worker's type: every begin of it answers DENIED, never
+    EXECUTE (nothing of that type reaches the vendor)."""
+    block: bool = False
+    """The first worker's type has ``on_ambiguous = "block"``: the reconcile hook is never
+    called for it, and an AMBIGUOUS effect of it moves only by an operator's resolve (or the
+    lapsed holder's late report)."""
     name: str = ""
     keys: tuple[str, ...] = ()
     """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
@@ -164,7 +171,15 @@ class Config:
             rule["approval"] = "always"
         if self.budget:
             rule["budget"] = {"per_effect_type_micros": LIMIT}
+        if self.deny:
+            rule["deny"] = True
+        if self.block:
+            rule["on_ambiguous"] = "block"
         return rule
+
+    def governed(self, worker: int) -> bool:
+        """Whether the policy governs worker ``worker``'s type (the first worker's)."""
+        return bool(self.policy_rule()) and self.workers[worker][1] == self.workers[0][1]
 
     def as_source(self) -> str:
         """This config as Python source."""
@@ -503,8 +518,18 @@ class Model:
             s, answer, text = s._replace(faults=s.faults - 1), LOST, f"{text} (reply lost)"
         run = self._run(i, w.begins, (*w.answers, answer), verdict)
         w = w._replace(answers=run.answers, consumed=done.consumed or w.consumed)
+        found: tuple[str, ...] = ()
         if run.hooked:
             text = f"{text}; the hook answers {verdict}"
+            if self.config.block and self.config.governed(i):
+                found = (f"NO HOOK WHEN BLOCKED: worker {i}'s begin called the reconcile hook "
+                         f"for {self.requests[i].effect_type}, whose policy blocks on "
+                         "AMBIGUOUS",)
+        step = self._stepped(s, i, w, run, text)
+        return step._replace(violations=step.violations + found) if found else step
+
+    def _stepped(self, s: ModelState, i: int, w: Worker, run: _Run, text: str) -> Step:
+        """Worker ``i``'s flow after a store call: it answered, failed, or waits again."""
         if run.kind == "done":
             return self._finish(s, i, w, run.value, text)
         if run.kind == "error":
@@ -537,6 +562,9 @@ class Model:
                          f"{kind.value} for an effect of {d.namespace}/{d.effect_type}"
                          + ("" if d.payload_hash == req.payload_hash
                             else " with another payload"))
+        if self.config.deny and self.config.governed(i) and kind is not Decision.DENIED:
+            found.append(f"POLICY DENY: worker {i}'s begin of {req.effect_type}, which the "
+                         f"policy denies, answered {kind.value}")
         if kind is Decision.EXECUTE:
             found += self._check_grant(s, i, d)
             consumed = w.consumed
@@ -812,7 +840,8 @@ class Model:
             prev = old.get((row.namespace, row.key))
             if prev is None or prev.state is not State.AMBIGUOUS or row.state is State.AMBIGUOUS:
                 continue
-            ok = (action[0] == "resolve" or (row.actor == "reconcile")
+            blocked = self.config.block and row.effect_type == self.config.workers[0][1]
+            ok = (action[0] == "resolve" or (row.actor == "reconcile" and not blocked)
                   or (action[0] == "report" and row.actor == "late"))
             if not ok:
                 found.append(f"AMBIGUOUS MOVES ONLY BY RESOLVE, RECONCILE OR A LATE REPORT: "
@@ -862,7 +891,8 @@ class Model:
         if answer == ("error", "StoreError") and not action[2] and LOST not in w.answers:
             return [f"LIVENESS: worker {i}'s begin gave up (StoreError) with no reply lost"]
         row = self.row_of(after, i)
-        if answer[:1] == ("blocked",) and c.hook and row is not None and (
+        if answer[:1] == ("blocked",) and c.hook and not (c.block and c.governed(i)) and (
+                row is not None) and (
                 row.state is State.AMBIGUOUS) and "the hook answers" not in step.text and (
                 row.lease is None or row.lease + c.grace_ticks <= after.now):
             return [f"RECONCILE WHEN DUE: worker {i} was answered BLOCKED on {row.namespace}/"
