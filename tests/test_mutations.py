@@ -65,6 +65,8 @@ NAMESPACES = _bound("2 workers, two namespaces, a forger",
 UNSURE = _bound("2 workers, a holder unsure of its outcome", unsure=True)
 DENY = _bound("2 workers, a type the policy denies", begins=[2, 1], deny=True)
 BLOCK = _bound("2 workers, on_ambiguous block, an operator", hook=True, ops=1, block=True)
+SELF = _bound("2 workers on two agents, a requester approving its own request",
+              agents=["bot0", "bot1"], ops=1, approval=True, self_approve=True)
 # For the replay (every schedule replayed costs real store calls): the same bounds without the
 # clock where the rule needs none, and a lapse that may be reconciled at once.
 HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
@@ -142,6 +144,9 @@ MUTATIONS = [
     Mutation("the reconcile hook asked although on_ambiguous is block", "decide.py",
              'if not reconcilable or (gov is not None and gov.on_ambiguous == "block"):',
              "if not reconcilable:", [BLOCK]),
+    Mutation("a requester approves its own request", "decide.py",
+             "    if approving and not approval.allow_self_approval and same_principal(",
+             "    if False and same_principal(", [SELF]),
     # -- flow.py -----------------------------------------------------------------------------
     Mutation("the memo ignores the payload hash", "flow.py",
              "if hit is None or hit.payload_hash != req.payload_hash or (",

@@ -65,6 +65,12 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
                name="2 workers, a type the policy denies"),
         Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, block=True, forgery=False,
                prune=False, name="2 workers, on_ambiguous block"),
+        Config(workers=_TWO, agents=("bot0", "bot1"), begins=(2, 1), faults=0, ops=1,
+               approval=True, self_approve=True, forgery=False, prune=False,
+               name="2 workers on two agents, a requester approving its own request"),
+        Config(workers=_TWO, agents=("bot0", "bot1"), begins=(2, 1), faults=0, ops=1,
+               approval=True, self_approve=True, allow_self_approval=True, forgery=False,
+               prune=False, name="2 workers on two agents, self-approval allowed"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,

@@ -119,6 +119,15 @@ class Config:
     """The first worker's type has ``on_ambiguous = "block"``: the reconcile hook is never
     called for it, and an AMBIGUOUS effect of it moves only by an operator's resolve (or the
     lapsed holder's late report)."""
+    agents: tuple[str, ...] = ()
+    """Each worker's agent id (default none: an unattributed request); workers on one agent
+    share its per-agent ceiling (:attr:`agent_budget`)."""
+    self_approve: bool = False
+    """The operator actions include the requester approving its own pending request (the real
+    :func:`effectgate.decide.check_approval` with the requester as approver, as
+    :meth:`effectgate.Gate.approve` does): refused unless :attr:`allow_self_approval`."""
+    allow_self_approval: bool = False
+    """The approval rule lets a requester approve its own request."""
     name: str = ""
     keys: tuple[str, ...] = ()
     """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
@@ -153,7 +162,11 @@ class Config:
         payload = self.payload(worker)
         return Request(ns, self.key(worker), effect_type, payload_hash(payload), VENDOR,
                        self.max_attempts, self.lease_ticks - 0.5, float(self.grace_ticks),
-                       None, None, None, None, None, cost, gov, payload)
+                       None, self.agent(worker), None, None, None, cost, gov, payload)
+
+    def agent(self, worker: int) -> str | None:
+        """Worker ``worker``'s agent id (None: unattributed)."""
+        return self.agents[worker] if worker < len(self.agents) else None
 
     def key(self, worker: int) -> str:
         """Worker ``worker``'s effect key."""
@@ -168,7 +181,8 @@ class Config:
         """The policy rule of the first worker's type (empty: no policy)."""
         rule: dict[str, Any] = {}
         if self.approval:
-            rule["approval"] = "always"
+            rule["approval"] = {"always": True, "allow_self_approval": True} if (
+                self.allow_self_approval) else "always"
         if self.budget:
             rule["budget"] = {"per_effect_type_micros": LIMIT}
         if self.deny:
@@ -292,6 +306,8 @@ def describe(action: Action, config: Config) -> str:
                 + (" (its reply is lost)" if action[3] else ""))
     if kind == "prune":
         return "operator prunes settled effects"
+    if kind == "self_approve":
+        return "the requester approves its own pending request"
     if kind in ("approve", "deny"):
         return f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
     w = action[1]
@@ -402,6 +418,8 @@ class Model:
             if any(a.state is ApprovalState.PENDING and a.namespace == c.workers[0][0]
                    for a in s.approvals):
                 out += [("approve",), ("deny",)]
+                if c.self_approve and self._pending(s).requested_by is not None:
+                    out.append(("self_approve",))
         if s.now < c.ticks and not self._transit_due(s):
             out.append(("tick",))
         return out
@@ -757,6 +775,23 @@ class Model:
         s = s._replace(ops=s.ops - 1, approvals=put_approval(s.approvals, a._replace(
             state=ApprovalState.APPROVED)))
         return Step(s, f"approved {a.id}", (), "approved")
+
+    def _do_self_approve(self, s: ModelState) -> Step:
+        """The requester approves its own request through the real check (as the gate's
+        ``approve`` does); refused (nothing written) where the policy forbids it."""
+        a = self._pending(s)
+        by = a.requested_by
+        assert by is not None
+        try:
+            decide.check_approval(self.approval_row(a, float(s.now)), a.id, by, approving=True)
+        except InvalidTransition:
+            return Step(s, f"refused: {by} cannot approve its own request {a.id}", (), "refused")
+        found = () if a.allow_self else (
+            f"NO SELF-APPROVAL: {by} approved its own request {a.id}, which the policy "
+            "forbids",)
+        s = s._replace(ops=s.ops - 1, approvals=put_approval(s.approvals, a._replace(
+            state=ApprovalState.APPROVED, decided_by=by)))
+        return Step(s, f"{by} approved its own request {a.id}", found, "approved")
 
     def _do_deny(self, s: ModelState) -> Step:
         a = self._pending(s)

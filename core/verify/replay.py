@@ -232,7 +232,8 @@ class _Run:
                              max_attempts=config.max_attempts, reconcile_grace_seconds=grace)
             self.requests.append(gate.request(
                 effect_type=kind, key=config.key(i), payload=config.payload(i),
-                estimated_cost_micros=COST if config.budget else None))
+                estimated_cost_micros=COST if config.budget else None,
+                agent_id=config.agent(i)))
         self.runners: dict[int, _Runner] = {}
         self.leases: dict[int, Lease | BeginDecision] = {}
         self.grants: set[tuple[str, str, int]] = set()
@@ -411,6 +412,23 @@ class _Run:
         return None
 
     _deny = _approve
+
+    def _self_approve(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        gate = self.gates[self.config.workers[0][0]]
+        want = self.model._pending(before)
+        pending = [a for a in gate.list_approvals("pending") if a.key == want.key]
+        if len(pending) != 1:
+            return f"the store has {len(pending)} pending approvals of {want.key}, the model one"
+        if pending[0].requested_by != want.requested_by:
+            return (f"the store's request was made by {pending[0].requested_by}, the model's "
+                    f"by {want.requested_by}")
+        try:
+            gate.approve(pending[0].approval_id, by=want.requested_by or "")
+            got = "approved"
+        except InvalidTransition:
+            got = "refused"
+        return None if got == expected.answer else (
+            f"the model's self-approval was {expected.answer}, the real gate's {got}")
 
     def _prune(self, action: Action, before: ModelState, expected: Any) -> str | None:
         gate = self.gates[self.config.workers[0][0]]
