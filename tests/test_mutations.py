@@ -67,6 +67,11 @@ DENY = _bound("2 workers, a type the policy denies", begins=[2, 1], deny=True)
 BLOCK = _bound("2 workers, on_ambiguous block, an operator", hook=True, ops=1, block=True)
 SELF = _bound("2 workers on two agents, a requester approving its own request",
               agents=["bot0", "bot1"], ops=1, approval=True, self_approve=True)
+AGENT = _bound("2 workers, two keys, one agent under a per-agent ceiling", keys=["k", "j"],
+               agents=["bot", "bot"], budget=True, budget_scopes=["agent"])
+RUN = _bound("2 workers on two agents, one run under a per-run ceiling", keys=["k", "j"],
+             agents=["bot0", "bot1"], runs=["r", "r"], budget=True,
+             budget_scopes=["run", "agent"])
 # For the replay (every schedule replayed costs real store calls): the same bounds without the
 # clock where the rule needs none, and a lapse that may be reconciled at once.
 HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
@@ -147,6 +152,14 @@ MUTATIONS = [
     Mutation("a requester approves its own request", "decide.py",
              "    if approving and not approval.allow_self_approval and same_principal(",
              "    if False and same_principal(", [SELF]),
+    # -- governance.py -----------------------------------------------------------------------
+    Mutation("a per-agent ceiling charges nothing", "governance.py",
+             '                out.append(Charge(f"{pattern}|agent|{agent_id}", False, limit, '
+             'label))', "                pass", [AGENT]),
+    Mutation("a per-run ceiling counts each agent apart", "governance.py",
+             'out.append(Charge(f"{pattern}|run|{run_id}", False, limit, label))',
+             'out.append(Charge(f"{pattern}|run|{run_id}|{agent_id}", False, limit, label))',
+             [RUN]),
     # -- flow.py -----------------------------------------------------------------------------
     Mutation("the memo ignores the payload hash", "flow.py",
              "if hit is None or hit.payload_hash != req.payload_hash or (",

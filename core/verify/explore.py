@@ -71,6 +71,13 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
         Config(workers=_TWO, agents=("bot0", "bot1"), begins=(2, 1), faults=0, ops=1,
                approval=True, self_approve=True, allow_self_approval=True, forgery=False,
                prune=False, name="2 workers on two agents, self-approval allowed"),
+        Config(workers=_TWO, keys=("k", "j"), agents=("bot", "bot"), begins=(1, 1), faults=1,
+               ops=1, budget=True, budget_scopes=("agent",), forgery=False, prune=False,
+               name="2 workers, two keys, one agent under a per-agent ceiling"),
+        Config(workers=_TWO, keys=("k", "j"), agents=("bot0", "bot1"), runs=("r", "r"),
+               begins=(2, 1), faults=0, ops=2, approval=True, budget=True,
+               budget_scopes=("run", "agent"), forgery=False, prune=False,
+               name="2 workers on two agents, one run, per-run and per-agent ceilings"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,

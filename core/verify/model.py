@@ -122,6 +122,12 @@ class Config:
     agents: tuple[str, ...] = ()
     """Each worker's agent id (default none: an unattributed request); workers on one agent
     share its per-agent ceiling (:attr:`agent_budget`)."""
+    runs: tuple[str, ...] = ()
+    """Each worker's run id (default none); workers on one run share its per-run ceiling."""
+    budget_scopes: tuple[str, ...] = ("effect_type",)
+    """With :attr:`budget`: the scopes of the ceiling (each at :data:`LIMIT`): any of
+    ``effect_type``, ``agent``, ``run`` (a run or agent ceiling counts only the workers that
+    carry that id)."""
     self_approve: bool = False
     """The operator actions include the requester approving its own pending request (the real
     :func:`effectgate.decide.check_approval` with the requester as approver, as
@@ -162,7 +168,12 @@ class Config:
         payload = self.payload(worker)
         return Request(ns, self.key(worker), effect_type, payload_hash(payload), VENDOR,
                        self.max_attempts, self.lease_ticks - 0.5, float(self.grace_ticks),
-                       None, self.agent(worker), None, None, None, cost, gov, payload)
+                       self.run(worker), self.agent(worker), None, None, None, cost, gov,
+                       payload)
+
+    def run(self, worker: int) -> str | None:
+        """Worker ``worker``'s run id (None: none)."""
+        return self.runs[worker] if worker < len(self.runs) else None
 
     def agent(self, worker: int) -> str | None:
         """Worker ``worker``'s agent id (None: unattributed)."""
@@ -184,7 +195,7 @@ class Config:
             rule["approval"] = {"always": True, "allow_self_approval": True} if (
                 self.allow_self_approval) else "always"
         if self.budget:
-            rule["budget"] = {"per_effect_type_micros": LIMIT}
+            rule["budget"] = {f"per_{scope}_micros": LIMIT for scope in self.budget_scopes}
         if self.deny:
             rule["deny"] = True
         if self.block:
@@ -622,8 +633,8 @@ class Model:
         for j, v in enumerate(s.workers):
             if j == i or v.lease is None or v.phase not in ("held", "sent", "replied"):
                 continue
-            if self.config.workers[j][0] != d.namespace:
-                continue
+            if self.config.workers[j][0] != d.namespace or self.config.key(j) != d.key:
+                continue  # another effect
             end = v.lease[4]
             if end is not None and end >= s.now:
                 found.append(f"EXCLUSIVE: worker {i} granted EXECUTE on {d.namespace}/"
@@ -973,9 +984,30 @@ class Model:
                 if spend.get(at, 0) != old.get(at) and spend.get(at, 0) > LIMIT:
                     found.append(f"SPEND WITHIN CEILINGS: {where} executed with {scope} at "
                                  f"{spend[(row.namespace, scope)]} (ceiling {LIMIT})")
+        if governed and c.budget and s.spend != before.spend:
+            found += self._shared_ceilings(s, i)
         if governed and c.approval and not any(
                 u[0] == row.approval_id for u in s.consumed):
             found.append(f"APPROVAL REQUIRED: {where} executed without consuming an approval")
+        return found
+
+    def _shared_ceilings(self, s: ModelState, i: int) -> list[str]:
+        """When worker ``i``'s EXECUTE was charged: what the effects of every worker sharing
+        its agent (or run) hold, this one's included, is within that agent's (run's) ceiling
+        — counted from the rows, not from the counters the store keeps."""
+        c, found = self.config, []
+        held_states = (State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED)
+        for scope, who in (("agent", c.agent), ("run", c.run)):
+            me = who(i)
+            if scope not in c.budget_scopes or me is None:
+                continue
+            keys = {(c.workers[j][0], c.key(j)) for j in range(len(c.workers))
+                    if who(j) == me and c.governed(j)}
+            held = sum(r.estimated or 0 for r in s.rows
+                       if (r.namespace, r.key) in keys and r.state in held_states)
+            if held > LIMIT:
+                found.append(f"SPEND WITHIN CEILINGS: {scope} {me}'s effects hold {held} "
+                             f"(its ceiling {LIMIT}) once worker {i} executed")
         return found
 
     def _memo_answer(self, s: ModelState, i: int) -> Step | None:

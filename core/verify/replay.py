@@ -233,7 +233,7 @@ class _Run:
             self.requests.append(gate.request(
                 effect_type=kind, key=config.key(i), payload=config.payload(i),
                 estimated_cost_micros=COST if config.budget else None,
-                agent_id=config.agent(i)))
+                agent_id=config.agent(i), run_id=config.run(i)))
         self.runners: dict[int, _Runner] = {}
         self.leases: dict[int, Lease | BeginDecision] = {}
         self.grants: set[tuple[str, str, int]] = set()
