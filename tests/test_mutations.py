@@ -72,6 +72,8 @@ AGENT = _bound("2 workers, two keys, one agent under a per-agent ceiling", keys=
 RUN = _bound("2 workers on two agents, one run under a per-run ceiling", keys=["k", "j"],
              agents=["bot0", "bot1"], runs=["r", "r"], budget=True,
              budget_scopes=["run", "agent"])
+REPEATS = _bound("2 workers, approvals, the operator's lost replies repeated", faults=1,
+                 ops=2, approval=True, lost_ops=True, prune=True)
 # For the replay (every schedule replayed costs real store calls): the same bounds without the
 # clock where the rule needs none, and a lapse that may be reconciled at once.
 HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
@@ -152,6 +154,9 @@ MUTATIONS = [
     Mutation("a requester approves its own request", "decide.py",
              "    if approving and not approval.allow_self_approval and same_principal(",
              "    if False and same_principal(", [SELF]),
+    Mutation("a decided approval request is decided again", "decide.py",
+             "    if status is not ApprovalState.PENDING:\n        raise InvalidTransition(",
+             "    if False:\n        raise InvalidTransition(", [REPEATS]),
     # -- governance.py -----------------------------------------------------------------------
     Mutation("a per-agent ceiling charges nothing", "governance.py",
              '                out.append(Charge(f"{pattern}|agent|{agent_id}", False, limit, '

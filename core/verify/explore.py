@@ -78,6 +78,9 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
                begins=(2, 1), faults=0, ops=2, approval=True, budget=True,
                budget_scopes=("run", "agent"), forgery=False, prune=False,
                name="2 workers on two agents, one run, per-run and per-agent ceilings"),
+        Config(workers=_TWO, begins=(1, 1), faults=1, ops=2, approval=True, lost_ops=True,
+               forgery=False, prune=True, name="2 workers, approvals, the operator's lost "
+               "replies repeated"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,

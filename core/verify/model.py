@@ -37,7 +37,7 @@ from typing import Any, NamedTuple, cast
 from .. import decide
 from .. import flow as flows
 from .._commands import CallHook, Command, Tell
-from ..errors import EffectGateError, InvalidTransition, StoreError
+from ..errors import EffectGateError, InvalidTransition, StoreError, UnknownEffect
 from ..flow import Flow, Parts
 from ..memo import CommittedMemo
 from ..payload import payload_hash
@@ -134,6 +134,11 @@ class Config:
     :meth:`effectgate.Gate.approve` does): refused unless :attr:`allow_self_approval`."""
     allow_self_approval: bool = False
     """The approval rule lets a requester approve its own request."""
+    lost_ops: bool = False
+    """The operator's approve, deny and prune may lose their reply (each spends a fault): the
+    write happened, the operator sees an error, and may repeat the action once
+    (``("again",)``): a repeated approve or deny is refused (the request is no longer
+    pending), a repeated prune counts what is left to prune."""
     name: str = ""
     keys: tuple[str, ...] = ()
     """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
@@ -292,6 +297,9 @@ class ModelState(NamedTuple):
     spend: tuple[tuple[str, str, int], ...] = ()
     """Spend counters: (namespace, scope key, micros)."""
     memo: tuple[tuple[str, str, str, str, int, int, int, str | None], ...] = ()
+    repeat: tuple[str, ...] = ()
+    """An operator action whose reply was lost, that the operator may repeat: (kind, approval
+    id) or ("prune", "")."""
     """Each namespace gate's COMMITTED memo: (namespace, key, payload hash, effect type,
     effect id, attempt, token, result)."""
 
@@ -315,12 +323,16 @@ def describe(action: Action, config: Config) -> str:
     if kind == "resolve":
         return (f"operator resolves {action[1]}" + (" with force" if action[2] else "")
                 + (" (its reply is lost)" if action[3] else ""))
-    if kind == "prune":
-        return "operator prunes settled effects"
     if kind == "self_approve":
         return "the requester approves its own pending request"
+    lost = " (its reply is lost)" if action[1:] == (True,) else ""
+    if kind == "prune":
+        return "operator prunes settled effects" + lost
     if kind in ("approve", "deny"):
-        return f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
+        return (f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
+                + lost)
+    if kind == "again":
+        return "operator repeats the action whose reply was lost"
     w = action[1]
     ns, et = config.workers[w]
     who = f"worker {w} ({ns}/{et})"
@@ -426,11 +438,17 @@ class Model:
                     row.pruned is None
                 ):
                     out.append(("prune",))
+                    if c.lost_ops and s.faults:
+                        out.append(("prune", True))
             if any(a.state is ApprovalState.PENDING and a.namespace == c.workers[0][0]
                    for a in s.approvals):
                 out += [("approve",), ("deny",)]
+                if c.lost_ops and s.faults:
+                    out += [("approve", True), ("deny", True)]
                 if c.self_approve and self._pending(s).requested_by is not None:
                     out.append(("self_approve",))
+        if s.repeat:
+            out.append(("again",))
         if s.now < c.ticks and not self._transit_due(s):
             out.append(("tick",))
         return out
@@ -779,13 +797,35 @@ class Model:
         return next(a for a in s.approvals if a.namespace == ns
                     and a.state is ApprovalState.PENDING)
 
-    def _do_approve(self, s: ModelState) -> Step:
+    def _do_approve(self, s: ModelState, lost: bool = False) -> Step:
         a = self._pending(s)
         decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
                               approving=True)
         s = s._replace(ops=s.ops - 1, approvals=put_approval(s.approvals, a._replace(
-            state=ApprovalState.APPROVED)))
+            state=ApprovalState.APPROVED, decided_by="operator")))
+        if lost:
+            return Step(_lose(s, "approve", a.id), f"approved {a.id} (reply lost)", (), "lost")
         return Step(s, f"approved {a.id}", (), "approved")
+
+    def _do_again(self, s: ModelState) -> Step:
+        """The operator repeats the action whose reply it lost: through the real check, a
+        decided request is refused (nothing written); a prune prunes what is left."""
+        kind, ref = s.repeat
+        s = s._replace(repeat=())
+        if kind == "prune":
+            step = self._do_prune(s._replace(ops=s.ops + 1))
+            return step._replace(text=f"again: {step.text}")
+        a = next((x for x in s.approvals if x.id == ref), None)
+        try:
+            decide.check_approval(None if a is None else self.approval_row(a, float(s.now)),
+                                  ref, "operator", approving=kind == "approve")
+        except (InvalidTransition, UnknownEffect):
+            return Step(s, f"again: refused ({ref} is "
+                        f"{'pruned' if a is None else a.state.value})", (), "refused")
+        assert a is not None
+        return Step(s, f"again: {kind} of {a.id} accepted", (
+            f"A DECISION IS MADE ONCE: the operator's repeated {kind} of {a.id} was accepted "
+            f"although it is {a.state.value}",), "accepted")
 
     def _do_self_approve(self, s: ModelState) -> Step:
         """The requester approves its own request through the real check (as the gate's
@@ -804,7 +844,7 @@ class Model:
             state=ApprovalState.APPROVED, decided_by=by)))
         return Step(s, f"{by} approved its own request {a.id}", found, "approved")
 
-    def _do_deny(self, s: ModelState) -> Step:
+    def _do_deny(self, s: ModelState, lost: bool = False) -> Step:
         a = self._pending(s)
         decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
                               approving=False)
@@ -816,22 +856,30 @@ class Model:
                                reason=f"{decide.APPROVER_DENIED} by operator", actor="operator",
                                pruned=None, result=None)
             s = s._replace(rows=put(s.rows, row))
+        if lost:
+            return Step(_lose(s, "deny", a.id), f"denied {a.id} (reply lost)", (), "lost")
         return Step(s, f"denied {a.id}", (), "denied")
 
     def approval_row(self, a: MApproval, now: float) -> ApprovalRow:
         """An approval as the store hands it up."""
         return approval_row(a, now)
 
-    def _do_prune(self, s: ModelState) -> Step:
+    def _do_prune(self, s: ModelState, lost: bool = False) -> Step:
         ns = self.config.workers[0][0]
         settled = (State.COMMITTED, State.FAILED, State.DENIED)
         rows = tuple(r._replace(result=None, pruned=float(s.now)) if (
             r.namespace == ns and r.state in settled and r.pruned is None) else r
             for r in s.rows)
         count = sum(a != b for a, b in zip(rows, s.rows, strict=True))
-        memo = tuple(m for m in s.memo if m[0] != ns)  # the gate forgets its memo
-        return Step(s._replace(rows=rows, ops=s.ops - 1, memo=memo), f"pruned {count}", (),
-                    count)
+        # The gate forgets its memo once the store answered (a lost reply: it keeps it).
+        memo = s.memo if lost else tuple(m for m in s.memo if m[0] != ns)
+        gone = {r.id for r in rows if r.namespace == ns and r.pruned is not None}
+        approvals = tuple(a for a in s.approvals if a.namespace != ns or (
+            a.effect_id not in gone))  # the approval requests of pruned effects are dropped
+        s = s._replace(rows=rows, ops=s.ops - 1, memo=memo, approvals=approvals)
+        if lost:
+            return Step(_lose(s, "prune", ""), f"pruned {count} (reply lost)", (), "lost")
+        return Step(s, f"pruned {count}", (), count)
 
     # -- invariants --------------------------------------------------------------------------
 
@@ -1070,6 +1118,12 @@ def _remember(s: ModelState, row: MRow, token: int, attempt: int,
              result)
     kept = [m for m in s.memo if (m[0], m[1]) != (row.namespace, row.key)]
     return s._replace(memo=tuple(sorted((*kept, entry), key=lambda m: (m[0], m[1]))))
+
+
+def _lose(s: ModelState, kind: str, ref: str) -> ModelState:
+    """``s`` after an operator's ``kind`` lost its reply: a fault spent, the action
+    repeatable."""
+    return s._replace(faults=s.faults - 1, repeat=(kind, ref))
 
 
 def _written(text: str) -> str:
