@@ -74,6 +74,7 @@ RUN = _bound("2 workers on two agents, one run under a per-run ceiling", keys=["
              budget_scopes=["run", "agent"])
 REPEATS = _bound("2 workers, approvals, the operator's lost replies repeated", faults=1,
                  ops=2, approval=True, lost_ops=True, prune=True)
+RAISES = _bound("2 workers, a reconcile hook that raises", hook=True, hook_fails=True)
 # For the replay (every schedule replayed costs real store calls): the same bounds without the
 # clock where the rule needs none, and a lapse that may be reconciled at once.
 HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
@@ -185,6 +186,9 @@ MUTATIONS = [
     Mutation("the hook's verdict settled as FAILED", "flow.py",
              "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [REPLAY],
              [HOOKED]),
+    Mutation("a hook that raised is taken to answer failed", "flow.py",
+             "        yield _hook_failed(parts, fn, row, answer.error)\n        return None",
+             '        answer = "failed"', [RAISES]),
     Mutation("the flow reads again instead of marking a lapse", "flow.py",
              "            row = (yield from _lapse(row)) or (yield Fetch(req.namespace, req.key))",
              "            row = yield Fetch(req.namespace, req.key)", [REPLAY], [HOOKED]),

@@ -81,6 +81,9 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
         Config(workers=_TWO, begins=(1, 1), faults=1, ops=2, approval=True, lost_ops=True,
                forgery=False, prune=True, name="2 workers, approvals, the operator's lost "
                "replies repeated"),
+        Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, hook_fails=True, hook_lies=True,
+               forgery=False, prune=False, name="2 workers, a reconcile hook that raises or "
+               "lies"),
     ),
     "3-worker": (
         Config(workers=(*_TWO, ("a", "refund")), begins=(1, 1, 1), faults=1, ops=0,

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, cast
 
 from .. import decide
 from .. import flow as flows
-from .._commands import CallHook, Command, Tell
+from .._commands import CallHook, Command, HookFailed, Tell
 from ..errors import EffectGateError, InvalidTransition, StoreError, UnknownEffect
 from ..flow import Flow, Parts
 from ..memo import CommittedMemo
@@ -134,6 +134,14 @@ class Config:
     :meth:`effectgate.Gate.approve` does): refused unless :attr:`allow_self_approval`."""
     allow_self_approval: bool = False
     """The approval rule lets a requester approve its own request."""
+    hook_fails: bool = False
+    """The reconcile hook may raise (verdict ``raise``): the flow must leave the row
+    AMBIGUOUS."""
+    hook_lies: bool = False
+    """The reconcile hook may answer ``committed`` although the vendor never executed. The
+    protocol cannot tell: such a hook makes a COMMITTED row with no execution behind it (the
+    invariant that a reconciled COMMITTED was executed holds only for a truthful hook, and is
+    not checked here); every other invariant still holds."""
     lost_ops: bool = False
     """The operator's approve, deny and prune may lose their reply (each spends a fault): the
     write happened, the operator sees an error, and may repeat the action once
@@ -264,6 +272,11 @@ class _Run(NamedTuple):
 
 def _lost() -> StoreError:
     return StoreError("the reply was lost (model)", outcome_unknown=True)
+
+
+_HOOK_ERROR = HookFailed(RuntimeError("the reconcile hook raised (model)"))
+"""What the flow is answered when the hook raises (one object: states compare equal)."""
+_VERDICTS = ("committed", "failed", "unknown")
 
 
 def _ids(prefix: str) -> Callable[[], str]:
@@ -459,9 +472,15 @@ class Model:
         assert w.row is not None
         vk = _vk(w.row)
         known = next((entry[1] for entry in s.ledger if entry[0] == vk), None)
+        extra = ("raise",) if self.config.hook_fails else ()
         if known == "executed":
-            return ("committed", "unknown")
-        return ("failed", "unknown")
+            return ("committed", "unknown", *extra)
+        return ("failed", "unknown", *extra, *(("committed",) if self.config.hook_lies else ()))
+
+    def truthful(self) -> bool:
+        """Whether the bound's reconcile hook tells the truth (the invariants that trust its
+        verdict are checked only then)."""
+        return not self.config.hook_lies
 
     def _may_force(self, s: ModelState, row: MRow) -> bool:
         """An operator forces only when the holder is gone (``force`` is for that)."""
@@ -540,7 +559,8 @@ class Model:
             for answer in answers:
                 command = flow.throw(_lost()) if answer is LOST else flow.send(answer)
             while isinstance(command, (Tell, CallHook)):
-                answer = None if isinstance(command, Tell) else verdict
+                answer = None if isinstance(command, Tell) else (
+                    _HOOK_ERROR if verdict == "raise" else verdict)
                 hooked = hooked or isinstance(command, CallHook)
                 given.append(answer)
                 command = flow.send(answer)
@@ -559,6 +579,11 @@ class Model:
         """The model store answers worker ``i``'s flow's pending command (its reply lost,
         when ``lost``); the flow runs on to its next store call or its answer."""
         w = s.workers[i]
+        hooked = [a for a in w.answers if a is _HOOK_ERROR or a in _VERDICTS]
+        raised: tuple[str, ...] = ()
+        if w.call == "resolve" and hooked and hooked[-1] is _HOOK_ERROR:
+            raised = (f"A FAILING HOOK SETTLES NOTHING: worker {i}'s begin settles "
+                      f"{self.requests[i].key} after its reconcile hook raised",)
         done = self.store.perform(s, self._run(i, w.begins, w.answers, None).value)
         s, text, answer = done.state, done.text, done.answer
         if lost and done.lossy:
@@ -573,6 +598,7 @@ class Model:
                          f"for {self.requests[i].effect_type}, whose policy blocks on "
                          "AMBIGUOUS",)
         step = self._stepped(s, i, w, run, text)
+        found += raised
         return step._replace(violations=step.violations + found) if found else step
 
     def _stepped(self, s: ModelState, i: int, w: Worker, run: _Run, text: str) -> Step:
@@ -905,6 +931,12 @@ class Model:
                 elif row.result != committed[ident] and row.pruned is None:
                     found.append(f"COMMITTED IS FINAL: {ident[0]}/{ident[1]}'s result changed "
                                  f"from {committed[ident]} to {row.result}")
+            if row.state is State.COMMITTED and row.actor == "reconcile" and (
+                    self.truthful()):
+                vk = (row.namespace, row.effect_type, row.key, row.vendor_attempt)
+                if not any(e[0][:3] == vk[:3] and e[1] == "executed" for e in s.ledger):
+                    found.append(f"RECONCILED COMMITTED IS TRUE: {row.namespace}/{row.key} was "
+                                 "reconciled COMMITTED although the vendor never executed it")
             if row.state is State.FAILED and row.actor == "reconcile":
                 vk = (row.namespace, row.effect_type, row.key, row.vendor_attempt)
                 if any(e[0] == vk and e[1] == "executed" and e[2] for e in s.ledger) or any(

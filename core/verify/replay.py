@@ -530,4 +530,7 @@ class _Run:
 def _hook(record: Any) -> str:
     """The reconcile hook of a replay: the verdict the schedule chose for this begin."""
     runner: _Runner | None = getattr(_local, "runner", None)
-    return (runner.verdict if runner is not None else None) or "unknown"
+    found = (runner.verdict if runner is not None else None) or "unknown"
+    if found == "raise":
+        raise RuntimeError("the reconcile hook raised (replay)")
+    return found
