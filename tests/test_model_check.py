@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -98,7 +99,7 @@ def test_every_interleaving_of_the_two_worker_bound_keeps_every_invariant(
 
 
 @pytest.mark.parametrize("config", _by_config(c for c in BOUNDS["2-worker"]
-                                             if c.approval or c.budget))
+                                             if c.policy_rule()))
 def test_the_governed_bounds_in_the_postgres_shape_keep_every_invariant(
         config: Config, record_property: Any) -> None:
     """On Postgres a governed begin's first store call is one move that reads first, then
@@ -329,3 +330,17 @@ def test_an_unknown_mutation_is_a_typed_error() -> None:
 
     with pytest.raises(ConfigError, match="unknown mutation"), mutation("no-such-fix"):
         pass
+
+
+def test_a_lying_reconcile_hook_can_commit_what_the_vendor_never_executed() -> None:
+    """What the protocol cannot promise: a hook that answers ``committed`` for an effect the
+    vendor never executed makes a COMMITTED row with no execution behind it (the model scopes
+    the invariant that a reconciled COMMITTED is true to a truthful hook: this is that
+    invariant, checked on the lying bound, reached)."""
+    lying = next(c for c in BOUNDS["2-worker"] if c.hook_lies)
+    with mock.patch.object(Model, "truthful", return_value=True):
+        found = explore(lying)
+    assert found.violation is not None
+    assert "RECONCILED COMMITTED IS TRUE" in found.violation.violations[0]
+    truthful = explore(replace(lying, hook_lies=False, name="the same bound, a truthful hook"))
+    assert truthful.violation is None, truthful.violation.format()

@@ -63,6 +63,18 @@ FORGER = _bound("2 workers, a forger", forgery=True)
 NAMESPACES = _bound("2 workers, two namespaces, a forger",
                     workers=[["a", "refund"], ["b", "refund"]], forgery=True)
 UNSURE = _bound("2 workers, a holder unsure of its outcome", unsure=True)
+DENY = _bound("2 workers, a type the policy denies", begins=[2, 1], deny=True)
+BLOCK = _bound("2 workers, on_ambiguous block, an operator", hook=True, ops=1, block=True)
+SELF = _bound("2 workers on two agents, a requester approving its own request",
+              agents=["bot0", "bot1"], ops=1, approval=True, self_approve=True)
+AGENT = _bound("2 workers, two keys, one agent under a per-agent ceiling", keys=["k", "j"],
+               agents=["bot", "bot"], budget=True, budget_scopes=["agent"])
+RUN = _bound("2 workers on two agents, one run under a per-run ceiling", keys=["k", "j"],
+             agents=["bot0", "bot1"], runs=["r", "r"], budget=True,
+             budget_scopes=["run", "agent"])
+REPEATS = _bound("2 workers, approvals, the operator's lost replies repeated", faults=1,
+                 ops=2, approval=True, lost_ops=True, prune=True)
+RAISES = _bound("2 workers, a reconcile hook that raises", hook=True, hook_fails=True)
 # For the replay (every schedule replayed costs real store calls): the same bounds without the
 # clock where the rule needs none, and a lapse that may be reconciled at once.
 HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
@@ -134,6 +146,26 @@ MUTATIONS = [
              "    if False:", [DENIALS]),
     Mutation("a lapsed lease is taken over without AMBIGUOUS", "decide.py",
              "        return LAPSE\n", "        return _govern(req, row, None)\n", [REPLAY]),
+    Mutation("a type the policy denies executes", "decide.py",
+             "    if gov.deny:\n        return Move(State.DENIED",
+             "    if False:\n        return Move(State.DENIED", [DENY]),
+    Mutation("the reconcile hook asked although on_ambiguous is block", "decide.py",
+             'if not reconcilable or (gov is not None and gov.on_ambiguous == "block"):',
+             "if not reconcilable:", [BLOCK]),
+    Mutation("a requester approves its own request", "decide.py",
+             "    if approving and not approval.allow_self_approval and same_principal(",
+             "    if False and same_principal(", [SELF]),
+    Mutation("a decided approval request is decided again", "decide.py",
+             "    if status is not ApprovalState.PENDING:\n        raise InvalidTransition(",
+             "    if False:\n        raise InvalidTransition(", [REPEATS]),
+    # -- governance.py -----------------------------------------------------------------------
+    Mutation("a per-agent ceiling charges nothing", "governance.py",
+             '                out.append(Charge(f"{pattern}|agent|{agent_id}", False, limit, '
+             'label))', "                pass", [AGENT]),
+    Mutation("a per-run ceiling counts each agent apart", "governance.py",
+             'out.append(Charge(f"{pattern}|run|{run_id}", False, limit, label))',
+             'out.append(Charge(f"{pattern}|run|{run_id}|{agent_id}", False, limit, label))',
+             [RUN]),
     # -- flow.py -----------------------------------------------------------------------------
     Mutation("the memo ignores the payload hash", "flow.py",
              "if hit is None or hit.payload_hash != req.payload_hash or (",
@@ -154,6 +186,9 @@ MUTATIONS = [
     Mutation("the hook's verdict settled as FAILED", "flow.py",
              "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [REPLAY],
              [HOOKED]),
+    Mutation("a hook that raised is taken to answer failed", "flow.py",
+             "        yield _hook_failed(parts, fn, row, answer.error)\n        return None",
+             '        answer = "failed"', [RAISES]),
     Mutation("the flow reads again instead of marking a lapse", "flow.py",
              "            row = (yield from _lapse(row)) or (yield Fetch(req.namespace, req.key))",
              "            row = yield Fetch(req.namespace, req.key)", [REPLAY], [HOOKED]),

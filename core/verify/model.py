@@ -36,8 +36,8 @@ from typing import Any, NamedTuple, cast
 
 from .. import decide
 from .. import flow as flows
-from .._commands import CallHook, Command, Tell
-from ..errors import EffectGateError, InvalidTransition, StoreError
+from .._commands import CallHook, Command, HookFailed, Tell
+from ..errors import EffectGateError, InvalidTransition, StoreError, UnknownEffect
 from ..flow import Flow, Parts
 from ..memo import CommittedMemo
 from ..payload import payload_hash
@@ -112,6 +112,41 @@ class Config:
     :data:`COST`."""
     """A policy asks a human to approve every effect of the first worker's type (the operator
     approves or denies)."""
+    deny: bool = False
+    """The policy denies the first worker's type: every begin of it answers DENIED, never
+    EXECUTE (nothing of that type reaches the vendor)."""
+    block: bool = False
+    """The first worker's type has ``on_ambiguous = "block"``: the reconcile hook is never
+    called for it, and an AMBIGUOUS effect of it moves only by an operator's resolve (or the
+    lapsed holder's late report)."""
+    agents: tuple[str, ...] = ()
+    """Each worker's agent id (default none: an unattributed request); workers on one agent
+    share its per-agent ceiling (:attr:`agent_budget`)."""
+    runs: tuple[str, ...] = ()
+    """Each worker's run id (default none); workers on one run share its per-run ceiling."""
+    budget_scopes: tuple[str, ...] = ("effect_type",)
+    """With :attr:`budget`: the scopes of the ceiling (each at :data:`LIMIT`): any of
+    ``effect_type``, ``agent``, ``run`` (a run or agent ceiling counts only the workers that
+    carry that id)."""
+    self_approve: bool = False
+    """The operator actions include the requester approving its own pending request (the real
+    :func:`effectgate.decide.check_approval` with the requester as approver, as
+    :meth:`effectgate.Gate.approve` does): refused unless :attr:`allow_self_approval`."""
+    allow_self_approval: bool = False
+    """The approval rule lets a requester approve its own request."""
+    hook_fails: bool = False
+    """The reconcile hook may raise (verdict ``raise``): the flow must leave the row
+    AMBIGUOUS."""
+    hook_lies: bool = False
+    """The reconcile hook may answer ``committed`` although the vendor never executed. The
+    protocol cannot tell: such a hook makes a COMMITTED row with no execution behind it (the
+    invariant that a reconciled COMMITTED was executed holds only for a truthful hook, and is
+    not checked here); every other invariant still holds."""
+    lost_ops: bool = False
+    """The operator's approve, deny and prune may lose their reply (each spends a fault): the
+    write happened, the operator sees an error, and may repeat the action once
+    (``("again",)``): a repeated approve or deny is refused (the request is no longer
+    pending), a repeated prune counts what is left to prune."""
     name: str = ""
     keys: tuple[str, ...] = ()
     """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
@@ -146,7 +181,16 @@ class Config:
         payload = self.payload(worker)
         return Request(ns, self.key(worker), effect_type, payload_hash(payload), VENDOR,
                        self.max_attempts, self.lease_ticks - 0.5, float(self.grace_ticks),
-                       None, None, None, None, None, cost, gov, payload)
+                       self.run(worker), self.agent(worker), None, None, None, cost, gov,
+                       payload)
+
+    def run(self, worker: int) -> str | None:
+        """Worker ``worker``'s run id (None: none)."""
+        return self.runs[worker] if worker < len(self.runs) else None
+
+    def agent(self, worker: int) -> str | None:
+        """Worker ``worker``'s agent id (None: unattributed)."""
+        return self.agents[worker] if worker < len(self.agents) else None
 
     def key(self, worker: int) -> str:
         """Worker ``worker``'s effect key."""
@@ -161,10 +205,19 @@ class Config:
         """The policy rule of the first worker's type (empty: no policy)."""
         rule: dict[str, Any] = {}
         if self.approval:
-            rule["approval"] = "always"
+            rule["approval"] = {"always": True, "allow_self_approval": True} if (
+                self.allow_self_approval) else "always"
         if self.budget:
-            rule["budget"] = {"per_effect_type_micros": LIMIT}
+            rule["budget"] = {f"per_{scope}_micros": LIMIT for scope in self.budget_scopes}
+        if self.deny:
+            rule["deny"] = True
+        if self.block:
+            rule["on_ambiguous"] = "block"
         return rule
+
+    def governed(self, worker: int) -> bool:
+        """Whether the policy governs worker ``worker``'s type (the first worker's)."""
+        return bool(self.policy_rule()) and self.workers[worker][1] == self.workers[0][1]
 
     def as_source(self) -> str:
         """This config as Python source."""
@@ -221,6 +274,11 @@ def _lost() -> StoreError:
     return StoreError("the reply was lost (model)", outcome_unknown=True)
 
 
+_HOOK_ERROR = HookFailed(RuntimeError("the reconcile hook raised (model)"))
+"""What the flow is answered when the hook raises (one object: states compare equal)."""
+_VERDICTS = ("committed", "failed", "unknown")
+
+
 def _ids(prefix: str) -> Callable[[], str]:
     counter = itertools.count(1)
     return lambda: f"{prefix}{next(counter)}"
@@ -252,6 +310,9 @@ class ModelState(NamedTuple):
     spend: tuple[tuple[str, str, int], ...] = ()
     """Spend counters: (namespace, scope key, micros)."""
     memo: tuple[tuple[str, str, str, str, int, int, int, str | None], ...] = ()
+    repeat: tuple[str, ...] = ()
+    """An operator action whose reply was lost, that the operator may repeat: (kind, approval
+    id) or ("prune", "")."""
     """Each namespace gate's COMMITTED memo: (namespace, key, payload hash, effect type,
     effect id, attempt, token, result)."""
 
@@ -275,10 +336,16 @@ def describe(action: Action, config: Config) -> str:
     if kind == "resolve":
         return (f"operator resolves {action[1]}" + (" with force" if action[2] else "")
                 + (" (its reply is lost)" if action[3] else ""))
+    if kind == "self_approve":
+        return "the requester approves its own pending request"
+    lost = " (its reply is lost)" if action[1:] == (True,) else ""
     if kind == "prune":
-        return "operator prunes settled effects"
+        return "operator prunes settled effects" + lost
     if kind in ("approve", "deny"):
-        return f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
+        return (f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
+                + lost)
+    if kind == "again":
+        return "operator repeats the action whose reply was lost"
     w = action[1]
     ns, et = config.workers[w]
     who = f"worker {w} ({ns}/{et})"
@@ -384,9 +451,17 @@ class Model:
                     row.pruned is None
                 ):
                     out.append(("prune",))
+                    if c.lost_ops and s.faults:
+                        out.append(("prune", True))
             if any(a.state is ApprovalState.PENDING and a.namespace == c.workers[0][0]
                    for a in s.approvals):
                 out += [("approve",), ("deny",)]
+                if c.lost_ops and s.faults:
+                    out += [("approve", True), ("deny", True)]
+                if c.self_approve and self._pending(s).requested_by is not None:
+                    out.append(("self_approve",))
+        if s.repeat:
+            out.append(("again",))
         if s.now < c.ticks and not self._transit_due(s):
             out.append(("tick",))
         return out
@@ -397,9 +472,15 @@ class Model:
         assert w.row is not None
         vk = _vk(w.row)
         known = next((entry[1] for entry in s.ledger if entry[0] == vk), None)
+        extra = ("raise",) if self.config.hook_fails else ()
         if known == "executed":
-            return ("committed", "unknown")
-        return ("failed", "unknown")
+            return ("committed", "unknown", *extra)
+        return ("failed", "unknown", *extra, *(("committed",) if self.config.hook_lies else ()))
+
+    def truthful(self) -> bool:
+        """Whether the bound's reconcile hook tells the truth (the invariants that trust its
+        verdict are checked only then)."""
+        return not self.config.hook_lies
 
     def _may_force(self, s: ModelState, row: MRow) -> bool:
         """An operator forces only when the holder is gone (``force`` is for that)."""
@@ -478,7 +559,8 @@ class Model:
             for answer in answers:
                 command = flow.throw(_lost()) if answer is LOST else flow.send(answer)
             while isinstance(command, (Tell, CallHook)):
-                answer = None if isinstance(command, Tell) else verdict
+                answer = None if isinstance(command, Tell) else (
+                    _HOOK_ERROR if verdict == "raise" else verdict)
                 hooked = hooked or isinstance(command, CallHook)
                 given.append(answer)
                 command = flow.send(answer)
@@ -497,14 +579,30 @@ class Model:
         """The model store answers worker ``i``'s flow's pending command (its reply lost,
         when ``lost``); the flow runs on to its next store call or its answer."""
         w = s.workers[i]
+        hooked = [a for a in w.answers if a is _HOOK_ERROR or a in _VERDICTS]
+        raised: tuple[str, ...] = ()
+        if w.call == "resolve" and hooked and hooked[-1] is _HOOK_ERROR:
+            raised = (f"A FAILING HOOK SETTLES NOTHING: worker {i}'s begin settles "
+                      f"{self.requests[i].key} after its reconcile hook raised",)
         done = self.store.perform(s, self._run(i, w.begins, w.answers, None).value)
         s, text, answer = done.state, done.text, done.answer
         if lost and done.lossy:
             s, answer, text = s._replace(faults=s.faults - 1), LOST, f"{text} (reply lost)"
         run = self._run(i, w.begins, (*w.answers, answer), verdict)
         w = w._replace(answers=run.answers, consumed=done.consumed or w.consumed)
+        found: tuple[str, ...] = ()
         if run.hooked:
             text = f"{text}; the hook answers {verdict}"
+            if self.config.block and self.config.governed(i):
+                found = (f"NO HOOK WHEN BLOCKED: worker {i}'s begin called the reconcile hook "
+                         f"for {self.requests[i].effect_type}, whose policy blocks on "
+                         "AMBIGUOUS",)
+        step = self._stepped(s, i, w, run, text)
+        found += raised
+        return step._replace(violations=step.violations + found) if found else step
+
+    def _stepped(self, s: ModelState, i: int, w: Worker, run: _Run, text: str) -> Step:
+        """Worker ``i``'s flow after a store call: it answered, failed, or waits again."""
         if run.kind == "done":
             return self._finish(s, i, w, run.value, text)
         if run.kind == "error":
@@ -537,6 +635,9 @@ class Model:
                          f"{kind.value} for an effect of {d.namespace}/{d.effect_type}"
                          + ("" if d.payload_hash == req.payload_hash
                             else " with another payload"))
+        if self.config.deny and self.config.governed(i) and kind is not Decision.DENIED:
+            found.append(f"POLICY DENY: worker {i}'s begin of {req.effect_type}, which the "
+                         f"policy denies, answered {kind.value}")
         if kind is Decision.EXECUTE:
             found += self._check_grant(s, i, d)
             consumed = w.consumed
@@ -576,8 +677,8 @@ class Model:
         for j, v in enumerate(s.workers):
             if j == i or v.lease is None or v.phase not in ("held", "sent", "replied"):
                 continue
-            if self.config.workers[j][0] != d.namespace:
-                continue
+            if self.config.workers[j][0] != d.namespace or self.config.key(j) != d.key:
+                continue  # another effect
             end = v.lease[4]
             if end is not None and end >= s.now:
                 found.append(f"EXCLUSIVE: worker {i} granted EXECUTE on {d.namespace}/"
@@ -722,15 +823,54 @@ class Model:
         return next(a for a in s.approvals if a.namespace == ns
                     and a.state is ApprovalState.PENDING)
 
-    def _do_approve(self, s: ModelState) -> Step:
+    def _do_approve(self, s: ModelState, lost: bool = False) -> Step:
         a = self._pending(s)
         decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
                               approving=True)
         s = s._replace(ops=s.ops - 1, approvals=put_approval(s.approvals, a._replace(
-            state=ApprovalState.APPROVED)))
+            state=ApprovalState.APPROVED, decided_by="operator")))
+        if lost:
+            return Step(_lose(s, "approve", a.id), f"approved {a.id} (reply lost)", (), "lost")
         return Step(s, f"approved {a.id}", (), "approved")
 
-    def _do_deny(self, s: ModelState) -> Step:
+    def _do_again(self, s: ModelState) -> Step:
+        """The operator repeats the action whose reply it lost: through the real check, a
+        decided request is refused (nothing written); a prune prunes what is left."""
+        kind, ref = s.repeat
+        s = s._replace(repeat=())
+        if kind == "prune":
+            step = self._do_prune(s._replace(ops=s.ops + 1))
+            return step._replace(text=f"again: {step.text}")
+        a = next((x for x in s.approvals if x.id == ref), None)
+        try:
+            decide.check_approval(None if a is None else self.approval_row(a, float(s.now)),
+                                  ref, "operator", approving=kind == "approve")
+        except (InvalidTransition, UnknownEffect):
+            return Step(s, f"again: refused ({ref} is "
+                        f"{'pruned' if a is None else a.state.value})", (), "refused")
+        assert a is not None
+        return Step(s, f"again: {kind} of {a.id} accepted", (
+            f"A DECISION IS MADE ONCE: the operator's repeated {kind} of {a.id} was accepted "
+            f"although it is {a.state.value}",), "accepted")
+
+    def _do_self_approve(self, s: ModelState) -> Step:
+        """The requester approves its own request through the real check (as the gate's
+        ``approve`` does); refused (nothing written) where the policy forbids it."""
+        a = self._pending(s)
+        by = a.requested_by
+        assert by is not None
+        try:
+            decide.check_approval(self.approval_row(a, float(s.now)), a.id, by, approving=True)
+        except InvalidTransition:
+            return Step(s, f"refused: {by} cannot approve its own request {a.id}", (), "refused")
+        found = () if a.allow_self else (
+            f"NO SELF-APPROVAL: {by} approved its own request {a.id}, which the policy "
+            "forbids",)
+        s = s._replace(ops=s.ops - 1, approvals=put_approval(s.approvals, a._replace(
+            state=ApprovalState.APPROVED, decided_by=by)))
+        return Step(s, f"{by} approved its own request {a.id}", found, "approved")
+
+    def _do_deny(self, s: ModelState, lost: bool = False) -> Step:
         a = self._pending(s)
         decide.check_approval(self.approval_row(a, float(s.now)), a.id, "operator",
                               approving=False)
@@ -742,22 +882,30 @@ class Model:
                                reason=f"{decide.APPROVER_DENIED} by operator", actor="operator",
                                pruned=None, result=None)
             s = s._replace(rows=put(s.rows, row))
+        if lost:
+            return Step(_lose(s, "deny", a.id), f"denied {a.id} (reply lost)", (), "lost")
         return Step(s, f"denied {a.id}", (), "denied")
 
     def approval_row(self, a: MApproval, now: float) -> ApprovalRow:
         """An approval as the store hands it up."""
         return approval_row(a, now)
 
-    def _do_prune(self, s: ModelState) -> Step:
+    def _do_prune(self, s: ModelState, lost: bool = False) -> Step:
         ns = self.config.workers[0][0]
         settled = (State.COMMITTED, State.FAILED, State.DENIED)
         rows = tuple(r._replace(result=None, pruned=float(s.now)) if (
             r.namespace == ns and r.state in settled and r.pruned is None) else r
             for r in s.rows)
         count = sum(a != b for a, b in zip(rows, s.rows, strict=True))
-        memo = tuple(m for m in s.memo if m[0] != ns)  # the gate forgets its memo
-        return Step(s._replace(rows=rows, ops=s.ops - 1, memo=memo), f"pruned {count}", (),
-                    count)
+        # The gate forgets its memo once the store answered (a lost reply: it keeps it).
+        memo = s.memo if lost else tuple(m for m in s.memo if m[0] != ns)
+        gone = {r.id for r in rows if r.namespace == ns and r.pruned is not None}
+        approvals = tuple(a for a in s.approvals if a.namespace != ns or (
+            a.effect_id not in gone))  # the approval requests of pruned effects are dropped
+        s = s._replace(rows=rows, ops=s.ops - 1, memo=memo, approvals=approvals)
+        if lost:
+            return Step(_lose(s, "prune", ""), f"pruned {count} (reply lost)", (), "lost")
+        return Step(s, f"pruned {count}", (), count)
 
     # -- invariants --------------------------------------------------------------------------
 
@@ -783,6 +931,12 @@ class Model:
                 elif row.result != committed[ident] and row.pruned is None:
                     found.append(f"COMMITTED IS FINAL: {ident[0]}/{ident[1]}'s result changed "
                                  f"from {committed[ident]} to {row.result}")
+            if row.state is State.COMMITTED and row.actor == "reconcile" and (
+                    self.truthful()):
+                vk = (row.namespace, row.effect_type, row.key, row.vendor_attempt)
+                if not any(e[0][:3] == vk[:3] and e[1] == "executed" for e in s.ledger):
+                    found.append(f"RECONCILED COMMITTED IS TRUE: {row.namespace}/{row.key} was "
+                                 "reconciled COMMITTED although the vendor never executed it")
             if row.state is State.FAILED and row.actor == "reconcile":
                 vk = (row.namespace, row.effect_type, row.key, row.vendor_attempt)
                 if any(e[0] == vk and e[1] == "executed" and e[2] for e in s.ledger) or any(
@@ -812,7 +966,8 @@ class Model:
             prev = old.get((row.namespace, row.key))
             if prev is None or prev.state is not State.AMBIGUOUS or row.state is State.AMBIGUOUS:
                 continue
-            ok = (action[0] == "resolve" or (row.actor == "reconcile")
+            blocked = self.config.block and row.effect_type == self.config.workers[0][1]
+            ok = (action[0] == "resolve" or (row.actor == "reconcile" and not blocked)
                   or (action[0] == "report" and row.actor == "late"))
             if not ok:
                 found.append(f"AMBIGUOUS MOVES ONLY BY RESOLVE, RECONCILE OR A LATE REPORT: "
@@ -862,7 +1017,8 @@ class Model:
         if answer == ("error", "StoreError") and not action[2] and LOST not in w.answers:
             return [f"LIVENESS: worker {i}'s begin gave up (StoreError) with no reply lost"]
         row = self.row_of(after, i)
-        if answer[:1] == ("blocked",) and c.hook and row is not None and (
+        if answer[:1] == ("blocked",) and c.hook and not (c.block and c.governed(i)) and (
+                row is not None) and (
                 row.state is State.AMBIGUOUS) and "the hook answers" not in step.text and (
                 row.lease is None or row.lease + c.grace_ticks <= after.now):
             return [f"RECONCILE WHEN DUE: worker {i} was answered BLOCKED on {row.namespace}/"
@@ -908,9 +1064,30 @@ class Model:
                 if spend.get(at, 0) != old.get(at) and spend.get(at, 0) > LIMIT:
                     found.append(f"SPEND WITHIN CEILINGS: {where} executed with {scope} at "
                                  f"{spend[(row.namespace, scope)]} (ceiling {LIMIT})")
+        if governed and c.budget and s.spend != before.spend:
+            found += self._shared_ceilings(s, i)
         if governed and c.approval and not any(
                 u[0] == row.approval_id for u in s.consumed):
             found.append(f"APPROVAL REQUIRED: {where} executed without consuming an approval")
+        return found
+
+    def _shared_ceilings(self, s: ModelState, i: int) -> list[str]:
+        """When worker ``i``'s EXECUTE was charged: what the effects of every worker sharing
+        its agent (or run) hold, this one's included, is within that agent's (run's) ceiling
+        — counted from the rows, not from the counters the store keeps."""
+        c, found = self.config, []
+        held_states = (State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED)
+        for scope, who in (("agent", c.agent), ("run", c.run)):
+            me = who(i)
+            if scope not in c.budget_scopes or me is None:
+                continue
+            keys = {(c.workers[j][0], c.key(j)) for j in range(len(c.workers))
+                    if who(j) == me and c.governed(j)}
+            held = sum(r.estimated or 0 for r in s.rows
+                       if (r.namespace, r.key) in keys and r.state in held_states)
+            if held > LIMIT:
+                found.append(f"SPEND WITHIN CEILINGS: {scope} {me}'s effects hold {held} "
+                             f"(its ceiling {LIMIT}) once worker {i} executed")
         return found
 
     def _memo_answer(self, s: ModelState, i: int) -> Step | None:
@@ -973,6 +1150,12 @@ def _remember(s: ModelState, row: MRow, token: int, attempt: int,
              result)
     kept = [m for m in s.memo if (m[0], m[1]) != (row.namespace, row.key)]
     return s._replace(memo=tuple(sorted((*kept, entry), key=lambda m: (m[0], m[1]))))
+
+
+def _lose(s: ModelState, kind: str, ref: str) -> ModelState:
+    """``s`` after an operator's ``kind`` lost its reply: a fault spent, the action
+    repeatable."""
+    return s._replace(faults=s.faults - 1, repeat=(kind, ref))
 
 
 def _written(text: str) -> str:

@@ -71,6 +71,11 @@ class MApproval(NamedTuple):
     key: str
     state: ApprovalState
     created: float
+    requested_by: str | None = None
+    """The requesting begin's agent id (None: unattributed)."""
+    allow_self: bool = False
+    """Whether the policy let the requester approve its own request."""
+    decided_by: str | None = None
 
 
 def report_standing(row: EffectHead, namespace: str, key: str, token: int,
@@ -138,8 +143,8 @@ def full(r: MRow, now: float) -> EffectRow:
 def approval_row(a: MApproval, now: float) -> ApprovalRow:
     """An approval as the store hands it up."""
     return ApprovalRow(a.id, a.namespace, a.effect_id, a.effect_type, a.key, PAYLOAD_HASH,
-                       a.state, None, None, None, 0, a.created, a.created + 1e6, None, None,
-                       None, None, now)
+                       a.state, a.requested_by, None, None, int(a.allow_self), a.created,
+                       a.created + 1e6, a.decided_by, None, None, None, now)
 
 
 def adjust(spend: tuple[tuple[str, str, int], ...], ns: str, keys: str | None,

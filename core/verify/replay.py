@@ -41,7 +41,7 @@ TICK_SECONDS = 1000.0
 """One model tick on the real clock: long beside the milliseconds a replay takes, so no
 decision hinges on how fast the machine is (leases end half a tick after a tick)."""
 _WRAPPED = ("reserve", "fetch", "lapse", "move", "get", "resolve", "record_outcome",
-            "approval", "deny", "decide_approval")
+            "approval", "deny", "decide_approval", "prune")
 _TIMEOUT = 30.0
 _local = threading.local()
 
@@ -232,11 +232,14 @@ class _Run:
                              max_attempts=config.max_attempts, reconcile_grace_seconds=grace)
             self.requests.append(gate.request(
                 effect_type=kind, key=config.key(i), payload=config.payload(i),
-                estimated_cost_micros=COST if config.budget else None))
+                estimated_cost_micros=COST if config.budget else None,
+                agent_id=config.agent(i), run_id=config.run(i)))
         self.runners: dict[int, _Runner] = {}
         self.leases: dict[int, Lease | BeginDecision] = {}
         self.grants: set[tuple[str, str, int]] = set()
         self.committed: dict[tuple[str, str], str | None] = {}
+        self.last_approval = ""
+        """The real id of the approval the operator last decided (for a repeat)."""
 
     def finish(self) -> None:
         for runner in self.runners.values():
@@ -401,19 +404,72 @@ class _Run:
         pending = [a for a in gate.list_approvals("pending") if a.key == want.key]
         if len(pending) != 1:
             return f"the store has {len(pending)} pending approvals of {want.key}, the model one"
+        lost = action[1:] == (True,)
+        self.last_approval = pending[0].approval_id
+        if lost:
+            self.r._lose = "decide_approval" if action[0] == "approve" else "deny"
         try:
             if action[0] == "approve":
                 gate.approve(pending[0].approval_id, by="operator")
             else:
                 gate.deny(pending[0].approval_id, by="operator")
+        except StoreError as err:
+            if not lost:
+                return f"the model {expected.answer} it, the real gate raised {err!r}"
+            return None
         except EffectGateError as err:
             return f"the model {expected.answer} it, the real gate raised {err!r}"
-        return None
+        finally:
+            self.r._lose = None
+        return "the model lost the reply, the real gate answered" if lost else None
+
+    def _again(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        """The operator repeats the action whose reply was lost, as the model does."""
+        kind = before.repeat[0]
+        if kind == "prune":
+            return self._prune(("prune",), before, expected)
+        gate = self.gates[self.config.workers[0][0]]
+        try:
+            if kind == "approve":
+                gate.approve(self.last_approval, by="operator")
+            else:
+                gate.deny(self.last_approval, by="operator")
+            got = "accepted"
+        except (InvalidTransition, UnknownEffect):
+            got = "refused"
+        return None if got == expected.answer else (
+            f"the model's repeated {kind} was {expected.answer}, the real gate's {got}")
 
     _deny = _approve
 
+    def _self_approve(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        gate = self.gates[self.config.workers[0][0]]
+        want = self.model._pending(before)
+        pending = [a for a in gate.list_approvals("pending") if a.key == want.key]
+        if len(pending) != 1:
+            return f"the store has {len(pending)} pending approvals of {want.key}, the model one"
+        if pending[0].requested_by != want.requested_by:
+            return (f"the store's request was made by {pending[0].requested_by}, the model's "
+                    f"by {want.requested_by}")
+        try:
+            gate.approve(pending[0].approval_id, by=want.requested_by or "")
+            got = "approved"
+        except InvalidTransition:
+            got = "refused"
+        return None if got == expected.answer else (
+            f"the model's self-approval was {expected.answer}, the real gate's {got}")
+
     def _prune(self, action: Action, before: ModelState, expected: Any) -> str | None:
         gate = self.gates[self.config.workers[0][0]]
+        if action[1:] == (True,):
+            self.r._lose = "prune"
+            try:
+                gate.prune(datetime.timedelta(0))
+            except StoreError:
+                return None
+            finally:
+                self.r._lose = None
+            return "the model lost the prune's reply, the real gate answered"
         count = gate.prune(datetime.timedelta(0))
         return None if count == expected.answer else (
             f"the model pruned {expected.answer}, the real store {count}")
@@ -474,4 +530,7 @@ class _Run:
 def _hook(record: Any) -> str:
     """The reconcile hook of a replay: the verdict the schedule chose for this begin."""
     runner: _Runner | None = getattr(_local, "runner", None)
-    return (runner.verdict if runner is not None else None) or "unknown"
+    found = (runner.verdict if runner is not None else None) or "unknown"
+    if found == "raise":
+        raise RuntimeError("the reconcile hook raised (replay)")
+    return found
