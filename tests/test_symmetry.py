@@ -34,6 +34,9 @@ _SYMMETRIC = [
     Config(workers=(("a", "refund"), ("a", "refund")), begins=(2, 2), faults=1, ops=1,
            memo=True, forgery=False, name="memo, 2+2"),
     *BOUNDS["3-worker"],
+    _TWO["2 workers, on_ambiguous block"],
+    _TWO["2 workers, approvals, the operator's lost replies repeated"],
+    _TWO["2 workers, a reconcile hook that raises or lies"],
 ]
 
 
@@ -117,6 +120,10 @@ def test_workers_are_interchangeable_only_when_the_bound_treats_them_alike() -> 
     assert interchangeable(Config(workers=two, begins=(1, 2))) == ()
     assert interchangeable(Config(workers=two, begins=(1, 1), keys=("k", "j"))) == ()
     assert interchangeable(Config(workers=two, begins=(1, 1), payloads=(1, 2))) == ()
+    # another agent or run is another requester (self-approval, per-agent ceilings)
+    assert interchangeable(Config(workers=two, begins=(1, 1), agents=("x", "y"))) == ()
+    assert interchangeable(Config(workers=two, begins=(1, 1), runs=("r", "s"))) == ()
+    assert interchangeable(Config(workers=two, begins=(1, 1), agents=("x", "x"))) == ((0, 1),)
     assert interchangeable(Config(workers=(*two, ("b", "refund")), begins=(1, 1, 1))) == (
         (0, 1),)
     assert interchangeable(Config(workers=(*two, ("a", "refund")), begins=(1, 1, 1))) == (
@@ -171,3 +178,12 @@ def test_a_reverted_fix_is_found_as_soon_and_the_trace_replays(name: str,
         assert replayed.violations == reduced.violation.violations
         assert run_schedule(config, reduced.violation.actions)
     assert run_schedule(config, reduced.violation.actions) == []
+
+
+def test_every_field_of_the_state_is_renamed_or_holds_no_worker() -> None:
+    from effectgate.verify.symmetry import KEPT, RENAMED
+
+    assert not KEPT & RENAMED
+    assert set(ModelState._fields) == KEPT | RENAMED, (
+        "a new ModelState field: rename it in symmetry.py if it can name a worker")
+

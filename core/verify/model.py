@@ -310,11 +310,11 @@ class ModelState(NamedTuple):
     spend: tuple[tuple[str, str, int], ...] = ()
     """Spend counters: (namespace, scope key, micros)."""
     memo: tuple[tuple[str, str, str, str, int, int, int, str | None], ...] = ()
+    """Each namespace gate's COMMITTED memo: (namespace, key, payload hash, effect type,
+    effect id, attempt, token, result)."""
     repeat: tuple[str, ...] = ()
     """An operator action whose reply was lost, that the operator may repeat: (kind, approval
     id) or ("prune", "")."""
-    """Each namespace gate's COMMITTED memo: (namespace, key, payload hash, effect type,
-    effect id, attempt, token, result)."""
 
 
 class Step(NamedTuple):

@@ -1,7 +1,7 @@
 """Symmetry reduction for the exhaustive exploration (:mod:`effectgate.verify.explore`):
-workers the bound gives the same namespace, effect type, key, payload and number of begins are
-interchangeable, and two states that differ only by a permutation of such workers are one
-state to explore.
+workers the bound gives the same request (namespace, effect type, key, payload, agent, run,
+governance) and number of begins are interchangeable, and two states that differ only by a
+permutation of such workers are one state to explore.
 
 A worker's index leaks into the state: its lease secrets are ``secret_hash("w<i>b<n>")``, its
 approval ids ``apr<i>.<n>.<k>`` (:meth:`effectgate.verify.model.Model._flow`), and a request on
@@ -26,10 +26,17 @@ from ..store.rows import ApprovalRow, EffectHead, EffectRow, Moved
 from .model import LOST, Action, Config, ModelState
 from .model_rows import MRow
 
-__all__ = ["Symmetry", "interchangeable"]
+__all__ = ["KEPT", "RENAMED", "Symmetry", "interchangeable"]
 
-_ROWS, _WORKERS, _TRANSIT, _APPROVALS, _CONSUMED = (
-    ModelState._fields.index(f) for f in ("rows", "workers", "transit", "approvals", "consumed"))
+_ROWS, _WORKERS, _TRANSIT, _APPROVALS, _CONSUMED, _REPEAT = (
+    ModelState._fields.index(f)
+    for f in ("rows", "workers", "transit", "approvals", "consumed", "repeat"))
+RENAMED = frozenset(("rows", "workers", "transit", "approvals", "consumed", "repeat"))
+"""The fields of :class:`ModelState` that may name a worker (its index, lease secrets or
+approval ids) and are renamed; the others hold none (a test pins the two lists, so that a new
+field is looked at here)."""
+KEPT = frozenset(("now", "ledger", "faults", "ops", "grants", "committed", "next_id", "spend",
+                  "memo"))
 
 Perm = tuple[int, ...]
 """A permutation of the workers: ``perm[i]`` is worker ``i``'s index after it."""
@@ -37,11 +44,12 @@ Perm = tuple[int, ...]
 
 def interchangeable(config: Config) -> tuple[tuple[int, ...], ...]:
     """The classes of workers ``config`` makes interchangeable (each with two or more
-    workers): the same namespace, effect type, key, payload and number of begins."""
+    workers): the same request (namespace, effect type, key, payload, agent, run, what the
+    policy asks of it) and number of begins."""
     groups: dict[tuple[Any, ...], list[int]] = {}
-    for i, (ns, effect_type) in enumerate(config.workers):
+    for i in range(len(config.workers)):
         begins = config.begins[i] if i < len(config.begins) else 1
-        ident = (ns, effect_type, config.key(i), repr(config.payload(i)), begins)
+        ident = (repr(config.request(i)), begins)
         groups.setdefault(ident, []).append(i)
     return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
@@ -135,6 +143,8 @@ class _Renamer:
             fields[_APPROVALS] = tuple(a._replace(id=self.text(a.id)) for a in s.approvals)
         if s.consumed:
             fields[_CONSUMED] = tuple((name(c[0]), *c[1:]) for c in s.consumed)
+        if s.repeat:  # (kind, approval id) of a lost operator action
+            fields[_REPEAT] = (s.repeat[0], *(self.text(x) for x in s.repeat[1:]))
         return ModelState._make(fields)
 
     def action(self, action: Action) -> Action:
