@@ -206,3 +206,18 @@ def test_verify_exhaustive_reports_states_schedules_and_violations(
                                         "--exhaustive"])
     assert bad.exit_code == 1, bad.output
     assert "RECONCILED FAILED IS TRUE" in " ".join(bad.output.split())
+
+
+def test_a_lost_reply_of_a_write_that_changed_nothing_replays_as_the_model_answers(
+        replayer: Replayer, record_property: Any) -> None:
+    # A governed insert that finds the key taken writes nothing; the model answers it as it
+    # is (no fault spent), so the replay must not lose its reply either (it did: the real
+    # flow answered StoreError where the model's read the key).
+    config = dataclasses.replace(
+        BOUNDS["replay"][0], begins=(1, 1), faults=1, ops=1, approval=True, ticks=0,
+        name="2 workers, approvals, a lost reply")
+    every = covering_schedules(config)
+    report = replayer.replay_all(replayer.shaped(config), every)
+    _show(config.name, report, record_property)
+    assert report.schedules == len(every) > 100
+    assert report.ok, (report.mismatches[:3], report.violations[:3])

@@ -290,7 +290,9 @@ class _Run:
         runner = self.runners[i]
         if verdict is not None:
             runner.verdict = verdict
-        runner.go.put(("run", lost))
+        # The model loses only the reply of a call that wrote (or a reservation's read): a
+        # write that changed nothing answers as it is (the model spent no fault on it).
+        runner.go.put(("run", lost and expected.state.faults < before.faults))
         return self._expect_call(i, runner.next(), expected.answer)
 
     def _expect_call(self, i: int, event: tuple[str, Any], answer: Any = None) -> str | None:
