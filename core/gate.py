@@ -512,10 +512,12 @@ class Gate:
         seconds = older_than.total_seconds()
         if dry_run:
             return self._store.prune(self.namespace, seconds, dry_run=True)
-        count = self._store.prune(self.namespace, seconds)
-        for gate in list(_GATES):  # every gate of this process on this store and namespace
-            if gate.namespace == self.namespace and gate._store.url == self._store.url:
-                gate._memo.clear()
+        try:
+            count = self._store.prune(self.namespace, seconds)
+        finally:  # a prune whose reply was lost may have pruned: forget either way
+            for gate in list(_GATES):  # every gate of this process on this store and namespace
+                if gate.namespace == self.namespace and gate._store.url == self._store.url:
+                    gate._memo.clear()
         log.info("pruned %d effects older than %s", count, older_than)
         return count
 

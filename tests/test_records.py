@@ -216,6 +216,29 @@ def test_prune_makes_every_gate_of_the_process_forget_its_memo(make_gate: Any) -
         assert again.decision is eg.Decision.DUPLICATE and again.result is None
 
 
+def test_a_prune_whose_reply_is_lost_still_forgets_the_memo(make_gate: Any) -> None:
+    """The store pruned, the reply never came: the memo must not keep serving what the
+    store no longer holds."""
+    gate = make_gate()
+    d = gate.begin(effect_type="t", key="m:2", payload={})
+    gate.report(d, "committed", result={"card": "4242"})
+    assert gate.begin(effect_type="t", key="m:2", payload={}).result == {"card": "4242"}
+    real = gate.store.prune
+
+    def pruned_then_lost(*args: Any, **kwargs: Any) -> int:
+        real(*args, **kwargs)
+        raise eg.StoreError("the reply was lost (test)", outcome_unknown=True)
+
+    gate.store.prune = pruned_then_lost
+    try:
+        with pytest.raises(eg.StoreError):
+            gate.prune(datetime.timedelta(0))
+    finally:
+        del gate.store.prune
+    again = gate.begin(effect_type="t", key="m:2", payload={})
+    assert again.decision is eg.Decision.DUPLICATE and again.result is None
+
+
 # -- bodies the decorator cannot gate ----------------------------------------------------------
 
 

@@ -897,8 +897,9 @@ class Model:
             r.namespace == ns and r.state in settled and r.pruned is None) else r
             for r in s.rows)
         count = sum(a != b for a, b in zip(rows, s.rows, strict=True))
-        # The gate forgets its memo once the store answered (a lost reply: it keeps it).
-        memo = s.memo if lost else tuple(m for m in s.memo if m[0] != ns)
+        # The gate forgets its memo whether or not the store's reply came (a lost reply
+        # may have pruned).
+        memo = tuple(m for m in s.memo if m[0] != ns)
         gone = {r.id for r in rows if r.namespace == ns and r.pruned is not None}
         approvals = tuple(a for a in s.approvals if a.namespace != ns or (
             a.effect_id not in gone))  # the approval requests of pruned effects are dropped
