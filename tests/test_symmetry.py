@@ -37,6 +37,8 @@ _SYMMETRIC = [
     _TWO["2 workers, on_ambiguous block"],
     _TWO["2 workers, approvals, the operator's lost replies repeated"],
     _TWO["2 workers, a reconcile hook that raises or lies"],
+    replace(_TWO["2 workers, a reconcile hook that raises or lies"], begins=(2, 2),
+            name="a hook that raises or lies, 2+2"),
 ]
 
 

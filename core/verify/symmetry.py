@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from .._commands import HookFailed
 from ..request import secret_hash
 from ..store.rows import ApprovalRow, EffectHead, EffectRow, Moved
 from .model import LOST, Action, Config, ModelState
@@ -95,8 +96,8 @@ class _Renamer:
 
     def answer(self, a: Any) -> Any:
         """One answer a worker's flow was given, renamed."""
-        if a is None or a is LOST or isinstance(a, str):
-            return a
+        if a is None or a is LOST or isinstance(a, (str, HookFailed)):
+            return a  # (a raising hook's answer is one constant: it names no worker)
         if isinstance(a, EffectHead):
             return self.head(a)
         if isinstance(a, Moved):
