@@ -1,5 +1,5 @@
 """The model checker's in-memory store: it answers the real flow's commands
-(:mod:`effectgate._commands`) from a :class:`~effectgate.verify.model.ModelState`, with the
+(:mod:`effectgate._commands`) from a :class:`~effectgate.verify.model_state.ModelState`, with the
 semantics of the store's SQL — each write all or nothing, in the store's order (consume the
 approval, charge, then the compare-and-set or the insert), a refused one writing nothing.
 
@@ -27,13 +27,10 @@ from .model_rows import (
     put_approval,
     resolved_vendor_attempt,
 )
+from .model_state import ModelState
 
 if TYPE_CHECKING:
     from .._commands import Command
-
-# The model's state (:class:`effectgate.verify.model.ModelState`, a NamedTuple), named loosely
-# here so that the model and its store do not import each other.
-ModelState = Any
 
 __all__ = ["CALLS", "ModelStore", "Performed", "resolved"]
 
