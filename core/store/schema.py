@@ -528,6 +528,10 @@ class VersionWatch:
     the connection that writes): a newer version refuses the write (:func:`newer_schema`),
     and every write after it until the version is this one again. Reads are never refused."""
 
+    next_read: float
+    """The clock (``time.monotonic``) from which the next write reads the version first
+    (the per-call path compares it inline, without a call)."""
+
     def __init__(self, where: str) -> None:
         self.where = where
         self.interval = RECHECK_SECONDS
@@ -536,9 +540,6 @@ class VersionWatch:
     def due(self) -> bool:
         """True when the next write must read the version first."""
         return time.monotonic() >= self.next_read
-
-    next_read: float
-    """The clock (``time.monotonic``) from which the next write reads the version first."""
 
     def note(self, value: object) -> bool:
         """Take the version just read (the ``value`` of its meta row, read when a connection
