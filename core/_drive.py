@@ -7,9 +7,9 @@ store's error is thrown into the flow at the command that met it.
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._commands import (
     CallHook,
@@ -27,16 +27,25 @@ from ._commands import (
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
 
     from .notices import Observer
     from .store import Store
     from .store.async_pg import AsyncPostgres
     from .store.threaded import ThreadedStore
 
-__all__ = ["adrive", "drive"]
+__all__ = ["adrive", "drive", "to_thread"]
 
 log = logging.getLogger("effectgate")
+T = TypeVar("T")
+
+
+async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``asyncio.to_thread``, asyncio imported by an async caller's first call rather than by
+    ``import effectgate`` (a sync worker never needs it)."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 def drive(flow: Generator[Command, Any, Any], store: Store, observe: Observer | None) -> Any:
@@ -103,16 +112,16 @@ async def aperform(command: Command, store: Store, astore: ThreadedStore | Async
     if isinstance(command, Write):
         if command.row is None and command.approval is None:
             return await astore.move_new(command.move, command.req, command.secret)
-        return await asyncio.to_thread(store.move, command.row, command.move, command.req,
-                                       command.secret, command.approval)
+        return await to_thread(store.move, command.row, command.move, command.req,
+                               command.secret, command.approval)
     if isinstance(command, Lapse):
-        return await asyncio.to_thread(store.lapse, command.row)
+        return await to_thread(store.lapse, command.row)
     if isinstance(command, GetApproval):
         return await astore.approval(command.namespace, command.approval_id)
     if isinstance(command, Examine):
         return await astore.get(command.row.namespace, command.row.key)
     if isinstance(command, Resolve):
-        return await asyncio.to_thread(_resolve, store, command)
+        return await to_thread(_resolve, store, command)
     if isinstance(command, CallHook):
         return await _acall_hook(command)
     return tell(command, store, observe)
@@ -138,8 +147,10 @@ def _call_hook(c: CallHook) -> Any:
         answer: Any = c.fn(c.record)
     except Exception as err:
         return HookFailed(err)
-    if not asyncio.iscoroutine(answer):
+    if not inspect.iscoroutine(answer):
         return answer
+    import asyncio  # an async hook: asyncio is in use already
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -157,10 +168,10 @@ def _call_hook(c: CallHook) -> Any:
 async def _acall_hook(c: CallHook) -> Any:
     """An async caller's hook: an ``async def`` one on this loop, a sync one on a thread."""
     try:
-        if asyncio.iscoroutinefunction(c.fn):
+        if inspect.iscoroutinefunction(c.fn):
             return await c.fn(c.record)
-        answer: Any = await asyncio.to_thread(c.fn, c.record)
-        if asyncio.iscoroutine(answer):
+        answer: Any = await to_thread(c.fn, c.record)
+        if inspect.iscoroutine(answer):
             answer = await answer
         return answer
     except Exception as err:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Generator, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _drive, decide, validate
 from ._commands import (
@@ -49,6 +49,10 @@ from .states import ApprovalState, Decision, Outcome, State
 from .store import NewApproval, Store
 from .store.rows import ApprovalRow, EffectHead, EffectRow
 from .translate import decision, effect_record, loads
+
+if TYPE_CHECKING:
+    from .store.async_pg import AsyncPostgres
+    from .store.threaded import ThreadedStore
 
 __all__ = ["BeginFlow", "Flow", "Parts", "begin_steps", "done_head", "reconcile_steps"]
 
@@ -287,11 +291,16 @@ class BeginFlow:
                  approval_ids: Callable[[], str] = _approval_id) -> None:
         self._store = store
         self.observe = observe  # told of approvals requested, lapses, budget warnings
-        self.astore = store.async_face()
         self.memo = memo
         self._secrets = secrets
         self.parts = Parts(store.one_call, store.secret, reconcilers, memo, redact, kept,
                            approval_ids)
+
+    @property
+    def astore(self) -> ThreadedStore | AsyncPostgres:
+        """The store's async face (made on an async caller's first call: a sync worker never
+        imports asyncio)."""
+        return self._store.async_face()
 
     def remember(self, key: str, payload: str, effect_type: str, effect_id: int, attempt: int,
                  token: int, result: str | None) -> None:

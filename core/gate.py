@@ -11,7 +11,6 @@ collaborators see it as a :class:`~effectgate.gatelike.GateLike` and never impor
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import os
@@ -20,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import operations, principals, reads, sagas, validate
+from ._drive import to_thread
 from .decorator import gate_function
 from .errors import ConfigError, UnknownEffect
 from .flow import BeginFlow
@@ -357,7 +357,7 @@ class Gate:
 
     async def aresolve(self, key: str, outcome: Outcome | str, **kwargs: Any) -> EffectRecord:
         """:meth:`resolve` without blocking the event loop."""
-        return await asyncio.to_thread(self.resolve, key, outcome, **kwargs)
+        return await to_thread(self.resolve, key, outcome, **kwargs)
 
     def reconciler(self, effect_type: str) -> Callable[[Reconciler], Reconciler]:
         """Register a hook that asks the vendor what happened to an AMBIGUOUS effect of
@@ -389,7 +389,7 @@ class Gate:
 
     async def aget(self, key: str) -> EffectRecord:
         """:meth:`get` without blocking the event loop."""
-        return await asyncio.to_thread(self.get, key)
+        return await to_thread(self.get, key)
 
     def get_by_id(self, effect_id: int) -> EffectRecord:
         """The effect with ``effect_id``; :class:`UnknownEffect` if none in this namespace."""
@@ -458,11 +458,11 @@ class Gate:
 
     async def aapprove(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
         """:meth:`approve` without blocking the event loop."""
-        return await asyncio.to_thread(self.approve, approval_id, **kwargs)
+        return await to_thread(self.approve, approval_id, **kwargs)
 
     async def adeny(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
         """:meth:`deny` without blocking the event loop."""
-        return await asyncio.to_thread(self.deny, approval_id, **kwargs)
+        return await to_thread(self.deny, approval_id, **kwargs)
 
     # -- sagas, retention ----------------------------------------------------------------------
 
@@ -493,7 +493,7 @@ class Gate:
 
     async def aunwind(self, group_key: str, **kwargs: Any) -> UnwindReport:
         """:meth:`unwind` without blocking the event loop."""
-        return await asyncio.to_thread(self.unwind, group_key, **kwargs)
+        return await to_thread(self.unwind, group_key, **kwargs)
 
     def prune(self, older_than: datetime.timedelta, *, dry_run: bool = False) -> int:
         """Drop stored results, errors and history of effects settled (COMMITTED, FAILED,
@@ -523,7 +523,7 @@ class Gate:
 
     async def aprune(self, older_than: datetime.timedelta, **kwargs: Any) -> int:
         """:meth:`prune` without blocking the event loop."""
-        return await asyncio.to_thread(self.prune, older_than, **kwargs)
+        return await to_thread(self.prune, older_than, **kwargs)
 
     # -- principals, the operator's console ----------------------------------------------------
 

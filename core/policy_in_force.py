@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .discovery import find_policy
 from .errors import ConfigError
 from .redact import bound
-from .store.schema import policy_meta_name
+from .store.version import policy_meta_name
 
 if TYPE_CHECKING:
     from .policy import Policy

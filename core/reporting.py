@@ -11,7 +11,6 @@ decision.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import warnings
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import decide, validate
+from ._drive import to_thread
 from .errors import (
     ConfigError,
     EffectGateError,
@@ -142,9 +142,9 @@ class Reporter:
         lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
         done = await self.flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
         if done is None:
-            if await asyncio.to_thread(self.already, lease, parsed, fields["result"]):
+            if await to_thread(self.already, lease, parsed, fields["result"]):
                 return
-            raise await asyncio.to_thread(self.stale, lease, f"report {parsed.value}")
+            raise await to_thread(self.stale, lease, f"report {parsed.value}")
         self.reported(held, lease, parsed, fields["result"], done, fields["reason"])
 
     def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
@@ -247,7 +247,7 @@ class Reporter:
         lease, _ = self.holder(held)
         expiry = await self.flow.astore.extend(self.namespace, lease, span, vendor_ref)
         if expiry is None:
-            raise await asyncio.to_thread(self.stale, lease, "extend the lease")
+            raise await to_thread(self.stale, lease, "extend the lease")
         return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
 
 

@@ -10,7 +10,7 @@ from .decide import lapsed
 from .errors import PayloadError
 from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry, epoch_to_datetime
 from .states import Decision, State
-from .store import history
+from .store.lines import parse as parse_history
 from .store.rows import ApprovalRow, EffectHead, EffectRow
 from .vendors import VendorKey, vendor_key
 
@@ -83,7 +83,7 @@ def effect_record(row: EffectRow, vendor_secret: bytes, *,
             to_state=State(h.to_state), at=epoch_to_datetime(h.at),  # type: ignore[arg-type]
             token=h.token, by=h.by, note=h.note,
         )
-        for h in (history.parse(row.history) if with_history else ())
+        for h in (parse_history(row.history) if with_history else ())
     )
     return EffectRecord(
         effect_id=row.id, namespace=row.namespace, key=row.key,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import effectgate as eg
-from effectgate.store.schema import SCHEMA_VERSION
+from effectgate.store.version import SCHEMA_VERSION
 
 
 def test_fresh_store_is_at_the_latest_version(tmp_path: Path) -> None:
@@ -281,9 +281,9 @@ def test_a_store_migrated_under_an_open_gate_refuses_its_writes(
     versions, reads still answer, and once the version is this one again writes go on."""
     import asyncio
 
-    from effectgate.store import schema
+    from effectgate.store import version
 
-    monkeypatch.setattr(schema, "RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr(version, "RECHECK_SECONDS", 0.0)
     gate = eg.Gate(own_store_url, namespace="n", policy=False)
     loop = asyncio.new_event_loop()
 

@@ -13,8 +13,11 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 import effectgate as eg
 from effectgate import request as request_module
-from effectgate.store import Store
-from effectgate.store.statements import _NAMES, Statements
+from effectgate.store import Store, embedded
+from effectgate.store.sql import NAMES
+from effectgate.store.statements import build, render_sqlite, sqlite_texts_source
+
+_TEXTS_FILE = Path(__file__).parent.parent / "core" / "store" / "sqlite_texts.py"
 
 
 def _both() -> list[tuple[Any, str]]:
@@ -25,16 +28,16 @@ def _both() -> list[tuple[Any, str]]:
 def test_every_statement_compiles_on_both_dialects(durability: str) -> None:
     """Each statement compiles (no literal bind slips in) for each dialect and durability."""
     for dialect, name in _both():
-        sql = Statements(dialect, name, durability)
+        sql = build(dialect, name, durability)
         sql.compile_all()
-        assert set(_NAMES) <= set(vars(sql))
-        assert all(getattr(sql, n).text for n in _NAMES)
+        assert set(NAMES) <= set(vars(sql))
+        assert all(getattr(sql, n).text for n in NAMES)
 
 
 def test_a_statement_is_compiled_when_first_used_and_kept() -> None:
     """A new set compiles nothing up front; the first read compiles, the next reuses it."""
-    sql = Statements(sqlite_dialect(paramstyle="named"), "sqlite")
-    assert not set(_NAMES) & set(vars(sql))
+    sql = build(psycopg.dialect(), "postgresql")
+    assert not set(NAMES) & set(vars(sql))
     first = sql.fetch
     assert "fetch" in vars(sql) and sql.fetch is first
     assert "resolve" not in vars(sql)
@@ -45,10 +48,110 @@ def test_a_statement_is_compiled_when_first_used_and_kept() -> None:
 def test_lazy_texts_are_the_eager_ones() -> None:
     """The relaxed and the default durability differ where they must (Postgres: the outcome
     rides on the next sync only at the default)."""
-    pg = {d: Statements(psycopg.dialect(), "postgresql", d) for d in ("reserve", "relaxed")}
+    pg = {d: build(psycopg.dialect(), "postgresql", d) for d in ("reserve", "relaxed")}
     assert "set_config" in pg["reserve"].report.text
     assert "set_config" not in pg["relaxed"].report.text
     assert pg["reserve"].fetch.text == pg["relaxed"].fetch.text
+
+
+def test_the_rendered_sqlite_texts_are_sqlalchemys() -> None:
+    """``store/sqlite_texts.py`` holds exactly what SQLAlchemy compiles now, for every
+    statement and every table's columns, and SQLite's texts are the same at every
+    durability (the file holds one set)."""
+    expected = sqlite_texts_source()
+    assert _TEXTS_FILE.read_text(encoding="utf-8") == expected, (
+        "core/store/sqlite_texts.py is stale; write it again with: python -c \"from "
+        "effectgate.store.statements import sqlite_texts_source as s; print(s(), end='')\" "
+        "> core/store/sqlite_texts.py")
+    from effectgate.store.sqlite_texts import COLUMNS, TEXTS
+
+    assert render_sqlite() == TEXTS and set(TEXTS) == set(NAMES)
+    dialect = sqlite_dialect(paramstyle="named")
+    for durability in ("all", "relaxed"):
+        other = build(dialect, "sqlite", durability)
+        assert {n: getattr(other, n).text for n in NAMES} == TEXTS
+    from effectgate.store.schema import metadata
+
+    assert {t.name: frozenset(c.name for c in t.c) for t in metadata.sorted_tables} == COLUMNS
+
+
+@pytest.mark.parametrize("url", [
+    "sqlite:///effects.db", "sqlite:////tmp/a/b.db", "sqlite+pysqlite:///x.db",
+    "sqlite:///a b/c.db", "sqlite:///a@b.db", "sqlite:///./x:y.db", "sqlite:///:memory:",
+    "sqlite:///a.db?mode=ro", "sqlite:///a%20b.db", "sqlite://", "sqlite:///", "sqlite:/x.db",
+    "sqlite+aiosqlite:///x.db", "SQLITE:///x.db", "sqlite:///x.db#frag", "postgresql:///x",
+    "sqlite://user:pw@host/x.db", "sqlite:///x.db\n", "sqlite:///\u2028.db",
+])
+def test_a_plain_sqlite_url_names_the_file_sqlalchemy_would_open(url: str) -> None:
+    """The URLs the embedded store opens itself are read exactly as SQLAlchemy reads them;
+    every other form is left to SQLAlchemy (None)."""
+    from sqlalchemy.engine import make_url
+
+    database = embedded.database_of(url)
+    if database is None:
+        return
+    parsed = make_url(url)
+    assert (parsed.get_backend_name(), parsed.get_driver_name()) == ("sqlite", "pysqlite")
+    assert parsed.database == database and not parsed.query
+    assert parsed.username is None and parsed.password is None and parsed.host is None
+
+
+def test_the_plain_urls_are_the_common_ones() -> None:
+    """Not vacuous: the default store and absolute and relative paths take the embedded way."""
+    from effectgate.store import DEFAULT_URL
+
+    assert embedded.database_of(DEFAULT_URL) == ".effectgate/effects.db"
+    assert embedded.database_of("sqlite:////tmp/x.db") == "/tmp/x.db"
+    assert embedded.database_of("sqlite:///a.db?mode=ro") is None
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_an_embedded_connection_is_set_up_as_the_engines(tmp_path: Path,
+                                                         read_only: bool) -> None:
+    """A connection the store opens itself has the settings the engine's pooled ones get."""
+    url = f"sqlite:///{tmp_path / 'pragmas.db'}"
+    Store(url).close()
+    store = Store(url, read_only=read_only)
+    try:
+        with store.connection() as own:
+            mine = [own.execute(f"PRAGMA {p}").fetchone()[0] for p in
+                    ("busy_timeout", "journal_mode", "synchronous", "query_only")]
+            assert own.isolation_level is None  # autocommit
+        with store.engine.connect() as pooled:
+            theirs = [pooled.exec_driver_sql(f"PRAGMA {p}").scalar() for p in
+                      ("busy_timeout", "journal_mode", "synchronous", "query_only")]
+        assert mine == theirs == [60000, "wal", 2, int(read_only)]
+    finally:
+        store.close()
+
+
+_WORKER = """
+import sys, effectgate as eg
+gate = eg.Gate(sys.argv[1], namespace=sys.argv[2], policy=False)
+@gate.effect("w:{n}", effect_type="t.start")
+def work(n: int) -> int:
+    return n
+assert work(1) == 1 and work(1) == 1
+print(sorted(m for m in ("sqlalchemy", "asyncio") if m in sys.modules))
+"""
+
+
+def test_a_worker_on_an_existing_sqlite_store_imports_neither_sqlalchemy_nor_asyncio(
+        tmp_path: Path) -> None:
+    """A worker's way to its first begin on an up-to-date embedded store: no SQLAlchemy (the
+    statements come rendered, the connection from sqlite3) and no asyncio. A store that must
+    first be created goes through SQLAlchemy (the control: the check can see it)."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'worker.db'}"
+
+    def run(namespace: str) -> str:
+        return subprocess.run([sys.executable, "-c", _WORKER, url, namespace], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    assert "'sqlalchemy'" in run("first")  # created here (SQLAlchemy imports asyncio too)
+    assert run("second") == "[]"
 
 
 def test_stores_of_one_dialect_and_durability_share_their_statements(

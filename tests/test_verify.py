@@ -201,7 +201,7 @@ def test_verify_leaves_no_row_behind_not_even_in_effectgate_meta(store_url: str,
     """The checks that run under a policy record it for their scratch namespace in
     ``effectgate_meta``; verify deletes that row with the rest (on a shared Postgres database
     only the rows naming the scratch namespace are compared: other tests write theirs)."""
-    from effectgate.store.schema import policy_meta_name
+    from effectgate.store.version import policy_meta_name
 
     eg.Gate(store_url, namespace=namespace, policy=False).close()
     before = _meta_rows(store_url)
@@ -220,7 +220,7 @@ def test_the_exhaustive_replay_leaves_no_policy_row_behind(store_url: str,
                                                            namespace: str) -> None:
     """``verify --exhaustive`` replays approval and ceiling configs through a governed base
     gate, which records its policy; closing the replayer deletes that row."""
-    from effectgate.store.schema import policy_meta_name
+    from effectgate.store.version import policy_meta_name
     from effectgate.verify.explore import BOUNDS
     from effectgate.verify.replay import Replayer
 

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import delete, func, select, update
 
 from .. import validate
 from ..decide import outcome_spend_delta, reads_first
 from ..errors import ConfigError, StoreError
 from ..request import secret_hash
 from ..states import ApprovalState, Outcome, State
-from . import history
+from . import embedded
 from .connections import (
     DEFAULT_ASYNC_POOL_SIZE,
     MAX_POOL_SIZE,
@@ -39,6 +39,7 @@ from .connections import (
     make_engine,
     safe_url,
 )
+from .lines import encode_text
 from .rows import (
     ROW_COLUMNS,
     ApprovalRow,
@@ -50,23 +51,17 @@ from .rows import (
     effect_head,
     effect_row,
 )
-from .schema import (
-    VersionWatch,
-    approvals,
-    db_now,
-    effects,
-    ensure_schema,
-    meta,
-    read_schema,
-)
-from .statements import statements_for
-from .threaded import ThreadedStore
+from .sql import statements_for
+from .version import VersionWatch
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from ..decide import Move, Resolution
     from ..request import Lease, LeaseSecret, Request
     from .async_pg import AsyncPostgres
-    from .statements import Sql
+    from .sql import Sql
+    from .threaded import ThreadedStore
 
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
@@ -102,43 +97,76 @@ class Store:
         self.url = resolve_url(url)
         self.read_only = read_only
         self.durability = durability
-        engine = make_engine(self.url, read_only=read_only, durability=durability)
+        # A plain sqlite:///path URL opens without SQLAlchemy when the store is up to date
+        # (store.embedded); every other URL, and any store to create or migrate, through it.
+        database = embedded.database_of(self.url)
+        engine: Engine | None = None
+        if database is not None:
+            embedded.check_database(database, self.url, read_only=read_only)
+            self.dialect_name = "sqlite"
+        else:
+            engine = make_engine(self.url, read_only=read_only, durability=durability)
+            self.dialect_name = engine.dialect.name
         self._connect_args: dict[str, Any] = dict(getattr(engine, "effectgate_connect_args", {}))
-        self.engine = engine
-        self.dialect_name = engine.dialect.name
         self.is_sqlite = self.dialect_name == "sqlite"
-        self._conns = Connections(engine, self.url, durability)
-        try:
-            self.meta = read_schema(engine, safe_url(self.url)) if read_only else (
-                ensure_schema(engine, safe_url(self.url)))
-        except (StoreError, ConfigError):
-            raise
-        except Exception as err:
-            raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
-                             f"{type(err).__name__}: {driver_text(err)}") from err
+        self._conns = Connections(self.url, durability, read_only=read_only, engine=engine,
+                                  database=database)
+        found = self._read_meta() if database is not None else None
+        self.meta: dict[str, str] = self._schema() if found is None else found
         # A store kept open while a newer effectgate migrates it stops writing (read-only:
         # the database refuses writes already).
         self.version_watch = None if read_only else VersionWatch(safe_url(self.url))
         self._conns.watch = self.version_watch
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         if self.is_sqlite:
-            from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
-
-            dialect: Any = sqlite_dialect(paramstyle="named")
+            self.sql = statements_for("sqlite", durability)
         else:
-            dialect = engine.dialect
-        self.sql = statements_for(dialect, self.dialect_name, durability)
+            from .statements import build
+
+            dialect = self.engine.dialect
+            self.sql = statements_for(self.dialect_name, durability, dialect,
+                                      partial(build, dialect, self.dialect_name, durability))
         if self.sql.reserve_function is not None and not read_only:
             try:
-                self.sql.reserve_function.install(engine)
+                self.sql.reserve_function.install(self.engine)
                 assert self.sql.governed_function is not None
-                self.sql.governed_function.install(engine)
+                self.sql.governed_function.install(self.engine)
             except Exception as err:
                 raise StoreError("cannot install the reserve function: "
                                  f"{driver_text(err)}") from err
         self._reserve_sync = self._conns.sync_reserve
         self._outcome_sync = self._conns.sync_outcome
-        self._async_face = self._make_async_face()  # one per store: every gate shares it
+        self._async_face: ThreadedStore | AsyncPostgres | None = None
+        self._async_face_lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (tools, reads by filter, retention), made when first needed:
+        an embedded store's per-call path runs without it."""
+        return self._conns.engine
+
+    def _read_meta(self) -> dict[str, str] | None:
+        """An embedded store's meta rows when it is up to date (no SQLAlchemy), else None."""
+        try:
+            with self._conns.connection() as conn:
+                return embedded.read_meta(conn)
+        except StoreError:
+            self._conns.drop()
+            return None  # the schema's way says what is wrong
+
+    def _schema(self) -> dict[str, str]:
+        """Create or migrate the tables (read-only: only read them), through SQLAlchemy."""
+        from .schema import ensure_schema, read_schema
+
+        where = safe_url(self.url)
+        try:
+            return read_schema(self.engine, where) if self.read_only else (
+                ensure_schema(self.engine, where))
+        except (StoreError, ConfigError):
+            raise
+        except Exception as err:
+            raise StoreError(f"cannot open the store at {where}: "
+                             f"{type(err).__name__}: {driver_text(err)}") from err
 
     def __repr__(self) -> str:
         return f"Store({safe_url(self.url)!r})"
@@ -150,10 +178,18 @@ class Store:
         connections, for which further tasks wait in line); on SQLite, reads on the loop
         itself (microseconds, never waiting on a writer in WAL mode) and writes on a worker
         thread."""
-        return self._async_face
+        face = self._async_face
+        if face is None:
+            with self._async_face_lock:
+                if self._async_face is None:
+                    self._async_face = self._make_async_face()
+                face = self._async_face
+        return face
 
     def _make_async_face(self) -> ThreadedStore | AsyncPostgres:
         if self.is_sqlite:
+            from .threaded import ThreadedStore
+
             return ThreadedStore(self)
         from .async_pg import AsyncPostgres
 
@@ -173,7 +209,8 @@ class Store:
 
     def close(self) -> None:
         """Close every connection this store opened (the async callers' idle ones too)."""
-        self._async_face.close_idle()
+        if self._async_face is not None:
+            self._async_face.close_idle()
         self._conns.close()
 
     dispose = close
@@ -339,9 +376,9 @@ class Store:
             "namespace": namespace, "key": lease.key, "token": lease.token,
             "lease_secret": secret_hash(lease.secret), "state": outcome.value, "result": result,
             "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
-            "h_note": _NULL if note is None else history.encode_text(note),
+            "h_note": _NULL if note is None else encode_text(note),
         }
-        late = _LATE if note is None else history.encode_text(_late(note))
+        late = _LATE if note is None else encode_text(_late(note))
         return binds, {**binds, "h_note": late}
 
     @staticmethod
@@ -372,7 +409,7 @@ class Store:
             "namespace": row.namespace, "id": row.id, "token": row.token,
             "expected_state": resolution.expected.value, "state": resolution.to.value,
             "result": result, "error": None, "reason": reason, "actor": actor, "note": note,
-            "h_by": history.encode_text(actor), "h_note": history.encode_text(note),
+            "h_by": encode_text(actor), "h_note": encode_text(note),
         }
         if not resolution.spend_delta:
             rows = self._conns.run(self.sql.resolve, binds, self._reserve_sync)
@@ -420,6 +457,10 @@ class Store:
         """Effects of a namespace by filter, newest first. ``state`` is the state a read
         reports: an IN_FLIGHT row past its lease counts as AMBIGUOUS, not IN_FLIGHT.
         ``effect_type`` may be a glob (``*``, ``?``); every other character is literal."""
+        from sqlalchemy import select
+
+        from .schema import db_now, effects
+
         now = db_now()
         t = effects.c
         stmt = select(*[t[name] for name in ROW_COLUMNS], now.label("now")).where(
@@ -454,6 +495,10 @@ class Store:
 
     def count_by_state(self, namespace: str) -> dict[State, int]:
         """How many effects of a namespace are in each state, as reads report it."""
+        from sqlalchemy import func, select
+
+        from .schema import db_now, effects
+
         now = db_now()
         t = effects.c
         lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
@@ -504,7 +549,7 @@ class Store:
                             "expected_state": State.PENDING_APPROVAL.value,
                             "state": State.DENIED.value, "result": None, "error": None,
                             "reason": effect_reason, "actor": by, "note": reason,
-                            "h_by": history.encode_text(by), "h_note": history.encode_text(reason),
+                            "h_by": encode_text(by), "h_note": encode_text(reason),
                         })
         except Rollback:
             return False
@@ -512,6 +557,10 @@ class Store:
 
     def approvals(self, namespace: str) -> list[ApprovalRow]:
         """Every approval request of a namespace, newest first."""
+        from sqlalchemy import select
+
+        from .schema import approvals, db_now
+
         a = approvals.c
         stmt = (select(*approvals.c, db_now().label("now")).where(a.namespace == namespace)
                 .order_by(a.created_at.desc(), a.id))
@@ -526,6 +575,10 @@ class Store:
         (key, type, state, payload hash) and a committed step's compensation (an unwind still
         needs it). Approval requests go only with their pruned effect, or once expired (their
         arguments); never those of an effect still waiting, in flight or AMBIGUOUS."""
+        from sqlalchemy import delete, func, select, update
+
+        from .schema import approvals, db_now, effects
+
         now = db_now()
         t, a = effects.c, approvals.c
         settled = (State.COMMITTED.value, State.FAILED.value, State.DENIED.value)
@@ -567,6 +620,8 @@ class Store:
         for a namespace, for instance)."""
         if name in ("schema_version", "vendor_secret"):
             raise ConfigError(f"{name} is the store's own")
+        from .schema import meta
+
         c = meta.c
         with self._conns.write_lock, self.engine.connect() as conn:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
@@ -591,7 +646,7 @@ def _late(note: str | None) -> str:
     return "late report" + (f": {note}" if note else "")
 
 
-_LATE = history.encode_text(_late(None))
+_LATE = encode_text(_late(None))
 
 
 def _begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[str, Any]:
@@ -604,7 +659,7 @@ def _begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[s
         "compensation": req.compensation, "compensates_effect_id": req.compensates_effect_id,
         "vendor": req.vendor, "estimated_cost_micros": req.estimated_cost_micros,
         "approval_id": None, "budget_keys": None, "actor": req.agent_id, "note": None,
-        "lease_secret": lease_secret, "h_by": history.encode_text(req.agent_id),
+        "lease_secret": lease_secret, "h_by": encode_text(req.agent_id),
         "h_note": _NULL,
     }
 

@@ -41,14 +41,14 @@ from .rows import (
     effect_head,
     effect_row,
 )
-from .schema import VERSION_SQL
+from .version import VERSION_SQL
 
 if TYPE_CHECKING:
     from ..decide import Move
     from ..request import Lease, LeaseSecret, Request
     from ..states import Outcome
     from . import Store
-    from .statements import Sql
+    from .sql import Sql
 
 __all__ = ["AsyncPostgres"]
 

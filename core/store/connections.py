@@ -23,17 +23,17 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from time import monotonic
-from typing import Any, Literal, NoReturn
-
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from ..errors import ConfigError, StoreError
-from .schema import VERSION_SQL, VersionWatch
-from .statements import Sql
+from . import embedded
+from .version import VERSION_SQL, VersionWatch
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from .sql import Sql
 
 __all__ = ["DEFAULT_ASYNC_POOL_SIZE", "MAX_POOL_SIZE", "Connections", "Durability", "driver_text",
            "make_engine", "safe_url", "store_error"]
@@ -69,14 +69,21 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
 class Connections:
     """One store's driver connections: one per thread, reopened after a break or a fork."""
 
-    def __init__(self, engine: Engine, url: str, durability: Durability) -> None:
+    def __init__(self, url: str, durability: Durability, *, read_only: bool = False,
+                 engine: Engine | None = None, database: str | None = None) -> None:
+        """``engine``: the one made already (else made when first needed); ``database``:
+        the SQLite file of a plain URL, whose connections open with sqlite3 itself."""
         if durability not in ("reserve", "all", "relaxed"):
             raise ConfigError(
                 f"durability must be 'reserve', 'all' or 'relaxed', not {durability!r}"
             )
-        self.engine = engine
+        self._engine = engine
         self.url = url
-        self.is_sqlite = engine.dialect.name == "sqlite"
+        self.read_only = read_only
+        self.durability = durability
+        self.database = database
+        self.is_sqlite = database is not None or (
+            engine is not None and engine.dialect.name == "sqlite")
         self.sync_reserve = _NORMAL if durability == "relaxed" else _FULL
         self.sync_outcome = _FULL if durability == "all" else _NORMAL
         self.write_lock = threading.RLock()
@@ -84,6 +91,7 @@ class Connections:
         # (owner thread, connection): closed on close(), or once the owner thread has ended
         self._opened: list[tuple[threading.Thread, Any]] = []
         self._opened_lock = threading.Lock()
+        self._engine_lock = threading.Lock()
         self._pid = os.getpid()
         self._inherited: Any = None
         self.watch: VersionWatch | None = None  # set once the schema is known (not read-only)
@@ -91,8 +99,21 @@ class Connections:
             with _guard_lock:
                 _guarded.add(self)
 
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (pooled connections, for everything but the per-call path),
+        made the first time it is needed."""
+        found = self._engine
+        if found is None:
+            with self._engine_lock:
+                if self._engine is None:
+                    self._engine = make_engine(self.url, read_only=self.read_only,
+                                               durability=self.durability)
+                found = self._engine
+        return found
+
     def driver(self) -> Any:
-        """This thread's driver connection, opened from the engine once and kept."""
+        """This thread's driver connection, opened once and kept."""
         local = self._local
         try:  # the common case: this thread's connection, in this process
             conn = local.conn
@@ -109,12 +130,15 @@ class Connections:
             self._forget_parent()
             local = self._local
         try:
-            proxied = self.engine.raw_connection()
+            if self.database is not None:
+                conn: Any = embedded.connect(self.database, read_only=self.read_only)
+            else:
+                proxied = self.engine.raw_connection()
+                conn = proxied.driver_connection
+                proxied.detach()  # ours now: the pool neither counts nor resets it
         except Exception as err:
             raise StoreError(f"cannot reach the store at {safe_url(self.url)}: "
                              f"{type(err).__name__}") from err
-        conn = proxied.driver_connection
-        proxied.detach()  # ours now: the pool neither counts nor resets it
         local.conn, local.pid = conn, os.getpid()
         local.sync = _FULL  # as the connect hook left it
         self._adopt(conn)
@@ -147,10 +171,12 @@ class Connections:
         """In a forked child: leave the parent's connections alone (never use or close a
         socket another process is using) and open our own from now on. The parent's stay
         referenced, so that not even garbage collection closes them here."""
-        self._inherited = (self._opened, self.engine.pool)
-        self.engine.dispose(close=False)
+        self._inherited = (self._opened, self._engine and self._engine.pool)
+        if self._engine is not None:
+            self._engine.dispose(close=False)
         self._opened = []
         self._opened_lock = threading.Lock()  # the parent's may have been held at the fork
+        self._engine_lock = threading.Lock()
         self._local = threading.local()
         self._pid = os.getpid()
 
@@ -184,7 +210,7 @@ class Connections:
 
     def _check_version(self, conn: Any) -> None:
         """Before a write: the store's schema version read again when the watch says so
-        (:class:`~effectgate.store.schema.VersionWatch`), refused when it is newer."""
+        (:class:`~effectgate.store.version.VersionWatch`), refused when it is newer."""
         watch = self.watch
         if watch is None or not watch.due():
             return
@@ -252,7 +278,8 @@ class Connections:
                     conn.close()
             self._opened = []
         self._local = threading.local()
-        self.engine.dispose()
+        if self._engine is not None:
+            self._engine.dispose()
 
 
 class Rollback(Exception):
@@ -286,23 +313,17 @@ class Transaction:
 def make_engine(url: str, *, read_only: bool = False,
                 durability: Durability = "reserve") -> Engine:
     """The engine for ``url``: SQLite (a file; WAL) or Postgres (psycopg)."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
     try:
         parsed = make_url(url)
     except ArgumentError as err:
         raise ConfigError(f"not a database URL: {safe_url(url)} ({err})") from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        database = parsed.database or ""
-        if database in ("", ":memory:") or database.startswith("file::memory:"):
-            raise ConfigError(
-                "an in-memory SQLite store cannot be shared between calls and processes; "
-                "use a file (effectgate.testing.temporary_gate() makes a throw-away one)"
-            )
-        if read_only:
-            if not Path(database).expanduser().is_file():
-                raise StoreError(f"no effectgate store at {safe_url(url)} (no such file)")
-        else:
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        embedded.check_database(parsed.database or "", safe_url(url), read_only=read_only)
         engine = create_engine(
             parsed, isolation_level="AUTOCOMMIT",
             connect_args={"timeout": 60.0, "check_same_thread": False},
@@ -311,12 +332,7 @@ def make_engine(url: str, *, read_only: bool = False,
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.execute("PRAGMA busy_timeout=60000")
-            if read_only:
-                dbapi_conn.execute("PRAGMA query_only=ON")
-                return
-            dbapi_conn.execute("PRAGMA journal_mode=WAL")
-            dbapi_conn.execute(_FULL)
+            embedded.set_up(dbapi_conn, read_only=read_only)
 
         return engine
     if backend == "postgresql":
@@ -360,6 +376,8 @@ def make_engine(url: str, *, read_only: bool = False,
 def _fork_safe(engine: Engine) -> None:
     """Never hand a pooled connection to a process other than the one that opened it (after
     ``os.fork()`` the pool's sockets are shared with the parent): SQLAlchemy's recipe."""
+    from sqlalchemy import event
+    from sqlalchemy.exc import DisconnectionError
 
     @event.listens_for(engine, "connect")
     def _remember_pid(_dbapi_conn: Any, record: Any) -> None:
@@ -409,6 +427,11 @@ def driver_text(err: BaseException) -> str:
 
 def safe_url(url: str) -> str:
     """``url`` with its password hidden, for messages."""
+    if embedded.database_of(url) is not None:
+        return url  # a plain SQLite URL: no credentials in it
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:

@@ -16,15 +16,13 @@ recognise; a migration that replaces a table carries every row of it over. After
 table is checked to have every column this version reads. A store whose schema is newer than
 this effectgate's is never written: it is refused at open (a :class:`~effectgate.StoreError`
 naming both versions), and a store that stays open while a newer effectgate migrates it
-refuses its writes from the next connection it opens, or within :data:`RECHECK_SECONDS`
-(:class:`VersionWatch`).
+refuses its writes from the next connection it opens, or within a recheck interval
+(:class:`~effectgate.store.version.VersionWatch`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,11 +46,11 @@ from sqlalchemy.sql.expression import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..errors import ConfigError, StoreError
+from .version import SCHEMA_VERSION, VERSION_SQL, newer_schema, version_of
 
 __all__ = [
-    "RECHECK_SECONDS", "SCHEMA_VERSION", "VERSION_SQL", "VersionWatch", "approvals", "audit",
-    "budgets", "db_day", "db_now", "effects", "ensure_schema", "literal", "metadata",
-    "newer_schema", "policy_meta_name", "principals", "read_schema", "sessions",
+    "approvals", "audit", "budgets", "db_day", "db_now", "effects", "ensure_schema", "literal",
+    "metadata", "principals", "read_schema", "sessions",
 ]
 
 metadata = MetaData()
@@ -203,15 +201,6 @@ meta = Table(
     Column("name", String(64), primary_key=True),
     Column("value", Text, nullable=False),
 )
-
-
-def policy_meta_name(namespace: str) -> str:
-    """The ``effectgate_meta`` row that holds a namespace's last recorded policy (at most 64
-    characters: a long namespace goes by its digest)."""
-    name = f"policy:{namespace}"
-    if len(name) <= 64 and name.isascii() and name.isprintable():
-        return name
-    return "policy:#" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:48]
 
 
 def literal(text: str) -> ColumnElement[str]:
@@ -397,14 +386,11 @@ def _v6(conn: Connection, dialect: str) -> None:
     _expect(conn, 5, "effectgate_effects", _V3_EFFECTS)
     conn.exec_driver_sql("ALTER TABLE effectgate_effects ADD COLUMN vendor_ref TEXT")
 
-VERSION_SQL = "SELECT value FROM effectgate_meta WHERE name = 'schema_version'"
-# How long a kept connection writes before it reads the schema version again.
-RECHECK_SECONDS = 30.0
 
 # MIGRATIONS[n - 1] takes a store from version n - 1 to n, inside one transaction. A fresh
 # store is created at the latest version directly.
 MIGRATIONS: list[Callable[[Connection, str], None] | None] = [None, _v2, _v3, _v4, _v5, _v6]
-SCHEMA_VERSION = len(MIGRATIONS)
+assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration without its version in store/version.py"
 
 
 def _create(conn: Connection) -> None:
@@ -501,57 +487,4 @@ def read_schema(engine: Engine, where: str) -> dict[str, str]:
 def _current_version(conn: Connection) -> int:
     if not _has_table(conn, meta.name):
         return 0
-    return _version_of(conn.execute(text(VERSION_SQL)).scalar())
-
-
-def _version_of(value: object) -> int:
-    try:
-        return int(value) if value is not None else 0  # type: ignore[call-overload]
-    except ValueError:
-        raise ConfigError(f"the store's schema version {value!r} is not a number") from None
-
-
-def newer_schema(version: int, where: str) -> StoreError:
-    """The refusal of a store whose schema a newer effectgate migrated: this one would write
-    rows that schema may not expect."""
-    return StoreError(
-        f"the store at {where} has schema version {version}, newer than this effectgate's "
-        f"version {SCHEMA_VERSION}: it writes nothing there; upgrade effectgate",
-        reason=f"schema version {version} > {SCHEMA_VERSION}")
-
-
-class VersionWatch:
-    """Whether the store is still at the schema version this effectgate writes, for a store
-    that stays open while a newer effectgate migrates it. The per-call paths read the version
-    as each connection opens (with its other set-up, so the per-call round trips stay as
-    they are), and before a write at most every :data:`RECHECK_SECONDS` (one small read on
-    the connection that writes): a newer version refuses the write (:func:`newer_schema`),
-    and every write after it until the version is this one again. Reads are never refused."""
-
-    next_read: float
-    """The clock (``time.monotonic``) from which the next write reads the version first
-    (the per-call path compares it inline, without a call)."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self.interval = RECHECK_SECONDS
-        self.next_read = time.monotonic() + self.interval
-
-    def due(self) -> bool:
-        """True when the next write must read the version first."""
-        return time.monotonic() >= self.next_read
-
-    def note(self, value: object) -> bool:
-        """Take the version just read (the ``value`` of its meta row, read when a connection
-        opens or before a write); True when it is newer than this effectgate's, and then
-        every write reads it again first until it is this one again."""
-        if _version_of(value) > SCHEMA_VERSION:
-            self.next_read = 0.0
-            return True
-        self.next_read = time.monotonic() + self.interval
-        return False
-
-    def seen(self, value: object) -> None:
-        """:meth:`note` before a write: :func:`newer_schema` when the version is newer."""
-        if self.note(value):
-            raise newer_schema(_version_of(value), self.where)
+    return version_of(conn.execute(text(VERSION_SQL)).scalar())

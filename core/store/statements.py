@@ -1,5 +1,6 @@
 """Every statement of the per-call path, written once with SQLAlchemy Core and compiled once
-per dialect. Bind parameter names are this module's and the store's business only.
+per dialect (:mod:`effectgate.store.sql` holds the texts the store runs; SQLite's are rendered
+ahead of time). Bind parameter names are this module's and the store's business only.
 
 Compare-and-set is the rule for every transition: an update names the state (and fencing
 token) it expects, and does nothing when another writer moved the effect first. A holder's own
@@ -9,8 +10,8 @@ the secret issued with its lease — never by an effect id.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from sqlalchemy import BigInteger, case, false, func, literal_column, null, select, true
@@ -24,8 +25,9 @@ from . import history
 from .pg_reserve import ReserveFunction
 from .rows import HEAD_COLUMNS, ROW_COLUMNS
 from .schema import approvals, budgets, db_day, db_now, effects, literal
+from .sql import NAMES, Sql, Statements
 
-__all__ = ["Sql", "Statements", "statements_for"]
+__all__ = ["build", "render_sqlite", "sqlite_texts_source"]
 
 
 _ONE: ColumnElement[int] = literal_column("1")
@@ -35,80 +37,22 @@ def _state(state: State | ApprovalState) -> ColumnElement[str]:
     return literal(state.value)
 
 
-class Sql:
-    """A statement compiled once for one dialect."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, stmt: ClauseElement | str, dialect: Any = None) -> None:
-        if isinstance(stmt, str):
-            self.text = stmt
-            return
-        compiled = stmt.compile(dialect=dialect)
-        if any(v is not None for v in compiled.params.values()):
-            raise AssertionError(f"a per-call statement has a literal bind: {compiled.params}")
-        self.text = compiled.string
-
-    def __repr__(self) -> str:
-        return f"Sql({self.text[:60]!r}...)"
+def build(dialect: Any, dialect_name: str, durability: str = "reserve") -> Statements:
+    """The statements for ``dialect`` and ``durability``, each compiled the first time it is
+    used (use :func:`~effectgate.store.sql.statements_for`: one set per process)."""
+    return _Definitions(dialect, dialect_name, durability).statements()
 
 
-_NAMES = (
-    "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
-    "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_row", "fetch_row_id",
-    "insert", "insert_lean", "lapse", "note_reason", "now", "report", "report_late", "resolve",
-    "take",
-)
+class _Definitions:
+    """Every per-call statement, written once; ``lazy`` maps each name to its definition."""
 
-
-class Statements:
-    """The statements for one dialect and durability, each compiled the first time it is
-    used (a worker's first ``begin`` compiles the two or three it runs, not all of them).
-
-    Shared by every store of that dialect and durability in the process
-    (:func:`statements_for`): compiled once per process, not once per ``Store``."""
-
-    adjust: Sql
-    approval_consume: Sql
-    approval_decide: Sql
-    approval_forget: Sql
-    approval_get: Sql
-    approval_insert: Sql
-    charge: Sql
-    charge_day: Sql
-    extend: Sql
-    fetch: Sql
-    fetch_row: Sql
-    fetch_row_id: Sql
-    insert: Sql
-    insert_lean: Sql
-    lapse: Sql
-    note_reason: Sql
-    now: Sql
-    report: Sql
-    report_late: Sql
-    resolve: Sql
-    take: Sql
-
-    def __getattr__(self, name: str) -> Sql:
-        """Compile the statement ``name`` on first use and keep it (later reads of it are
-        plain attribute reads: this method is not called again for that name)."""
-        lazy = self.__dict__.get("_lazy")
-        if lazy is None or name not in lazy:
-            raise AttributeError(name)
-        sql = Sql(lazy[name](), self.__dict__["_dialect"])
-        self.__dict__[name] = sql
-        return sql
-
-    def compile_all(self) -> None:
-        """Compile every statement now (a check that each one compiles)."""
-        for name in _NAMES:
-            getattr(self, name)
+    reserve_function: ReserveFunction | None
+    governed_function: ReserveFunction | None
 
     def __init__(self, dialect: Any, dialect_name: str, durability: str = "reserve") -> None:
         lazy: dict[str, Callable[[], ClauseElement]] = {}
-        self._lazy = lazy
-        self._dialect = dialect
+        self.lazy = lazy
+        self.dialect = dialect
         now = db_now()
         # Postgres: a write that may ride on the next sync commits asynchronously, for its own
         # transaction only (``set_config(..., is_local)`` in the statement itself: no extra
@@ -180,7 +124,6 @@ class Statements:
             insert.returning(*head, true().label("inserted")),
             dialect, reserve_columns,
         ) if pg else None
-        self.reserve = Sql(self.reserve_function.call if self.reserve_function else "")
 
         cas = in_ns & (t.id == p("id")) & (t.token == p("token"))
         live = (t.state == in_flight) & (t.lease_expires_at >= now)
@@ -319,8 +262,6 @@ class Statements:
             insert.returning(*head, true().label("inserted")),
             dialect, reserve_columns, prefix="effectgate_governed_", charges=charges,
         ) if pg else None
-        self.reserve_governed = Sql(self.governed_function.call if self.governed_function
-                                    else "")
         # A counter moved by an actual cost or a resolution stops at the most a BIGINT holds
         # (over every ceiling) rather than overflowing: ``room`` is how far it may rise before
         # that (adjust_binds).
@@ -374,23 +315,43 @@ class Statements:
         )
         lazy["approval_forget"] = lambda: approvals.update().where(mine).values(arguments=null())
 
+    def statements(self) -> Statements:
+        """The set, compiling each definition on first use."""
+        dialect = self.dialect
+        return Statements(
+            {name: partial(_compiled, define, dialect) for name, define in self.lazy.items()},
+            reserve_function=self.reserve_function, governed_function=self.governed_function)
 
 
-_SHARED: dict[tuple[Any, ...], Statements] = {}
-_SHARED_LOCK = threading.Lock()
+def _compiled(define: Callable[[], ClauseElement], dialect: Any) -> Sql:
+    return Sql(define(), dialect)
 
 
-def statements_for(dialect: Any, dialect_name: str, durability: str = "reserve") -> Statements:
-    """The process's :class:`Statements` for this dialect and durability, made the first time
-    (every store on the same kind of database shares them: a statement's text depends only
-    on the dialect, its driver's placeholder style, the server's version and the
-    durability)."""
-    key = (dialect_name, getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
-           getattr(dialect, "server_version_info", None), durability)
-    found = _SHARED.get(key)
-    if found is None:
-        with _SHARED_LOCK:
-            found = _SHARED.get(key)
-            if found is None:
-                found = _SHARED[key] = Statements(dialect, dialect_name, durability)
-    return found
+def render_sqlite() -> dict[str, str]:
+    """Every statement's text on SQLite, compiled now (what ``sqlite_texts`` must hold)."""
+    from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
+
+    sql = build(sqlite_dialect(paramstyle="named"), "sqlite")
+    return {name: getattr(sql, name).text for name in NAMES}
+
+
+def sqlite_texts_source() -> str:
+    """The source of :mod:`effectgate.store.sqlite_texts` as this version renders it: every
+    statement's SQLite text, and the columns of every table (what an embedded store checks
+    at open). ``tests/test_store_statements.py`` fails when the file differs from it."""
+    from .schema import audit, meta, principals, sessions
+
+    lines = ['"""SQLite\'s per-call statements and table columns, rendered ahead of time from',
+             ":mod:`effectgate.store.statements` and :mod:`effectgate.store.schema` (generated:",
+             "``tests/test_store_statements.py`` pins this file to them and says how to write it",
+             'again), so that an embedded store runs without importing SQLAlchemy."""', "",
+             "from __future__ import annotations", "",
+             '__all__ = ["COLUMNS", "TEXTS"]', "", "TEXTS: dict[str, str] = {"]
+    lines += [f"    {name!r}: {text!r}," for name, text in render_sqlite().items()]
+    lines += ["}", "", "# Every column of every table, by table: a store at this schema version has"
+              " them all.", "COLUMNS: dict[str, frozenset[str]] = {"]
+    for table in (effects, approvals, budgets, principals, sessions, audit, meta):
+        names = ", ".join(repr(c.name) for c in sorted(table.c, key=lambda c: c.name))
+        lines.append(f"    {table.name!r}: frozenset(({names})),")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

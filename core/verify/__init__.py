@@ -37,7 +37,7 @@ from xml.etree import ElementTree
 
 from ..errors import ConfigError
 from ..gate import Gate
-from ..store.schema import policy_meta_name
+from ..store.version import policy_meta_name
 from .harness import CheckFailed, CheckResult, NotApplicable, Status, VerifyContext, count_keys
 from .registry import GUARANTEES, all_checks, parse_only
 

@@ -32,7 +32,7 @@ from ..gate import Gate
 from ..records import BeginDecision
 from ..request import Lease
 from ..states import Decision
-from ..store.schema import policy_meta_name
+from ..store.version import policy_meta_name
 from .model import COST, VENDOR, Action, Config, Model, ModelState
 
 __all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]

@@ -1,0 +1,137 @@
+"""The per-call statements as the store runs them: :class:`Sql` texts, looked up by name in
+one :class:`Statements` set per dialect and durability (:func:`statements_for`).
+
+SQLite's texts are rendered ahead of time into :mod:`effectgate.store.sqlite_texts` (a test
+pins them to SQLAlchemy's compilation of :mod:`effectgate.store.statements`), so an embedded
+store runs its calls without importing SQLAlchemy. Postgres's are compiled from the same
+definitions, each the first time it is used.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql import ClauseElement
+
+    from .pg_reserve import ReserveFunction
+
+__all__ = ["NAMES", "Sql", "Statements", "rendered", "statements_for"]
+
+NAMES = (
+    "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
+    "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_row", "fetch_row_id",
+    "insert", "insert_lean", "lapse", "note_reason", "now", "report", "report_late", "resolve",
+    "take",
+)
+
+
+class Sql:
+    """A statement's text for one dialect (compiled from ``stmt`` for ``dialect`` once)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, stmt: ClauseElement | str, dialect: Any = None) -> None:
+        if isinstance(stmt, str):
+            self.text = stmt
+            return
+        compiled = stmt.compile(dialect=dialect)
+        if any(v is not None for v in compiled.params.values()):
+            raise AssertionError(f"a per-call statement has a literal bind: {compiled.params}")
+        self.text = compiled.string
+
+    def __repr__(self) -> str:
+        return f"Sql({self.text[:60]!r}...)"
+
+
+class Statements:
+    """The statements for one dialect and durability, each made the first time it is used
+    (a worker's first ``begin`` compiles the two or three it runs, not all of them), then a
+    plain attribute. Shared by every store of that dialect and durability in the process."""
+
+    adjust: Sql
+    approval_consume: Sql
+    approval_decide: Sql
+    approval_forget: Sql
+    approval_get: Sql
+    approval_insert: Sql
+    charge: Sql
+    charge_day: Sql
+    extend: Sql
+    fetch: Sql
+    fetch_row: Sql
+    fetch_row_id: Sql
+    insert: Sql
+    insert_lean: Sql
+    lapse: Sql
+    note_reason: Sql
+    now: Sql
+    report: Sql
+    report_late: Sql
+    resolve: Sql
+    take: Sql
+
+    def __init__(self, lazy: Mapping[str, Callable[[], Sql]], *,
+                 reserve_function: ReserveFunction | None = None,
+                 governed_function: ReserveFunction | None = None) -> None:
+        self._lazy = lazy
+        self.reserve_function = reserve_function
+        """Postgres: the generated read-else-insert function (None elsewhere)."""
+        self.governed_function = governed_function
+        """Postgres: the generated read-else-charge-and-insert function (None elsewhere)."""
+        self.reserve = Sql(reserve_function.call if reserve_function else "")
+        self.reserve_governed = Sql(governed_function.call if governed_function else "")
+
+    def __getattr__(self, name: str) -> Sql:
+        """Make the statement ``name`` on first use and keep it (later reads of it are plain
+        attribute reads: this method is not called again for that name)."""
+        lazy: Mapping[str, Callable[[], Sql]] | None = self.__dict__.get("_lazy")
+        if lazy is None or name not in lazy:
+            raise AttributeError(name)
+        sql = lazy[name]()
+        self.__dict__[name] = sql
+        return sql
+
+    def compile_all(self) -> None:
+        """Make every statement now (a check that each one compiles)."""
+        for name in NAMES:
+            getattr(self, name)
+
+
+_SHARED: dict[tuple[Any, ...], Statements] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def statements_for(dialect_name: str, durability: str = "reserve", dialect: Any = None,
+                   make: Callable[[], Statements] | None = None) -> Statements:
+    """The process's :class:`Statements` for this dialect and durability, made the first time
+    (every store on the same kind of database shares them: a statement's text depends only
+    on the dialect, its driver's placeholder style, the server's version and the
+    durability). SQLite's come rendered; for another dialect, ``make`` compiles them
+    (:func:`effectgate.store.statements.build` for SQLAlchemy's ``dialect``)."""
+    key = (dialect_name, getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
+           getattr(dialect, "server_version_info", None), durability)
+    found = _SHARED.get(key)
+    if found is None:
+        with _SHARED_LOCK:
+            found = _SHARED.get(key)
+            if found is None:
+                if dialect_name == "sqlite":
+                    found = rendered()
+                elif make is None:
+                    raise ValueError(f"no statements for {dialect_name!r} without make")
+                else:
+                    found = make()
+                _SHARED[key] = found
+    return found
+
+
+def rendered() -> Statements:
+    """SQLite's statements, from the texts rendered ahead of time (the same at every
+    durability: the durability of a commit is a pragma on SQLite)."""
+    from .sqlite_texts import TEXTS
+
+    return Statements({name: partial(Sql, text) for name, text in TEXTS.items()})
