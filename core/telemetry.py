@@ -17,8 +17,11 @@
   ``effectgate.spend.limit``.
 
 What it costs: without OpenTelemetry installed, nothing (the gate holds None). Installed but
-with no tracer provider configured, a ``begin`` costs one clock read (the global provider is
-looked up at most once a second, until one is set). ``Gate(telemetry=eg.telemetry.Telemetry(
+not imported by the application, nothing is imported either (no provider can have been set):
+the instruments are made once some code has imported OpenTelemetry, at the gate's next call
+(from then on the gauges report). Imported but with no tracer provider configured, a
+``begin`` costs one clock read (the global provider is looked up at most once a second,
+until one is set). ``Gate(telemetry=eg.telemetry.Telemetry(
 tracer_provider=..., meter_provider=...))`` uses providers of your own;
 ``Gate(telemetry=False)`` turns it all off.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -59,27 +63,38 @@ class Telemetry:
     """
 
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
-        from opentelemetry import metrics, trace
-
-        self._trace = trace
         self._tracer: Any = None
         self._next_look = 0.0
-        if tracer_provider is not None:
-            self._tracer = tracer_provider.get_tracer("effectgate")
-        meter = (meter_provider or metrics.get_meter_provider()).get_meter("effectgate")
-        # Counting into the global provider's stand-in (before the application sets one)
-        # records nothing: skip it until one is set (an exact check, no clock).
-        self._metrics_state: Any = _global_meter_state()
-        self._counting = meter_provider is not None or self._metrics_state is None
-        self._decisions = meter.create_counter(
-            "effectgate.decisions", description="begin decisions, by decision and effect type")
-        self._outcomes = meter.create_counter(
-            "effectgate.outcomes", description="reported outcomes, by outcome")
+        self._counting = False
         self._gates: weakref.WeakSet[GateLike] = weakref.WeakSet()
         self._reading: dict[int, Any] = {}
         self._reading_at = 0.0
         self._lock = threading.Lock()
+        self._set_up_lock = threading.Lock()
         _instances.add(self)
+        self._metrics_state: Any = _NotImported(self)
+        if tracer_provider is not None or meter_provider is not None or _imported():
+            self._set_up(tracer_provider, meter_provider)
+
+    def _set_up(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        """Make the instruments (once OpenTelemetry is imported: providers given, or some
+        code imported it, which any code setting a global provider has done)."""
+        with self._set_up_lock:
+            if not isinstance(self._metrics_state, _NotImported):
+                return
+            self._make_instruments(tracer_provider, meter_provider)
+
+    def _make_instruments(self, tracer_provider: Any, meter_provider: Any) -> None:
+        from opentelemetry import metrics, trace
+
+        self._trace = trace
+        if tracer_provider is not None:
+            self._tracer = tracer_provider.get_tracer("effectgate")
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter("effectgate")
+        self._decisions = meter.create_counter(
+            "effectgate.decisions", description="begin decisions, by decision and effect type")
+        self._outcomes = meter.create_counter(
+            "effectgate.outcomes", description="reported outcomes, by outcome")
         gauge = meter.create_observable_gauge
         gauge("effectgate.ambiguous", [self._ambiguous], unit="{effect}",
               description="AMBIGUOUS effects (a lapsed lease included), by namespace")
@@ -91,6 +106,11 @@ class Telemetry:
               description="spend of the largest counter of each ceiling touched in the last day")
         gauge("effectgate.spend.limit", [self._limits], unit="{micro-unit}",
               description="each spend ceiling's limit")
+        # Counting into the global provider's stand-in (before the application sets one)
+        # records nothing: skip it until one is set (an exact check, no clock).
+        state = _global_meter_state()
+        self._counting = meter_provider is not None or state is None
+        self._metrics_state = state
 
     # -- counters ------------------------------------------------------------------------------
 
@@ -118,6 +138,10 @@ class Telemetry:
         if now < self._next_look:
             return None
         self._next_look = now + _LOOK_EVERY
+        if isinstance(self._metrics_state, _NotImported):
+            if not _imported():
+                return None
+            self._set_up()
         provider = self._trace.get_tracer_provider()
         if isinstance(provider, (self._trace.ProxyTracerProvider,
                                  self._trace.NoOpTracerProvider)):
@@ -301,6 +325,31 @@ def _of_decision(d: BeginDecision) -> dict[str, Any]:
             "effectgate.attempt": d.attempt}
 
 
+def _imported() -> bool:
+    """Whether some code has imported OpenTelemetry's API (no provider is set before)."""
+    return "opentelemetry.trace" in sys.modules or "opentelemetry.metrics" in sys.modules
+
+
+class _NotImported:
+    """Stands in for OpenTelemetry's metrics state until OpenTelemetry is imported: its
+    provider reads as none, and once OpenTelemetry is there, the instruments are made and
+    the real state is asked (an exact check: no decision after a provider is set is
+    missed)."""
+
+    __slots__ = ("_telemetry",)
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self._telemetry = telemetry
+
+    @property
+    def _METER_PROVIDER(self) -> Any:
+        if not _imported():
+            return None
+        self._telemetry._set_up()
+        state = self._telemetry._metrics_state
+        return True if state is None else state._METER_PROVIDER
+
+
 def _global_meter_state() -> Any:
     """OpenTelemetry's module that holds the global meter provider once one is set (None when
     this version keeps it elsewhere: then every decision is counted)."""
@@ -338,11 +387,15 @@ def telemetry(option: Telemetry | bool | None = None) -> Telemetry | None:
                           "None")
     if _default:
         return _default[0]
-    try:
-        import opentelemetry.metrics
-        import opentelemetry.trace  # noqa: F401
-    except ImportError:
-        return None
+    if not _imported():  # installed? (found, not imported: that waits for the application)
+        from importlib.util import find_spec
+
+        try:
+            if find_spec("opentelemetry.trace") is None or (
+                    find_spec("opentelemetry.metrics") is None):
+                return None
+        except (ImportError, ValueError):
+            return None
     with _default_lock:
         if not _default:
             _default.append(Telemetry())
@@ -355,6 +408,7 @@ def _after_fork_in_child() -> None:
     _default_lock = threading.Lock()
     for instance in list(_instances):
         instance._lock = threading.Lock()
+        instance._set_up_lock = threading.Lock()
         instance._reading_at = 0.0
 
 

@@ -132,14 +132,15 @@ gate = eg.Gate(sys.argv[1], namespace=sys.argv[2], policy=False)
 def work(n: int) -> int:
     return n
 assert work(1) == 1 and work(1) == 1
-print(sorted(m for m in ("sqlalchemy", "asyncio") if m in sys.modules))
+print(sorted(m for m in ("sqlalchemy", "asyncio", "opentelemetry.trace") if m in sys.modules))
 """
 
 
-def test_a_worker_on_an_existing_sqlite_store_imports_neither_sqlalchemy_nor_asyncio(
+def test_a_worker_on_an_existing_sqlite_store_imports_no_sqlalchemy_asyncio_or_otel(
         tmp_path: Path) -> None:
     """A worker's way to its first begin on an up-to-date embedded store: no SQLAlchemy (the
-    statements come rendered, the connection from sqlite3) and no asyncio. A store that must
+    statements come rendered, the connection from sqlite3), no asyncio, and no OpenTelemetry
+    while the application has imported none (it is installed here). A store that must
     first be created goes through SQLAlchemy (the control: the check can see it)."""
     import subprocess
     import sys

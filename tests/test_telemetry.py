@@ -186,26 +186,34 @@ def test_telemetry_false_and_no_provider_cost_nothing(make_gate: Any) -> None:
         assert Telemetry().tracer() is None  # no provider configured: no spans made
 
 
-def test_the_global_providers_are_picked_up_once_configured(tmp_path: Any) -> None:
+@pytest.mark.parametrize("imported", ["before the gate", "after its first begin"])
+def test_the_global_providers_are_picked_up_once_configured(tmp_path: Any,
+                                                            imported: str) -> None:
     """A gate made before the application configures OpenTelemetry makes no spans; once the
-    global providers are set, its begins are traced and its gauges read (a fresh process:
-    the global providers can be set only once)."""
+    global providers are set, its begins are traced, counted and its gauges read (a fresh
+    process: the global providers can be set only once). A gate whose application has not
+    imported OpenTelemetry yet imports none of it, and picks it up all the same."""
     import subprocess
     import sys
     import textwrap
 
-    code = textwrap.dedent(f"""
-        import json, time
-        import effectgate as eg
+    otel = textwrap.indent(textwrap.dedent("""
         from opentelemetry import metrics, trace
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
+    """), "        ")
+    early = imported == "before the gate"
+    code = textwrap.dedent(f"""
+        import json, sys, time
+        import effectgate as eg
+        {otel.strip() if early else ""}
         gate = eg.Gate("sqlite:///{tmp_path / 'g.db'}", policy=False)
         gate.begin(effect_type="t", key="before", payload={{}})
+        loaded = any(m.startswith("opentelemetry.") for m in sys.modules)
+        {"" if early else otel.strip()}
         spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(spans))
@@ -219,12 +227,13 @@ def test_the_global_providers_are_picked_up_once_configured(tmp_path: Any) -> No
                   for r in reader.get_metrics_data().resource_metrics
                   for s in r.scope_metrics for m in s.metrics}}
         print(json.dumps([names, points.get("effectgate.ambiguous"),
-                          points.get("effectgate.decisions")]))
+                          points.get("effectgate.decisions"), loaded]))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    names, ambiguous, decisions = json.loads(done.stdout.strip().splitlines()[-1])
+    names, ambiguous, decisions, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded is early  # no OpenTelemetry imported by the gate itself
     assert names == ["effectgate.begin", "effectgate.report"]
     assert ambiguous == [1]
     assert decisions == [1]  # counted from the provider's setting on (the first went nowhere)
