@@ -54,14 +54,16 @@ import re
 import string
 import types
 import unicodedata
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, EffectKeyError
-from .payload import canonical_json
+from .payload import canonical_json, instance_of
 from .utf8 import is_utf8
+
+if TYPE_CHECKING:
+    from uuid import UUID
 
 __all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "filter_names", "is_utf8",
            "register_filter"]
@@ -111,7 +113,7 @@ def check_key(key: object) -> str:
     return key
 
 
-def _field_value(value: Any, field: str) -> str | int | datetime.date | uuid.UUID:
+def _field_value(value: Any, field: str) -> str | int | datetime.date | UUID:
     if isinstance(value, Enum):
         value = value.value
     if value is None:
@@ -122,8 +124,8 @@ def _field_value(value: Any, field: str) -> str | int | datetime.date | uuid.UUI
         if not value.strip():
             raise EffectKeyError(f"key field {{{field}}} is an empty string")
         return value
-    if isinstance(value, (int, uuid.UUID)):
-        return value
+    if isinstance(value, int) or instance_of(value, "uuid", "UUID"):
+        return value  # type: ignore[no-any-return]
     if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
         return value
     kind = type(value).__name__

@@ -31,17 +31,19 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import decimal
 import hashlib
 import json
 import math
-import uuid
+import sys
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import PayloadError
 from .utf8 import is_utf8
+
+if TYPE_CHECKING:
+    import decimal
 
 __all__ = ["MAX_RESULT_DEPTH", "canonical_json", "payload_hash", "result_json", "to_canonical"]
 
@@ -60,7 +62,17 @@ def _float(value: float, path: str) -> int | float:
     return value
 
 
+def instance_of(value: Any, module: str, name: str) -> bool:
+    """Whether ``value`` is an instance of ``module.name``, without importing ``module``: no
+    instance of its classes can exist before it is imported (so ``import effectgate`` need not
+    import ``uuid`` or ``decimal``; the code that makes a UUID or a Decimal has)."""
+    found = sys.modules.get(module)
+    return found is not None and isinstance(value, getattr(found, name))
+
+
 def _decimal(value: decimal.Decimal, path: str) -> int | str:
+    import decimal
+
     if not value.is_finite():
         raise PayloadError(f"{path}: Decimal {value} has no canonical JSON form")
     # Normalise exactly: the default context would round to 28 digits, and two different
@@ -108,7 +120,7 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
     if isinstance(value, (set, frozenset)):
         items = [to_canonical(v, f"{path}{{}}", seen) for v in value]
         return sorted(items, key=_dumps)
-    if isinstance(value, decimal.Decimal):
+    if instance_of(value, "decimal", "Decimal"):
         return _decimal(value, path)
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None or value.utcoffset() is None:
@@ -119,7 +131,7 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
         return value.isoformat()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, uuid.UUID):
+    if instance_of(value, "uuid", "UUID"):
         return str(value)
     dump = getattr(value, "model_dump", None)
     if callable(dump):

@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .discovery import find_policy
 from .errors import ConfigError
 from .redact import bound
 from .store.version import policy_meta_name
@@ -44,6 +43,8 @@ def _load(policy: object) -> tuple[Policy | None, str | None]:
     if policy is False:
         return None, None
     if policy is None or policy is True:
+        from .discovery import find_policy  # tomllib and pathlib: only to look for a file
+
         found = find_policy()
         if found is None:
             return None, None

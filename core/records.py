@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import datetime
-import html
 import json
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
@@ -26,6 +25,8 @@ def epoch_to_datetime(epoch: float | None) -> datetime.datetime | None:
 
 
 def _html_table(title: str, rows: list[tuple[str, Any]]) -> str:
+    import html  # for notebooks only
+
     body = "".join(
         f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
         f"<td style='text-align:left'>{html.escape(_show(v))}</td></tr>"
@@ -213,6 +214,8 @@ class EffectRecord:
         table = _html_table(f"effect {self.key} — {self.state.value}", rows)
         if not self.history:
             return table
+        import html
+
         hist = "".join(
             "<tr>" + "".join(f"<td>{html.escape(str(v) if v is not None else '')}</td>"
                              for v in h.as_dict().values()) + "</tr>"

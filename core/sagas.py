@@ -10,7 +10,6 @@ listed as unresolved, a committed step with no compensation as irreversible.
 from __future__ import annotations
 
 import hashlib
-import html
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -95,6 +94,8 @@ class UnwindReport:
         }
 
     def _repr_html_(self) -> str:
+        import html  # for notebooks only
+
         rows = "".join(
             f"<tr><td>{name}</td><td>{html.escape(s.key)}</td><td>{s.state}</td>"
             f"<td>{html.escape(s.detail)}</td></tr>"

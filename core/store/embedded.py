@@ -9,9 +9,9 @@ what is wrong.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
-from pathlib import Path
 
 from ..errors import ConfigError, StoreError
 from .version import SCHEMA_VERSION
@@ -39,11 +39,12 @@ def check_database(database: str, url: str, *, read_only: bool) -> None:
             "an in-memory SQLite store cannot be shared between calls and processes; "
             "use a file (effectgate.testing.temporary_gate() makes a throw-away one)"
         )
+    path = os.path.expanduser(database)
     if read_only:
-        if not Path(database).expanduser().is_file():
+        if not os.path.isfile(path):
             raise StoreError(f"no effectgate store at {url} (no such file)")
     else:
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
 
 def connect(database: str, *, read_only: bool) -> sqlite3.Connection:
