@@ -342,8 +342,8 @@ class _NotImported:
         self._telemetry = telemetry
 
     @property
-    def _METER_PROVIDER(self) -> Any:
-        if not _imported():
+    def _METER_PROVIDER(self) -> Any:  # the name OpenTelemetry's module uses
+        if "opentelemetry.metrics" not in sys.modules:  # set_meter_provider lives there
             return None
         self._telemetry._set_up()
         state = self._telemetry._metrics_state
