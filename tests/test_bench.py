@@ -60,6 +60,8 @@ def _assert_core(report: dict[str, Any], backend: str) -> None:
     assert figures["import effectgate, ms"]["value"] < figures[
         "  to a worker's first begin, ms"]["value"]
     assert figures["import effectgate, ms"]["passed"] in (True, False)
+    assert figures["  to a worker's first begin, ms"]["passed"] in (True, False)
+    assert figures["  ... compiling effectgate's source, ms"]["value"] > 0
     # After the imports, inside a fresh process: Gate() and the first begin make Python calls
     # (a count: the same on a busy machine); a second store on it reuses the statements.
     assert figures["  Gate() + first begin, Python calls"]["value"] > 1000
