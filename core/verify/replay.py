@@ -1,12 +1,20 @@
 """Replay model schedules on a real store, through the real :class:`~effectgate.Gate`.
 
-Every ``begin`` runs on its own thread in a real gate; the store's domain operations are
-wrapped so that each call waits for the schedule's go-ahead, which makes the interleaving of
-the model's schedule the real one, call by call (and checks that the real flow makes exactly
-the store calls the model expects). Reports, resolves and prunes are called from the replaying
-thread. A lost reply is the real call followed by a :class:`StoreError` with
-``outcome_unknown=True``. The database clock advances by moving every stored timestamp of the
-replay's namespaces one tick (:data:`TICK_SECONDS`) into the past: no sleeping.
+Two ways to run the same schedules (``Replayer(url, drive=...)``): ``"sync"``, every ``begin``
+on its own thread through :meth:`Gate.begin`; ``"async"``, every begin a task on one event
+loop (on a thread of its own) through :meth:`Gate.abegin`, so it reaches the store through the
+store's async face (:mod:`effectgate.store.async_pg` on Postgres, the loop and worker threads
+of :mod:`effectgate.store.threaded` on SQLite) as an async caller's does, and reports,
+resolves, approvals and prunes go through ``areport``, ``aresolve``, ``aapprove``, ``adeny``
+and ``aprune``. Everything else is one runner: the store's domain operations (the sync store's
+and its async face's) are wrapped so that each call of a begin waits for the schedule's
+go-ahead, which makes the interleaving of the model's schedule the real one, call by call (and
+checks that the real flow makes exactly the store calls the model expects). A call of the
+async face that the face makes through the sync store (a write on a worker thread) is one
+call, released once. Reports, resolves and prunes are made by the replaying thread. A lost
+reply is the real call followed by a :class:`StoreError` with ``outcome_unknown=True``. The
+database clock advances by moving every stored timestamp of the replay's namespaces one tick
+(:data:`TICK_SECONDS`) into the past: no sleeping.
 
 After every step the stored rows are compared with the model's (state, attempt, token, vendor
 attempt, result, pruned), and every answer with the model's answer. Each schedule gets its own
@@ -15,7 +23,10 @@ namespaces, deleted afterwards.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import datetime
 import json
@@ -23,14 +34,21 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from ..errors import EffectGateError, InvalidTransition, StaleLease, StoreError, UnknownEffect
+from ..errors import (
+    ConfigError,
+    EffectGateError,
+    InvalidTransition,
+    StaleLease,
+    StoreError,
+    UnknownEffect,
+)
 from ..gate import Gate
 from ..records import BeginDecision
-from ..request import Lease
+from ..request import Lease, Request
 from ..states import Decision
 from ..store.version import policy_meta_name
 from .model import COST, VENDOR, Action, Config, Model, ModelState
@@ -42,8 +60,17 @@ TICK_SECONDS = 1000.0
 decision hinges on how fast the machine is (leases end half a tick after a tick)."""
 _WRAPPED = ("reserve", "fetch", "lapse", "move", "get", "resolve", "record_outcome",
             "approval", "deny", "decide_approval", "prune")
+_FACE = {"reserve": "reserve", "move_new": "move", "fetch": "fetch", "get": "get",
+         "approval": "approval", "record_outcome": "record_outcome"}
+"""The async face's operations the replay holds, and the store call each one is."""
 _TIMEOUT = 30.0
-_local = threading.local()
+_runner: contextvars.ContextVar[_Runner | None] = contextvars.ContextVar(
+    "effectgate_replay_runner", default=None)
+"""The begin whose store calls these are (a thread's or a task's, and the worker threads its
+task hands calls to): None for the replaying thread's own calls."""
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "effectgate_replay_inside", default=False)
+"""True inside a held call of the async face: the sync store calls it makes are part of it."""
 
 
 class _Killed(BaseException):
@@ -67,47 +94,172 @@ class ReplayReport:
 
 
 class _Runner:
-    """One begin on its own thread, one store call at a time."""
+    """One begin, one store call at a time: at each call it says which (:attr:`events`) and
+    waits for the schedule's go-ahead (:meth:`release`); how it is started is the driver's."""
 
-    def __init__(self, gate: Gate, request: Any) -> None:
+    def __init__(self) -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.go: queue.Queue[tuple[str, bool]] = queue.Queue()
         self.verdict: str | None = None
-        self._gate, self._request = gate, request
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._lock = threading.Lock()
+        self._waiting: concurrent.futures.Future[tuple[str, bool]] | None = None
+        self._killed = False
 
-    def _run(self) -> None:
-        _local.runner = self
-        try:
-            self.events.put(("done", self._gate.begin(self._request)))
-        except _Killed:
-            self.events.put(("killed", None))
-        except BaseException as err:  # the answer is compared with the model's
-            self.events.put(("done", err))
+    def ask(self, name: str) -> concurrent.futures.Future[tuple[str, bool]]:
+        """The begin is at store call ``name``: the go-ahead to wait for (run or kill, and
+        whether the reply is lost)."""
+        go: concurrent.futures.Future[tuple[str, bool]] = concurrent.futures.Future()
+        with self._lock:
+            if self._killed:
+                go.set_result(("kill", False))
+                return go
+            self._waiting = go
+        self.events.put(("call", name))
+        return go
+
+    def release(self, command: str, lose: bool = False) -> None:
+        """The schedule's go-ahead for the call the begin waits at (``kill``: at any call
+        from now on)."""
+        with self._lock:
+            self._killed = self._killed or command == "kill"
+            go, self._waiting = self._waiting, None
+        if go is not None:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # it timed out
+                go.set_result((command, lose))
 
     def next(self) -> tuple[str, Any]:
         return self.events.get(timeout=_TIMEOUT)
 
+    def join(self) -> None:
+        concurrent.futures.wait([self.ended], timeout=_TIMEOUT)
+
+    def run(self, gate: Gate, request: Request) -> None:
+        """The sync begin (on its own thread)."""
+        _runner.set(self)
+        try:
+            self._end(gate.begin(request))
+        except BaseException as err:  # the answer is compared with the model's
+            self._end(err)
+
+    async def arun(self, gate: Gate, request: Request) -> None:
+        """The async begin (a task on the replay's loop)."""
+        _runner.set(self)
+        try:
+            self._end(await gate.abegin(request))
+        except BaseException as err:
+            self._end(err)
+
+    def _end(self, answer: Any) -> None:
+        self.events.put(("killed", None) if isinstance(answer, _Killed) else ("done", answer))
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
+class _Threads:
+    """The sync flow: each begin on its own thread, the gate's sync methods."""
+
+    name = "sync"
+
+    def start(self, runner: _Runner, gate: Gate, request: Request) -> None:
+        threading.Thread(target=runner.run, args=(gate, request), daemon=True).start()
+
+    def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(gate, method)(*args, **kwargs)
+
+    def close(self, faces: Iterable[Any]) -> None:
+        pass
+
+
+class _Loop:
+    """The async flow: each begin a task on one event loop (on its own thread), the gate's
+    async methods (``abegin``, ``areport``, ...)."""
+
+    name = "async"
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, daemon=True,
+                                        name="effectgate-replay-loop")
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        self.loop.close()
+
+    def start(self, runner: _Runner, gate: Gate, request: Request) -> None:
+        done = asyncio.run_coroutine_threadsafe(runner.arun(gate, request), self.loop)
+        done.add_done_callback(lambda _: runner.ended.done() or runner.ended.set_result(None))
+
+    def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
+        made: Awaitable[Any] = getattr(gate, f"a{method}")(*args, **kwargs)
+        return asyncio.run_coroutine_threadsafe(_awaited(made), self.loop).result(_TIMEOUT)
+
+    def close(self, faces: Iterable[Any]) -> None:
+        """Close the async faces' connections on this loop, then the loop."""
+        for face in faces:
+            closing = getattr(face, "close", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(closing(), self.loop).result(_TIMEOUT)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=_TIMEOUT)
+
+
+async def _awaited(made: Awaitable[Any]) -> Any:
+    return await made
+
+
+class _HeldFace:
+    """A store's async face whose operations (:data:`_FACE`) wait for the schedule; the rest
+    is the face's own."""
+
+    def __init__(self, face: Any, hold: Callable[[str, Any], Any]) -> None:
+        self.real = face
+        for attr, name in _FACE.items():
+            setattr(self, attr, hold(name, getattr(face, attr)))
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.real, attr)
+
 
 class Replayer:
-    """Replays schedules against the store at ``url`` (namespaces ``prefix`` + random)."""
+    """Replays schedules against the store at ``url`` (namespaces ``prefix`` + random),
+    driving each begin through the sync flow (``drive="sync"``: :meth:`Gate.begin` on a
+    thread) or the async one (``"async"``: :meth:`Gate.abegin` on an event loop)."""
 
     def __init__(self, url: str, *, prefix: str = "replay-",
-                 schedule_timeout: float = 60.0) -> None:
+                 schedule_timeout: float = 60.0,
+                 drive: Literal["sync", "async"] = "sync") -> None:
+        if drive not in ("sync", "async"):
+            raise ConfigError(f"drive is 'sync' or 'async', not {drive!r}")
         self.prefix = prefix
         self.url = url
         self.schedule_timeout = schedule_timeout
         """A schedule still replaying after this many seconds is a finding (a hung flow)."""
+        self.driver: _Threads | _Loop = _Loop() if drive == "async" else _Threads()
+        self._faces: list[Any] = []
         self.gate = self._base(False)
         self.store = self.gate.store
         self._lose: str | None = None
         self._governed: dict[str, Gate] = {}
+
+    @property
+    def drive(self) -> str:
+        """``"sync"`` or ``"async"``: how begins (and the operator's calls) are made."""
+        return self.driver.name
 
     def _base(self, policy: Any, memo: bool = False) -> Gate:
         gate = Gate(self.url, namespace=f"{self.prefix}base", policy=policy,
                     memo_size=64 if memo else 0)
         for name in _WRAPPED:
             setattr(gate.store, name, self._wrap(name, getattr(gate.store, name)))
+        face = gate.store.async_face()
+        self._faces.append(face)
+        held = _HeldFace(face, self._await_wrap)
+        # The namespaces' gates (Gate.in_namespace) take the store's face when they are made.
+        setattr(gate.store, "async_face", lambda: held)
         return gate
 
     def base_for(self, config: Config) -> Gate:
@@ -124,13 +276,14 @@ class Replayer:
 
     def close(self) -> None:
         """Forget the policy the governed base gates recorded for their namespace (the
-        replay leaves nothing in the store), and close the stores."""
+        replay leaves nothing in the store), and close the stores (and the async loop)."""
         if self._governed:
             from sqlalchemy import text
 
             with contextlib.suppress(Exception), self.store.engine.begin() as conn:
                 conn.execute(text("DELETE FROM effectgate_meta WHERE name = :name"),
                              {"name": policy_meta_name(f"{self.prefix}base")})
+        self.driver.close(self._faces)
         for gate in self._governed.values():
             gate.close()
         self.gate.close()
@@ -141,22 +294,44 @@ class Replayer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _lost(self, name: str, lose: bool) -> None:
+        """Raise the lost reply of call ``name``: the schedule's, or the replaying thread's
+        (:attr:`_lose`)."""
+        if not lose and self._lose == name and _runner.get() is None:
+            self._lose = None
+            lose = True
+        if lose:
+            raise StoreError("the reply was lost (replay)", outcome_unknown=True)
+
     def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            runner: _Runner | None = getattr(_local, "runner", None)
-            if runner is None:
-                result = real(*args, **kwargs)
-                if self._lose == name:
-                    self._lose = None
-                    raise StoreError("the reply was lost (replay)", outcome_unknown=True)
-                return result
-            runner.events.put(("call", name))
-            command, lose = runner.go.get(timeout=_TIMEOUT)
+            if _inside.get():  # a held call of the async face, made through the sync store
+                return real(*args, **kwargs)
+            runner = _runner.get()
+            command, lose = ("run", False) if runner is None else runner.ask(name).result(
+                timeout=_TIMEOUT)
             if command == "kill":
                 raise _Killed()
             result = real(*args, **kwargs)
-            if lose:
-                raise StoreError("the reply was lost (replay)", outcome_unknown=True)
+            self._lost(name, lose)
+            return result
+
+        return call
+
+    def _await_wrap(self, name: str, real: Callable[..., Awaitable[Any]],
+                    ) -> Callable[..., Awaitable[Any]]:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            runner = _runner.get()
+            command, lose = ("run", False) if runner is None else await asyncio.wait_for(
+                asyncio.wrap_future(runner.ask(name)), _TIMEOUT)
+            if command == "kill":
+                raise _Killed()
+            inside = _inside.set(True)
+            try:
+                result = await real(*args, **kwargs)
+            finally:
+                _inside.reset(inside)
+            self._lost(name, lose)
             return result
 
         return call
@@ -196,7 +371,8 @@ class Replayer:
                 if not problem and time.monotonic() > ends:
                     problem = f"the schedule ran past its {self.schedule_timeout:.0f}s timeout"
                 if problem:
-                    return [f"{config.name} step {n} {action!r}: {problem}"], n
+                    where = config.name if self.drive == "sync" else f"{config.name} (async)"
+                    return [f"{where} step {n} {action!r}: {problem}"], n
             return [], len(schedule)
         finally:
             run.finish()
@@ -224,7 +400,7 @@ class _Run:
         for gate in self.gates.values():
             if config.hook:
                 for et in types:
-                    gate.reconciler(et)(_hook)
+                    gate.reconciler(et)(_ahook if replayer.drive == "async" else _hook)
         self.requests = []
         for i, (ns, et) in enumerate(config.workers):
             gate = self.gates[ns]
@@ -243,9 +419,9 @@ class _Run:
 
     def finish(self) -> None:
         for runner in self.runners.values():
-            runner.go.put(("kill", False))
+            runner.release("kill")
         for runner in self.runners.values():
-            runner.thread.join(timeout=_TIMEOUT)
+            runner.join()
         names = list(self.names.values())
         from sqlalchemy import bindparam, text
 
@@ -253,6 +429,11 @@ class _Run:
             for table in ("effectgate_approvals", "effectgate_budgets", "effectgate_effects"):
                 conn.execute(text(f"DELETE FROM {table} WHERE namespace IN :ns").bindparams(
                     bindparam("ns", expanding=True)), {"ns": names})
+
+    def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The operator's (or a holder's) call ``method`` on ``gate``: its sync form, or its
+        async one (``areport``...) on the replay's loop."""
+        return self.r.driver.call(gate, method, *args, **kwargs)
 
     def step(self, action: Action) -> str | None:
         if action not in self.model.actions(self.state):
@@ -280,9 +461,8 @@ class _Run:
 
     def _begin(self, action: Action, before: ModelState, expected: Any) -> str | None:
         i = action[1]
-        runner = _Runner(self.gates[self.config.workers[i][0]], self.requests[i])
-        self.runners[i] = runner
-        runner.thread.start()
+        runner = self.runners[i] = _Runner()
+        self.r.driver.start(runner, self.gates[self.config.workers[i][0]], self.requests[i])
         return self._expect_call(i, runner.next(), expected.answer)
 
     def _step(self, action: Action, before: ModelState, expected: Any) -> str | None:
@@ -292,7 +472,7 @@ class _Run:
             runner.verdict = verdict
         # The model loses only the reply of a call that wrote (or a reservation's read): a
         # write that changed nothing answers as it is (the model spent no fault on it).
-        runner.go.put(("run", lost and expected.state.faults < before.faults))
+        runner.release("run", lost and expected.state.faults < before.faults)
         return self._expect_call(i, runner.next(), expected.answer)
 
     def _expect_call(self, i: int, event: tuple[str, Any], answer: Any = None) -> str | None:
@@ -303,7 +483,7 @@ class _Run:
             if kind != "call" or value != want:
                 return f"the model's next store call is {want}, the real flow's {event!r}"
             return None
-        self.runners.pop(i).thread.join(timeout=_TIMEOUT)
+        self.runners.pop(i).join()
         if kind != "done":
             return f"the model's begin answered {answer!r}, the real one is at {event!r}"
         if isinstance(value, BeginDecision):
@@ -345,7 +525,7 @@ class _Run:
         if lost:
             self.r._lose = "record_outcome"
         try:
-            gate.report(lease, outcome, result=result)
+            self.call(gate, "report", lease, outcome, result=result)
             got = "written"
         except (StaleLease, UnknownEffect):  # refused: nothing written
             got = "refused"
@@ -370,9 +550,9 @@ class _Run:
     def _die(self, action: Action, before: ModelState, expected: Any) -> str | None:
         runner = self.runners.pop(action[1], None)
         if runner is not None:
-            runner.go.put(("kill", False))
+            runner.release("kill")
             kind, _ = runner.next()
-            runner.thread.join(timeout=_TIMEOUT)
+            runner.join()
             if kind != "killed":
                 return f"the dying begin ended with {kind}"
         return None
@@ -388,8 +568,8 @@ class _Run:
         if lost:
             self.r._lose = "resolve"
         try:
-            gate.resolve(self.config.key(0), outcome, by="operator", force=force,
-                         result="op" if outcome == "committed" else None)
+            self.call(gate, "resolve", self.config.key(0), outcome, by="operator", force=force,
+                      result="op" if outcome == "committed" else None)
             got = "resolved"
         except InvalidTransition:
             got = "refused"
@@ -412,9 +592,9 @@ class _Run:
             self.r._lose = "decide_approval" if action[0] == "approve" else "deny"
         try:
             if action[0] == "approve":
-                gate.approve(pending[0].approval_id, by="operator")
+                self.call(gate, "approve", pending[0].approval_id, by="operator")
             else:
-                gate.deny(pending[0].approval_id, by="operator")
+                self.call(gate, "deny", pending[0].approval_id, by="operator")
         except StoreError as err:
             if not lost:
                 return f"the model {expected.answer} it, the real gate raised {err!r}"
@@ -433,9 +613,9 @@ class _Run:
         gate = self.gates[self.config.workers[0][0]]
         try:
             if kind == "approve":
-                gate.approve(self.last_approval, by="operator")
+                self.call(gate, "approve", self.last_approval, by="operator")
             else:
-                gate.deny(self.last_approval, by="operator")
+                self.call(gate, "deny", self.last_approval, by="operator")
             got = "accepted"
         except (InvalidTransition, UnknownEffect):
             got = "refused"
@@ -454,7 +634,7 @@ class _Run:
             return (f"the store's request was made by {pending[0].requested_by}, the model's "
                     f"by {want.requested_by}")
         try:
-            gate.approve(pending[0].approval_id, by=want.requested_by or "")
+            self.call(gate, "approve", pending[0].approval_id, by=want.requested_by or "")
             got = "approved"
         except InvalidTransition:
             got = "refused"
@@ -466,13 +646,13 @@ class _Run:
         if action[1:] == (True,):
             self.r._lose = "prune"
             try:
-                gate.prune(datetime.timedelta(0))
+                self.call(gate, "prune", datetime.timedelta(0))
             except StoreError:
                 return None
             finally:
                 self.r._lose = None
             return "the model lost the prune's reply, the real gate answered"
-        count = gate.prune(datetime.timedelta(0))
+        count = self.call(gate, "prune", datetime.timedelta(0))
         return None if count == expected.answer else (
             f"the model pruned {expected.answer}, the real store {count}")
 
@@ -531,8 +711,13 @@ class _Run:
 
 def _hook(record: Any) -> str:
     """The reconcile hook of a replay: the verdict the schedule chose for this begin."""
-    runner: _Runner | None = getattr(_local, "runner", None)
+    runner = _runner.get()
     found = (runner.verdict if runner is not None else None) or "unknown"
     if found == "raise":
         raise RuntimeError("the reconcile hook raised (replay)")
     return found
+
+
+async def _ahook(record: Any) -> str:
+    """The async replay's reconcile hook (an ``async def``, awaited on the loop)."""
+    return _hook(record)
