@@ -11,16 +11,21 @@ both stores. Counts and time are printed
 (``-s``)."""
 
 from __future__ import annotations
+import __future__
 
+import contextlib
 import dataclasses
 import functools
+import inspect
 import os
 import shutil
+import sys
 import tempfile
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -42,19 +47,39 @@ def _prefix() -> str:
     return f"{TEST_PREFIX}replay-{uuid.uuid4().hex[:6]}-"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def replayer(request: pytest.FixtureRequest) -> Iterator[Replayer]:
-    if request.param == "postgres":
+@contextlib.contextmanager
+def _replayer(backend: str, drive: Literal["sync", "async"] = "sync") -> Iterator[Replayer]:
+    if backend == "postgres":
         require_postgres()
-        with Replayer(PG_URL, prefix=_prefix()) as r:
+        with Replayer(PG_URL, prefix=_prefix(), drive=drive) as r:
             yield r
         return
     # SQLite in memory-backed storage when there is one: the decisions are the same, and the
     # synchronous reservation commits cost no disk flushes on a shared machine.
     root = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=root) as folder, Replayer(
-            f"sqlite:///{Path(folder) / 'replay.db'}", prefix=_prefix()) as r:
+            f"sqlite:///{Path(folder) / 'replay.db'}", prefix=_prefix(), drive=drive) as r:
         yield r
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def replayer(request: pytest.FixtureRequest) -> Iterator[Replayer]:
+    """A replayer of the sync flow (each begin on its own thread) on each store; a test
+    parametrized with :data:`BOTH_FLOWS` or :data:`ASYNC` gets (store, flow) pairs."""
+    backend, drive = (request.param, "sync") if isinstance(request.param, str) else (
+        request.param)
+    with _replayer(backend, drive) as r:
+        yield r
+
+
+def _flows(*pairs: tuple[str, str]) -> pytest.MarkDecorator:
+    return pytest.mark.parametrize("replayer", pairs, indirect=True, ids="-".join)
+
+
+BOTH_FLOWS = _flows(("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"),
+                    ("postgres", "async"))
+"""Each store, each flow: sync (Gate.begin on a thread) and async (Gate.abegin on a loop)."""
+ASYNC = _flows(("sqlite", "async"), ("postgres", "async"))
 
 
 def _show(name: str, report: ReplayReport, record_property: Any) -> None:
@@ -90,6 +115,34 @@ def test_replays_agree_with_the_model_on_both_stores(replayer: Replayer,
     assert report.steps > report.schedules * 5
 
 
+@ASYNC
+def test_async_replays_agree_with_the_model_on_both_stores(replayer: Replayer,
+                                                            record_property: Any) -> None:
+    """The async flow (Gate.abegin as tasks of one event loop, through the store's async
+    face; areport, aresolve, aapprove, adeny, aprune): an even sample of the covering
+    schedules of the replay bound, and a seeded few of each 2-worker config (governed moves,
+    approvals, spend, lost replies, an ``async def`` reconcile hook)."""
+    assert replayer.drive == "async"
+    backend = replayer.store.dialect_name
+    every = _cover(not replayer.store.is_sqlite)
+    cover, per_config = (ASYNC_COVER, 12) if replayer.store.is_sqlite else (ASYNC_COVER_PG, 5)
+    chosen = every[::max(1, len(every) // cover)][:cover]
+    report = replayer.replay_all(replayer.shaped(BOUNDS["replay"][0]), chosen)
+    for config in map(replayer.shaped, BOUNDS["2-worker"]):
+        replayer.replay_all(config, sample_schedules(config, per_config, seed=11), report)
+    _show(f"{backend}, async: {len(chosen)} of the {len(every)} covering schedules + "
+          f"{per_config} per 2-worker config", report, record_property)
+    _assert_ok(report)
+    assert report.schedules == len(chosen) + per_config * len(BOUNDS["2-worker"])
+    assert report.steps > report.schedules * 5
+
+
+ASYNC_COVER = 600
+"""Covering schedules the async replay takes on SQLite (evenly), in the normal suite."""
+ASYNC_COVER_PG = 150
+"""The same on Postgres."""
+
+
 @pytest.mark.slow
 def test_more_covering_schedules_on_postgres(record_property: Any) -> None:
     require_postgres()
@@ -112,6 +165,7 @@ def test_a_random_sample_of_the_three_worker_bound(replayer: Replayer,
     _assert_ok(report)
 
 
+@BOTH_FLOWS
 def test_a_replay_notices_when_the_store_and_the_model_disagree(
         replayer: Replayer, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the model's report rule not scoped to the namespace (the store's SQL keeps the
@@ -137,6 +191,7 @@ RECOVERY_BUG = (("begin", 0), ("step", 0, True, None), ("resolve", "failed", Tru
 FAILED; the lost-reply recovery reads the row (same lease secret) and must not execute it."""
 
 
+@BOTH_FLOWS
 def test_the_recovery_bug_is_found_on_the_store_when_its_fix_is_reverted(
         replayer: Replayer) -> None:
     config = replayer.shaped(next(c for c in BOUNDS["2-worker"]
@@ -147,6 +202,69 @@ def test_the_recovery_bug_is_found_on_the_store_when_its_fix_is_reverted(
     assert problems and "VIOLATION" in problems[0], problems
 
 
+def _mutant(owner: Any, name: str, old: str, new: str) -> Any:
+    """``owner.name``, a function of the product, recompiled from its own source with ``old``
+    (exactly once in it) replaced by ``new``, in its module's namespace."""
+    real = getattr(owner, name)
+    source = textwrap.dedent(inspect.getsource(real))
+    assert source.count(old) == 1, f"{name}: the product moved on (update the mutation)"
+    scope = dict(vars(sys.modules[real.__module__]))
+    code = compile(source.replace(old, new), inspect.getsourcefile(real) or name, "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    exec(code, scope)  # the product's own source, one point changed
+    return scope[name]
+
+
+HOOKED = (("begin", 0), ("step", 0, False, None), ("send", 0), ("land", 0, "executed"),
+          ("die", 0), ("tick",), ("tick",), ("begin", 1), ("step", 1, False, None),
+          ("step", 1, False, None), ("step", 1, False, "committed"), ("step", 1, False, None))
+"""A holder dies after the vendor executed; the next begin asks the reconcile hook, which
+answers committed: the effect is COMMITTED and the begin answers DUPLICATE."""
+LATE = (("begin", 0), ("step", 0, False, None), ("tick",), ("tick",), ("begin", 1),
+        ("step", 1, False, None), ("step", 1, False, None), ("report", 0, "failed", False))
+"""A holder's lease lapses, the next begin marks the effect AMBIGUOUS; the holder's report
+still lands (late)."""
+
+
+@pytest.mark.filterwarnings("ignore:coroutine '_ahook' was never awaited:RuntimeWarning")
+@pytest.mark.parametrize(("backend", "target", "old", "new", "schedule"), [
+    pytest.param(
+        "sqlite", "_drive._acall_hook", "return await c.fn(c.record)", "return c.fn(c.record)",
+        HOOKED, id="sqlite: the async flow does not await an async def reconcile hook"),
+    pytest.param(
+        "postgres", "_drive._acall_hook", "return await c.fn(c.record)",
+        "return c.fn(c.record)", HOOKED,
+        id="postgres: the async flow does not await an async def reconcile hook"),
+    pytest.param(
+        "postgres", "async_pg.AsyncPostgres.record_outcome",
+        "rows = await self.run(store.sql.report_late, late, writing=True)", "rows = []",
+        LATE, id="postgres: the native async report never lands late"),
+])
+def test_the_async_replay_catches_a_mutation_of_the_async_path_that_the_sync_one_cannot(
+        backend: str, target: str, old: str, new: str, schedule: tuple[Any, ...],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single-point mutation of the async path's source (the driver's hook call, the
+    Postgres face's report): the async replay of one schedule finds that the store or the
+    answer left the model's; the sync replay of it, which never runs that code, agrees."""
+    from effectgate import _drive
+    from effectgate.store import async_pg
+
+    module, *path = target.split(".")
+    owner = {"_drive": _drive, "async_pg": async_pg}[module]
+    for part in path[:-1]:
+        owner = getattr(owner, part)
+    config = dataclasses.replace(BOUNDS["replay"][0], one_call=backend == "postgres")
+    with _replayer(backend, "sync") as sync, _replayer(backend, "async") as asynchronous:
+        assert sync.replay(config, schedule) == ([], len(schedule))
+        assert asynchronous.replay(config, schedule) == ([], len(schedule))
+        monkeypatch.setattr(owner, path[-1], _mutant(owner, path[-1], old, new))
+        assert sync.replay(config, schedule) == ([], len(schedule))
+        problems, steps = asynchronous.replay(config, schedule)
+    assert problems and "(async)" in problems[0] and steps <= len(schedule), problems
+    print(f"\n[{target} mutated: the async replay stops at step {steps}] {problems[0]}")
+
+
+@BOTH_FLOWS
 def test_a_replay_leaves_nothing_behind(replayer: Replayer) -> None:
     from sqlalchemy import text
 

@@ -189,8 +189,7 @@ class _Loop:
         self.loop.close()
 
     def start(self, runner: _Runner, gate: Gate, request: Request) -> None:
-        done = asyncio.run_coroutine_threadsafe(runner.arun(gate, request), self.loop)
-        done.add_done_callback(lambda _: runner.ended.done() or runner.ended.set_result(None))
+        asyncio.run_coroutine_threadsafe(runner.arun(gate, request), self.loop)
 
     def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
         made: Awaitable[Any] = getattr(gate, f"a{method}")(*args, **kwargs)
@@ -218,7 +217,11 @@ class _HeldFace:
     def __init__(self, face: Any, hold: Callable[[str, Any], Any]) -> None:
         self.real = face
         for attr, name in _FACE.items():
-            setattr(self, attr, hold(name, getattr(face, attr)))
+            setattr(self, attr, hold(name, self._late(attr)))
+
+    def _late(self, attr: str) -> Callable[..., Awaitable[Any]]:
+        """The face's ``attr`` as it is when called (a test may patch the face's class)."""
+        return lambda *args, **kwargs: getattr(self.real, attr)(*args, **kwargs)
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.real, attr)
@@ -257,9 +260,9 @@ class Replayer:
             setattr(gate.store, name, self._wrap(name, getattr(gate.store, name)))
         face = gate.store.async_face()
         self._faces.append(face)
-        held = _HeldFace(face, self._await_wrap)
+        held: Any = _HeldFace(face, self._await_wrap)
         # The namespaces' gates (Gate.in_namespace) take the store's face when they are made.
-        setattr(gate.store, "async_face", lambda: held)
+        gate.store.async_face = lambda: held  # type: ignore[method-assign]
         return gate
 
     def base_for(self, config: Config) -> Gate:
@@ -491,8 +494,11 @@ class _Run:
             if value.decision is Decision.EXECUTE:
                 assert value.lease is not None
                 # With a memo the gate remembers what a decision's holder commits (a bare
-                # lease proves the same, and is remembered by nobody).
-                self.leases[i] = value if self.config.memo else value.lease
+                # lease proves the same, and is remembered by nobody). The async replay always
+                # reports with the decision, as the async decorator does: a report that moves
+                # no spend is then one native statement on Postgres.
+                self.leases[i] = value if self.config.memo or self.r.drive == "async" else (
+                    value.lease)
                 grant = (value.namespace, value.key, value.attempt)
                 if grant in self.grants:
                     return f"VIOLATION: attempt {value.attempt} executed twice on the store"
@@ -544,8 +550,10 @@ class _Run:
         return self._reported(i, forged, "failed", None, False, expected.answer)
 
     def _borrow(self, action: Action, before: ModelState, expected: Any) -> str | None:
-        return self._reported(action[1], self.leases[action[2]], "failed", None, False,
-                              expected.answer)
+        held = self.leases[action[2]]  # another holder's lease, as a worker would have it
+        lease = held.lease if isinstance(held, BeginDecision) else held
+        assert lease is not None
+        return self._reported(action[1], lease, "failed", None, False, expected.answer)
 
     def _die(self, action: Action, before: ModelState, expected: Any) -> str | None:
         runner = self.runners.pop(action[1], None)
