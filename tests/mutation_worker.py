@@ -5,7 +5,8 @@ the mutant and its shortest trace.
     python tests/mutation_worker.py '<spec json>'
 
 spec: {"explore": [config kwargs...], "replay": [config kwargs...], "pg_url": url | null,
-"all": bool (run every layer, not only until one catches it)}.
+"all": bool (run every layer, not only until one catches it), "drive": "sync" | "async" (how
+the replay drives its begins), "sqlite": bool (false: replay on Postgres only)}.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ def _explore(configs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def _replay(configs: list[dict[str, Any]], url: str) -> dict[str, Any] | None:
+def _replay(configs: list[dict[str, Any]], url: str,
+            drive: str = "sync") -> dict[str, Any] | None:
     from effectgate.verify.explore import covering_schedules, trace_of
     from effectgate.verify.replay import Replayer
 
-    with Replayer(url, prefix=f"mut-{os.getpid()}-", schedule_timeout=30.0) as replayer:
+    with Replayer(url, prefix=f"mut-{os.getpid()}-", schedule_timeout=30.0,
+                  drive=drive) as replayer:
         for kwargs in configs:
             config = replayer.shaped(_config(kwargs))
             # Every transition of the bound, shortest schedules first: the first problem
@@ -51,7 +54,7 @@ def _replay(configs: list[dict[str, Any]], url: str) -> dict[str, Any] | None:
                 problems, steps = replayer.replay(config, schedule)
                 if problems:
                     trace = trace_of(config, schedule[:steps]).format().splitlines()
-                    return {"layer": "replay", "store": replayer.store.dialect_name,
+                    return {"layer": f"{drive} replay", "store": replayer.store.dialect_name,
                             "config": config.name,
                             "trace": "\n".join([*trace, f"  ON THE STORE {problems[0]}"])}
     return None
@@ -71,11 +74,11 @@ def main() -> None:
         out["caught"].append(found)
     if spec.get("replay") and (spec.get("all") or not out["caught"]):
         folder = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-        urls = [f"sqlite:///{folder}/mutant.db"]
+        urls = [f"sqlite:///{folder}/mutant.db"] if spec.get("sqlite", True) else []
         if spec.get("pg_url"):
             urls.append(spec["pg_url"])
         for url in urls:
-            found = _replay(spec["replay"], url)
+            found = _replay(spec["replay"], url, spec.get("drive", "sync"))
             if found:
                 out["caught"].append(found)
                 if not spec.get("all"):

@@ -1,14 +1,16 @@
-"""Model schedules replayed step by step on SQLite and Postgres through the real Gate: each
-``begin`` on its own thread, every store call released by the schedule, the database clock
-moved by shifting stored timestamps a tick (no sleeping). After every step the stored rows and
-every answer must equal the model's, and the invariants hold on the store.
+"""Model schedules replayed step by step on SQLite and Postgres through the real Gate, by the
+sync flow (each ``begin`` on its own thread) and by the async one (each ``abegin`` a task of
+one event loop, through the store's async face), every store call released by the schedule,
+the database clock moved by shifting stored timestamps a tick (no sleeping). After every step
+the stored rows and every answer must equal the model's, and the invariants hold on the store.
 
-Normal suite: on SQLite every schedule of a set that takes every transition of the small replay
-bound (1,818 schedules: every *order* of that bound is 242,934 schedules, too many to replay),
-on Postgres an even sample of 150 of them; on both a seeded sample of each 2-worker config.
-Slow: every third covering schedule on Postgres, and a random sample of the 3-worker bound on
-both stores. Counts and time are printed
-(``-s``)."""
+Normal suite, sync: on SQLite every schedule of a set that takes every transition of the small
+replay bound (some two thousand; every *order* of that bound is far too many to replay), on
+Postgres an even sample of 150 of them; on both a seeded sample of each 2-worker config.
+Async: an even sample of 600 of them on SQLite and 150 on Postgres, and a few of each 2-worker
+config; three mutations of the async path's own source that only the async replay can see.
+Slow: every third covering schedule on Postgres (both flows), and a random sample of the
+3-worker bound on both stores and both flows. Counts and time are printed (``-s``)."""
 
 from __future__ import annotations
 import __future__
@@ -144,24 +146,27 @@ ASYNC_COVER_PG = 150
 
 
 @pytest.mark.slow
-def test_more_covering_schedules_on_postgres(record_property: Any) -> None:
-    require_postgres()
+@pytest.mark.parametrize("drive", ["sync", "async"])
+def test_more_covering_schedules_on_postgres(drive: Literal["sync", "async"],
+                                             record_property: Any) -> None:
     every = _cover(True)
-    with Replayer(PG_URL, prefix=_prefix()) as r:
+    with _replayer("postgres", drive) as r:
         report = r.replay_all(r.shaped(BOUNDS["replay"][0]), every[1::3])
-    _show(f"postgresql: every third covering schedule ({len(every[1::3])})", report,
+    _show(f"postgresql, {drive}: every third covering schedule ({len(every[1::3])})", report,
           record_property)
     _assert_ok(report)
 
 
 @pytest.mark.slow
+@BOTH_FLOWS
 def test_a_random_sample_of_the_three_worker_bound(replayer: Replayer,
                                                     record_property: Any) -> None:
     count = 150 if replayer.store.is_sqlite else 30
     report = ReplayReport()
     for config in map(replayer.shaped, BOUNDS["3-worker"]):
         replayer.replay_all(config, sample_schedules(config, count, seed=23), report)
-    _show(f"{replayer.store.dialect_name}: 3-worker sample", report, record_property)
+    _show(f"{replayer.store.dialect_name}, {replayer.drive}: 3-worker sample", report,
+          record_property)
     _assert_ok(report)
 
 
@@ -326,6 +331,7 @@ def test_verify_exhaustive_reports_states_schedules_and_violations(
     assert "RECONCILED FAILED IS TRUE" in " ".join(bad.output.split())
 
 
+@BOTH_FLOWS
 def test_a_lost_reply_of_a_write_that_changed_nothing_replays_as_the_model_answers(
         replayer: Replayer, record_property: Any) -> None:
     # A governed insert that finds the key taken writes nothing; the model answers it as it

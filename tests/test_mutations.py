@@ -93,6 +93,11 @@ class Mutation:
     explore: list[dict[str, Any]] = field(default_factory=list)
     replay: list[dict[str, Any]] = field(default_factory=list)
     postgres: bool = False
+    drive: str = "sync"
+    """How the replay drives its begins: ``"async"`` for a mutation of the async path
+    (Gate.abegin, the store's async face), which the sync flow never runs."""
+    sqlite: bool = True
+    """False: the mutated code runs on Postgres only (replay there alone)."""
 
 
 MUTATIONS = [
@@ -223,6 +228,13 @@ MUTATIONS = [
              '                        "cost", type_=BigInteger()),',
              'where=b.spent_micros <= p("limit", type_=BigInteger()),', [],
              [{**TWO_KEYS, **_STILL}]),
+    # -- the async path (replayed through Gate.abegin: the sync flow never runs it) ----------
+    Mutation("the async flow does not await an async reconcile hook", "_drive.py",
+             "return await c.fn(c.record)", "return c.fn(c.record)", [], [HOOKED],
+             drive="async"),
+    Mutation("the native async report never lands late", "store/async_pg.py",
+             "rows = await self.run(store.sql.report_late, late, writing=True)", "rows = []",
+             [], [HOOKED], postgres=True, drive="async", sqlite=False),
 ]
 
 
@@ -239,7 +251,8 @@ def _mutant(m: Mutation, root: Path) -> Path:
 
 def _run(m: Mutation, root: Path, *, every_layer: bool = False) -> dict[str, Any]:
     spec = {"explore": m.explore, "replay": m.replay, "all": every_layer,
-            "pg_url": PG_URL if (m.postgres or every_layer) and PG_URL else None}
+            "pg_url": PG_URL if (m.postgres or every_layer) and PG_URL else None,
+            "drive": m.drive, "sqlite": m.sqlite}
     env = {**os.environ, "PYTHONPATH": str(_mutant(m, root)), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run([sys.executable, str(WORKER), json.dumps(spec), str(root)],
                           env=env, capture_output=True, text=True, timeout=600)
