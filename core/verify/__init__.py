@@ -17,7 +17,8 @@ appends to); G12 kills worker processes with SIGKILL at every point of the proto
 2-worker bound explored on the real decision module with an in-memory store
 (:mod:`effectgate.verify.model`, :mod:`effectgate.verify.explore`), then a sample of its
 schedules replayed on the store through the real gate (:mod:`effectgate.verify.replay`,
-:mod:`effectgate.verify.exhaustive`).
+:mod:`effectgate.verify.exhaustive`; the replayer drives the sync flow, or with
+``drive="async"`` the async one).
 
 A wing above the kernel: the checks use only the public Gate API (and SQL to count and clean
 up their own scratch namespace).

@@ -402,8 +402,11 @@ class _Run:
         types = sorted({et for _, et in config.workers})
         for gate in self.gates.values():
             if config.hook:
-                for et in types:
-                    gate.reconciler(et)(_ahook if replayer.drive == "async" else _hook)
+                # The async flow awaits the first type's hook (an async def) on its loop and
+                # runs any other type's (a plain function) on a worker thread.
+                for n, et in enumerate(types):
+                    gate.reconciler(et)(_ahook if replayer.drive == "async" and n == 0
+                                        else _hook)
         self.requests = []
         for i, (ns, et) in enumerate(config.workers):
             gate = self.gates[ns]
