@@ -270,6 +270,25 @@ def test_the_async_replay_catches_a_mutation_of_the_async_path_that_the_sync_one
 
 
 @BOTH_FLOWS
+def test_a_schedule_past_its_timeout_is_a_finding(replayer: Replayer,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule still replaying after ``schedule_timeout`` stops there and is reported
+    (here a timeout of nothing: the first step already ran past it), leaving nothing behind,
+    on both flows."""
+    from sqlalchemy import text
+
+    monkeypatch.setattr(replayer, "schedule_timeout", 0.0)
+    schedule = (("begin", 0), ("step", 0, False, None), ("begin", 1))
+    problems, steps = replayer.replay(replayer.shaped(BOUNDS["replay"][0]), schedule)
+    assert steps == 1 and len(problems) == 1 and "past its 0s timeout" in problems[0], problems
+    assert ("(async)" in problems[0]) == (replayer.drive == "async")
+    with replayer.store.engine.connect() as conn:
+        left = conn.execute(text("SELECT COUNT(*) FROM effectgate_effects WHERE namespace "
+                                 "LIKE :p"), {"p": f"{replayer.prefix}%"}).scalar()
+    assert left == 0
+
+
+@BOTH_FLOWS
 def test_a_replay_leaves_nothing_behind(replayer: Replayer) -> None:
     from sqlalchemy import text
 
