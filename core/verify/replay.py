@@ -156,18 +156,25 @@ class _Runner:
 
 
 class _Threads:
-    """The sync flow: each begin on its own thread, the gate's sync methods."""
+    """The sync flow: each begin in flight on a thread of its own, the gate's sync methods.
+    The threads are kept for the next schedules' begins (as an application's thread pool
+    keeps them), and with them each thread's store connection."""
 
     name = "sync"
 
+    def __init__(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=16, thread_name_prefix="effectgate-replay-begin")
+
     def start(self, runner: _Runner, gate: Gate, request: Request) -> None:
-        threading.Thread(target=runner.run, args=(gate, request), daemon=True).start()
+        # A fresh context each time: a kept thread holds nothing of the begin before.
+        self._pool.submit(contextvars.Context().run, runner.run, gate, request)
 
     def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(gate, method)(*args, **kwargs)
 
     def close(self, faces: Iterable[Any]) -> None:
-        pass
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _Loop:
