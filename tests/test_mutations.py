@@ -246,7 +246,19 @@ def _mutant(m: Mutation, root: Path) -> Path:
     copy = root / "effectgate"
     shutil.copytree(CORE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / m.path).write_text(real.replace(m.old, m.new))
+    if m.path in _RENDERED_FROM:  # SQLite runs the texts rendered ahead: render the mutant's
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from effectgate.store.statements import "
+             "sqlite_texts_source; sys.stdout.write(sqlite_texts_source())"],
+            env={**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"},
+            capture_output=True, text=True, timeout=120, check=True)
+        (copy / "store" / "sqlite_texts.py").write_text(done.stdout)
     return root
+
+
+_RENDERED_FROM = ("store/statements.py", "store/schema.py")
+"""The sources ``store/sqlite_texts.py`` is rendered from (an embedded store runs those texts,
+not the statements): a mutant of them is rendered again, as the file's pinning test says."""
 
 
 def _run(m: Mutation, root: Path, *, every_layer: bool = False) -> dict[str, Any]:
