@@ -81,7 +81,10 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
                begins=(2, 1), faults=0, ops=2, approval=True, budget=True,
                budget_scopes=("run", "agent"), forgery=False, prune=False,
                name="2 workers on two agents, one run, per-run and per-agent ceilings"),
-        Config(workers=_TWO, begins=(1, 1), faults=1, ops=2, approval=True, lost_ops=True,
+        Config(workers=_TWO, keys=("k", "j"), begins=(1, 1), faults=0, ops=1, ticks=1,
+               budget=True, budget_scopes=("day",), days=1, forgery=False, prune=False,
+               name="2 workers, two keys under a per-day ceiling, a midnight"),
+        Config(workers=_TWO, begins=(1, 1), faults=2, ops=2, approval=True, lost_ops=True,
                forgery=False, prune=True, name="2 workers, approvals, the operator's lost "
                "replies repeated"),
         Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, hook_fails=True, hook_lies=True,

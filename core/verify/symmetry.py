@@ -37,7 +37,7 @@ RENAMED = frozenset(("rows", "workers", "transit", "approvals", "consumed", "rep
 approval ids) and are renamed; the others hold none (a test pins the two lists, so that a new
 field is looked at here)."""
 KEPT = frozenset(("now", "ledger", "faults", "ops", "grants", "committed", "next_id", "spend",
-                  "memo"))
+                  "memo", "day"))
 
 Perm = tuple[int, ...]
 """A permutation of the workers: ``perm[i]`` is worker ``i``'s index after it."""
