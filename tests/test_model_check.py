@@ -420,3 +420,26 @@ def test_a_lost_repeat_is_repeated_again_and_a_decision_is_still_made_once(
     monkeypatch.setattr(decide, "check_approval", lambda row, *args, **kwargs: row)
     found = run_schedule(_REPEATS, LOST_REPEATS[0])
     assert found and all(v.startswith("A DECISION IS MADE ONCE") for v in found), found
+
+
+def test_an_exploration_pauses_the_garbage_collector_and_restores_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cyclic collector's passes over the states kept were most of a large bound's time:
+    it is paused while exploring, and left as it was found."""
+    import gc
+
+    from effectgate.verify.symmetry import Symmetry
+
+    during: list[bool] = []
+    real = Symmetry.key
+    monkeypatch.setattr(Symmetry, "key", lambda self, s: during.append(gc.isenabled())
+                        or real(self, s))
+    assert gc.isenabled()
+    assert explore(BOUNDS["replay"][0]).violation is None
+    assert during and not any(during) and gc.isenabled()
+    gc.disable()
+    try:
+        explore(BOUNDS["replay"][0])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
