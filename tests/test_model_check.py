@@ -321,7 +321,8 @@ def test_the_bound_reaches_the_protocols_hard_cases() -> None:
                   "fetched: execute", "deduplicated by vendor key", "refused: cannot",
                   "resolved ambiguous -> failed", "resolved in_flight -> committed", "pruned 1",
                   "approved apr1", "denied apr1", "inserted as pending_approval",
-                  "refused (StaleLease)", "PayloadMismatch", "the caller sees StoreError"):
+                  "refused (StaleLease)", "PayloadMismatch", "the caller sees StoreError",
+                  "the database's date is day 1", "over the ceiling (day ceiling"):
         assert event in seen, event
 
 
@@ -344,3 +345,101 @@ def test_a_lying_reconcile_hook_can_commit_what_the_vendor_never_executed() -> N
     assert "RECONCILED COMMITTED IS TRUE" in found.violation.violations[0]
     truthful = explore(replace(lying, hook_lies=False, name="the same bound, a truthful hook"))
     assert truthful.violation is None, truthful.violation.format()
+
+
+_DAY = _config("2 workers, two keys under a per-day ceiling, a midnight")
+_FIRST = [("begin", 0), ("step", 0, False, None), ("step", 0, False, None),
+          ("begin", 1), ("step", 1, False, None)]
+"""Worker 0 executes (60 of the day's 100); worker 1's begin is about to charge."""
+
+
+def _walk(config: Config, actions: list[Any]) -> tuple[Any, Any]:
+    model = Model(config)
+    s, step = model.initial(), None
+    for action in actions:
+        assert action in model.actions(s), (action, model.actions(s))
+        step = model.transition(s, action)
+        assert step.violations == (), step.violations
+        s = step.state
+    return s, step
+
+
+def test_a_per_day_ceiling_counts_each_date_apart() -> None:
+    """Two calls of 60 under a per-day ceiling of 100: the second is refused on the first's
+    date and executes once the database's date changed; the first's charge stays with its
+    date (its release lands there, not on today's counter)."""
+    s, step = _walk(_DAY, [*_FIRST, ("step", 1, False, None)])
+    assert "over the ceiling (day ceiling" in step.text
+    s, step = _walk(_DAY, [*_FIRST, ("step", 1, False, None), ("step", 1, False, None)])
+    assert step.answer[0] == "denied" and (s.rows[1].reason or "").startswith(
+        "spend ceiling reached")
+    s, step = _walk(_DAY, [*_FIRST, ("midnight",), ("step", 1, False, None)])
+    assert step.answer[0] == "execute"
+    assert s.spend == (("a", "refund|day|d0", 60), ("a", "refund|day|d1", 60))
+    assert [r.day for r in s.rows] == [0, 1]
+    s, _ = _walk(_DAY, [*_FIRST, ("midnight",), ("step", 1, False, None),
+                        ("report", 0, "failed", False)])
+    assert s.spend == (("a", "refund|day|d0", 0), ("a", "refund|day|d1", 60))
+
+
+def test_a_day_window_that_never_rolls_over_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-day ceiling whose counter is not the date's (one counter for every day) refuses
+    the next day's call: the ceiling refuses only what the rows charged today leave no room
+    for."""
+    from effectgate import governance
+
+    real = governance.Governance.charges
+    monkeypatch.setattr(governance.Governance, "charges", lambda self, *args: tuple(
+        c._replace(per_day=False) for c in real(self, *args)))
+    found = explore(_DAY)
+    assert found.violation is not None
+    assert found.violation.violations[0].startswith("A CEILING REFUSES ONLY WHEN REACHED"), (
+        found.violation.format())
+    assert ("midnight",) in found.violation.actions and len(found.violation.actions) <= 8
+
+
+_REPEATS = _config("2 workers, approvals, the operator's lost replies repeated")
+LOST_REPEATS = (
+    (("begin", 0), ("step", 0, False, None), ("step", 0, False, None), ("approve", True),
+     ("again", True), ("again",)),
+    (("begin", 0), ("step", 0, False, None), ("step", 0, False, None), ("approve",),
+     ("begin", 1), ("step", 1, False, None), ("step", 1, False, None),
+     ("step", 1, False, None), ("report", 1, "failed", False), ("prune", True),
+     ("again", True), ("again",)),
+)
+"""A lost approve repeated, the repeat's reply lost, repeated again (refused: decided); a
+lost prune likewise (the repeats prune what is left)."""
+
+
+def test_a_lost_repeat_is_repeated_again_and_a_decision_is_still_made_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for schedule in LOST_REPEATS:
+        s, step = _walk(_REPEATS, list(schedule))
+        assert step.answer in ("refused", 0) and s.repeat == () and s.faults == 0
+    # A check that lets a decided request be decided again: the lost repeat is caught.
+    monkeypatch.setattr(decide, "check_approval", lambda row, *args, **kwargs: row)
+    found = run_schedule(_REPEATS, LOST_REPEATS[0])
+    assert found and all(v.startswith("A DECISION IS MADE ONCE") for v in found), found
+
+
+def test_an_exploration_pauses_the_garbage_collector_and_restores_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cyclic collector's passes over the states kept were most of a large bound's time:
+    it is paused while exploring, and left as it was found."""
+    import gc
+
+    from effectgate.verify.symmetry import Symmetry
+
+    during: list[bool] = []
+    real = Symmetry.key
+    monkeypatch.setattr(Symmetry, "key", lambda self, s: during.append(gc.isenabled())
+                        or real(self, s))
+    assert gc.isenabled()
+    assert explore(BOUNDS["replay"][0]).violation is None
+    assert during and not any(during) and gc.isenabled()
+    gc.disable()
+    try:
+        explore(BOUNDS["replay"][0])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

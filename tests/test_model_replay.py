@@ -364,3 +364,42 @@ def test_a_lost_reply_of_a_write_that_changed_nothing_replays_as_the_model_answe
     _show(config.name, report, record_property)
     assert report.schedules == len(every) > 100
     assert report.ok, (report.mismatches[:3], report.violations[:3])
+
+
+_DAY = dataclasses.replace(
+    next(c for c in BOUNDS["2-worker"] if "per-day" in c.name), keys=(), ticks=2, ops=0,
+    name="2 workers on one key under a per-day ceiling, a midnight")
+_SETTLED_AFTER_MIDNIGHT = {
+    False: (("begin", 0), ("step", 0, False, None), ("step", 0, False, None), ("begin", 1),
+            ("tick",), ("step", 1, False, None), ("tick",), ("step", 1, False, None),
+            ("step", 1, False, "failed"), ("midnight",), ("step", 1, False, None),
+            ("step", 1, False, None)),
+    True: (("begin", 0), ("step", 0, False, None), ("begin", 1), ("tick",),
+           ("step", 1, False, None), ("tick",), ("step", 1, False, None),
+           ("step", 1, False, "failed"), ("midnight",), ("step", 1, False, None),
+           ("step", 1, False, None)),
+}
+"""Worker 0 executes on day 0 and its lease lapses; worker 1's begin reads the row for the
+reconcile hook (failed), the date changes, the begin settles the row (the release lands on
+day 0's counter) and executes on day 1's (by store shape: one call or not)."""
+
+
+def test_a_midnight_replays_on_both_stores(replayer: Replayer,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's date cannot be moved: the replay moves every stored date a day back, and
+    hands a flow that read a row before the midnight the counters' names now (the rename
+    is the replay's, not the store's). Without that, the release misses its counter."""
+    config = replayer.shaped(_DAY)
+    schedule = _SETTLED_AFTER_MIDNIGHT[config.one_call]
+    assert replayer.replay(config, schedule) == ([], len(schedule))
+    monkeypatch.setattr(replayer, "_redated", lambda row: row)
+    problems, _ = replayer.replay(config, schedule)
+    assert problems and "spend" in problems[0], problems
+
+
+def test_a_lost_repeat_repeated_again_replays_on_both_stores(replayer: Replayer) -> None:
+    from .test_model_check import _REPEATS, LOST_REPEATS
+
+    config = replayer.shaped(_REPEATS)
+    for schedule in LOST_REPEATS:
+        assert replayer.replay(config, schedule) == ([], len(schedule))

@@ -72,6 +72,8 @@ AGENT = _bound("2 workers, two keys, one agent under a per-agent ceiling", keys=
 RUN = _bound("2 workers on two agents, one run under a per-run ceiling", keys=["k", "j"],
              agents=["bot0", "bot1"], runs=["r", "r"], budget=True,
              budget_scopes=["run", "agent"])
+DAY = _bound("2 workers, two keys under a per-day ceiling, a midnight", keys=["k", "j"],
+             budget=True, budget_scopes=["day"], days=1)
 REPEATS = _bound("2 workers, approvals, the operator's lost replies repeated", faults=1,
                  ops=2, approval=True, lost_ops=True, prune=True)
 RAISES = _bound("2 workers, a reconcile hook that raises", hook=True, hook_fails=True)
@@ -171,6 +173,12 @@ MUTATIONS = [
              'out.append(Charge(f"{pattern}|run|{run_id}", False, limit, label))',
              'out.append(Charge(f"{pattern}|run|{run_id}|{agent_id}", False, limit, label))',
              [RUN]),
+    Mutation("a per-day ceiling charges nothing", "governance.py",
+             '                out.append(Charge(f"{pattern}|day|", True, limit, label))',
+             "                pass", [DAY]),
+    Mutation("a per-day ceiling's window never ends (its counter is not the date's)",
+             "governance.py", 'Charge(f"{pattern}|day|", True, limit, label)',
+             'Charge(f"{pattern}|day|", False, limit, label)', [DAY]),
     # -- flow.py -----------------------------------------------------------------------------
     Mutation("the memo ignores the payload hash", "flow.py",
              "if hit is None or hit.payload_hash != req.payload_hash or (",
@@ -228,6 +236,9 @@ MUTATIONS = [
              '                        "cost", type_=BigInteger()),',
              'where=b.spent_micros <= p("limit", type_=BigInteger()),', [],
              [{**TWO_KEYS, **_STILL}]),
+    Mutation("a per-day counter not named by the database's date", "store/statements.py",
+             'charge(p("scope_key") + db_day())', 'charge(p("scope_key"))', [],
+             [{**DAY, **_STILL}]),
     # -- the async path (replayed through Gate.abegin: the sync flow never runs it) ----------
     Mutation("the async flow does not await an async reconcile hook", "_drive.py",
              "return await c.fn(c.record)", "return c.fn(c.record)", [], [HOOKED],

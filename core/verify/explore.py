@@ -12,6 +12,7 @@ the real stores, and reverted fixes of ``decide`` as mutations.
 from __future__ import annotations
 
 import contextlib
+import gc
 import random
 import time
 from collections import deque
@@ -81,7 +82,10 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
                begins=(2, 1), faults=0, ops=2, approval=True, budget=True,
                budget_scopes=("run", "agent"), forgery=False, prune=False,
                name="2 workers on two agents, one run, per-run and per-agent ceilings"),
-        Config(workers=_TWO, begins=(1, 1), faults=1, ops=2, approval=True, lost_ops=True,
+        Config(workers=_TWO, keys=("k", "j"), begins=(1, 1), faults=0, ops=1, ticks=1,
+               budget=True, budget_scopes=("day",), days=1, forgery=False, prune=False,
+               name="2 workers, two keys under a per-day ceiling, a midnight"),
+        Config(workers=_TWO, begins=(1, 1), faults=2, ops=2, approval=True, lost_ops=True,
                forgery=False, prune=True, name="2 workers, approvals, the operator's lost "
                "replies repeated"),
         Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, hook_fails=True, hook_lies=True,
@@ -149,6 +153,28 @@ def explore(config: Config, *, max_states: int | None = None,
     (:mod:`effectgate.verify.symmetry`) are explored once, from the first of them reached (so
     ``states`` counts those classes, and a counter-example is a schedule of real actions from
     the initial state, as short as without the reduction)."""
+    with _collector_paused():
+        return _explore(config, max_states, symmetry)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused (if it runs): an exploration keeps every
+    state it reached, and the collector's passes over those (triggered by the tuples each
+    transition and each symmetry key allocates) took most of a large bound's time. Nothing
+    the exploration makes is cyclic garbage (states are trees of tuples); reference counting
+    frees what it drops."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _explore(config: Config, max_states: int | None, symmetry: bool) -> Exploration:
     model = Model(config)
     key: Callable[[ModelState], Any] = Symmetry(config).key if symmetry else _same
     started = time.perf_counter()

@@ -18,7 +18,8 @@ dying at any point; the clock moving while one waits is a stall), a forger (a wo
 reports FAILED with a token it saw, or with another namespace's lease), one operator
 (``resolve`` committed or failed, with or without ``force``; ``prune``), a reconcile hook that
 answers truthfully from the vendor's ledger (committed, failed, or unknown), the database clock
-in ticks, and lost replies (the write happened, the caller sees an error).
+in ticks and its UTC date (a midnight: a per-day ceiling's new counter), and lost replies (the
+write happened, the caller sees an error).
 
 Time: a lease lasts ``lease_ticks - 0.5`` ticks, so a lease never ends on a tick (the real
 stores' clocks keep moving by milliseconds; no decision may hinge on an exact tie). A request
@@ -46,7 +47,7 @@ from ..records import BeginDecision
 from ..registry import Registry
 from ..request import LeaseSecret, Request, secret_hash
 from ..states import ApprovalState, Decision, Outcome, State
-from ..store.rows import ApprovalRow, EffectHead
+from ..store.rows import ApprovalRow, EffectHead, Moved
 from .model_rows import (
     KEY,
     PAYLOAD,
@@ -114,6 +115,8 @@ def _lost() -> StoreError:
 _HOOK_ERROR = HookFailed(RuntimeError("the reconcile hook raised (model)"))
 """What the flow is answered when the hook raises (one object: states compare equal)."""
 _VERDICTS = ("committed", "failed", "unknown")
+_HELD = (State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED)
+"""The states of an effect that holds its charge."""
 
 
 def _ids(prefix: str) -> Callable[[], str]:
@@ -217,8 +220,12 @@ class Model:
                     out.append(("self_approve",))
         if s.repeat:
             out.append(("again",))
+            if c.lost_ops and s.faults:
+                out.append(("again", True))
         if s.now < c.ticks and not self._transit_due(s):
             out.append(("tick",))
+        if s.day < c.days:
+            out.append(("midnight",))
         return out
 
     def _verdicts(self, s: ModelState, w: Worker) -> tuple[str, ...]:
@@ -287,6 +294,9 @@ class Model:
     def _do_tick(self, s: ModelState) -> Step:
         return Step(s._replace(now=s.now + 1), f"now = {s.now + 1}", ())
 
+    def _do_midnight(self, s: ModelState) -> Step:
+        return Step(s._replace(day=s.day + 1), f"the database's date is day {s.day + 1}", ())
+
     def _do_begin(self, s: ModelState, i: int) -> Step:
         w = s.workers[i]
         nw = Worker("begin", w.begins - 1, w.forged, seen_token=w.seen_token)
@@ -340,6 +350,8 @@ class Model:
             raised = (f"A FAILING HOOK SETTLES NOTHING: worker {i}'s begin settles "
                       f"{self.requests[i].key} after its reconcile hook raised",)
         done = self.store.perform(s, self._run(i, w.begins, w.answers, None).value)
+        if isinstance(done.answer, Moved) and done.answer.over_ceiling is not None:
+            raised += self._refused(s, i, done.answer.over_ceiling)
         s, text, answer = done.state, done.text, done.answer
         if lost and done.lossy:
             s, answer, text = s._replace(faults=s.faults - 1), LOST, f"{text} (reply lost)"
@@ -588,25 +600,29 @@ class Model:
             return Step(_lose(s, "approve", a.id), f"approved {a.id} (reply lost)", (), "lost")
         return Step(s, f"approved {a.id}", (), "approved")
 
-    def _do_again(self, s: ModelState) -> Step:
+    def _do_again(self, s: ModelState, lost: bool = False) -> Step:
         """The operator repeats the action whose reply it lost: through the real check, a
-        decided request is refused (nothing written); a prune prunes what is left."""
+        decided request is refused (nothing written); a prune prunes what is left. When
+        ``lost``, this reply is lost too (a fault): the operator may repeat again."""
         kind, ref = s.repeat
         s = s._replace(repeat=())
         if kind == "prune":
-            step = self._do_prune(s._replace(ops=s.ops + 1))
+            step = self._do_prune(s._replace(ops=s.ops + 1), lost)
             return step._replace(text=f"again: {step.text}")
         a = next((x for x in s.approvals if x.id == ref), None)
+        after = _lose(s, kind, ref) if lost else s
         try:
             decide.check_approval(None if a is None else self.approval_row(a, float(s.now)),
                                   ref, "operator", approving=kind == "approve")
         except (InvalidTransition, UnknownEffect):
-            return Step(s, f"again: refused ({ref} is "
-                        f"{'pruned' if a is None else a.state.value})", (), "refused")
+            return Step(after, f"again: refused ({ref} is "
+                        f"{'pruned' if a is None else a.state.value})"
+                        + (" (reply lost)" if lost else ""), (),
+                        "lost" if lost else "refused")
         assert a is not None
-        return Step(s, f"again: {kind} of {a.id} accepted", (
+        return Step(after, f"again: {kind} of {a.id} accepted", (
             f"A DECISION IS MADE ONCE: the operator's repeated {kind} of {a.id} was accepted "
-            f"although it is {a.state.value}",), "accepted")
+            f"although it is {a.state.value}",), "lost" if lost else "accepted")
 
     def _do_self_approve(self, s: ModelState) -> Step:
         """The requester approves its own request through the real check (as the gate's
@@ -829,22 +845,56 @@ class Model:
 
     def _shared_ceilings(self, s: ModelState, i: int) -> list[str]:
         """When worker ``i``'s EXECUTE was charged: what the effects of every worker sharing
-        its agent (or run) hold, this one's included, is within that agent's (run's) ceiling
-        — counted from the rows, not from the counters the store keeps."""
+        its agent (or run, or namespace on the database's date) hold, this one's included, is
+        within that agent's (run's, day's) ceiling — counted from the rows, not from the
+        counters the store keeps."""
         c, found = self.config, []
-        held_states = (State.IN_FLIGHT, State.AMBIGUOUS, State.COMMITTED)
-        for scope, who in (("agent", c.agent), ("run", c.run)):
-            me = who(i)
-            if scope not in c.budget_scopes or me is None:
+        for scope in ("agent", "run", "day"):
+            if scope not in c.budget_scopes or self._held(s, i, scope) is None:
                 continue
-            keys = {(c.workers[j][0], c.key(j)) for j in range(len(c.workers))
-                    if who(j) == me and c.governed(j)}
-            held = sum(r.estimated or 0 for r in s.rows
-                       if (r.namespace, r.key) in keys and r.state in held_states)
+            held = self._held(s, i, scope) or 0
             if held > LIMIT:
-                found.append(f"SPEND WITHIN CEILINGS: {scope} {me}'s effects hold {held} "
+                whose = f"day {s.day}" if scope == "day" else f"{scope} {self._who(i, scope)}"
+                found.append(f"SPEND WITHIN CEILINGS: {whose}'s effects hold {held} "
                              f"(its ceiling {LIMIT}) once worker {i} executed")
         return found
+
+    def _who(self, i: int, scope: str) -> str | None:
+        """Worker ``i``'s agent or run id (``scope``)."""
+        return self.config.agent(i) if scope == "agent" else self.config.run(i)
+
+    def _held(self, s: ModelState, i: int, scope: str) -> int | None:
+        """What the effects a ceiling of ``scope`` counts for worker ``i`` estimate, counted
+        from the rows that hold a charge (IN_FLIGHT, AMBIGUOUS, COMMITTED): an agent's or a
+        run's across the workers that carry its id, an effect type's in the namespace, a day's
+        in the namespace charged on the database's current date. None: the ceiling does not
+        count worker ``i`` (it carries no such id)."""
+        c = self.config
+        ns = c.workers[i][0]
+        if scope in ("agent", "run"):
+            me = self._who(i, scope)
+            if me is None:
+                return None
+            keys = {(c.workers[j][0], c.key(j)) for j in range(len(c.workers))
+                    if self._who(j, scope) == me and c.governed(j)}
+        else:
+            keys = {(ns, c.key(j)) for j in range(len(c.workers))
+                    if c.workers[j][0] == ns and c.governed(j)}
+        return sum(r.estimated or 0 for r in s.rows
+                   if (r.namespace, r.key) in keys and r.state in _HELD
+                   and (scope != "day" or r.day == s.day))
+
+    def _refused(self, s: ModelState, i: int, label: str) -> tuple[str, ...]:
+        """A ceiling refuses worker ``i``'s charge in ``s`` only when the effects it counts
+        (from the rows) leave no room for one more."""
+        scope = label.split(" ", 1)[0]
+        held = self._held(s, i, scope) or 0
+        if held + COST <= LIMIT:
+            return (f"A CEILING REFUSES ONLY WHEN REACHED: worker {i}'s charge was refused by "
+                    f"the {label} while the effects it counts hold {held}"
+                    + (f" on day {s.day}" if scope == "day" else "")
+                    + f" ({COST} more fits its {LIMIT})",)
+        return ()
 
     def _memo_answer(self, s: ModelState, i: int) -> Step | None:
         """A begin the real :meth:`effectgate.flow.BeginFlow.from_memo` answers from this

@@ -20,6 +20,7 @@ __all__ = [
     "MRow",
     "adjust",
     "approval_row",
+    "dated",
     "full",
     "head",
     "put",
@@ -59,6 +60,10 @@ class MRow(NamedTuple):
     budget_keys: str | None = None
     estimated: int | None = None
     payload_hash: str = PAYLOAD_HASH
+    day: int | None = None
+    """The database's date (the model's day, :attr:`ModelState.day`) its attempt's charges
+    were made on (None: not charged): what a per-day ceiling counts, kept apart from the
+    counters' names."""
 
 
 class MApproval(NamedTuple):
@@ -145,6 +150,13 @@ def approval_row(a: MApproval, now: float) -> ApprovalRow:
     return ApprovalRow(a.id, a.namespace, a.effect_id, a.effect_type, a.key, PAYLOAD_HASH,
                        a.state, a.requested_by, None, None, int(a.allow_self), a.created,
                        a.created + 1e6, a.decided_by, None, None, None, now)
+
+
+def dated(scope_key: str, day: int) -> str:
+    """A per-day counter's key on model day ``day``: the store appends its UTC date
+    (``refund|day|2026-12-03``); the model appends ``d<day>`` (the replay maps one to the
+    other)."""
+    return f"{scope_key}d{day}"
 
 
 def adjust(spend: tuple[tuple[str, str, int], ...], ns: str, keys: str | None,

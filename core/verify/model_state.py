@@ -72,7 +72,11 @@ class Config:
     budget_scopes: tuple[str, ...] = ("effect_type",)
     """With :attr:`budget`: the scopes of the ceiling (each at :data:`LIMIT`): any of
     ``effect_type``, ``agent``, ``run`` (a run or agent ceiling counts only the workers that
-    carry that id)."""
+    carry that id), ``day`` (the namespace's spend on the database's UTC date)."""
+    days: int = 0
+    """How many times the database's UTC date may change (action ``("midnight",)``, between
+    any two store calls): a per-day ceiling's counter is the date's, so a new day counts from
+    zero while an earlier day's charges stay with the effects that hold them."""
     self_approve: bool = False
     """The operator actions include the requester approving its own pending request (the real
     :func:`effectgate.decide.check_approval` with the requester as approver, as
@@ -91,7 +95,8 @@ class Config:
     """The operator's approve, deny and prune may lose their reply (each spends a fault): the
     write happened, the operator sees an error, and may repeat the action once
     (``("again",)``): a repeated approve or deny is refused (the request is no longer
-    pending), a repeated prune counts what is left to prune."""
+    pending), a repeated prune counts what is left to prune. A repeat may lose its reply too
+    (``("again", True)``, another fault): the operator repeats again."""
     name: str = ""
     keys: tuple[str, ...] = ()
     """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
@@ -231,6 +236,8 @@ class ModelState(NamedTuple):
     repeat: tuple[str, ...] = ()
     """An operator action whose reply was lost, that the operator may repeat: (kind, approval
     id) or ("prune", "")."""
+    day: int = 0
+    """The database's UTC date, counted from 0 (:attr:`Config.days`)."""
 
 
 class Step(NamedTuple):
@@ -261,7 +268,9 @@ def describe(action: Action, config: Config) -> str:
         return (f"operator {'approves' if kind == 'approve' else 'denies'} the pending request"
                 + lost)
     if kind == "again":
-        return "operator repeats the action whose reply was lost"
+        return "operator repeats the action whose reply was lost" + lost
+    if kind == "midnight":
+        return "the database's UTC date changes (midnight)"
     w = action[1]
     ns, et = config.workers[w]
     who = f"worker {w} ({ns}/{et})"

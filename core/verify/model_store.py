@@ -21,6 +21,7 @@ from .model_rows import (
     MRow,
     adjust,
     approval_row,
+    dated,
     full,
     head,
     put,
@@ -120,7 +121,7 @@ class ModelStore:
                    now + req.lease_seconds if starts else None, now, now, None, move.reason, 1,
                    now if starts else None, None, c.secret.hash if starts else None,
                    req.agent_id, new_approval.id if new_approval else None, keys,
-                   req.estimated_cost_micros, req.payload_hash)
+                   req.estimated_cost_micros, req.payload_hash, s.day if keys else None)
         s = s._replace(rows=put(s.rows, new), next_id=s.next_id + 1)
         return Performed(s, Moved(head(new, now, inserted=True)),
                          f"inserted as {move.to.value}", True)
@@ -162,7 +163,7 @@ class ModelStore:
             if starts else row.vendor_since,
             secret=c.secret.hash if starts else None, pruned=None, actor=req.agent_id,
             approval_id=new_approval.id if new_approval else move.consume_approval,
-            budget_keys=keys, estimated=req.estimated_cost_micros)
+            budget_keys=keys, estimated=req.estimated_cost_micros, day=s.day if keys else None)
         s = s._replace(rows=put(s.rows, new))
         return Performed(s, Moved(head(new, now)), f"moved to {move.to.value}", True,
                          move.consume_approval)
@@ -195,17 +196,19 @@ class ModelStore:
 def charge(s: ModelState, ns: str,
            move: decide.Move) -> tuple[ModelState, str | None, str | None]:
     """The store's charges of ``move``: the state after, the budget keys charged, and the label
-    of a ceiling that refused (then nothing is charged)."""
+    of a ceiling that refused (then nothing is charged). A per-day ceiling's counter is the
+    one of the database's date (:func:`~effectgate.verify.model_rows.dated`)."""
     if not move.charges:
         return s, None, None
     spend = dict(((n, k), v) for n, k, v in s.spend)
     charged = []
     for c in move.charges:
-        got = spend.get((ns, c.scope_key), 0)
-        if move.cost > c.limit or ((ns, c.scope_key) in spend and got + move.cost > c.limit):
+        key = dated(c.scope_key, s.day) if c.per_day else c.scope_key
+        got = spend.get((ns, key), 0)
+        if move.cost > c.limit or ((ns, key) in spend and got + move.cost > c.limit):
             return s, None, c.label
-        spend[(ns, c.scope_key)] = got + move.cost
-        charged.append(c.scope_key)
+        spend[(ns, key)] = got + move.cost
+        charged.append(key)
     return (s._replace(spend=tuple(sorted((n, k, v) for (n, k), v in spend.items()))),
             json.dumps(charged), None)
 

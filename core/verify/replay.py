@@ -14,7 +14,8 @@ async face that the face makes through the sync store (a write on a worker threa
 call, released once. Reports, resolves and prunes are made by the replaying thread. A lost
 reply is the real call followed by a :class:`StoreError` with ``outcome_unknown=True``. The
 database clock advances by moving every stored timestamp of the replay's namespaces one tick
-(:data:`TICK_SECONDS`) into the past: no sleeping.
+(:data:`TICK_SECONDS`) into the past: no sleeping; its UTC date changes (a per-day ceiling's
+new counter) by moving every per-day counter's date one day into the past.
 
 After every step the stored rows are compared with the model's (state, attempt, token, vendor
 attempt, result, pruned), and every answer with the model's answer. Each schedule gets its own
@@ -254,6 +255,8 @@ class Replayer:
         self.store = self.gate.store
         self._lose: str | None = None
         self._governed: dict[str, Gate] = {}
+        self._dates_moved = False
+        """Whether a midnight moved stored dates (a flow's row read before holds the old)."""
 
     @property
     def drive(self) -> str:
@@ -322,6 +325,8 @@ class Replayer:
                 timeout=_TIMEOUT)
             if command == "kill":
                 raise _Killed()
+            if name == "resolve" and self._dates_moved:
+                args = (self._redated(args[0]), *args[1:])
             result = real(*args, **kwargs)
             self._lost(name, lose)
             return result
@@ -345,6 +350,17 @@ class Replayer:
             return result
 
         return call
+
+    def _redated(self, row: Any) -> Any:
+        """A row a flow read before a midnight moved the dates of its counters (the replay's
+        doing, not the store's: a real date never changes), with the counters' names now."""
+        from sqlalchemy import text
+
+        with self.store.engine.connect() as conn:
+            keys = conn.execute(text(
+                "SELECT budget_keys FROM effectgate_effects WHERE id = :id AND token = :token"),
+                {"id": row.id, "token": row.token}).scalar()
+        return row if keys is None else row._replace(budget_keys=keys)
 
     # -- schedules -------------------------------------------------------------------------------
 
@@ -429,6 +445,9 @@ class _Run:
         self.committed: dict[tuple[str, str], str | None] = {}
         self.last_approval = ""
         """The real id of the approval the operator last decided (for a repeat)."""
+        self.today = _db_day(replayer) if config.budget and (
+            "day" in config.budget_scopes) else None
+        """The store's UTC date when the schedule began (the model's day 0 until a midnight)."""
 
     def finish(self) -> None:
         for runner in self.runners.values():
@@ -471,6 +490,45 @@ class _Run:
                          .bindparams(bindparam("ns", expanding=True)),
                          {"s": TICK_SECONDS, "ns": list(self.names.values())})
         return None
+
+    def _midnight(self, action: Action, before: ModelState, expected: Any) -> str | None:
+        """The store's clock cannot be moved: every per-day counter of the replay's
+        namespaces, and every effect's record of the counters it was charged, moves one day
+        into the past instead (the oldest first: the keys stay distinct)."""
+        from sqlalchemy import bindparam, text
+
+        names = {"ns": list(self.names.values())}
+        with self.r.store.engine.begin() as conn:
+            counters = conn.execute(text(
+                "SELECT namespace, scope_key FROM effectgate_budgets WHERE namespace IN :ns")
+                .bindparams(bindparam("ns", expanding=True)), names).all()
+            for ns, key in sorted(counters, key=lambda c: c[1]):
+                if _DAY in key:
+                    conn.execute(text("UPDATE effectgate_budgets SET scope_key = :new WHERE "
+                                      "namespace = :ns AND scope_key = :old"),
+                                 {"new": _day_before(key), "ns": ns, "old": key})
+            charged = conn.execute(text(
+                "SELECT id, budget_keys FROM effectgate_effects WHERE namespace IN :ns AND "
+                "budget_keys IS NOT NULL").bindparams(bindparam("ns", expanding=True)),
+                names).all()
+            for effect_id, keys in charged:
+                if _DAY in keys:
+                    conn.execute(text("UPDATE effectgate_effects SET budget_keys = :keys "
+                                      "WHERE id = :id"), {"id": effect_id, "keys": json.dumps(
+                                          [_day_before(k) if _DAY in k else k
+                                           for k in json.loads(keys)])})
+        self.r._dates_moved = True
+        return None
+
+    def _stored(self, key: str) -> str:
+        """A model counter's key as the store names it: a per-day counter of model day ``d``
+        (``...|day|d<d>``) bears the date that many midnights before the store's today."""
+        if _DAY not in key or self.today is None:
+            return key
+        head, day = key.rsplit(_DAY, 1)
+        date = datetime.date.fromisoformat(self.today) - datetime.timedelta(
+            days=self.state.day - int(day.removeprefix("d")))
+        return f"{head}{_DAY}{date.isoformat()}"
 
     def _begin(self, action: Action, before: ModelState, expected: Any) -> str | None:
         i = action[1]
@@ -624,11 +682,14 @@ class _Run:
         return "the model lost the reply, the real gate answered" if lost else None
 
     def _again(self, action: Action, before: ModelState, expected: Any) -> str | None:
-        """The operator repeats the action whose reply was lost, as the model does."""
+        """The operator repeats the action whose reply was lost, as the model does (its reply
+        lost too: the read of the request, or the prune)."""
         kind = before.repeat[0]
         if kind == "prune":
-            return self._prune(("prune",), before, expected)
+            return self._prune(("prune", *action[1:]), before, expected)
         gate = self.gates[self.config.workers[0][0]]
+        if action[1:] == (True,):
+            self.r._lose = "approval"
         try:
             if kind == "approve":
                 self.call(gate, "approve", self.last_approval, by="operator")
@@ -637,6 +698,10 @@ class _Run:
             got = "accepted"
         except (InvalidTransition, UnknownEffect):
             got = "refused"
+        except StoreError:
+            got = "lost" if self.r._lose is None else "error"
+        finally:
+            self.r._lose = None
         return None if got == expected.answer else (
             f"the model's repeated {kind} was {expected.answer}, the real gate's {got}")
 
@@ -699,7 +764,8 @@ class _Run:
                 real_spend = sorted(tuple(r) for r in conn.execute(text(
                     "SELECT scope_key, spent_micros FROM effectgate_budgets WHERE namespace = :ns"
                 ), {"ns": name}))
-                model_spend = sorted((k, v) for n, k, v in self.state.spend if n == ns)
+                model_spend = sorted((self._stored(k), v) for n, k, v in self.state.spend
+                                     if n == ns)
                 if real_spend != model_spend:
                     return f"{ns}: the model's spend is {model_spend}, the store's {real_spend}"
         return None
@@ -725,6 +791,26 @@ class _Run:
                 self.committed[(name, key)] = real.result
         found = self.model.check(self.state)
         return f"VIOLATION: {found[0]}" if found else None
+
+
+_DAY = "|day|"
+"""What a per-day counter's key holds before its date."""
+
+
+def _day_before(key: str) -> str:
+    """A per-day counter's key one day earlier."""
+    head, date = key.rsplit(_DAY, 1)
+    return f"{head}{_DAY}{datetime.date.fromisoformat(date) - datetime.timedelta(days=1)}"
+
+
+def _db_day(replayer: Replayer) -> str:
+    """The store's UTC date (its ``db_day``)."""
+    from sqlalchemy import select
+
+    from ..store.schema import db_day
+
+    with replayer.store.engine.connect() as conn:
+        return str(conn.execute(select(db_day())).scalar())
 
 
 def _hook(record: Any) -> str:

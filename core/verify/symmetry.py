@@ -26,6 +26,7 @@ from ..request import secret_hash
 from ..store.rows import ApprovalRow, EffectHead, EffectRow, Moved
 from .model import LOST, Action, Config, ModelState
 from .model_rows import MRow
+from .model_state import Worker
 
 __all__ = ["KEPT", "RENAMED", "Symmetry", "interchangeable"]
 
@@ -37,7 +38,15 @@ RENAMED = frozenset(("rows", "workers", "transit", "approvals", "consumed", "rep
 approval ids) and are renamed; the others hold none (a test pins the two lists, so that a new
 field is looked at here)."""
 KEPT = frozenset(("now", "ledger", "faults", "ops", "grants", "committed", "next_id", "spend",
-                  "memo"))
+                  "memo", "day"))
+
+_HEAD_SECRET, _HEAD_APPROVAL = (EffectHead._fields.index(f)
+                                for f in ("lease_secret", "approval_id"))
+_ROW_SECRET, _ROW_APPROVAL = (MRow._fields.index(f) for f in ("secret", "approval_id"))
+_W_ROW, _W_ANSWERS, _W_LEASE, _W_CONSUMED = (
+    Worker._fields.index(f) for f in ("row", "answers", "lease", "consumed"))
+# (The renaming rebuilds a tuple from a list of its fields (``_make``), not ``_replace``: the
+# key renames a state for almost every transition explored.)
 
 Perm = tuple[int, ...]
 """A permutation of the workers: ``perm[i]`` is worker ``i``'s index after it."""
@@ -89,10 +98,14 @@ class _Renamer:
 
     def head(self, h: EffectHead) -> EffectHead:
         """A row as the store handed it up, renamed."""
-        secret, approval = self.name(h.lease_secret), self.name(h.approval_id)
-        if secret is h.lease_secret and approval is h.approval_id:
+        secret, approval = h.lease_secret, h.approval_id
+        new_secret = None if secret is None else self.text(secret)
+        new_approval = None if approval is None else self.text(approval)
+        if new_secret is secret and new_approval is approval:
             return h
-        return h._replace(lease_secret=secret, approval_id=approval)
+        fields = list(h)
+        fields[_HEAD_SECRET], fields[_HEAD_APPROVAL] = new_secret, new_approval
+        return EffectHead._make(fields)
 
     def answer(self, a: Any) -> Any:
         """One answer a worker's flow was given, renamed."""
@@ -111,23 +124,33 @@ class _Renamer:
 
     def worker(self, w: Any) -> Any:
         """A worker's local state, renamed (made once for each)."""
+        if w.row is None and w.lease is None and w.consumed is None and not w.answers:
+            return w  # (idle, done or dead without a lease: it names nobody)
         got = self._workers.get(w)
         if got is None:
-            name, lease = self.name, w.lease
+            fields = list(w)
+            lease, row, consumed = w.lease, w.row, w.consumed
             if lease is not None:
-                lease = (lease[0], name(lease[1]), lease[2], lease[3], lease[4])
-            got = self._workers[w] = w._replace(
-                row=None if w.row is None else self.head(w.row),
-                answers=tuple(self.answer(a) for a in w.answers), lease=lease,
-                consumed=name(w.consumed))
+                fields[_W_LEASE] = (lease[0], self.name(lease[1]), lease[2], lease[3], lease[4])
+            if row is not None:
+                fields[_W_ROW] = self.head(row)
+            if w.answers:
+                fields[_W_ANSWERS] = tuple(self.answer(a) for a in w.answers)
+            if consumed is not None:
+                fields[_W_CONSUMED] = self.text(consumed)
+            got = self._workers[w] = Worker._make(fields)
         return got
 
     def row(self, r: MRow) -> MRow:
         """A stored row, renamed."""
-        secret, approval = self.name(r.secret), self.name(r.approval_id)
-        if secret is r.secret and approval is r.approval_id:
+        secret, approval = r.secret, r.approval_id
+        new_secret = None if secret is None else self.text(secret)
+        new_approval = None if approval is None else self.text(approval)
+        if new_secret is secret and new_approval is approval:
             return r
-        return r._replace(secret=secret, approval_id=approval)
+        fields = list(r)
+        fields[_ROW_SECRET], fields[_ROW_APPROVAL] = new_secret, new_approval
+        return MRow._make(fields)
 
     def state(self, s: ModelState) -> ModelState:
         """``s`` with the workers moved and renamed."""
@@ -173,6 +196,7 @@ class Symmetry:
         self.config = config
         self.classes = interchangeable(config)
         self._renamers: dict[Perm, _Renamer] = {}
+        self._sorted: dict[tuple[tuple[Any, ...], ...], list[Perm]] = {}
         self._identity: Perm = tuple(range(len(config.workers)))
 
     def permutations(self) -> list[Perm]:
@@ -203,12 +227,19 @@ class Symmetry:
         return action if perm == self._identity else self.renamer(perm).action(action)
 
     def _sorting(self, s: ModelState) -> list[Perm]:
-        """The permutations that put each class's workers in order of signature."""
-        workers = s.workers
+        """The permutations that put each class's workers in order of signature (a function
+        of the workers' signatures: made once for each tuple of them)."""
+        sigs = tuple(map(_signature, s.workers))
+        got = self._sorted.get(sigs)
+        if got is None:
+            got = self._sorted[sigs] = self._sorting_of(sigs)
+        return got
+
+    def _sorting_of(self, signatures: tuple[tuple[Any, ...], ...]) -> list[Perm]:
         choices: list[list[tuple[int, ...]]] = []
         moves = False
         for members in self.classes:
-            sigs = [_signature(workers[i]) for i in members]
+            sigs = [signatures[i] for i in members]
             ranked = sorted(range(len(members)), key=sigs.__getitem__)
             if all(sigs[a] != sigs[b] for a, b in itertools.pairwise(ranked)):  # no ties
                 order = tuple(members[r] for r in ranked)
