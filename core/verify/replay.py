@@ -25,14 +25,10 @@ namespaces, deleted afterwards.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import contextvars
 import dataclasses
 import datetime
 import json
-import queue
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -49,10 +45,11 @@ from ..errors import (
 )
 from ..gate import Gate
 from ..records import BeginDecision
-from ..request import Lease, Request
+from ..request import Lease
 from ..states import Decision
 from ..store.version import policy_meta_name
 from .model import COST, VENDOR, Action, Config, Model, ModelState
+from .replay_drive import INSIDE, RUNNER, TIMEOUT, HeldFace, Killed, Loop, Runner, Threads
 
 __all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]
 
@@ -61,23 +58,6 @@ TICK_SECONDS = 1000.0
 decision hinges on how fast the machine is (leases end half a tick after a tick)."""
 _WRAPPED = ("reserve", "fetch", "lapse", "move", "get", "resolve", "record_outcome",
             "approval", "deny", "decide_approval", "prune")
-_FACE = {"reserve": "reserve", "move_new": "move", "fetch": "fetch", "get": "get",
-         "approval": "approval", "record_outcome": "record_outcome"}
-"""The async face's operations the replay holds, and the store call each one is."""
-_TIMEOUT = 30.0
-_runner: contextvars.ContextVar[_Runner | None] = contextvars.ContextVar(
-    "effectgate_replay_runner", default=None)
-"""The begin whose store calls these are (a thread's or a task's, and the worker threads its
-task hands calls to): None for the replaying thread's own calls."""
-_inside: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "effectgate_replay_inside", default=False)
-"""True inside a held call of the async face: the sync store calls it makes are part of it."""
-
-
-class _Killed(BaseException):
-    """Ends a begin whose worker died at this store call (the call is not made)."""
-
-
 @dataclass
 class ReplayReport:
     """What replaying some schedules found."""
@@ -94,147 +74,6 @@ class ReplayReport:
         return not self.mismatches and not self.violations
 
 
-class _Runner:
-    """One begin, one store call at a time: at each call it says which (:attr:`events`) and
-    waits for the schedule's go-ahead (:meth:`release`); how it is started is the driver's."""
-
-    def __init__(self) -> None:
-        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.verdict: str | None = None
-        self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._lock = threading.Lock()
-        self._waiting: concurrent.futures.Future[tuple[str, bool]] | None = None
-        self._killed = False
-
-    def ask(self, name: str) -> concurrent.futures.Future[tuple[str, bool]]:
-        """The begin is at store call ``name``: the go-ahead to wait for (run or kill, and
-        whether the reply is lost)."""
-        go: concurrent.futures.Future[tuple[str, bool]] = concurrent.futures.Future()
-        with self._lock:
-            if self._killed:
-                go.set_result(("kill", False))
-                return go
-            self._waiting = go
-        self.events.put(("call", name))
-        return go
-
-    def release(self, command: str, lose: bool = False) -> None:
-        """The schedule's go-ahead for the call the begin waits at (``kill``: at any call
-        from now on)."""
-        with self._lock:
-            self._killed = self._killed or command == "kill"
-            go, self._waiting = self._waiting, None
-        if go is not None:
-            with contextlib.suppress(concurrent.futures.InvalidStateError):  # it timed out
-                go.set_result((command, lose))
-
-    def next(self) -> tuple[str, Any]:
-        return self.events.get(timeout=_TIMEOUT)
-
-    def join(self) -> None:
-        concurrent.futures.wait([self.ended], timeout=_TIMEOUT)
-
-    def run(self, gate: Gate, request: Request) -> None:
-        """The sync begin (on its own thread)."""
-        _runner.set(self)
-        try:
-            self._end(gate.begin(request))
-        except BaseException as err:  # the answer is compared with the model's
-            self._end(err)
-
-    async def arun(self, gate: Gate, request: Request) -> None:
-        """The async begin (a task on the replay's loop)."""
-        _runner.set(self)
-        try:
-            self._end(await gate.abegin(request))
-        except BaseException as err:
-            self._end(err)
-
-    def _end(self, answer: Any) -> None:
-        self.events.put(("killed", None) if isinstance(answer, _Killed) else ("done", answer))
-        if not self.ended.done():
-            self.ended.set_result(None)
-
-
-class _Threads:
-    """The sync flow: each begin in flight on a thread of its own, the gate's sync methods.
-    The threads are kept for the next schedules' begins (as an application's thread pool
-    keeps them), and with them each thread's store connection."""
-
-    name = "sync"
-
-    def __init__(self) -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=16, thread_name_prefix="effectgate-replay-begin")
-
-    def start(self, runner: _Runner, gate: Gate, request: Request) -> None:
-        # A fresh context each time: a kept thread holds nothing of the begin before.
-        self._pool.submit(contextvars.Context().run, runner.run, gate, request)
-
-    def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(gate, method)(*args, **kwargs)
-
-    def close(self, faces: Iterable[Any]) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-class _Loop:
-    """The async flow: each begin a task on one event loop (on its own thread), the gate's
-    async methods (``abegin``, ``areport``, ...)."""
-
-    name = "async"
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, daemon=True,
-                                        name="effectgate-replay-loop")
-        self._thread.start()
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-        self.loop.run_until_complete(self.loop.shutdown_default_executor())
-        self.loop.close()
-
-    def start(self, runner: _Runner, gate: Gate, request: Request) -> None:
-        asyncio.run_coroutine_threadsafe(runner.arun(gate, request), self.loop)
-
-    def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
-        made: Awaitable[Any] = getattr(gate, f"a{method}")(*args, **kwargs)
-        return asyncio.run_coroutine_threadsafe(_awaited(made), self.loop).result(_TIMEOUT)
-
-    def close(self, faces: Iterable[Any]) -> None:
-        """Close the async faces' connections on this loop, then the loop."""
-        for face in faces:
-            closing = getattr(face, "close", None)
-            if closing is not None:
-                with contextlib.suppress(Exception):
-                    asyncio.run_coroutine_threadsafe(closing(), self.loop).result(_TIMEOUT)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=_TIMEOUT)
-
-
-async def _awaited(made: Awaitable[Any]) -> Any:
-    return await made
-
-
-class _HeldFace:
-    """A store's async face whose operations (:data:`_FACE`) wait for the schedule; the rest
-    is the face's own."""
-
-    def __init__(self, face: Any, hold: Callable[[str, Any], Any]) -> None:
-        self.real = face
-        for attr, name in _FACE.items():
-            setattr(self, attr, hold(name, self._late(attr)))
-
-    def _late(self, attr: str) -> Callable[..., Awaitable[Any]]:
-        """The face's ``attr`` as it is when called (a test may patch the face's class)."""
-        return lambda *args, **kwargs: getattr(self.real, attr)(*args, **kwargs)
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.real, attr)
-
-
 class Replayer:
     """Replays schedules against the store at ``url`` (namespaces ``prefix`` + random),
     driving each begin through the sync flow (``drive="sync"``: :meth:`Gate.begin` on a
@@ -249,7 +88,7 @@ class Replayer:
         self.url = url
         self.schedule_timeout = schedule_timeout
         """A schedule still replaying after this many seconds is a finding (a hung flow)."""
-        self.driver: _Threads | _Loop = _Loop() if drive == "async" else _Threads()
+        self.driver: Threads | Loop = Loop() if drive == "async" else Threads()
         self._faces: list[Any] = []
         self.gate = self._base(False)
         self.store = self.gate.store
@@ -270,7 +109,7 @@ class Replayer:
             setattr(gate.store, name, self._wrap(name, getattr(gate.store, name)))
         face = gate.store.async_face()
         self._faces.append(face)
-        held: Any = _HeldFace(face, self._await_wrap)
+        held: Any = HeldFace(face, self._await_wrap)
         # The namespaces' gates (Gate.in_namespace) take the store's face when they are made.
         gate.store.async_face = lambda: held  # type: ignore[method-assign]
         return gate
@@ -310,7 +149,7 @@ class Replayer:
     def _lost(self, name: str, lose: bool) -> None:
         """Raise the lost reply of call ``name``: the schedule's, or the replaying thread's
         (:attr:`_lose`)."""
-        if not lose and self._lose == name and _runner.get() is None:
+        if not lose and self._lose == name and RUNNER.get() is None:
             self._lose = None
             lose = True
         if lose:
@@ -318,13 +157,13 @@ class Replayer:
 
     def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            if _inside.get():  # a held call of the async face, made through the sync store
+            if INSIDE.get():  # a held call of the async face, made through the sync store
                 return real(*args, **kwargs)
-            runner = _runner.get()
+            runner = RUNNER.get()
             command, lose = ("run", False) if runner is None else runner.ask(name).result(
-                timeout=_TIMEOUT)
+                timeout=TIMEOUT)
             if command == "kill":
-                raise _Killed()
+                raise Killed()
             if name == "resolve" and self._dates_moved:
                 args = (self._redated(args[0]), *args[1:])
             result = real(*args, **kwargs)
@@ -336,16 +175,16 @@ class Replayer:
     def _await_wrap(self, name: str, real: Callable[..., Awaitable[Any]],
                     ) -> Callable[..., Awaitable[Any]]:
         async def call(*args: Any, **kwargs: Any) -> Any:
-            runner = _runner.get()
+            runner = RUNNER.get()
             command, lose = ("run", False) if runner is None else await asyncio.wait_for(
-                asyncio.wrap_future(runner.ask(name)), _TIMEOUT)
+                asyncio.wrap_future(runner.ask(name)), TIMEOUT)
             if command == "kill":
-                raise _Killed()
-            inside = _inside.set(True)
+                raise Killed()
+            inside = INSIDE.set(True)
             try:
                 result = await real(*args, **kwargs)
             finally:
-                _inside.reset(inside)
+                INSIDE.reset(inside)
             self._lost(name, lose)
             return result
 
@@ -439,7 +278,7 @@ class _Run:
                 effect_type=kind, key=config.key(i), payload=config.payload(i),
                 estimated_cost_micros=COST if config.budget else None,
                 agent_id=config.agent(i), run_id=config.run(i)))
-        self.runners: dict[int, _Runner] = {}
+        self.runners: dict[int, Runner] = {}
         self.leases: dict[int, Lease | BeginDecision] = {}
         self.grants: set[tuple[str, str, int]] = set()
         self.committed: dict[tuple[str, str], str | None] = {}
@@ -532,7 +371,7 @@ class _Run:
 
     def _begin(self, action: Action, before: ModelState, expected: Any) -> str | None:
         i = action[1]
-        runner = self.runners[i] = _Runner()
+        runner = self.runners[i] = Runner()
         self.r.driver.start(runner, self.gates[self.config.workers[i][0]], self.requests[i])
         return self._expect_call(i, runner.next(), expected.answer)
 
@@ -815,7 +654,7 @@ def _db_day(replayer: Replayer) -> str:
 
 def _hook(record: Any) -> str:
     """The reconcile hook of a replay: the verdict the schedule chose for this begin."""
-    runner = _runner.get()
+    runner = RUNNER.get()
     found = (runner.verdict if runner is not None else None) or "unknown"
     if found == "raise":
         raise RuntimeError("the reconcile hook raised (replay)")
