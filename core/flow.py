@@ -336,8 +336,7 @@ class BeginFlow:
             self.observe)
         return done
 
-    def _reconcile(self, row: EffectHead, req: Request | None = None, *,
-                   by: str | None = None) -> EffectHead | None:
+    def reconcile(self, row: EffectHead, *, by: str | None = None) -> EffectHead | None:
         """Ask the hook now (for an operator ``by``): the row after its verdict, or None."""
         settled: EffectHead | None = _drive.drive(reconcile_steps(self.parts, row, by=by),
                                                   self._store, self.observe)

@@ -113,5 +113,5 @@ def reconcile(store: Store, namespace: str, flow: BeginFlow, hooks: Registry[Rec
     if hooks.find(row.effect_type) is None:
         raise ConfigError(f"no reconcile hook for {row.effect_type!r} is registered here "
                           "(give the gate your code defines, with its hooks)", key=key)
-    flow._reconcile(row, None, by=actor)
+    flow.reconcile(row, by=actor)
     return key
