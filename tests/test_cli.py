@@ -147,6 +147,24 @@ def test_the_approval_hint_is_a_command_you_can_copy_and_it_goes_once_approved(
     assert "effectgate approve" not in cli("ls", *store["args"]).stdout
 
 
+def test_show_prints_the_arguments_an_approver_decides_on(store: dict[str, Any]) -> None:
+    """An effect waiting for approval shows what runs if it is approved (hostile text
+    escaped); once decided, the arguments are gone from the store and from the output."""
+    gate = store["gate"]
+    d = gate.begin(effect_type="payment.big", key="big:args", agent_id="agent-1",
+                   payload={"amount_cents": 90_000, "to": "acct_7" + HOSTILE})
+    assert d.decision is eg.Decision.APPROVAL_REQUIRED
+    out = cli("show", "big:args", *store["args"], env={"COLUMNS": "100"}).stdout
+    assert f"waiting for approval {d.approval_id}" in out and "requested by agent-1" in out
+    assert "arguments that run if it is approved" in out
+    assert '"amount_cents": 90000' in out and '"to": "acct_7' in out
+    assert not any(ch in out for ch in RAW)
+    assert "waiting for approval" not in cli("show", "refund:a", *store["args"]).stdout
+    gate.approve(d.approval_id, by="alice")
+    after = cli("show", "big:args", *store["args"]).stdout
+    assert "waiting for approval" not in after and "90000" not in after
+
+
 def test_show_prints_record_history_and_vendor_key(store: dict[str, Any]) -> None:
     record = as_json(cli("show", "refund:a", *store["args"], "--json"))
     assert record["state"] == "committed" and record["result"] == {"refund_id": "re_1"}

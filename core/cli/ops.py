@@ -113,7 +113,9 @@ def resolve(key: str, committed: bool, failed: bool, note: str | None,
 @handle_errors
 def approve(approval_id: str, note: str | None, by: str | None, url: str | None,
             namespace: str, gate_ref: str | None, output: str) -> None:
-    """Approve a pending request: the next call with exactly that payload runs (once)."""
+    """Approve a pending request: the next call with exactly that payload runs (once).
+
+    What runs if it is approved: effectgate show KEY."""
     with open_gate(url, namespace, gate_ref) as gate:
         _needs(gate, "approve")
         record = gate.approve(approval_id, by=actor(by), note=note)

@@ -9,6 +9,7 @@ escaped. ``--json`` and ``--plain`` are for scripts.
 from __future__ import annotations
 
 import datetime
+import json
 import shlex
 from typing import Any
 
@@ -154,12 +155,14 @@ _LABEL = 22
 @output_options
 @handle_errors
 def show(key: str, url: str | None, namespace: str, gate_ref: str | None, output: str) -> None:
-    """Show one effect: its record, its history, and the vendor key it carries.
+    """Show one effect: its record, its history, and the vendor key it carries; for an effect
+    waiting for approval, the arguments that run if it is approved.
 
     --plain prints "field<TAB>value" lines, then one "history" line per transition: at,
     from, to, by, token, note."""
     with open_gate(url, namespace, gate_ref, read_only=True) as gate:
         record = gate.get(key)
+        waiting = _waiting_on(gate, record)
     data = record.as_dict()
     if output == "json":
         print_json(data)
@@ -173,6 +176,8 @@ def show(key: str, url: str | None, namespace: str, gate_ref: str | None, output
             continue
         shown = state_label(value) if name == "state" else safe(value)
         _field(out, name, shown, free=name not in _IDENTIFIERS and name != "state")
+    if waiting is not None:
+        _show_waiting(out, waiting)
     if record.vendor_key is not None:
         out.print("\n[bold]vendor key[/]")
         for name, value in record.vendor_key.as_dict().items():
@@ -185,6 +190,33 @@ def show(key: str, url: str | None, namespace: str, gate_ref: str | None, output
                    indent=2, hang=23)
         if h.note:
             text_block(out, safe(h.note), indent=23, style="dim")
+
+
+def _waiting_on(gate: Any, record: Any) -> Any:
+    """The pending approval request ``record`` waits for, or None."""
+    from ..errors import UnknownEffect
+
+    if record.state.value != "pending_approval" or not record.approval_id:
+        return None
+    try:
+        found = gate.approval(record.approval_id)
+    except UnknownEffect:
+        return None
+    return found if found.state == "pending" else None
+
+
+def _show_waiting(out: Any, approval: Any) -> None:
+    """What an approver decides on: the request, and the arguments that run if approved."""
+    out.print(f"\n[bold]waiting for approval[/] {safe(approval.approval_id)}", soft_wrap=True)
+    parts_line(out, [f"requested by {safe(approval.requested_by or 'nobody named')}",
+                     f"expires {_when(approval.expires_at)} UTC"], indent=2)
+    if approval.arguments is None:
+        out.print("  [dim](no arguments kept)[/]")
+        return
+    out.print("  [bold]arguments that run if it is approved[/]")
+    shown = json.dumps(approval.arguments, indent=2, sort_keys=True, ensure_ascii=False)
+    for line in shown.splitlines():
+        out.print("    " + safe(line), soft_wrap=True)
 
 
 def _field(out: Any, name: str, shown: str, *, free: bool) -> None:
