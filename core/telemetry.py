@@ -75,6 +75,9 @@ class Telemetry:
         self._metrics_state: Any = _NotImported(self)
         if tracer_provider is not None or meter_provider is not None or _imported():
             self._set_up(tracer_provider, meter_provider)
+        elif not _installed():
+            raise ImportError("effectgate's telemetry needs opentelemetry-api "
+                              '(pip install ".[otel]" in the effectgate clone)')
 
     def _set_up(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         """Make the instruments (once OpenTelemetry is imported: providers given, or some
@@ -325,6 +328,18 @@ def _of_decision(d: BeginDecision) -> dict[str, Any]:
             "effectgate.attempt": d.attempt}
 
 
+def _installed() -> bool:
+    """Whether OpenTelemetry's API can be imported (found, not imported: importing it waits
+    for the application)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("opentelemetry.trace") is not None and (
+            find_spec("opentelemetry.metrics") is not None)
+    except (ImportError, ValueError):
+        return False
+
+
 def _imported() -> bool:
     """Whether some code has imported OpenTelemetry's API (no provider is set before)."""
     return "opentelemetry.trace" in sys.modules or "opentelemetry.metrics" in sys.modules
@@ -387,15 +402,8 @@ def telemetry(option: Telemetry | bool | None = None) -> Telemetry | None:
                           "None")
     if _default:
         return _default[0]
-    if not _imported():  # installed? (found, not imported: that waits for the application)
-        from importlib.util import find_spec
-
-        try:
-            if find_spec("opentelemetry.trace") is None or (
-                    find_spec("opentelemetry.metrics") is None):
-                return None
-        except (ImportError, ValueError):
-            return None
+    if not _imported() and not _installed():
+        return None
     with _default_lock:
         if not _default:
             _default.append(Telemetry())

@@ -176,6 +176,19 @@ def test_gauges_read_ambiguous_approvals_and_spend_from_the_store(make_gate: Any
                 if a["namespace"] == gate.namespace]  # a closed gate drops out
 
 
+def test_telemetry_without_opentelemetry_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where OpenTelemetry's API cannot be imported, a Telemetry made by hand says so (as
+    it did when it imported the API at once), and a gate's default is none."""
+    import effectgate.telemetry as module
+
+    monkeypatch.setattr(module, "_installed", lambda: False)
+    monkeypatch.setattr(module, "_imported", lambda: False)
+    monkeypatch.setattr(module, "_default", [])
+    with pytest.raises(ImportError, match="opentelemetry-api"):
+        Telemetry()
+    assert telemetry() is None
+
+
 def test_telemetry_false_and_no_provider_cost_nothing(make_gate: Any) -> None:
     assert make_gate(telemetry=False)._telemetry is None
     with pytest.raises(eg.ConfigError):
