@@ -211,3 +211,14 @@ def test_a_borrowed_secret_is_still_refused(make_gate: Any) -> None:
     gate.report(lease, outcome="committed", result=None)
     record = gate.get("hash:2")
     assert record is not None and record.state is eg.State.COMMITTED
+
+
+def test_a_hostile_plain_sqlite_url_is_a_typed_error_and_writes_nothing(tmp_path: Path) -> None:
+    """The embedded way meets a caller's URL before SQLAlchemy does: a NUL in the path, or a
+    read-only open of a file that is not there, is a typed error, and no file or folder is
+    made."""
+    for url, read_only in ((f"sqlite:///{tmp_path}/a\x00b.db", False),
+                           (f"sqlite:///{tmp_path}/sub/missing.db", True)):
+        with pytest.raises(eg.StoreError):
+            Store(url, read_only=read_only)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
