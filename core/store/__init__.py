@@ -25,9 +25,17 @@ from typing import TYPE_CHECKING, Any
 from .. import validate
 from ..decide import outcome_spend_delta, reads_first
 from ..errors import ConfigError, StoreError
-from ..request import secret_hash
 from ..states import ApprovalState, Outcome, State
 from . import embedded
+from .binds import (
+    NULL_NOTE,
+    NewApproval,
+    begin_binds,
+    extend_binds,
+    move_binds,
+    outcome_binds,
+    over_ceiling,
+)
 from .connections import (
     DEFAULT_ASYNC_POOL_SIZE,
     MAX_POOL_SIZE,
@@ -66,25 +74,11 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
-_NULL = "null"
 
 
 def resolve_url(url: str | None) -> str:
     """``url``, else ``$EFFECTGATE_URL``, else the embedded SQLite default."""
     return url or os.environ.get("EFFECTGATE_URL") or DEFAULT_URL
-
-
-class NewApproval:
-    """An approval request a move creates: its id, lifetime, and what the approver sees."""
-
-    __slots__ = ("allow_self_approval", "approval_id", "arguments", "expires_seconds")
-
-    def __init__(self, approval_id: str, expires_seconds: float, allow_self_approval: bool,
-                 arguments: str | None) -> None:
-        self.approval_id = approval_id
-        self.expires_seconds = expires_seconds
-        self.allow_self_approval = allow_self_approval
-        self.arguments = arguments
 
 
 class Store:
@@ -231,13 +225,13 @@ class Store:
                 rows = run(self.sql.fetch, {"namespace": req.namespace, "key": req.key})
                 if rows:
                     return effect_head(rows[0])
-                binds = _begin_binds(req, State.IN_FLIGHT, secret.hash)
+                binds = begin_binds(req, State.IN_FLIGHT, secret.hash)
                 new = run(self.sql.insert_lean, binds, self._reserve_sync)
                 if new:
                     effect_id, lease, now = new[0]
                     return _inserted(req, effect_id, lease, now, secret.hash)
             else:
-                rows = run(self.sql.reserve, _begin_binds(req, State.IN_FLIGHT, secret.hash),
+                rows = run(self.sql.reserve, begin_binds(req, State.IN_FLIGHT, secret.hash),
                            self._reserve_sync)
                 if rows:
                     return effect_head(rows[0])
@@ -251,7 +245,7 @@ class Store:
     def lapse(self, row: EffectHead) -> EffectHead | None:
         """Compare-and-set an IN_FLIGHT effect past its lease to AMBIGUOUS (None: it moved)."""
         rows = self._conns.run(self.sql.lapse, {
-            "namespace": row.namespace, "id": row.id, "token": row.token, "h_note": _NULL,
+            "namespace": row.namespace, "id": row.id, "token": row.token, "h_note": NULL_NOTE,
         }, self._outcome_sync)
         return effect_head(rows[0]) if rows else None
 
@@ -341,7 +335,7 @@ class Store:
         outcome and its spend move in one transaction. ``overspend`` is asked, when an actual
         cost above the estimate raised counters, with each (counter, spent now); a text it
         returns becomes the effect's ``reason`` in the same transaction."""
-        binds, late_binds = self.outcome_binds(
+        binds, late_binds = outcome_binds(
             namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
             actual_cost_micros=actual_cost_micros)
         if spends is False:
@@ -367,35 +361,13 @@ class Store:
                                               "token": lease.token, "reason": over})
             return Recorded(keys, estimated, late, over)
 
-    @staticmethod
-    def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str | None,
-                      error: str | None, reason: str | None, note: str | None,
-                      actual_cost_micros: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The binds of a holder's report, on time and late."""
-        binds = {
-            "namespace": namespace, "key": lease.key, "token": lease.token,
-            "lease_secret": secret_hash(lease.secret), "state": outcome.value, "result": result,
-            "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
-            "h_note": _NULL if note is None else encode_text(note),
-        }
-        late = _LATE if note is None else encode_text(_late(note))
-        return binds, {**binds, "h_note": late}
-
-    @staticmethod
-    def extend_binds(namespace: str, lease: Lease, seconds: float,
-                     vendor_ref: str | None = None) -> dict[str, Any]:
-        """The binds of a heartbeat."""
-        return {"namespace": namespace, "key": lease.key, "token": lease.token,
-                "lease_secret": secret_hash(lease.secret), "lease_seconds": seconds,
-                "vendor_ref": vendor_ref}
-
     def extend(self, namespace: str, lease: Lease, seconds: float,
                vendor_ref: str | None = None) -> float | None:
         """Push a live lease out to ``seconds`` from now (and record ``vendor_ref``, what the
         vendor calls this attempt, when given); the new expiry, or None when the holder's
         proof no longer holds or the lease has lapsed."""
         rows = self._conns.run(self.sql.extend,
-                               self.extend_binds(namespace, lease, seconds, vendor_ref),
+                               extend_binds(namespace, lease, seconds, vendor_ref),
                                self._outcome_sync)
         return float(rows[0][0]) if rows else None
 
@@ -640,60 +612,6 @@ class Store:
                     raise StoreError(f"cannot record {name}: {type(err).__name__}") from err
                 raise
         self.meta[name] = value
-
-
-def _late(note: str | None) -> str:
-    return "late report" + (f": {note}" if note else "")
-
-
-_LATE = encode_text(_late(None))
-
-
-def _begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[str, Any]:
-    """The binds of an insert (or take) of ``req`` into ``state``."""
-    return {
-        "namespace": req.namespace, "key": req.key, "effect_type": req.effect_type,
-        "payload_hash": req.payload_hash, "state": state.value,
-        "lease_seconds": req.lease_seconds, "reason": None, "run_id": req.run_id,
-        "agent_id": req.agent_id, "group_key": req.group_key,
-        "compensation": req.compensation, "compensates_effect_id": req.compensates_effect_id,
-        "vendor": req.vendor, "estimated_cost_micros": req.estimated_cost_micros,
-        "approval_id": None, "budget_keys": None, "actor": req.agent_id, "note": None,
-        "lease_secret": lease_secret, "h_by": encode_text(req.agent_id),
-        "h_note": _NULL,
-    }
-
-
-def move_binds(row: EffectHead | None, move: Move, req: Request, secret: LeaseSecret,
-               approval: NewApproval | None) -> dict[str, Any]:
-    """The binds of ``move`` (an insert when ``row`` is None, else a compare-and-set)."""
-    starts = move.to is State.IN_FLIGHT
-    binds = _begin_binds(req, move.to, secret.hash if starts else None)
-    binds["reason"] = move.reason
-    binds["lease_seconds"] = req.lease_seconds if starts else None
-    binds["approval_id"] = move.consume_approval if approval is None else approval.approval_id
-    binds["attempt_increment"] = move.attempt_increment
-    if row is not None:
-        binds.update(id=row.id, token=row.token, expected_state=row.state.value)
-    if move.charges:  # the governed reservation's arrays (Postgres)
-        binds.update(cost=move.cost, scope_keys=[c.scope_key for c in move.charges],
-                     limits=[c.limit for c in move.charges],
-                     per_day=[c.per_day for c in move.charges])
-    return binds
-
-
-def over_ceiling(err: StoreError, move: Move) -> str:
-    """The label of the ceiling whose refusal ``err`` (from the governed reservation) reports;
-    any other error is raised again."""
-    cause = err.__cause__
-    if getattr(cause, "sqlstate", None) != "EGOVR":
-        raise err
-    diag = getattr(cause, "diag", None)
-    message = str(getattr(diag, "message_primary", "") or "")
-    position = message.rsplit(" ", 1)[-1]
-    if not position.isdigit() or not 1 <= int(position) <= len(move.charges):
-        raise err
-    return move.charges[int(position) - 1].label
 
 
 def _moved(rows: list[Any], row: EffectHead | None) -> EffectHead | None:

@@ -12,9 +12,10 @@ keep that loop and its connections alive after the loop ended. This one holds no
 to its loop while nobody waits, so a finished loop is collected with its idle connections,
 and :meth:`AsyncPostgres.close_idle` closes them from any thread.
 
-The statements, their binds and how rows are read are the sync store's (``Store``): this module
-only awaits them. Operations that need a transaction (a governed move, a report that moves
-spend) stay on the sync store, run on a worker thread.
+The statements and how rows are read are the sync store's (``Store``), the binds those of
+:mod:`effectgate.store.binds`: this module only awaits them. Operations that need a
+transaction (a governed move, a report that moves spend) stay on the sync store, run on a
+worker thread.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..states import State
+from .binds import begin_binds, extend_binds, move_binds, outcome_binds, over_ceiling
 from .connections import DEFAULT_ASYNC_POOL_SIZE, is_disconnect, safe_url, store_error
 from .rows import (
     ApprovalRow,
@@ -244,11 +246,9 @@ class AsyncPostgres:
 
     async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:
         """:meth:`Store.reserve`: one call of the generated reserve function."""
-        from . import _begin_binds
-
         for _ in range(8):
             rows = await self.run(self._store.sql.reserve,
-                                  _begin_binds(req, State.IN_FLIGHT, secret.hash), writing=True)
+                                  begin_binds(req, State.IN_FLIGHT, secret.hash), writing=True)
             if rows:
                 return effect_head(rows[0])
         raise StoreError("could not reserve or read the key after 8 tries", key=req.key)
@@ -256,8 +256,6 @@ class AsyncPostgres:
     async def move_new(self, move: Move, req: Request, secret: LeaseSecret) -> Moved:
         """:meth:`Store.move` of a new key in one call (:meth:`Store.one_call`), awaited; the
         moves that need a transaction run on a worker thread."""
-        from . import move_binds, over_ceiling
-
         store = self._store
         if not store.one_call(move):
             return await asyncio.to_thread(store.move, None, move, req, secret)
@@ -295,9 +293,9 @@ class AsyncPostgres:
                 store.record_outcome, namespace, lease, outcome, result=result, error=error,
                 reason=reason, note=note, actual_cost_micros=actual_cost_micros, spends=spends,
                 overspend=overspend)
-        binds, late = store.outcome_binds(namespace, lease, outcome, result=result, error=error,
-                                          reason=reason, note=note,
-                                          actual_cost_micros=actual_cost_micros)
+        binds, late = outcome_binds(namespace, lease, outcome, result=result, error=error,
+                                    reason=reason, note=note,
+                                    actual_cost_micros=actual_cost_micros)
         rows = await self.run(store.sql.report, binds, writing=True)
         if rows:
             return Recorded(rows[0][0], rows[0][1], False)
@@ -308,7 +306,7 @@ class AsyncPostgres:
                      vendor_ref: str | None = None) -> float | None:
         """:meth:`Store.extend`."""
         rows = await self.run(self._store.sql.extend,
-                              self._store.extend_binds(namespace, lease, seconds, vendor_ref),
+                              extend_binds(namespace, lease, seconds, vendor_ref),
                               writing=True)
         return float(rows[0][0]) if rows else None
 
