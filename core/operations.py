@@ -67,32 +67,34 @@ def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: A
 def approve(store: Store, namespace: str, redact: Callable[[str | None], str | None],
             approval_id: str, *, by: str, note: str | None) -> str:
     """Approve ``approval_id`` by ``by`` (see :meth:`Gate.approve`); its checked id."""
-    approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
-    actor = validate.text(by, "by", 256, required=True) or ""
-    note = redact(validate.text(note, "note", validate.MAX_TEXT))
-    for _ in range(MAX_STEPS):
-        row = decide.check_approval(store.approval(namespace, approval_id),
-                                    approval_id, actor, approving=True)
-        if store.decide_approval(namespace, approval_id, ApprovalState.APPROVED, actor, note):
-            log.info("approved %s (%s) by %s", row.key, approval_id, actor,
-                     extra={"key": row.key, "reason": note})
-            return approval_id
-    raise StoreError("the approval kept changing under contention; try again")
+    return _decide_approval(store, namespace, redact, approval_id, by, note, approving=True)
 
 
 def deny(store: Store, namespace: str, redact: Callable[[str | None], str | None],
          approval_id: str, *, by: str, reason: str | None) -> str:
     """Deny ``approval_id`` by ``by`` (see :meth:`Gate.deny`); its checked id."""
+    return _decide_approval(store, namespace, redact, approval_id, by, reason, approving=False)
+
+
+def _decide_approval(store: Store, namespace: str, redact: Callable[[str | None], str | None],
+                     approval_id: str, by: str, text: str | None, *, approving: bool) -> str:
+    """An approver's answer to a pending request, checked first (:func:`decide.check_approval`)
+    and written compare-and-set; ``text`` is the approval's note or the denial's reason."""
     approval_id = validate.text(approval_id, "approval id", 64, required=True) or ""
     actor = validate.text(by, "by", 256, required=True) or ""
-    reason = redact(validate.text(reason, "reason", validate.MAX_TEXT))
+    text = redact(validate.text(text, "note" if approving else "reason", validate.MAX_TEXT))
     for _ in range(MAX_STEPS):
         row = decide.check_approval(store.approval(namespace, approval_id),
-                                    approval_id, actor, approving=False)
-        why = f"{decide.APPROVER_DENIED} by {actor}" + (f": {reason}" if reason else "")
-        if store.deny(row, actor, reason, why):
-            log.info("denied %s (%s) by %s", row.key, approval_id, actor,
-                     extra={"key": row.key, "reason": reason})
+                                    approval_id, actor, approving=approving)
+        if approving:
+            done = store.decide_approval(namespace, approval_id, ApprovalState.APPROVED, actor,
+                                         text)
+        else:
+            why = f"{decide.APPROVER_DENIED} by {actor}" + (f": {text}" if text else "")
+            done = store.deny(row, actor, text, why)
+        if done:
+            log.info("%s %s (%s) by %s", "approved" if approving else "denied", row.key,
+                     approval_id, actor, extra={"key": row.key, "reason": text})
             return approval_id
     raise StoreError("the approval kept changing under contention; try again")
 
