@@ -31,9 +31,9 @@ class Replay:
         captured: list[tuple[str, dict[str, Any], str | None]] = []
         real = conns.run
 
-        def spy(sql: Any, binds: Any, sync: str | None = None) -> list[Any]:
+        def spy(sql: Any, binds: Any, sync: str | None = None, *, count: bool = False) -> Any:
             captured.append((sql.text, dict(binds), sync))
-            return real(sql, binds, sync)
+            return real(sql, binds, sync, count=count)  # type: ignore[call-overload]
 
         conns.run = spy  # type: ignore[method-assign]
         try:

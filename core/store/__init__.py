@@ -30,8 +30,10 @@ from . import embedded
 from .binds import (
     NULL_NOTE,
     NewApproval,
+    bare_binds,
     begin_binds,
     extend_binds,
+    is_bare,
     move_binds,
     outcome_binds,
     over_ceiling,
@@ -225,8 +227,12 @@ class Store:
                 rows = run(self.sql.fetch, {"namespace": req.namespace, "key": req.key})
                 if rows:
                     return effect_head(rows[0])
-                binds = begin_binds(req, State.IN_FLIGHT, secret.hash)
-                new = run(self.sql.insert_lean, binds, self._reserve_sync)
+                if is_bare(req):
+                    new = run(self.sql.insert_bare, bare_binds(req, secret.hash),
+                              self._reserve_sync)
+                else:
+                    new = run(self.sql.insert_lean, begin_binds(req, State.IN_FLIGHT,
+                                                                secret.hash), self._reserve_sync)
                 if new:
                     effect_id, lease, now = new[0]
                     return _inserted(req, effect_id, lease, now, secret.hash)
@@ -339,9 +345,8 @@ class Store:
             namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
             actual_cost_micros=actual_cost_micros)
         if spends is False:
-            rows = self._conns.run(self.sql.report, binds, self._outcome_sync)
-            if rows:
-                return Recorded(rows[0][0], rows[0][1], False)
+            if self._conns.run(self.sql.report_plain, binds, self._outcome_sync, count=True):
+                return Recorded(None, None, False)
             rows = self._conns.run(self.sql.report_late, late_binds, self._reserve_sync)
             return Recorded(rows[0][0], rows[0][1], True) if rows else None
         with self._conns.transaction() as tx:

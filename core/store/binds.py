@@ -22,12 +22,19 @@ if TYPE_CHECKING:
     from .rows import EffectHead
 
 __all__ = [
-    "NULL_NOTE", "NewApproval", "begin_binds", "extend_binds", "move_binds", "outcome_binds",
-    "over_ceiling",
+    "BARE_OMITS", "NULL_NOTE", "NewApproval", "bare_binds", "begin_binds", "extend_binds",
+    "is_bare", "move_binds", "outcome_binds", "over_ceiling",
 ]
 
 NULL_NOTE = "null"
 """A history line's note when there is none (the encoded JSON ``null``)."""
+
+BARE_OMITS = frozenset({
+    "actor", "agent_id", "approval_id", "budget_keys", "compensates_effect_id", "compensation",
+    "estimated_cost_micros", "group_key", "note", "reason", "run_id", "vendor",
+})
+"""The columns a plain reservation of a bare request (:func:`is_bare`) leaves out of its
+insert: every one of them would be NULL."""
 
 
 class NewApproval:
@@ -62,6 +69,24 @@ def begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[st
         "approval_id": None, "budget_keys": None, "actor": req.agent_id, "note": None,
         "lease_secret": lease_secret, "h_by": encode_text(req.agent_id),
         "h_note": NULL_NOTE,
+    }
+
+
+def is_bare(req: Request) -> bool:
+    """Whether ``req`` carries none of the optional fields (no run, agent, group,
+    compensation, vendor or cost): its plain reservation is the bare insert."""
+    return (req.run_id is None and req.agent_id is None and req.group_key is None
+            and req.compensation is None and req.compensates_effect_id is None
+            and req.vendor is None and req.estimated_cost_micros is None)
+
+
+def bare_binds(req: Request, lease_secret: str) -> dict[str, Any]:
+    """The binds of the bare insert of a plain reservation of ``req`` (:func:`is_bare`)."""
+    return {
+        "namespace": req.namespace, "key": req.key, "effect_type": req.effect_type,
+        "payload_hash": req.payload_hash, "state": State.IN_FLIGHT.value,
+        "lease_seconds": req.lease_seconds, "lease_secret": lease_secret,
+        "h_by": NULL_NOTE, "h_note": NULL_NOTE,
     }
 
 

@@ -24,7 +24,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
 from ..errors import ConfigError, StoreError
 from . import embedded
@@ -188,9 +188,18 @@ class Connections:
             with contextlib.suppress(Exception):
                 conn.close()
 
-    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None) -> list[Any]:
-        """One statement in autocommit; ``sync`` (SQLite) is the durability of its commit, and
-        marks it as a write."""
+    @overload
+    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None, *,
+            count: Literal[False] = False) -> list[Any]: ...
+
+    @overload
+    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None, *,
+            count: Literal[True]) -> int: ...
+
+    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None, *,
+            count: bool = False) -> list[Any] | int:
+        """One statement in autocommit: its rows, or (``count``) how many rows it changed;
+        ``sync`` (SQLite) is the durability of its commit, and marks it as a write."""
         conn = self.driver()
         if sync is not None and (watch := self.watch) is not None and (
                 monotonic() >= watch.next_read):
@@ -201,8 +210,10 @@ class Connections:
                     if self._local.sync != sync:
                         conn.execute(sync)  # only when it changes: durability is per commit
                         self._local.sync = sync
-                    return conn.execute(sql.text, binds).fetchall()  # type: ignore[no-any-return]
-            return conn.execute(sql.text, binds).fetchall()  # type: ignore[no-any-return]
+                    cur = conn.execute(sql.text, binds)
+                    return cur.rowcount if count else cur.fetchall()  # type: ignore[no-any-return]
+            cur = conn.execute(sql.text, binds)
+            return cur.rowcount if count else cur.fetchall()  # type: ignore[no-any-return]
         except Exception as err:
             if is_disconnect(err):
                 self.drop()

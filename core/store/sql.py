@@ -24,8 +24,8 @@ __all__ = ["NAMES", "Sql", "Statements", "rendered", "statements_for"]
 NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
     "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_row", "fetch_row_id",
-    "insert", "insert_lean", "lapse", "note_reason", "now", "report", "report_late", "resolve",
-    "take",
+    "insert", "insert_bare", "insert_lean", "lapse", "note_reason", "now", "report",
+    "report_late", "report_plain", "resolve", "take",
 )
 
 
@@ -65,12 +65,14 @@ class Statements:
     fetch_row: Sql
     fetch_row_id: Sql
     insert: Sql
+    insert_bare: Sql
     insert_lean: Sql
     lapse: Sql
     note_reason: Sql
     now: Sql
     report: Sql
     report_late: Sql
+    report_plain: Sql
     resolve: Sql
     take: Sql
 

@@ -22,6 +22,7 @@ from sqlalchemy.sql.expression import ColumnElement
 from ..states import ApprovalState, State
 from ..validate import MAX_INT
 from . import history
+from .binds import BARE_OMITS
 from .pg_reserve import ReserveFunction
 from .rows import HEAD_COLUMNS, ROW_COLUMNS
 from .schema import approvals, budgets, db_day, db_now, effects, literal
@@ -115,6 +116,14 @@ class _Definitions:
         lazy["insert"] = lambda: insert.returning(*head, true().label("inserted"))
         # The reservation of a new key only needs what the store decided: id, lease, clock.
         lazy["insert_lean"] = lambda: insert.returning(t.id, t.lease_expires_at, now)
+        # The same for a request that carries none of the optional fields: SQLite binds and
+        # stores every column an insert lists, NULL or not (the bare one costs ~45% less).
+        bare = {k: v for k, v in insert_values.items() if k not in BARE_OMITS}
+        lazy["insert_bare"] = lambda: (
+            dialect_insert(effects).values(bare)
+            .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
+            .returning(t.id, t.lease_expires_at, now)
+        )
         # Postgres: read-if-present, else insert, in one round trip: the two statements above
         # run inside a function generated from them (see pg_reserve).
         reserve_columns = [(c.name, str(c.type.compile(dialect=dialect))) for c in head[:-1]] + [
@@ -176,8 +185,8 @@ class _Definitions:
         # may still send it).
         proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt)
 
-        def outcome(where: Any, note: Any) -> Any:
-            return (
+        def outcome(where: Any, note: Any, *, returning: bool = True) -> Any:
+            stmt = (
                 effects.update()
                 .where(where)
                 .values(
@@ -194,10 +203,13 @@ class _Definitions:
                     vendor_attempt=case((proved, t.attempt + _ONE), else_=t.vendor_attempt),
                     vendor_since=case((proved, null()), else_=t.vendor_since),
                 )
-                .returning(t.budget_keys, t.estimated_cost_micros)
             )
+            return stmt.returning(t.budget_keys, t.estimated_cost_micros) if returning else stmt
 
         lazy["report"] = lambda: outcome(holder & live & ride, null())
+        # The same when the attempt moves no spend: only whether it landed matters (the row
+        # count; SQLite's RETURNING costs a quarter of the update).
+        lazy["report_plain"] = lambda: outcome(holder & live & ride, null(), returning=False)
         # The lapsed holder's own late report settles its AMBIGUOUS effect, as long as nobody
         # has held or resolved it since (the token would have moved on).
         lapsed = ((t.state == in_flight) & (t.lease_expires_at < now)) | (
