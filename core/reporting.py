@@ -95,7 +95,8 @@ class Reporter:
     def holder(self, held: BeginDecision | Lease) -> tuple[Lease, bool | None]:
         """The proof of holding, and whether its attempt is known to charge nothing."""
         if isinstance(held, BeginDecision):
-            if held.decision is not Decision.EXECUTE or held.lease is None:
+            lease = held.lease
+            if held.decision is not Decision.EXECUTE or lease is None:
                 raise InvalidTransition(
                     f"only an 'execute' decision holds the effect; this one is "
                     f"{held.decision.value!r}",
@@ -105,7 +106,7 @@ class Reporter:
                 raise InvalidTransition(
                     f"this decision holds {held.key!r} in namespace {held.namespace!r}, not "
                     f"{self.namespace!r}", key=held.key)
-            return held.lease, (False if not held.spends else None)
+            return lease, (False if not held.spends else None)
         if isinstance(held, Lease):
             key = check_key(held.key)
             token = validate.whole(held.token, "lease token", minimum=0)
