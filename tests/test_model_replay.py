@@ -6,8 +6,7 @@ the stored rows and every answer must equal the model's, and the invariants hold
 
 Normal suite: every transition class of every 2-worker config (what a step does and
 what it answers, :mod:`effectgate.verify.cover`; every transition itself is some 1.5 million)
-on both stores, by both flows, the memo off and on (on Postgres with the memo on, the two
-flows share the cover's schedules between them); on SQLite every schedule of a set that takes
+on both stores, by both flows, the memo off and on; on SQLite every schedule of a set that takes
 every transition of the small replay bound (some two thousand), on Postgres an even sample of
 150 of them, by the async flow 600 and 150. Three mutations of the async path's own source
 that only the async replay can see. Slow: every third covering schedule of the replay bound
@@ -152,11 +151,7 @@ def test_every_transition_class_of_the_two_worker_bound_replays(
     does, not where) of every 2-worker config, on each store, by each flow, with the
     COMMITTED memo off and on (the model models it when on): the kept class cover
     (tests/replay_cover.py) of each config, every field and every invariant compared at every
-    step, each schedule under the replayer's timeout. On Postgres with the memo on, the sync
-    flow replays every other schedule of each cover and the async flow the others (so every
-    class is replayed there once, by one flow or the other)."""
-    split = not replayer.store.is_sqlite and memo
-    start = 0 if replayer.drive == "sync" else 1
+    step, each schedule under the replayer's timeout."""
     report = ReplayReport()
     classes = expected = 0
     configs = BOUNDS["2-worker"][part::_PARTS]
@@ -165,11 +160,10 @@ def test_every_transition_class_of_the_two_worker_bound_replays(
         config = dataclasses.replace(replayer.shaped(config), memo=memo)
         classes += kept[replay_cover.entry_name(config)]["classes"]
         chosen = replay_cover.schedules(config)
-        chosen = chosen[start::2] if split else chosen
         expected += len(chosen)
         replayer.replay_all(config, chosen, report)
     _show(f"{replayer.store.dialect_name}, {replayer.drive}, memo {'on' if memo else 'off'}, "
-          f"part {part}: {'half ' if split else ''}the class cover of {len(configs)} configs "
+          f"part {part}: the class cover of {len(configs)} configs "
           f"({classes} classes)", report, record_property)
     _assert_ok(report)
     assert report.schedules == expected > len(configs)
