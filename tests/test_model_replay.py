@@ -4,13 +4,15 @@ one event loop, through the store's async face), every store call released by th
 the database clock moved by shifting stored timestamps a tick (no sleeping). After every step
 the stored rows and every answer must equal the model's, and the invariants hold on the store.
 
-Normal suite, sync: on SQLite every schedule of a set that takes every transition of the small
-replay bound (some two thousand; every *order* of that bound is far too many to replay), on
-Postgres an even sample of 150 of them; on both a seeded sample of each 2-worker config.
-Async: an even sample of 600 of them on SQLite and 150 on Postgres, and a few of each 2-worker
-config; three mutations of the async path's own source that only the async replay can see.
-Slow: every third covering schedule on Postgres (both flows), and a random sample of the
-3-worker bound on both stores and both flows. Counts and time are printed (``-s``)."""
+Normal suite: every transition class of every 2-worker config (what a step does and
+what it answers, :mod:`effectgate.verify.cover`; every transition itself is some 1.5 million)
+on both stores, by both flows, the memo off and on; on SQLite every schedule of a set that takes
+every transition of the small replay bound (some two thousand), on Postgres an even sample of
+150 of them, by the async flow 600 and 150. Three mutations of the async path's own source
+that only the async replay can see. Slow: every third covering schedule of the replay bound
+on Postgres (both flows), a random sample of the 3-worker bound on both stores and both
+flows, and the kept class cover checked against a fresh exploration. Counts and time are
+printed (``-s``)."""
 
 from __future__ import annotations
 import __future__
@@ -34,6 +36,7 @@ import pytest
 from effectgate.verify.explore import BOUNDS, covering_schedules, mutation, sample_schedules
 from effectgate.verify.replay import Replayer, ReplayReport
 
+from . import replay_cover
 from .conftest import PG_URL, TEST_PREFIX, require_postgres
 
 
@@ -99,21 +102,18 @@ def _assert_ok(report: ReplayReport) -> None:
 def test_replays_agree_with_the_model_on_both_stores(replayer: Replayer,
                                                       record_property: Any) -> None:
     """SQLite: every covering schedule of the replay bound (each of its transitions at least
-    once); Postgres: an even sample of them. Both: a seeded sample of each 2-worker config."""
+    once); Postgres: an even sample of them. (The 2-worker bound: the class cover below.)"""
     backend = replayer.store.dialect_name
     every = _cover(not replayer.store.is_sqlite)
     cover = len(every) if replayer.store.is_sqlite else 150
-    per_config = 60 if replayer.store.is_sqlite else 15
     report = ReplayReport()
     step = max(1, len(every) // cover)
     chosen = every[::step][:cover]
     replayer.replay_all(replayer.shaped(BOUNDS["replay"][0]), chosen, report)
-    for config in map(replayer.shaped, BOUNDS["2-worker"]):
-        replayer.replay_all(config, sample_schedules(config, per_config), report)
-    _show(f"{backend}: {len(chosen)} of the {len(every)} covering schedules + "
-          f"{per_config} per 2-worker config", report, record_property)
+    _show(f"{backend}: {len(chosen)} of the {len(every)} covering schedules", report,
+          record_property)
     _assert_ok(report)
-    assert report.schedules == len(chosen) + per_config * len(BOUNDS["2-worker"])
+    assert report.schedules == len(chosen)
     assert report.steps > report.schedules * 5
 
 
@@ -122,21 +122,65 @@ def test_async_replays_agree_with_the_model_on_both_stores(replayer: Replayer,
                                                             record_property: Any) -> None:
     """The async flow (Gate.abegin as tasks of one event loop, through the store's async
     face; areport, aresolve, aapprove, adeny, aprune): an even sample of the covering
-    schedules of the replay bound, and a seeded few of each 2-worker config (governed moves,
-    approvals, spend, lost replies, an ``async def`` reconcile hook)."""
+    schedules of the replay bound (the 2-worker bound, with its governed moves, approvals,
+    spend, lost replies and ``async def`` reconcile hook: the class cover below)."""
     assert replayer.drive == "async"
     backend = replayer.store.dialect_name
     every = _cover(not replayer.store.is_sqlite)
-    cover, per_config = (ASYNC_COVER, 12) if replayer.store.is_sqlite else (ASYNC_COVER_PG, 5)
+    cover = ASYNC_COVER if replayer.store.is_sqlite else ASYNC_COVER_PG
     chosen = every[::max(1, len(every) // cover)][:cover]
     report = replayer.replay_all(replayer.shaped(BOUNDS["replay"][0]), chosen)
-    for config in map(replayer.shaped, BOUNDS["2-worker"]):
-        replayer.replay_all(config, sample_schedules(config, per_config, seed=11), report)
-    _show(f"{backend}, async: {len(chosen)} of the {len(every)} covering schedules + "
-          f"{per_config} per 2-worker config", report, record_property)
+    _show(f"{backend}, async: {len(chosen)} of the {len(every)} covering schedules", report,
+          record_property)
     _assert_ok(report)
-    assert report.schedules == len(chosen) + per_config * len(BOUNDS["2-worker"])
+    assert report.schedules == len(chosen)
     assert report.steps > report.schedules * 5
+
+
+_PARTS = 2
+"""The 2-worker configs are replayed in this many parts a (store, flow, memo) (so that
+pytest-xdist spreads them over the cores)."""
+
+
+@pytest.mark.parametrize("part", range(_PARTS), ids=lambda p: f"part {p}")
+@pytest.mark.parametrize("memo", [False, True], ids=["memo off", "memo on"])
+@BOTH_FLOWS
+def test_every_transition_class_of_the_two_worker_bound_replays(
+        replayer: Replayer, memo: bool, part: int, record_property: Any) -> None:
+    """Every transition class (:func:`effectgate.verify.cover.transition_class`: what a step
+    does, not where) of every 2-worker config, on each store, by each flow, with the
+    COMMITTED memo off and on (the model models it when on): the kept class cover
+    (tests/replay_cover.py) of each config, every field and every invariant compared at every
+    step, each schedule under the replayer's timeout."""
+    report = ReplayReport()
+    classes = expected = 0
+    configs = BOUNDS["2-worker"][part::_PARTS]
+    kept = replay_cover.load()
+    for config in configs:
+        config = dataclasses.replace(replayer.shaped(config), memo=memo)
+        classes += kept[replay_cover.entry_name(config)]["classes"]
+        chosen = replay_cover.schedules(config)
+        expected += len(chosen)
+        replayer.replay_all(config, chosen, report)
+    _show(f"{replayer.store.dialect_name}, {replayer.drive}, memo {'on' if memo else 'off'}, "
+          f"part {part}: the class cover of {len(configs)} configs "
+          f"({classes} classes)", report, record_property)
+    _assert_ok(report)
+    assert report.schedules == expected > len(configs)
+    assert report.steps > report.schedules * 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", replay_cover.variants(), ids=replay_cover.entry_name)
+def test_the_kept_class_cover_is_the_bound_s(config: Any) -> None:
+    """tests/data/replay_cover.json is what the bound explores to now (else: write it again,
+    ``python -m tests.replay_cover``)."""
+    from effectgate.verify.cover import class_cover
+
+    fresh = class_cover(config)
+    kept = replay_cover.load()[replay_cover.entry_name(config)]
+    assert kept["classes"] == fresh.classes
+    assert replay_cover.schedules(config) == list(fresh.schedules)
 
 
 ASYNC_COVER = 600

@@ -282,6 +282,8 @@ class _Run:
         self.leases: dict[int, Lease | BeginDecision] = {}
         self.grants: set[tuple[str, str, int]] = set()
         self.committed: dict[tuple[str, str], str | None] = {}
+        self._read: dict[tuple[str, str], Any] = {}
+        """The stored rows the last comparison read (namespace, key), for the invariants."""
         self.last_approval = ""
         """The real id of the approval the operator last decided (for a repeat)."""
         self.today = _db_day(replayer) if config.budget and (
@@ -581,10 +583,11 @@ class _Run:
     # -- comparisons -----------------------------------------------------------------------------
 
     def _compare(self) -> str | None:
+        self._read = {}
         for ns, key in self._keys():
             name = self.names[ns]
             row = self.model._row(self.state, ns, key)
-            real = self.r.store.get(name, key)
+            real = self._read[(ns, key)] = self.r.store.get(name, key)
             if row is None or real is None:
                 if (row is None) != (real is None):
                     return f"{ns}/{key}: the model has {row}, the store {real}"
@@ -596,17 +599,20 @@ class _Run:
             if want != got:
                 return (f"{ns}/{key}: the model's row (state, attempt, token, vendor attempt, "
                         f"result, pruned) is {want}, the store's {got}")
-        from sqlalchemy import text
+        from sqlalchemy import bindparam, text
 
+        # Every namespace's counters in one read (one round trip a step, not one a namespace).
         with self.r.store.engine.connect() as conn:
-            for ns, name in self.names.items():
-                real_spend = sorted(tuple(r) for r in conn.execute(text(
-                    "SELECT scope_key, spent_micros FROM effectgate_budgets WHERE namespace = :ns"
-                ), {"ns": name}))
-                model_spend = sorted((self._stored(k), v) for n, k, v in self.state.spend
-                                     if n == ns)
-                if real_spend != model_spend:
-                    return f"{ns}: the model's spend is {model_spend}, the store's {real_spend}"
+            stored = conn.execute(text(
+                "SELECT namespace, scope_key, spent_micros FROM effectgate_budgets "
+                "WHERE namespace IN :ns").bindparams(bindparam("ns", expanding=True)),
+                {"ns": list(self.names.values())}).all()
+        for ns, name in self.names.items():
+            real_spend = sorted((k, v) for n, k, v in stored if n == name)
+            model_spend = sorted((self._stored(k), v) for n, k, v in self.state.spend
+                                 if n == ns)
+            if real_spend != model_spend:
+                return f"{ns}: the model's spend is {model_spend}, the store's {real_spend}"
         return None
 
     def _keys(self) -> list[tuple[str, str]]:
@@ -618,7 +624,9 @@ class _Run:
         the model's vendor are the model's), and COMMITTED is final on the store."""
         for ns, key in self._keys():
             name = self.names[ns]
-            real = self.r.store.get(name, key)
+            # The rows _compare read this step (nothing wrote since): the same store read.
+            real = self._read[(ns, key)] if (ns, key) in self._read else self.r.store.get(
+                name, key)
             if real is None:
                 continue
             if (name, key) in self.committed:
