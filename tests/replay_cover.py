@@ -2,8 +2,9 @@
 replay tests take, kept in ``tests/data/replay_cover.json``: exploring every 2-worker config
 in both store shapes takes minutes, far more than replaying the schedules found.
 
-Written by ``python -m tests.replay_cover [config-index ...]``; a slow test checks the file
-against a fresh exploration, and a schedule the model no longer enables fails the replay
+Written by ``python -m tests.replay_cover [config-index ...]``, checked by ``python -m
+tests.replay_cover --check [config-index ...]`` (a slow test checks its six smallest entries
+against a fresh exploration); a schedule the model no longer enables fails the replay
 ("the model does not enable this action"): write the file again."""
 
 from __future__ import annotations
@@ -45,6 +46,27 @@ def schedules(config: Config) -> list[tuple[Any, ...]]:
     return [tuple(tuple(a) for a in schedule) for schedule in entry["schedules"]]
 
 
+def smallest(count: int) -> list[Config]:
+    """The ``count`` variants whose kept entries explored the fewest states (the cheapest to
+    explore again)."""
+    kept = load()
+    return sorted(variants(), key=lambda c: (kept[entry_name(c)]["states"], entry_name(c)))[
+        :count]
+
+
+def stale(configs: list[Config]) -> list[str]:
+    """The names of the ``configs`` whose kept cover is not what the bound explores to now."""
+    kept = load()
+    found = []
+    for config in configs:
+        fresh = class_cover(config)
+        entry = kept.get(entry_name(config))
+        if entry is None or entry["classes"] != fresh.classes or (
+                schedules(config) != list(fresh.schedules)):
+            found.append(entry_name(config))
+    return found
+
+
 def write(configs: list[Config]) -> None:
     doc = load() if PATH.exists() else {}
     for config in configs:
@@ -60,4 +82,8 @@ def write(configs: list[Config]) -> None:
 
 if __name__ == "__main__":
     every = variants()
+    if sys.argv[1:2] == ["--check"]:  # every entry against a fresh exploration
+        names = stale([every[int(i)] for i in sys.argv[2:]] if sys.argv[2:] else every)
+        print("\n".join(f"stale: {name}" for name in names) or "the kept covers are fresh")
+        sys.exit(1 if names else 0)
     write([every[int(i)] for i in sys.argv[1:]] if sys.argv[1:] else every)
