@@ -222,3 +222,52 @@ def test_a_hostile_plain_sqlite_url_is_a_typed_error_and_writes_nothing(tmp_path
         with pytest.raises(eg.StoreError):
             Store(url, read_only=read_only)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_bare_reservation_writes_the_row_the_full_insert_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite reserves a request with none of the optional fields by the bare insert (only
+    the columns it sets): column for column the row the full insert writes for it, the
+    omitted columns NULL. A request with any optional field takes the full insert."""
+    import sqlite3
+
+    from effectgate.request import LeaseSecret
+    from effectgate.store.binds import BARE_OMITS, is_bare
+
+    gate = eg.Gate(f"sqlite:///{tmp_path}/bare.db", namespace="n", policy=False)
+    store = gate.store
+    texts: list[str] = []
+    real = store._conns.run
+
+    def spy(sql: Any, binds: Any, sync: str | None = None, *, count: bool = False) -> Any:
+        texts.append(sql.text)
+        return real(sql, binds, sync, count=count)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(store._conns, "run", spy)
+    bare = gate.request(effect_type="t.bare", key="k:bare", payload={"a": 1})
+    assert is_bare(bare)
+    assert gate.begin(bare).decision is eg.Decision.EXECUTE
+    assert store.sql.insert_bare.text in texts and store.sql.insert_lean.text not in texts
+    texts.clear()
+    monkeypatch.setattr("effectgate.store.is_bare", lambda req: False)  # the full insert
+    assert store.reserve(bare._replace(key="k:full"), LeaseSecret()).inserted
+    assert store.sql.insert_lean.text in texts and store.sql.insert_bare.text not in texts
+    monkeypatch.setattr("effectgate.store.is_bare", is_bare)
+    conn = sqlite3.connect(tmp_path / "bare.db")
+    conn.row_factory = sqlite3.Row
+    rows = {r["key"]: dict(r) for r in conn.execute(
+        "SELECT * FROM effectgate_effects WHERE key IN ('k:bare', 'k:full')")}
+    conn.close()
+    varying = {"id", "key", "lease_expires_at", "attempt_started_at", "created_at",
+               "updated_at", "vendor_since", "lease_secret", "history"}
+    assert {k: v for k, v in rows["k:bare"].items() if k not in varying} == {
+        k: v for k, v in rows["k:full"].items() if k not in varying}
+    assert all(rows["k:bare"][c] is None for c in BARE_OMITS)
+    for row in rows.values():  # the history line: one arrival in flight, by nobody
+        fields = row["history"].split("\t")
+        assert fields[1:2] + fields[3:] == ["in_flight", "1", "null", "null\n"]
+        assert row["vendor_since"] == row["created_at"] == row["attempt_started_at"]
+    texts.clear()
+    gate.begin(effect_type="t.bare", key="k:agent", payload={"a": 1}, agent_id="bot")
+    assert store.sql.insert_lean.text in texts and store.sql.insert_bare.text not in texts
+    gate.close()
