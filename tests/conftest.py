@@ -187,15 +187,15 @@ def snapshot(gate: eg.Gate) -> list[tuple[Any, ...]]:
 # lengthen the whole run by its own length (``--no-loadscope-reorder`` in addopts keeps this
 # order: xdist would otherwise start every multi-test xdist_group first, by size). Wall seconds
 # of each on this machine's 2 cores, loaded, in the comments. A test of an xdist_group takes its
-# whole group to the front (the "processes" and "bench" groups: they run on one worker, in one
-# unit). Sorting changes only the order: every test still runs.
+# whole group to the front (the "processes" group runs on one worker, in one unit). Sorting
+# changes only the order: every test still runs.
 _LONGEST_FIRST = (
     "test_every_interleaving_of_the_three_worker_bound",  # 60-260 s each
     "test_random_sequences_match_the_reference_model",  # 80-120 s each, 4 of them
     "test_every_notebook_runs_from_the_notebooks_extra_alone",  # 90 s; "processes" group
     "test_the_gateway_passes_every_fixture_of_the_suite",  # 90 s
     "test_at_2026_07_28_every_protocol_check_passes",  # 80 s through the gateway, else 15 s
-    "test_bench_postgres_counts_round_trips",  # 70 s; "bench" group
+    "test_bench_postgres_counts_round_trips",  # 70 s
     "test_the_gateway_passes_what_the_everything_server_passes",  # 40 s
     "test_each_mutation_is_caught_by_the_checker_or_the_replay",  # 5-20 s each
 )
