@@ -196,6 +196,15 @@ _LONGEST_FIRST = (
     "test_the_gateway_passes_every_fixture_of_the_suite",  # 90 s
     "test_at_2026_07_28_every_protocol_check_passes",  # 80 s through the gateway, else 15 s
     "test_bench_postgres_counts_round_trips",  # 70 s
+    "test_inspector_cli_sees_the_gateway_as_it_sees_the_server",  # 75 s
+    "test_more_covering_schedules_on_postgres",  # 55-67 s each
+    "test_replays_agree_with_the_model_on_both_stores",  # 60 s each
+    "test_a_lost_reply_of_a_write_that_changed_nothing_replays",  # 50 s each
+    "test_verify_exhaustive_reports_states_schedules_and_violations",  # 47 s
+    "test_inspector_cli_write_file_is_gated_once_across_processes",  # 45 s each
+    "test_async_replays_agree_with_the_model_on_both_stores",  # 20-45 s each
+    "test_every_interleaving_of_the_two_worker_bound",  # 25-45 s each (+ its group)
+    "test_init_never_overwrites_and_writes_nothing_it_cannot_check",  # 42 s
     "test_the_gateway_passes_what_the_everything_server_passes",  # 40 s
     "test_each_mutation_is_caught_by_the_checker_or_the_replay",  # 5-20 s each
 )
