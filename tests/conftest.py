@@ -182,11 +182,40 @@ def snapshot(gate: eg.Gate) -> list[tuple[Any, ...]]:
     return rows
 
 
-# The longest explorations start first, so the rest of the suite runs beside them rather than
-# after them: each is one test on one worker, and started last it would lengthen the whole run
-# by its own length (about 200-260 s each on this machine's 2 cores).
-_LONGEST_FIRST = ("test_every_interleaving_of_the_three_worker_bound",)
+# The longest tests start first, longest first, so that the rest of the suite runs beside them
+# rather than after them: each is one unit of work on one worker, and one started last would
+# lengthen the whole run by its own length (``--no-loadscope-reorder`` in addopts keeps this
+# order: xdist would otherwise start every multi-test xdist_group first, by size). Wall seconds
+# of each on this machine's 2 cores, loaded, in the comments. A test of an xdist_group takes its
+# whole group to the front (the "processes" group runs on one worker, in one unit). Sorting
+# changes only the order: every test still runs.
+_LONGEST_FIRST = (
+    "test_every_interleaving_of_the_three_worker_bound",  # 60-260 s each
+    "test_random_sequences_match_the_reference_model",  # 80-120 s each, 4 of them
+    "test_every_notebook_runs_from_the_notebooks_extra_alone",  # 90 s; "processes" group
+    "test_the_gateway_passes_every_fixture_of_the_suite",  # 90 s
+    "test_at_2026_07_28_every_protocol_check_passes",  # 80 s through the gateway, else 15 s
+    "test_bench_postgres_counts_round_trips",  # 70 s
+    "test_inspector_cli_sees_the_gateway_as_it_sees_the_server",  # 75 s
+    "test_more_covering_schedules_on_postgres",  # 55-67 s each
+    "test_replays_agree_with_the_model_on_both_stores",  # 60 s each
+    "test_a_lost_reply_of_a_write_that_changed_nothing_replays",  # 50 s each
+    "test_verify_exhaustive_reports_states_schedules_and_violations",  # 47 s
+    "test_inspector_cli_write_file_is_gated_once_across_processes",  # 45 s each
+    "test_async_replays_agree_with_the_model_on_both_stores",  # 20-45 s each
+    "test_every_interleaving_of_the_two_worker_bound",  # 25-45 s each (+ its group)
+    "test_init_never_overwrites_and_writes_nothing_it_cannot_check",  # 42 s
+    "test_the_gateway_passes_what_the_everything_server_passes",  # 40 s
+    "test_each_mutation_is_caught_by_the_checker_or_the_replay",  # 5-20 s each
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    for rank, prefix in enumerate(_LONGEST_FIRST):
+        if item.name.startswith(prefix):
+            return rank
+    return len(_LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not item.name.startswith(_LONGEST_FIRST))
+    items.sort(key=_start_rank)  # stable: the rest keep their order

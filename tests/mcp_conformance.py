@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,9 +66,14 @@ def score(checks: dict[str, Check]) -> str:
     return f"{passed}/{len(checks)}"
 
 
+TARGETS = ("everything (reference)", "gateway -> everything", "mcp serve", "fixtures (direct)",
+           "gateway -> fixtures")
+
+
 @contextmanager
-def targets(store: str) -> Iterator[dict[str, str]]:
-    """The servers under test, each over streamable HTTP on a free loopback port, by name."""
+def targets(store: str, names: tuple[str, ...] = TARGETS) -> Iterator[dict[str, str]]:
+    """The servers under test (all of :data:`TARGETS`, or those ``names``), each over
+    streamable HTTP on a free loopback port, by name."""
     gw = ["--url", store, "--transport", "http", "--port", "0", "--no-auth"]
     runs = {
         "everything (reference)": [str(NPM_BIN / "mcp-server-everything"), "streamableHttp"],
@@ -81,9 +87,9 @@ def targets(store: str) -> Iterator[dict[str, str]]:
     }
     with ExitStack() as stack:
         urls = {}
-        for name, argv in runs.items():
+        for name in names:
             env = npm_env(PORT=str(_free_port()))  # the everything server's port
-            served = stack.enter_context(serving(argv, env=env))
+            served = stack.enter_context(serving(runs[name], env=env))
             urls[name] = served.url
         yield urls
 
@@ -104,6 +110,19 @@ def run_all(store: str, out: Path) -> dict[str, dict[str, Check]]:
         for i, name in enumerate(MODERN_TARGETS):
             found[f"{name} @ {MODERN}"] = run_suite(urls[name], out / f"m{i}", MODERN)
         return found
+
+
+def run_each(store: str, out: Path, names: tuple[str, ...],
+             revision: str = LEGACY) -> dict[str, dict[str, Check]]:
+    """The suite at ``revision`` against each of the targets ``names`` (on a store of their
+    own: give each call its own ``store``), the runs side by side (each target is a server of
+    its own, so they share no effect key): target (``name @ 2026-07-28`` at that revision) →
+    check id → result."""
+    suffix = "" if revision == LEGACY else f" @ {revision}"
+    with targets(store, names) as urls, ThreadPoolExecutor(len(urls)) as pool:
+        runs = {name: pool.submit(run_suite, url, out / f"r{i}", revision)
+                for i, (name, url) in enumerate(urls.items())}
+        return {f"{name}{suffix}": run.result() for name, run in runs.items()}
 
 
 MODERN_TARGETS = ("mcp serve", "gateway -> everything", "gateway -> fixtures")

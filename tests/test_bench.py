@@ -2,6 +2,8 @@
 
 A smoke test of the benchmark program, not a timed assertion: it checks that every measure
 produces its row, that ratios and counts are sane, and that the scratch stores are removed.
+Each run has scratch stores of its own (a run id of its own, each test its own URL), so the
+tests run on any worker, side by side.
 """
 
 from __future__ import annotations
@@ -10,14 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from click.testing import CliRunner
 
 from effectgate.cli import main
 
 from .conftest import PG_URL, require_postgres
-
-pytestmark = pytest.mark.xdist_group("bench")
 
 
 def _bench(*args: str) -> dict[str, Any]:
