@@ -198,6 +198,7 @@ _LONGEST_FIRST = (
     "test_bench_postgres_counts_round_trips",  # 70 s
     "test_inspector_cli_sees_the_gateway_as_it_sees_the_server",  # 75 s
     "test_more_covering_schedules_on_postgres",  # 55-67 s each
+    "test_every_transition_class_of_the_two_worker_bound_replays",  # 20-30 s each, 16 of them
     "test_replays_agree_with_the_model_on_both_stores",  # 60 s each
     "test_a_lost_reply_of_a_write_that_changed_nothing_replays",  # 50 s each
     "test_verify_exhaustive_reports_states_schedules_and_violations",  # 47 s

@@ -1,11 +1,13 @@
 """G2 racer: one OS process of many, all gating the same keys at once.
 
-``python race.py URL NAMESPACE EFFECTS_FILE N_KEYS MODE``. Prints ``ready`` once its gate is
-open, waits for a line on stdin (the start gun), then gates every key in the same order as its
-rivals. The body's only side effect is one line appended (``O_APPEND``, one ``write``) to
-EFFECTS_FILE: that file, not the store, counts executions. MODE ``decorator`` uses
-``@gate.effect``; ``protocol`` calls ``begin``/``report`` by hand. Prints one JSON object:
-what each key answered in this process.
+``python race.py URL NAMESPACE EFFECTS_FILE N_KEYS MODE ORDER``. Prints ``ready`` once its
+gate is open, waits for a line on stdin (the start gun), then gates every key, in the order of
+its rivals of the same ORDER (``forward`` or ``backward``): those contend on every key, and
+the two directions meet in the middle, so that no one racer, run ahead, wins every key. The
+body's only side effect is one line appended (``O_APPEND``, one ``write``) to EFFECTS_FILE:
+that file, not the store, counts executions. MODE ``decorator`` uses ``@gate.effect``;
+``protocol`` calls ``begin``/``report`` by hand. Prints one JSON object: what each key
+answered in this process.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import effectgate as eg
 
 
 def main() -> None:
-    url, namespace, effects_file, n_keys, mode = sys.argv[1:6]
+    url, namespace, effects_file, n_keys, mode, order = sys.argv[1:7]
     gate = eg.Gate(url, namespace=namespace, lease_seconds=30)
     fd = os.open(effects_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     me = f"{mode}-{os.getpid()}"
@@ -52,7 +54,8 @@ def main() -> None:
     sys.stdin.readline()
     answers: dict[str, Any] = {}
     in_flight = 0
-    for i in range(int(n_keys)):
+    count = int(n_keys)
+    for i in range(count) if order == "forward" else reversed(range(count)):
         order_id = f"o{i}"
         while True:
             try:
