@@ -7,9 +7,10 @@ covering_schedules` (every transition of the unreduced graph) gives 90,000 and m
 for one config. What a replay checks is what each step does on the store, so transitions are
 grouped in classes (:func:`transition_class`): the action (its kind and arguments, the acting
 worker's index dropped), the store call the flow makes at it, what the model says the step did
-(its text: the decision, the SQL outcome, lost reply, refusal...), whether it changed nothing,
-and the context it happened in: each stored row's state and whether its lease is live, each
-worker's phase (the acting one's apart), approvals' states, faults and operator actions left.
+(its text: the decision, the SQL outcome, lost reply, refusal...) and whether it changed
+nothing. Not the context it happened in (the other rows' states, the other workers' phases):
+a class with the context is some twenty times as many schedules, past what a test suite can
+replay, so a step that misbehaves only in a context no cover schedule reaches can escape.
 
 :func:`class_cover` explores the bound breadth first (with the symmetry reduction) and then
 builds schedules greedily: a shortest path to a state where a class not yet taken is enabled,
@@ -43,6 +44,7 @@ def transition_class(s: ModelState, action: Action, step: Step) -> TransitionCla
         args = ()  # ("borrow", i, j): two worker indices
     me = s.workers[worker] if worker is not None else None
     return (action[0], args, me.call if me else None, step.text, step.state == s)
+
 
 _WORKER_ACTIONS = frozenset(("begin", "step", "send", "land", "report", "die", "guess",
                              "borrow"))
