@@ -8,6 +8,9 @@ encoding and transactions never leave this package.
   ``synchronous=FULL`` for every commit that reserves (a reservation survives a power cut); the
   outcome commit runs at ``NORMAL`` and rides on the next sync (a lost outcome decays to
   AMBIGUOUS, never to a second execution). A repeat reads the key first and writes nothing.
+  SQLite binds and stores every column an insert lists, so a request with none of the
+  optional fields is reserved by an insert of only the columns it sets, and a report that
+  moves no spend is told it landed by its row count, not by a RETURNING.
 * PostgreSQL: a unique index, and the reservation as one call to a function generated from the
   dialect-compiled read and insert (``pg_reserve``): one round trip, and a repeat only reads.
 """
