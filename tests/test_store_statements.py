@@ -271,3 +271,24 @@ def test_the_bare_reservation_writes_the_row_the_full_insert_writes(
     gate.begin(effect_type="t.bare", key="k:agent", payload={"a": 1}, agent_id="bot")
     assert store.sql.insert_lean.text in texts and store.sql.insert_bare.text not in texts
     gate.close()
+
+
+def test_a_read_by_filter_compiles_its_statement_once_per_shape(make_gate: Any) -> None:
+    """``list_effects`` builds no SQLAlchemy statement per call: one per shape of filter,
+    kept; the values go in as binds (a glob's ``%`` and ``_`` stay literal)."""
+    from effectgate.store import listing
+
+    gate: eg.Gate = make_gate(policy=False)
+    for key in ("ls:a_1", "ls:a%2", "ls:ab3"):
+        d = gate.begin(effect_type="t.ls", key=key, payload={"k": key})
+        gate.report(d, "committed")
+    first = [r.key for r in gate.list_effects(key_prefix="ls:a_", limit=None)]
+    kept = dict(listing._KEPT)
+    again = [r.key for r in gate.list_effects(key_prefix="ls:a%", limit=None)]
+    assert first == ["ls:a_1"] and again == ["ls:a%2"]
+    assert kept == listing._KEPT  # the same shape: the kept statement, nothing compiled
+    assert [r.key for r in gate.list_effects(key_prefix="ls:a", limit=2)] == [
+        "ls:ab3", "ls:a%2"]
+    limited = listing.Filters(key_prefix="ls:a", limit=2).shape()
+    assert limited != listing.Filters(key_prefix="ls:a").shape()  # a limit: another shape
+    assert limited in {key[-1] for key in listing._KEPT}

@@ -53,8 +53,8 @@ from .connections import (
     safe_url,
 )
 from .lines import encode_text
+from .listing import Filters, listing_binds, listing_sql
 from .rows import (
-    ROW_COLUMNS,
     ApprovalRow,
     EffectHead,
     EffectRow,
@@ -437,41 +437,19 @@ class Store:
         """Effects of a namespace by filter, newest first. ``state`` is the state a read
         reports: an IN_FLIGHT row past its lease counts as AMBIGUOUS, not IN_FLIGHT.
         ``effect_type`` may be a glob (``*``, ``?``); every other character is literal."""
-        from sqlalchemy import select
+        filters = Filters(state, effect_type, run_id, agent_id, group_key, key_prefix,
+                          originals_only, newest_first, limit, before_id)
+        sql = listing_sql(filters, self._listing_dialect())
+        return [effect_row(r) for r in self._conns.run(sql, listing_binds(namespace, filters))]
 
-        from .schema import db_now, effects
+    def _listing_dialect(self) -> Any:
+        """The dialect the reads by filter are compiled for: the driver connection's (SQLite:
+        ``sqlite3``'s named placeholders, as the rendered texts use)."""
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
-        now = db_now()
-        t = effects.c
-        stmt = select(*[t[name] for name in ROW_COLUMNS], now.label("now")).where(
-            t.namespace == namespace)
-        lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
-        if state is State.AMBIGUOUS:
-            stmt = stmt.where((t.state == State.AMBIGUOUS.value) | lapsed)
-        elif state is State.IN_FLIGHT:
-            stmt = stmt.where((t.state == State.IN_FLIGHT.value) & (t.lease_expires_at >= now))
-        elif state is not None:
-            stmt = stmt.where(t.state == state.value)
-        if effect_type is not None:
-            stmt = stmt.where(t.effect_type.like(_like(effect_type), escape="\\"))
-        if key_prefix is not None:
-            stmt = stmt.where(t.key.like(_like(key_prefix, glob=False) + "%", escape="\\"))
-        for column, value in (("run_id", run_id), ("agent_id", agent_id),
-                              ("group_key", group_key)):
-            if value is not None:
-                stmt = stmt.where(t[column] == value)
-        if originals_only:
-            stmt = stmt.where(t.compensates_effect_id.is_(None))
-        if before_id is not None:
-            stmt = stmt.where(t.id < before_id)
-        stmt = stmt.order_by(t.id.desc() if newest_first else t.id)  # the primary key
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        try:
-            with self.engine.connect() as conn:
-                return [effect_row(r) for r in conn.execute(stmt)]
-        except Exception as err:
-            raise StoreError(f"the store failed: {type(err).__name__}") from err
+            return sqlite_dialect(paramstyle="named")
+        return self.engine.dialect
 
     def count_by_state(self, namespace: str) -> dict[State, int]:
         """How many effects of a namespace are in each state, as reads report it."""
@@ -637,11 +615,3 @@ def _inserted(req: Request, effect_id: int, lease: float, now: float,
         1, 1, lease, now, now, None, None, req.vendor, 1, now, None, None,
         req.estimated_cost_micros, None, lease_secret, now, True,
     )
-
-
-def _like(pattern: str, *, glob: bool = True) -> str:
-    """A LIKE pattern matching ``pattern`` literally, except the globs ``*`` and ``?``."""
-    out = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    if glob:
-        out = out.replace("*", "%").replace("?", "_")
-    return out

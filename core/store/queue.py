@@ -28,6 +28,7 @@ from sqlalchemy import (
 
 from ..errors import StoreError
 from ..states import ApprovalState, State
+from .listing import like
 from .rows import (
     HEAD_COLUMNS,
     ROW_COLUMNS,
@@ -188,8 +189,6 @@ def approvals_page(engine: Engine, namespace: str, *, state: ApprovalState | Non
     requested. ``state`` as people read it (EXPIRED: pending or approved past its expiry;
     PENDING and APPROVED: not expired; None: any). ``effect_type`` may be a glob; ``key_prefix``
     matches the start of the key literally; the others are exact."""
-    from . import _like
-
     a = approvals.c
     now = db_now()
     where: Any = a.namespace == namespace
@@ -201,9 +200,9 @@ def approvals_page(engine: Engine, namespace: str, *, state: ApprovalState | Non
     elif state is not None:
         where = where & (a.state == state.value)
     if key_prefix is not None:
-        where = where & a.key.like(_like(key_prefix, glob=False) + "%", escape="\\")
+        where = where & a.key.like(like(key_prefix, glob=False) + "%", escape="\\")
     if effect_type is not None:
-        where = where & a.effect_type.like(_like(effect_type), escape="\\")
+        where = where & a.effect_type.like(like(effect_type), escape="\\")
     if requested_by is not None:
         where = where & (a.requested_by == requested_by)
     if run_id is not None:

@@ -1,0 +1,122 @@
+"""The read of a namespace's effects by filter (``gate.list_effects``, the console, the CLI):
+one statement per *shape* of filter — which filters are given, the state asked for, the
+order, whether a limit — compiled once per dialect and kept, then run on the driver
+connection with binds, as the per-call statements are. Building a SQLAlchemy ``Select`` on
+every read cost more than running it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, NamedTuple
+
+from ..states import State
+from .sql import Sql
+
+__all__ = ["Filters", "listing_binds", "listing_sql"]
+
+
+class Filters(NamedTuple):
+    """A read's filters, as given (each None or False: not filtered by it)."""
+
+    state: State | None = None
+    effect_type: str | None = None
+    run_id: str | None = None
+    agent_id: str | None = None
+    group_key: str | None = None
+    key_prefix: str | None = None
+    originals_only: bool = False
+    newest_first: bool = True
+    limit: int | None = None
+    before_id: int | None = None
+
+    def shape(self) -> tuple[Any, ...]:
+        """What the statement depends on: which filters are given, and the state's kind."""
+        state = self.state
+        kind = None if state is None else (
+            state.value if state in (State.AMBIGUOUS, State.IN_FLIGHT) else "stored")
+        return (kind, self.effect_type is not None, self.run_id is not None,
+                self.agent_id is not None, self.group_key is not None,
+                self.key_prefix is not None, self.originals_only, self.newest_first,
+                self.limit is not None, self.before_id is not None)
+
+
+_KEPT: dict[tuple[Any, ...], Sql] = {}
+_KEPT_LOCK = threading.Lock()
+
+
+def listing_sql(filters: Filters, dialect: Any) -> Sql:
+    """The statement for ``filters``' shape on SQLAlchemy's ``dialect`` (made once)."""
+    key = (dialect.name, getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
+           getattr(dialect, "server_version_info", None), filters.shape())
+    found = _KEPT.get(key)
+    if found is None:
+        with _KEPT_LOCK:
+            found = _KEPT.get(key)
+            if found is None:
+                found = _KEPT[key] = Sql(_select(filters), dialect)
+    return found
+
+
+def listing_binds(namespace: str, filters: Filters) -> dict[str, Any]:
+    """The binds of ``filters``' statement: the glob and the prefix as LIKE patterns."""
+    binds: dict[str, Any] = {"namespace": namespace}
+    f = filters
+    if f.state is not None and f.state not in (State.AMBIGUOUS, State.IN_FLIGHT):
+        binds["state"] = f.state.value
+    if f.effect_type is not None:
+        binds["effect_type"] = like(f.effect_type)
+    if f.key_prefix is not None:
+        binds["key_prefix"] = like(f.key_prefix, glob=False) + "%"
+    for name in ("run_id", "agent_id", "group_key", "before_id", "limit"):
+        value = getattr(f, name)
+        if value is not None:
+            binds[name] = value
+    if f.limit is not None:
+        binds["offset"] = 0
+    return binds
+
+
+def like(pattern: str, *, glob: bool = True) -> str:
+    """A LIKE pattern matching ``pattern`` literally, except the globs ``*`` and ``?``."""
+    out = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    if glob:
+        out = out.replace("*", "%").replace("?", "_")
+    return out
+
+
+def _select(f: Filters) -> Any:
+    from sqlalchemy import Integer, select
+    from sqlalchemy import bindparam as p
+
+    from .rows import ROW_COLUMNS
+    from .schema import db_now, effects, literal
+
+    now = db_now()
+    in_flight, ambiguous = literal(State.IN_FLIGHT.value), literal(State.AMBIGUOUS.value)
+    t = effects.c
+    stmt = select(*[t[name] for name in ROW_COLUMNS], now.label("now")).where(
+        t.namespace == p("namespace"))
+    lapsed = (t.state == in_flight) & (t.lease_expires_at < now)
+    if f.state is State.AMBIGUOUS:
+        stmt = stmt.where((t.state == ambiguous) | lapsed)
+    elif f.state is State.IN_FLIGHT:
+        stmt = stmt.where((t.state == in_flight) & (t.lease_expires_at >= now))
+    elif f.state is not None:
+        stmt = stmt.where(t.state == p("state"))
+    if f.effect_type is not None:
+        stmt = stmt.where(t.effect_type.like(p("effect_type"), escape="\\"))
+    if f.key_prefix is not None:
+        stmt = stmt.where(t.key.like(p("key_prefix"), escape="\\"))
+    for column in ("run_id", "agent_id", "group_key"):
+        if getattr(f, column) is not None:
+            stmt = stmt.where(t[column] == p(column))
+    if f.originals_only:
+        stmt = stmt.where(t.compensates_effect_id.is_(None))
+    if f.before_id is not None:
+        stmt = stmt.where(t.id < p("before_id"))
+    stmt = stmt.order_by(t.id.desc() if f.newest_first else t.id)  # the primary key
+    if f.limit is not None:
+        # An explicit offset: SQLite's compiler would add a literal ``OFFSET 0`` to the limit.
+        stmt = stmt.limit(p("limit", type_=Integer())).offset(p("offset", type_=Integer()))
+    return stmt
