@@ -533,45 +533,14 @@ class Store:
         (key, type, state, payload hash) and a committed step's compensation (an unwind still
         needs it). Approval requests go only with their pruned effect, or once expired (their
         arguments); never those of an effect still waiting, in flight or AMBIGUOUS."""
-        from sqlalchemy import delete, func, select, update
-
-        from .schema import approvals, db_now, effects
-
-        now = db_now()
-        t, a = effects.c, approvals.c
-        settled = (State.COMMITTED.value, State.FAILED.value, State.DENIED.value)
-        old = (t.namespace == namespace) & (t.updated_at <= now - older_than_seconds) & (
-            t.state.in_(settled)) & t.pruned_at.is_(None)
+        binds = {"namespace": namespace, "older_than": older_than_seconds}
         if dry_run:
-            with self.engine.connect() as conn:
-                return int(conn.execute(
-                    select(func.count()).select_from(effects).where(old)).scalar_one())
-        pruned_ids = select(t.id).where(
-            (t.namespace == namespace) & t.pruned_at.is_not(None) & t.state.in_(settled))
-        with self._conns.write_lock, self.engine.connect() as conn:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
-            try:
-                pruned = conn.execute(
-                    update(effects).where(old).values(
-                        result=None, error=None, note=None, history=None, vendor_ref=None,
-                        pruned_at=now,
-                    )
-                ).rowcount
-                conn.execute(delete(approvals).where(
-                    (a.namespace == namespace) & a.effect_id.in_(pruned_ids)
-                    & a.state.in_((ApprovalState.CONSUMED.value, ApprovalState.DENIED.value,
-                                   ApprovalState.APPROVED.value, ApprovalState.PENDING.value))
-                    & (a.created_at < now - older_than_seconds)
-                ))
-                conn.execute(update(approvals).where(
-                    (a.namespace == namespace) & (a.expires_at < now) & a.arguments.is_not(None)
-                ).values(arguments=None))
-                conn.exec_driver_sql("COMMIT")
-            except BaseException:
-                conn.exec_driver_sql("ROLLBACK")
-                raise
-        return int(pruned)
-
+            return int(self._conns.run(self.sql.prune_count, binds)[0][0])
+        with self._conns.transaction() as tx:
+            pruned = len(tx.all(self.sql.prune, binds))
+            tx.all(self.sql.prune_approvals, binds)
+            tx.all(self.sql.prune_arguments, {"namespace": namespace})
+        return pruned
 
     def put_meta(self, name: str, value: str) -> None:
         """Set one ``effectgate_meta`` row (not the schema's own: the policy last recorded

@@ -24,8 +24,9 @@ __all__ = ["NAMES", "Sql", "Statements", "rendered", "statements_for"]
 NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
     "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_row", "fetch_row_id",
-    "insert", "insert_bare", "insert_lean", "lapse", "note_reason", "now", "report",
-    "report_late", "report_plain", "resolve", "take",
+    "insert", "insert_bare", "insert_lean", "lapse", "note_reason", "now", "prune",
+    "prune_approvals", "prune_arguments", "prune_count", "report", "report_late",
+    "report_plain", "resolve", "take",
 )
 
 
@@ -70,6 +71,10 @@ class Statements:
     lapse: Sql
     note_reason: Sql
     now: Sql
+    prune: Sql
+    prune_approvals: Sql
+    prune_arguments: Sql
+    prune_count: Sql
     report: Sql
     report_late: Sql
     report_plain: Sql

@@ -245,6 +245,33 @@ class _Definitions:
         )
         lazy["now"] = lambda: select(now)
 
+        # Retention: settled effects last changed before the cut lose their results, errors,
+        # notes and history (the tombstone stays); approvals go with their pruned effect, or
+        # lose their arguments once expired.
+        settled = [_state(s) for s in (State.COMMITTED, State.FAILED, State.DENIED)]
+        cut = now - p("older_than")
+        old = in_ns & (t.updated_at <= cut) & t.state.in_(settled) & t.pruned_at.is_(None)
+        a = approvals.c
+        lazy["prune_count"] = lambda: select(func.count()).select_from(effects).where(old)
+        lazy["prune"] = lambda: (
+            effects.update().where(old)
+            .values(result=null(), error=null(), note=null(), history=null(), vendor_ref=null(),
+                    pruned_at=now)
+            .returning(t.id)
+        )
+        pruned_ids = select(t.id).where(in_ns & t.pruned_at.is_not(None) & t.state.in_(settled))
+        lazy["prune_approvals"] = lambda: approvals.delete().where(
+            (a.namespace == p("namespace")) & a.effect_id.in_(pruned_ids)
+            & a.state.in_([_state(s) for s in (ApprovalState.CONSUMED, ApprovalState.DENIED,
+                                                ApprovalState.APPROVED, ApprovalState.PENDING)])
+            & (a.created_at < cut))
+        lazy["prune_arguments"] = lambda: (
+            approvals.update()
+            .where((a.namespace == p("namespace")) & (a.expires_at < now)
+                   & a.arguments.is_not(None))
+            .values(arguments=null())
+        )
+
         # Spend: a charge against one ceiling is counted only while the sum stays within the
         # limit; a per-day ceiling's counter is named by the store's UTC date.
         b = budgets.c
