@@ -67,7 +67,9 @@ class Replay:
                     conn.execute(sync)  # the durability of this commit, as the gate sets it
                     self.sync = sync
                 binds["key"] = rendered
-                conn.execute(text, binds).fetchall()
+                cursor = conn.execute(text, binds)
+                if cursor.description is not None:  # a report that returns no rows
+                    cursor.fetchall()
         return time.perf_counter() - start
 
     def close(self) -> None:
