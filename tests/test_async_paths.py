@@ -169,7 +169,7 @@ def test_many_concurrent_async_calls_on_one_loop_share_a_bounded_pool(namespace:
             peak[0] = max(peak[0], _connections(app))
             stop.wait(0.002)
 
-    async def run() -> tuple[list[eg.Decision], float]:
+    async def run() -> tuple[list[eg.Decision], float, float]:
         longest, ticking = [0.0], [True]
 
         async def tick() -> None:
@@ -180,15 +180,17 @@ def test_many_concurrent_async_calls_on_one_loop_share_a_bounded_pool(namespace:
                 longest[0] = max(longest[0], loop.time() - before)
 
         ticker = asyncio.create_task(tick())
+        started = asyncio.get_running_loop().time()
         decisions = await asyncio.gather(*(_begin_and_report(gate, i) for i in range(600)))
+        took = asyncio.get_running_loop().time() - started
         ticking[0] = False
         await ticker
-        return list(decisions), longest[0]
+        return list(decisions), longest[0], took
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        decisions, longest = asyncio.run(run())
+        decisions, longest, took = asyncio.run(run())
     finally:
         stop.set()
         watcher.join()
@@ -196,7 +198,10 @@ def test_many_concurrent_async_calls_on_one_loop_share_a_bounded_pool(namespace:
         delete_namespaces(PG_URL, namespace)
     assert decisions == [eg.Decision.EXECUTE] * 600
     assert 1 <= peak[0] <= size + 1, peak[0]
-    assert longest < 0.5, longest  # the waiting tasks awaited: the loop was never held
+    # The waiting tasks awaited: the loop was never held. Its longest turn is the 600 tasks'
+    # Python run back to back once they are all ready (longer on a loaded machine), never
+    # most of the run, as one blocking wait would make it.
+    assert longest < max(0.5, took / 4), (longest, took)
 
 
 def test_cancelled_waiters_free_their_place_in_the_bounded_pool(namespace: str) -> None:
