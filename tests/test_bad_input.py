@@ -376,6 +376,17 @@ CASES += [
     ("list with a limit of 2**63", lambda s: s.gate.list_effects(limit=2**63), E.ConfigError),
     ("list before an id of 2**64", lambda s: s.gate.list_effects(before_id=2**64),
      E.ConfigError),
+    ("list with a limit of 0", lambda s: s.gate.list_effects(limit=0), E.ConfigError),
+    ("list with a limit of True", lambda s: s.gate.list_effects(limit=True),  # type: ignore[arg-type]
+     E.ConfigError),
+    ("list by an effect type of 201 characters",
+     lambda s: s.gate.list_effects(effect_type="t" * 201), E.ConfigError),
+    ("list by a run id that is not a str",
+     lambda s: s.gate.list_effects(run_id=7), E.ConfigError),  # type: ignore[arg-type]
+    ("prune older than a negative time",
+     lambda s: s.gate.prune(datetime.timedelta(seconds=-1)), E.ConfigError),
+    ("prune older than a number of seconds",
+     lambda s: s.gate.prune(30), E.ConfigError),  # type: ignore[arg-type]
     ("max_attempts of 2**63", lambda s: s.begin(max_attempts=2**63), E.ConfigError),
     ("lease of 2**63 seconds", lambda s: s.begin(lease_seconds=2**63), E.ConfigError),
     ("lease of 10**400 seconds (float overflow)", lambda s: s.begin(lease_seconds=10**400),
