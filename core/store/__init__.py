@@ -53,7 +53,7 @@ from .connections import (
     safe_url,
 )
 from .lines import encode_text
-from .listing import Filters, listing_binds, listing_sql
+from .listing import Filters, listing_binds, listing_sql, named_sqlite
 from .rows import (
     ApprovalRow,
     EffectHead,
@@ -445,11 +445,7 @@ class Store:
     def _listing_dialect(self) -> Any:
         """The dialect the reads by filter are compiled for: the driver connection's (SQLite:
         ``sqlite3``'s named placeholders, as the rendered texts use)."""
-        if self.is_sqlite:
-            from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
-
-            return sqlite_dialect(paramstyle="named")
-        return self.engine.dialect
+        return named_sqlite() if self.is_sqlite else self.engine.dialect
 
     def count_by_state(self, namespace: str) -> dict[State, int]:
         """How many effects of a namespace are in each state, as reads report it."""

@@ -7,13 +7,14 @@ every read cost more than running it.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, NamedTuple
 
 from ..states import State
 from .sql import Sql
 
-__all__ = ["Filters", "listing_binds", "listing_sql"]
+__all__ = ["Filters", "like", "listing_binds", "listing_sql", "named_sqlite"]
 
 
 class Filters(NamedTuple):
@@ -56,6 +57,15 @@ def listing_sql(filters: Filters, dialect: Any) -> Sql:
             if found is None:
                 found = _KEPT[key] = Sql(_select(filters), dialect)
     return found
+
+
+@functools.cache
+def named_sqlite() -> Any:
+    """SQLAlchemy's SQLite dialect with ``sqlite3``'s named placeholders (as the rendered
+    per-call texts use), made once."""
+    from sqlalchemy.dialects.sqlite import dialect
+
+    return dialect(paramstyle="named")
 
 
 def listing_binds(namespace: str, filters: Filters) -> dict[str, Any]:
