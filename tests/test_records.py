@@ -671,3 +671,28 @@ def test_a_new_attempt_clears_the_vendors_reference_of_the_last(gate: eg.Gate) -
     assert gate.get("ref:1").vendor_ref is None
     gate.extend_lease(second, 30, vendor_ref="task-of-attempt-2")
     assert gate.get("ref:1").vendor_ref == "task-of-attempt-2"
+
+
+def test_a_decision_built_as_a_tuple_is_the_keyword_built_one() -> None:
+    """``translate.decision`` builds the named tuple positionally (for speed): each value must
+    land in the field of its name, whatever order the fields are declared in."""
+    from effectgate.states import Decision, State
+    from effectgate.store.rows import EffectHead
+    from effectgate.translate import decision, vendor_key_of
+
+    row = EffectHead(
+        7, "ns", "refund:1", "refund", "h" * 64, State.COMMITTED, 3, 5, 123.5, 100.0, 90.0,
+        '{"ok": true}', "stored reason", "stripe", 2, 95.0, "apr_1", '["b"]', 4242, None,
+        "s" * 64, 130.0, False)
+    got = decision(row, Decision.APPROVAL_REQUIRED, b"v" * 32, "raw-secret", result={"r": 1},
+                   retry_after_seconds=1.5, reason="why", approval_id="apr_2",
+                   budget_warning="near")
+    want = eg.BeginDecision(
+        decision=Decision.APPROVAL_REQUIRED, effect_id=7, key="refund:1", effect_type="refund",
+        namespace="ns", state=State.COMMITTED, attempt=3, lease_token=5,
+        lease_expires_epoch=123.5, result={"r": 1}, retry_after_seconds=1.5, reason="why",
+        approval_id="apr_2", vendor_key=vendor_key_of(row, b"v" * 32), budget_warning="near",
+        payload_hash="h" * 64, lease_secret="raw-secret", spends=True,
+        estimated_cost_micros=4242)
+    assert got == want and type(got) is eg.BeginDecision
+    assert got.vendor_key is not None

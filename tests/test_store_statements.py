@@ -292,3 +292,27 @@ def test_a_read_by_filter_compiles_its_statement_once_per_shape(make_gate: Any) 
     limited = listing.Filters(key_prefix="ls:a", limit=2).shape()
     assert limited != listing.Filters(key_prefix="ls:a").shape()  # a limit: another shape
     assert limited in {key[-1] for key in listing._KEPT}
+
+
+def test_the_read_by_key_hands_up_the_head_of_the_whole_row(make_gate: Any) -> None:
+    """The read by key does not select the namespace and key back: the head it hands up (sync
+    and through the async face) is still, field for field, the head of the whole row."""
+    import asyncio
+
+    from effectgate.flow import done_head
+
+    gate = make_gate(policy=False)
+    store = gate.store
+    held = gate.begin(effect_type="t.read", key="read:held", payload={"a": 1}, vendor="stripe")
+    done = gate.begin(effect_type="t.read", key="read:done", payload={"a": 2})
+    gate.report(done, "committed", result={"ok": [1, "two"]})
+    failed = gate.begin(effect_type="t.read", key="read:failed", payload={"a": 3})
+    gate.report(failed, "failed", error="no")
+    for d in (held, done, failed):
+        whole = done_head(store.get(gate.namespace, d.key))
+        for head in (store.fetch(gate.namespace, d.key),
+                     asyncio.run(store.async_face().fetch(gate.namespace, d.key))):
+            assert head is not None
+            assert head._replace(now=0.0) == whole._replace(now=0.0), d.key
+            assert head.namespace == gate.namespace and head.key == d.key
+    assert store.fetch(gate.namespace, "read:absent") is None

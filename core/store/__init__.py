@@ -63,6 +63,7 @@ from .rows import (
     approval_row,
     effect_head,
     effect_row,
+    found_head,
 )
 from .sql import statements_for
 from .version import VersionWatch
@@ -229,7 +230,7 @@ class Store:
                 # Embedded: a read is cheap, and a repeat (the common refusal) must not write.
                 rows = run(self.sql.fetch, {"namespace": req.namespace, "key": req.key})
                 if rows:
-                    return effect_head(rows[0])
+                    return found_head(rows[0], req.namespace, req.key)
                 if is_bare(req):
                     new = run(self.sql.insert_bare, bare_binds(req, secret.hash),
                               self._reserve_sync)
@@ -249,7 +250,7 @@ class Store:
     def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """The head of the effect at ``key``, or None."""
         rows = self._conns.run(self.sql.fetch, {"namespace": namespace, "key": key})
-        return effect_head(rows[0]) if rows else None
+        return found_head(rows[0], namespace, key) if rows else None
 
     def lapse(self, row: EffectHead) -> EffectHead | None:
         """Compare-and-set an IN_FLIGHT effect past its lease to AMBIGUOUS (None: it moved)."""

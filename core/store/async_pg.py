@@ -42,6 +42,7 @@ from .rows import (
     approval_row,
     effect_head,
     effect_row,
+    found_head,
 )
 from .version import VERSION_SQL
 
@@ -269,7 +270,7 @@ class AsyncPostgres:
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """:meth:`Store.fetch`."""
         rows = await self.run(self._store.sql.fetch, {"namespace": namespace, "key": key})
-        return effect_head(rows[0]) if rows else None
+        return found_head(rows[0], namespace, key) if rows else None
 
     async def get(self, namespace: str, key: str) -> EffectRow | None:
         """:meth:`Store.get`."""

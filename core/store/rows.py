@@ -9,8 +9,9 @@ from typing import Any, NamedTuple
 from ..states import ApprovalState, State
 
 __all__ = [
-    "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow", "EffectHead", "EffectRow", "Moved",
-    "PrincipalRow", "Recorded", "approval_row", "effect_head", "effect_row", "principal_row",
+    "FOUND_COLUMNS", "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow", "EffectHead", "EffectRow",
+    "Moved", "PrincipalRow", "Recorded", "approval_row", "effect_head", "effect_row",
+    "found_head", "principal_row",
 ]
 
 _STATE = {s.value: s for s in State}
@@ -146,6 +147,11 @@ _HEAD_STATE = HEAD_COLUMNS.index("state")
 _HEAD_LEN = len(EffectHead._fields)
 _new_head = tuple.__new__
 _ROW_STATE = ROW_COLUMNS.index("state")
+# The read by key does not read back the namespace and key it was given (each text column
+# a driver hands up costs about as much as a cheap Python call).
+FOUND_COLUMNS = tuple(c for c in HEAD_COLUMNS if c not in ("namespace", "key"))
+assert HEAD_COLUMNS[1:3] == ("namespace", "key")
+_FOUND_STATE = FOUND_COLUMNS.index("state")
 
 
 def effect_head(values: Any) -> EffectHead:
@@ -154,6 +160,15 @@ def effect_head(values: Any) -> EffectHead:
     i = _HEAD_STATE
     fields = (*v[:i], _STATE[v[i]], *v[i + 1:])
     return _new_head(EffectHead, fields if len(fields) == _HEAD_LEN else (*fields, False))
+
+
+def found_head(values: Any, namespace: str, key: str) -> EffectHead:
+    """A head from a driver row of ``FOUND_COLUMNS`` + ``now``, read by ``namespace`` and
+    ``key`` (not inserted by this call)."""
+    v = tuple(values)
+    i = _FOUND_STATE
+    return _new_head(EffectHead, (v[0], namespace, key, *v[1:i], _STATE[v[i]], *v[i + 1:],
+                                  False))
 
 
 def effect_row(values: Any) -> EffectRow:

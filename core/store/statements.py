@@ -24,7 +24,7 @@ from ..validate import MAX_INT
 from . import history
 from .binds import BARE_OMITS
 from .pg_reserve import ReserveFunction
-from .rows import HEAD_COLUMNS, ROW_COLUMNS
+from .rows import FOUND_COLUMNS, HEAD_COLUMNS, ROW_COLUMNS
 from .schema import approvals, budgets, db_day, db_now, effects, literal
 from .sql import NAMES, Sql, Statements
 
@@ -65,6 +65,7 @@ class _Definitions:
         t = effects.c
         head = [t[name] for name in HEAD_COLUMNS] + [now.label("now")]
         full = [t[name] for name in ROW_COLUMNS] + [now.label("now")]
+        found = [t[name] for name in FOUND_COLUMNS] + [now.label("now")]
         in_ns = t.namespace == p("namespace")
         by_key = in_ns & (t.key == p("key"))
         in_flight, ambiguous = _state(State.IN_FLIGHT), _state(State.AMBIGUOUS)
@@ -110,7 +111,7 @@ class _Definitions:
             .values(insert_values)
             .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
         )
-        lazy["fetch"] = lambda: select(*head).where(by_key)
+        lazy["fetch"] = lambda: select(*found).where(by_key)
         lazy["fetch_row"] = lambda: select(*full).where(by_key)
         lazy["fetch_row_id"] = lambda: select(*full).where(in_ns & (t.id == p("id")))
         lazy["insert"] = lambda: insert.returning(*head, true().label("inserted"))
