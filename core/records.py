@@ -42,6 +42,9 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+_new_lease = tuple.__new__
+
+
 class BeginDecision(NamedTuple):
     """The answer to ``begin``: obey ``decision``; only ``execute`` runs the action.
 
@@ -90,7 +93,7 @@ class BeginDecision(NamedTuple):
         """The proof of holding this effect (``execute`` only): key, token and secret."""
         if self.lease_secret is None:
             return None
-        return Lease(self.key, self.lease_token, self.lease_secret)
+        return _new_lease(Lease, (self.key, self.lease_token, self.lease_secret))
 
     @property
     def vendor_idempotency_key(self) -> str | None:

@@ -55,6 +55,7 @@ def _late(note: str | None) -> str:
 
 
 _LATE = encode_text(_late(None))
+_IN_FLIGHT = State.IN_FLIGHT.value
 
 
 def begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def bare_binds(req: Request, lease_secret: str) -> dict[str, Any]:
     """The binds of the bare insert of a plain reservation of ``req`` (:func:`is_bare`)."""
     return {
         "namespace": req.namespace, "key": req.key, "effect_type": req.effect_type,
-        "payload_hash": req.payload_hash, "state": State.IN_FLIGHT.value,
+        "payload_hash": req.payload_hash, "state": _IN_FLIGHT,
         "lease_seconds": req.lease_seconds, "lease_secret": lease_secret,
         "h_by": NULL_NOTE, "h_note": NULL_NOTE,
     }
@@ -114,7 +115,7 @@ def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str
     """The binds of a holder's report, on time and late."""
     binds = {
         "namespace": namespace, "key": lease.key, "token": lease.token,
-        "lease_secret": secret_hash(lease.secret), "state": outcome.value, "result": result,
+        "lease_secret": secret_hash(lease.secret), "state": str(outcome), "result": result,
         "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
         "h_note": NULL_NOTE if note is None else encode_text(note),
     }
