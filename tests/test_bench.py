@@ -49,6 +49,11 @@ def _assert_core(report: dict[str, Any], backend: str) -> None:
     alone, python = ratios["  its statements alone"], ratios["  its Python per call"]
     assert alone["base_us"] == effect["base_us"] and python["gate_us"] == effect["gate_us"]
     assert python["base_us"] == alone["gate_us"]
+    # So is the refusal from the store: its read by the bare driver, and the gate beside it.
+    refusal = ratios["duplicate, from store"]
+    read, refusing = ratios["  its read alone"], ratios["  its Python per refusal"]
+    assert read["base_us"] == refusal["base_us"] and refusing["gate_us"] == refusal["gate_us"]
+    assert refusing["base_us"] == read["gate_us"]
     figures = _figures(report, backend)
     assert figures["rows written by refusals"]["value"] == 0
     # Python calls counted, not timed: a refusal from the store makes fewer than an effect.

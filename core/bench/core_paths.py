@@ -92,27 +92,41 @@ def _refusals(s: Scratch, report: Report, gate: Gate, fn: Callable[[str], Any],
     """Duplicates of committed keys: from the store (no memo), from the memo, raw SELECT."""
     # A second gate without a memo sees the store as another process would.
     cold = Gate(gate.url, namespace=gate.namespace, memo_size=0, policy=False)
+    replay: Replay | None = None
     try:
         cold_fn = gated(cold)
         size = min(1000, len(gate_done), len(raw_done))  # the memo holds the latest 4096
         gate_cycle, cold_cycle = Cycle(gate_done[-size:]), Cycle(gate_done[-size:])
         raw_cycle = Cycle(raw_done[-size:])
+        # The refusal's own read (the head of the row, every column a decision may need) by
+        # the bare driver: the floor under the refusal's Python.
+        replay = Replay(cold, cold_fn, gate_done[0], render="bench:{}".format,
+                        where=s.path("core_default") if s.backend == "sqlite" else
+                        s.dsn("core_default"))
         times = interleave({
             "raw": batch(raw.refuse, raw_cycle),
             "store": calling(cold_fn, cold_cycle),
+            "read": batch(replay.execute, Cycle(gate_done[-size:])),
             "memo": calling(fn, gate_cycle),
         }, total=n, chunks=chunks)
         target = REFUSAL_TARGETS[s.backend]
         base = "raw SELECT by key"
-        report.ratios.append(Ratio("core", s.backend, "duplicate, from store",
-                                   times["store"], times["raw"], base, target,
-                                   times.spread("store", "raw")))
+        report.ratios += [
+            Ratio("core", s.backend, "duplicate, from store", times["store"], times["raw"],
+                  base, target, times.spread("store", "raw")),
+            Ratio("core", s.backend, "  its read alone", times["read"], times["raw"], base,
+                  None, times.spread("read", "raw")),
+            Ratio("core", s.backend, "  its Python per refusal", times["store"],
+                  times["read"], "its read alone", None, times.spread("store", "read")),
+        ]
         report.ratios.append(Ratio("core", s.backend, "duplicate, from memo",
                                    times["memo"], times["raw"], base, MEMO_TARGET,
                                    times.spread("memo", "raw")))
         _count_refusal(s, report, cold, cold_fn, gate, fn, raw, gate_done[-size:],
                        raw_done[-size:])
     finally:
+        if replay is not None:
+            replay.close()
         cold.close()
 
 
