@@ -129,9 +129,9 @@ _DUPLICATE_PRUNED = Answer(Decision.DUPLICATE, "its stored result was pruned")
 # -- the lapsed-lease rule: its one Python home ------------------------------------------------
 # A lease is live while its end is not before the store's clock (``lease_expires_at >= now``,
 # both read in the same statement); an IN_FLIGHT effect past it is AMBIGUOUS, never free.
-# The store's SQL says the same in its statements (``lease_expires_at < now`` in the queue,
-# the counts and the reads, ``>=`` in the report and reserve statements): those copies belong
-# to the store and are to be generated from one expression there (see issue 24).
+# The store's SQL says the same from one home, ``effectgate.store.schema.in_flight_live`` and
+# ``in_flight_lapsed``, which every statement that asks builds on
+# (``tests/test_lapsed_rule.py`` holds both homes to the same answers and finds any copy).
 
 
 def lease_live(row: EffectHead | EffectRow) -> bool:

@@ -452,11 +452,10 @@ class Store:
         """How many effects of a namespace are in each state, as reads report it."""
         from sqlalchemy import func, select
 
-        from .schema import db_now, effects
+        from .schema import db_now, effects, in_flight_lapsed
 
-        now = db_now()
         t = effects.c
-        lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
+        lapsed = in_flight_lapsed(db_now())
         stmt = select(t.state, lapsed.label("lapsed"), func.count()).where(
             t.namespace == namespace).group_by(t.state, lapsed)
         out = {s: 0 for s in State}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from sqlalchemy import case, func, select
 
 from ..states import ApprovalState, State
-from .schema import approvals, budgets, db_now, effects
+from .schema import approvals, budgets, db_now, effects, in_flight_lapsed
 
 if TYPE_CHECKING:
     from . import Store
@@ -36,7 +36,7 @@ def read_gauges(store: Store, namespace: str) -> Gauges:
     """The AMBIGUOUS count and oldest age, and the pending approvals, in one statement."""
     t, a = effects.c, approvals.c
     now = db_now()
-    lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
+    lapsed = in_flight_lapsed(now)
     stuck = (t.state == State.AMBIGUOUS.value) | lapsed
     since = case((t.state == State.AMBIGUOUS.value, t.updated_at), else_=t.lease_expires_at)
     waiting = select(func.count()).where(

@@ -100,18 +100,17 @@ def _select(f: Filters) -> Any:
     from sqlalchemy import bindparam as p
 
     from .rows import ROW_COLUMNS
-    from .schema import db_now, effects, literal
+    from .schema import db_now, effects, in_flight_lapsed, in_flight_live, literal
 
     now = db_now()
-    in_flight, ambiguous = literal(State.IN_FLIGHT.value), literal(State.AMBIGUOUS.value)
+    ambiguous = literal(State.AMBIGUOUS.value)
     t = effects.c
     stmt = select(*[t[name] for name in ROW_COLUMNS], now.label("now")).where(
         t.namespace == p("namespace"))
-    lapsed = (t.state == in_flight) & (t.lease_expires_at < now)
     if f.state is State.AMBIGUOUS:
-        stmt = stmt.where((t.state == ambiguous) | lapsed)
+        stmt = stmt.where((t.state == ambiguous) | in_flight_lapsed(now))
     elif f.state is State.IN_FLIGHT:
-        stmt = stmt.where((t.state == in_flight) & (t.lease_expires_at >= now))
+        stmt = stmt.where(in_flight_live(now))
     elif f.state is not None:
         stmt = stmt.where(t.state == p("state"))
     if f.effect_type is not None:

@@ -39,7 +39,7 @@ from .rows import (
     effect_head,
     effect_row,
 )
-from .schema import approvals, budgets, db_now, effects
+from .schema import approvals, budgets, db_now, effects, in_flight_lapsed
 
 __all__ = ["WINDOW", "ApprovalsPage", "QueuePage", "ambiguous_page", "ambiguous_statement",
            "approvals_page", "compensations_of", "lapsed_in_flight", "oldest_ambiguous",
@@ -66,7 +66,7 @@ def ambiguous_statement(dialect_name: str) -> Any:
     now = db_now()
     namespace: Any = (literal_column("+effectgate_effects.namespace", String)
                       if dialect_name == "sqlite" else t.namespace)
-    lapsed = (t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)
+    lapsed = in_flight_lapsed(now)
     return (
         select(*[t[name] for name in ROW_COLUMNS], now.label("now"))
         .where(t.id < bindparam("hi", type_=BigInteger),
@@ -113,7 +113,7 @@ def oldest_ambiguous(engine: Engine, namespace: str) -> float | None:
     stmt = select(now - since).where(
         t.namespace == namespace,
         (t.state == State.AMBIGUOUS.value)
-        | ((t.state == State.IN_FLIGHT.value) & (t.lease_expires_at < now)))
+        | in_flight_lapsed(now))
     try:
         with engine.connect() as conn:
             value = conn.execute(stmt).scalar()
@@ -162,8 +162,7 @@ def lapsed_in_flight(engine: Engine, namespace: str, limit: int = 500) -> list[E
     t = effects.c
     now = db_now()
     stmt = (select(*[t[name] for name in HEAD_COLUMNS], now.label("now"))
-            .where(t.namespace == namespace, t.state == State.IN_FLIGHT.value,
-                   t.lease_expires_at < now)
+            .where(t.namespace == namespace, in_flight_lapsed(now))
             .order_by(t.id).limit(limit))
     try:
         with engine.connect() as conn:

@@ -46,11 +46,13 @@ from sqlalchemy.sql.expression import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..errors import ConfigError, StoreError
+from ..states import State
 from .version import SCHEMA_VERSION, VERSION_SQL, newer_schema, version_of
 
 __all__ = [
-    "approvals", "audit", "budgets", "db_day", "db_now", "effects", "ensure_schema", "literal",
-    "metadata", "principals", "read_schema", "sessions",
+    "approvals", "audit", "budgets", "db_day", "db_now", "effects", "ensure_schema",
+    "in_flight_lapsed", "in_flight_live", "literal", "metadata", "principals", "read_schema",
+    "sessions",
 ]
 
 metadata = MetaData()
@@ -224,6 +226,21 @@ def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
 @compiles(db_now, "postgresql")
 def _now_postgres(element: db_now, compiler: Any, **kw: Any) -> str:
     return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)"
+
+
+def in_flight_live(now: ColumnElement[float]) -> ColumnElement[bool]:
+    """An IN_FLIGHT effect under a live lease: its end not before the store's clock ``now``.
+    The SQL of :func:`effectgate.decide.lease_live`, and its one home in the store: every
+    statement that asks it says it so."""
+    t = effects.c
+    return (t.state == literal(State.IN_FLIGHT.value)) & (t.lease_expires_at >= now)
+
+
+def in_flight_lapsed(now: ColumnElement[float]) -> ColumnElement[bool]:
+    """An IN_FLIGHT effect whose lease has lapsed (it reads AMBIGUOUS): the SQL of
+    :func:`effectgate.decide.lapsed`. A NULL end is neither live nor lapsed, as there."""
+    t = effects.c
+    return (t.state == literal(State.IN_FLIGHT.value)) & (t.lease_expires_at < now)
 
 
 class db_day(FunctionElement[str]):

@@ -25,7 +25,16 @@ from . import history
 from .binds import BARE_OMITS
 from .pg_reserve import ReserveFunction
 from .rows import FOUND_COLUMNS, HEAD_COLUMNS, ROW_COLUMNS
-from .schema import approvals, budgets, db_day, db_now, effects, literal
+from .schema import (
+    approvals,
+    budgets,
+    db_day,
+    db_now,
+    effects,
+    in_flight_lapsed,
+    in_flight_live,
+    literal,
+)
 from .sql import NAMES, Sql, Statements
 
 __all__ = ["build", "render_sqlite", "sqlite_texts_source"]
@@ -68,7 +77,7 @@ class _Definitions:
         found = [t[name] for name in FOUND_COLUMNS] + [now.label("now")]
         in_ns = t.namespace == p("namespace")
         by_key = in_ns & (t.key == p("key"))
-        in_flight, ambiguous = _state(State.IN_FLIGHT), _state(State.AMBIGUOUS)
+        ambiguous = _state(State.AMBIGUOUS)
         line = history.append
         starts = p("state") == _state(State.IN_FLIGHT)  # does the move start an attempt?
 
@@ -136,7 +145,7 @@ class _Definitions:
         ) if pg else None
 
         cas = in_ns & (t.id == p("id")) & (t.token == p("token"))
-        live = (t.state == in_flight) & (t.lease_expires_at >= now)
+        live = in_flight_live(now)
         holder = by_key & (t.token == p("token")) & (t.lease_secret == p("lease_secret"))
         # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
         # one starting, or a governed refusal (PENDING_APPROVAL, DENIED). A new token (and, for
@@ -175,7 +184,7 @@ class _Definitions:
         )
         lazy["lapse"] = lambda: (
             effects.update()
-            .where(cas & (t.state == in_flight) & (t.lease_expires_at < now) & ride)
+            .where(cas & in_flight_lapsed(now) & ride)
             .values(state=ambiguous, reason=literal("lease lapsed"), updated_at=now,
                     actor=literal("lease"), note=null(),
                     history=line(t.state, ambiguous, t.token, literal('"lease"')))
@@ -213,7 +222,7 @@ class _Definitions:
         lazy["report_plain"] = lambda: outcome(holder & live & ride, null(), returning=False)
         # The lapsed holder's own late report settles its AMBIGUOUS effect, as long as nobody
         # has held or resolved it since (the token would have moved on).
-        lapsed = ((t.state == in_flight) & (t.lease_expires_at < now)) | (
+        lapsed = in_flight_lapsed(now) | (
             (t.state == ambiguous) & t.lease_expires_at.is_not(None))
         lazy["report_late"] = lambda: outcome(holder & lapsed & ride, literal("late report"))
         lazy["extend"] = lambda: (
