@@ -24,10 +24,10 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from .explore import _MAX_WALK, _collector_paused, _path
 from .model import Action, Config, Model, ModelState
 from .model_state import Step
 from .symmetry import Symmetry
+from .walk import MAX_WALK, collector_paused, path_to
 
 __all__ = ["Cover", "class_cover", "transition_class"]
 
@@ -69,7 +69,7 @@ class Cover:
 def class_cover(config: Config) -> Cover:
     """Schedules of ``config`` that take every :func:`transition_class` it reaches (breadth
     first over the symmetry-reduced graph, then greedily; see the module)."""
-    with _collector_paused():
+    with collector_paused():
         return _class_cover(config)
 
 
@@ -96,13 +96,13 @@ def _class_cover(config: Config) -> Cover:
     for cls, (at, _, action) in first.items():
         if cls in taken:
             continue
-        path = [*_path(parent, at), action]
+        path = [*path_to(parent, at), action]
         cur = root
         for a in path:
             step = model.transition(cur, a)
             taken.add(transition_class(cur, a, step))
             cur = step.state
-        while len(path) < _MAX_WALK:
+        while len(path) < MAX_WALK:
             moves = []
             for a in model.actions(cur):
                 step = model.transition(cur, a)

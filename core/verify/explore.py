@@ -12,7 +12,6 @@ the real stores, and reverted fixes of ``decide`` as mutations.
 from __future__ import annotations
 
 import contextlib
-import gc
 import random
 import time
 from collections import deque
@@ -25,6 +24,7 @@ from .. import decide
 from ..errors import ConfigError
 from .model import Action, Config, Model, ModelState, describe
 from .symmetry import Symmetry
+from .walk import MAX_WALK, collector_paused, path_to
 
 __all__ = [
     "BOUNDS",
@@ -42,7 +42,6 @@ __all__ = [
 ]
 
 _TWO = (("a", "refund"), ("a", "refund"))
-_MAX_WALK = 200
 BOUNDS: dict[str, tuple[Config, ...]] = {
     "2-worker": (
         Config(workers=_TWO, faults=1, ops=0, name="2 workers, one namespace, lost replies"),
@@ -153,25 +152,8 @@ def explore(config: Config, *, max_states: int | None = None,
     (:mod:`effectgate.verify.symmetry`) are explored once, from the first of them reached (so
     ``states`` counts those classes, and a counter-example is a schedule of real actions from
     the initial state, as short as without the reduction)."""
-    with _collector_paused():
+    with collector_paused():
         return _explore(config, max_states, symmetry)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused (if it runs): an exploration keeps every
-    state it reached, and the collector's passes over those (triggered by the tuples each
-    transition and each symmetry key allocates) took most of a large bound's time. Nothing
-    the exploration makes is cyclic garbage (states are trees of tuples); reference counting
-    frees what it drops."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _explore(config: Config, max_states: int | None, symmetry: bool) -> Exploration:
@@ -189,7 +171,7 @@ def _explore(config: Config, max_states: int | None, symmetry: bool) -> Explorat
             step = model.transition(s, action)
             transitions += 1
             if step.violations:
-                path = [*_path(parent, at), action]
+                path = [*path_to(parent, at), action]
                 return Exploration(config, len(parent), transitions,
                                    time.perf_counter() - started, _trace(config, path))
             after = step.state
@@ -204,7 +186,7 @@ def _explore(config: Config, max_states: int | None, symmetry: bool) -> Explorat
                     raise RuntimeError(f"{config.name}: more than {max_states} states")
         stuck = model.final(s) if ends else []
         if stuck:
-            trace = _trace(config, _path(parent, at))
+            trace = _trace(config, path_to(parent, at))
             return Exploration(config, len(parent), transitions, time.perf_counter() - started,
                                Trace(config, trace.actions, trace.texts, tuple(stuck)))
     return Exploration(config, len(parent), transitions, time.perf_counter() - started, None)
@@ -212,17 +194,6 @@ def _explore(config: Config, max_states: int | None, symmetry: bool) -> Explorat
 
 def _same(s: ModelState) -> ModelState:
     return s
-
-
-def _path(parent: dict[Any, tuple[Any, Action] | None], s: Any) -> list[Action]:
-    """The actions from the root to ``s`` (a state, or a state's key in ``parent``)."""
-    out: list[Action] = []
-    link = parent[s]
-    while link is not None:
-        s, action = link
-        out.append(action)
-        link = parent[s]
-    return out[::-1]
 
 
 def trace_of(config: Config, actions: list[Action] | tuple[Action, ...]) -> Trace:
@@ -310,7 +281,7 @@ def covering_schedules(config: Config) -> list[tuple[Action, ...]]:
             # taken too: the store must refuse it as well.
             if (s, action) in taken:
                 continue
-            path = _path(parent, s)
+            path = path_to(parent, s)
             cur = root
             for a in path:
                 taken.add((cur, a))
@@ -318,7 +289,7 @@ def covering_schedules(config: Config) -> list[tuple[Action, ...]]:
             path.append(action)
             taken.add((s, action))
             cur = model.transition(s, action).state
-            while len(path) < _MAX_WALK:
+            while len(path) < MAX_WALK:
                 moves = [a for a in model.actions(cur) if model.transition(cur, a).state != cur]
                 if not moves:
                     break
@@ -339,7 +310,7 @@ def sample_schedules(config: Config, count: int, *, seed: int = 17) -> list[tupl
     for _ in range(count):
         s, path = model.initial(), list[Action]()
         idle: set[Action] = set()  # actions that changed nothing: each at most once a walk
-        while len(path) < _MAX_WALK:
+        while len(path) < MAX_WALK:
             actions = [a for a in model.actions(s) if a not in idle]
             if not actions:
                 break
