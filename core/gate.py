@@ -27,7 +27,6 @@ from .keys import check_key
 from .memo import CommittedMemo
 from .policy_in_force import load_policy, note_policy
 from .reconcile import Reconciled, Reconciler
-from .records import ApprovalRecord, BeginDecision, EffectRecord
 from .redact import TextRedactor, redact_with
 from .registry import Registry
 from .reporting import Reporter, kept, observe_decision
@@ -44,6 +43,7 @@ from .translate import approval_record, effect_record
 if TYPE_CHECKING:
     from .notices import Observer
     from .policy import Policy
+    from .records import ApprovalRecord, BeginDecision, EffectRecord
     from .sagas import Compensator, UnwindReport
     from .webhooks import Webhooks
 
