@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import datetime
 import unicodedata
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import InvalidTransition, PayloadMismatch, UnknownEffect
 from .states import ApprovalState, Decision, Outcome, State
@@ -67,8 +66,12 @@ _MAX_RETRY_AFTER = 1.0
 _WAITING = "waiting for a human's approval"
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+# The steps are immutable values made on every begin: named tuples (a frozen dataclass costs
+# a millisecond or two of every start to make, and more per instance). LAPSE and RECONCILE are
+# the only instances of their classes.
+
+
+class Answer(NamedTuple):
     """Answer the caller with ``decision``; nothing to write."""
 
     decision: Decision
@@ -77,26 +80,32 @@ class Answer:
     approval_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class Lapse:
     """The row is IN_FLIGHT past its lease: compare-and-set it to AMBIGUOUS, then ask again."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
+    def __repr__(self) -> str:
+        return "Lapse()"
+
+
 class Reconcile:
     """The row is AMBIGUOUS and a reconcile hook may be asked: ask it; on a verdict, settle
     the row (see :func:`resolution`) and ask again; without one, answer ``blocked``."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class ReadApproval:
+    def __repr__(self) -> str:
+        return "Reconcile()"
+
+
+class ReadApproval(NamedTuple):
     """The row waits for approval ``approval_id``: read it, then ask again with it."""
 
     approval_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Move:
+class Move(NamedTuple):
     """Write the effect into state ``to`` (compare-and-set from ``expected``; None: insert a
     new key), and answer ``decision``.
 
@@ -255,8 +264,7 @@ def over_ceiling(move: Move, label: str) -> Move:
                 reason=f"spend ceiling reached: {label}", forget_approval=move.forget_approval)
 
 
-@dataclass(frozen=True, slots=True)
-class Resolution:
+class Resolution(NamedTuple):
     """A settlement an operator or reconcile hook may make: compare-and-set from
     ``expected`` to ``to``, moving the spend counters by ``spend_delta``; ``forced`` when only
     ``force=True`` allowed it."""

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import operations, principals, reads, sagas, validate
+from . import operations, principals, reads, validate
 from ._drive import to_thread
 from .decorator import gate_function
 from .errors import ConfigError, UnknownEffect
@@ -27,13 +27,11 @@ from .keys import check_key
 from .memo import CommittedMemo
 from .policy_in_force import load_policy, note_policy
 from .reconcile import Reconciled, Reconciler
-from .records import ApprovalRecord, BeginDecision, EffectRecord
 from .redact import TextRedactor, redact_with
 from .registry import Registry
 from .reporting import Reporter, kept, observe_decision
 from .request import Lease, Request
 from .request_builder import EffectKind, build_request, effect_kind
-from .sagas import Compensator, UnwindReport
 from .states import ApprovalState, Outcome, State
 from .store import Durability, Store
 from .store.connections import DEFAULT_ASYNC_POOL_SIZE
@@ -45,6 +43,8 @@ from .translate import approval_record, effect_record
 if TYPE_CHECKING:
     from .notices import Observer
     from .policy import Policy
+    from .records import ApprovalRecord, BeginDecision, EffectRecord
+    from .sagas import Compensator, UnwindReport
     from .webhooks import Webhooks
 
 __all__ = ["EffectKind", "Gate", "Reconciled", "Reconciler"]
@@ -488,8 +488,8 @@ class Gate:
     def unwind(self, group_key: str, *, by: str = "unwind") -> UnwindReport:
         """Run the compensations of the committed steps of ``group_key`` in reverse order, each
         at most once; list unresolved and irreversible steps instead of guessing."""
-        group = validate.text(group_key, "group_key", 512, required=True) or ""
-        return sagas.unwind(self, group, validate.text(by, "by", 256, required=True) or "")
+        from . import sagas  # on first use: a worker's start does not load it
+        return sagas.unwind(self, group_key, by)
 
     async def aunwind(self, group_key: str, **kwargs: Any) -> UnwindReport:
         """:meth:`unwind` without blocking the event loop."""

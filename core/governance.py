@@ -10,7 +10,6 @@ and ``resolve`` correct or release exactly those (see ``decide`` for how each mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -29,9 +28,9 @@ class Charge(NamedTuple):
     label: str
 
 
-@dataclass(frozen=True, slots=True)
-class Governance:
-    """The policy's verdict inputs for one request."""
+class Governance(NamedTuple):
+    """The policy's verdict inputs for one request (an immutable value, like the request that
+    carries it: a named tuple costs a fraction of a frozen dataclass to define and to make)."""
 
     deny: str | None
     approval: ApprovalRule | None

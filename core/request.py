@@ -10,7 +10,8 @@ fencing token and the secret issued with that lease. The store keeps only the se
 SHA-256, so neither the store's contents nor an effect id let anyone report for the holder.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here (as in store/rows.py): typing.NamedTuple
+# compiles every string annotation at every start; only ``Governance`` is quoted (type-only).
 
 import contextlib
 import hashlib
@@ -41,7 +42,7 @@ class Request(NamedTuple):
     compensation: str | None
     compensates_effect_id: int | None
     estimated_cost_micros: int | None
-    governance: Governance | None
+    governance: "Governance | None"
     payload: Mapping[str, Any]
     """The arguments themselves, for an approver to see; never written to the effects table."""
     redact_arguments: tuple[str, ...] = ()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import validate
 from .classify import classify
 from .context import current_effect_scope
 from .errors import EffectGateError, PayloadError
@@ -108,7 +109,10 @@ class UnwindReport:
 
 def unwind(gate: GateLike, group_key: str, by: str) -> UnwindReport:
     """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`).
-    Every step lands in the report, even when one of them fails."""
+    Every step lands in the report, even when one of them fails. ``group_key`` and ``by`` are
+    checked first (:class:`~effectgate.ConfigError`)."""
+    group_key = validate.text(group_key, "group_key", 512, required=True) or ""
+    by = validate.text(by, "by", 256, required=True) or ""
     report = UnwindReport(group_key)
     for record in gate.group_steps(group_key):
         state = record.state.value

@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .decide import lapsed
 from .errors import PayloadError
-from .records import ApprovalRecord, BeginDecision, EffectRecord, HistoryEntry, epoch_to_datetime
+from .records import BeginDecision, epoch_to_datetime
 from .states import Decision, State
 from .store.lines import parse as parse_history
 from .store.rows import ApprovalRow, EffectHead, EffectRow
 from .vendors import VendorKey, vendor_key
+
+if TYPE_CHECKING:
+    from .stored import ApprovalRecord, EffectRecord
 
 __all__ = ["approval_record", "decision", "effect_record", "loads", "vendor_key_of"]
 
@@ -70,6 +73,8 @@ def _effective(row: EffectRow) -> tuple[State, bool]:
 def effect_record(row: EffectRow, vendor_secret: bytes, *,
                   with_history: bool = True) -> EffectRecord:
     """An effect as reads report it: a lapsed IN_FLIGHT effect is AMBIGUOUS at once."""
+    from .stored import EffectRecord, HistoryEntry  # on the first read, not at start
+
     state, lapsed = _effective(row)
     entries = tuple(
         HistoryEntry(
@@ -102,6 +107,7 @@ def effect_record(row: EffectRow, vendor_secret: bytes, *,
 def approval_record(row: ApprovalRow) -> ApprovalRecord:
     """An approval request as people see it (arguments only while it is pending)."""
     from .decide import approval_status
+    from .stored import ApprovalRecord
 
     status = approval_status(row)
     return ApprovalRecord(

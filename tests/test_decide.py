@@ -126,7 +126,7 @@ TABLE: list[tuple[str, EffectHead | None, str, ApprovalRow | None, bool, Any]] =
 def test_begin_step(case: str, stored: EffectHead | None, kind: str,
                     approved: ApprovalRow | None, reconcilable: bool, want: Any) -> None:
     step = decide.begin_step(stored, request(kind), approved, reconcilable=reconcilable)
-    if isinstance(want, tuple):
+    if type(want) is tuple:  # an Answer's (decision, reason); ReadApproval is a named tuple
         assert isinstance(step, Answer), step
         assert step.decision is want[0]
         assert (step.reason or "").startswith(want[1] or ""), step.reason

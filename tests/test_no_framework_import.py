@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,31 @@ def test_import_effectgate_is_light() -> None:
     """)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+_WORKER = """
+import json, sys, effectgate as eg
+gate = eg.Gate(sys.argv[1], namespace="w", policy=False)
+@gate.effect("w:{n}", effect_type="t.start")
+def work(n: int) -> int:
+    return n
+assert work(1) == 1
+LATER = ("effectgate.stored", "effectgate.sagas", "urllib.parse")
+begun = [m for m in LATER if m in sys.modules]
+gate.get("w:1")
+print(json.dumps([begun, [m for m in LATER if m in sys.modules]]))
+"""
+
+
+def test_a_workers_first_begin_leaves_the_stored_records_and_sagas_for_later(
+        tmp_path: Path) -> None:
+    """A worker's way to its first begin on an existing store does not define the stored
+    records (frozen dataclasses: a few ms each of every start), the sagas or urllib.parse
+    (with ipaddress); its first ``get`` loads the records (the control: the check sees them)."""
+    url = f"sqlite:///{tmp_path / 'worker.db'}"
+    run = [sys.executable, "-c", _WORKER, url]
+    subprocess.run(run, check=True, capture_output=True, timeout=120)  # creates the store
+    begun, after_get = json.loads(subprocess.run(run, check=True, capture_output=True,
+                                                 text=True, timeout=120).stdout)
+    assert begun == [], begun
+    assert after_get == ["effectgate.stored"], after_get
