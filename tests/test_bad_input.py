@@ -338,6 +338,15 @@ for _what, _char in list(INVISIBLE.items())[:6]:
                   lambda s, c=_char: s.gate.resolve(f"{s.held.key}{c}", "failed", by="ops",
                                                     force=True), E.EffectKeyError))
 CASES += [
+    # -- unwind: its checks now run in sagas.unwind (imported on first use), before any read
+    ("unwind a group key with a NUL", lambda s: s.gate.unwind("g\x00", by="ops"),
+     E.ConfigError),
+    ("unwind a group key of 10,000 characters",
+     lambda s: s.gate.unwind("g" * 10_000, by="ops"), E.ConfigError),
+    ("unwind a group key that is not a str", lambda s: s.gate.unwind(7, by="ops"),
+     E.ConfigError),
+    ("unwind by nobody", lambda s: s.gate.unwind("g", by=""), E.ConfigError),
+    ("unwind by a lone surrogate", lambda s: s.gate.unwind("g", by="op\ud800"), E.ConfigError),
     ("template literal with a zero-width space",
      lambda s: s.run("refund:\u200b{txn_id}", PAYLOAD), E.EffectKeyError),
     ("template literal with U+2028", lambda s: s.run("refund\u2028{txn_id}", PAYLOAD),
