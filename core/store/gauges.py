@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 
-from ..states import ApprovalState, State
-from .schema import approvals, budgets, db_now, effects, in_flight_lapsed
+from ..states import ApprovalState
+from .schema import ambiguous_since, approvals, budgets, db_now, effects, reads_ambiguous
 
 if TYPE_CHECKING:
     from . import Store
@@ -36,14 +36,11 @@ def read_gauges(store: Store, namespace: str) -> Gauges:
     """The AMBIGUOUS count and oldest age, and the pending approvals, in one statement."""
     t, a = effects.c, approvals.c
     now = db_now()
-    lapsed = in_flight_lapsed(now)
-    stuck = (t.state == State.AMBIGUOUS.value) | lapsed
-    since = case((t.state == State.AMBIGUOUS.value, t.updated_at), else_=t.lease_expires_at)
     waiting = select(func.count()).where(
         a.namespace == namespace, a.state == ApprovalState.PENDING.value,
         a.expires_at > now).scalar_subquery()
-    stmt = select(func.count(), func.min(since), now, waiting).where(
-        t.namespace == namespace, stuck)
+    stmt = select(func.count(), func.min(ambiguous_since()), now, waiting).where(
+        t.namespace == namespace, reads_ambiguous(now))
     with store.engine.connect() as conn:
         count, oldest, clock, pending = conn.execute(stmt).one()
     age = 0.0 if oldest is None else max(0.0, float(clock) - float(oldest))

@@ -100,15 +100,14 @@ def _select(f: Filters) -> Any:
     from sqlalchemy import bindparam as p
 
     from .rows import ROW_COLUMNS
-    from .schema import db_now, effects, in_flight_lapsed, in_flight_live, literal
+    from .schema import db_now, effects, in_flight_live, reads_ambiguous
 
     now = db_now()
-    ambiguous = literal(State.AMBIGUOUS.value)
     t = effects.c
     stmt = select(*[t[name] for name in ROW_COLUMNS], now.label("now")).where(
         t.namespace == p("namespace"))
     if f.state is State.AMBIGUOUS:
-        stmt = stmt.where((t.state == ambiguous) | in_flight_lapsed(now))
+        stmt = stmt.where(reads_ambiguous(now))
     elif f.state is State.IN_FLIGHT:
         stmt = stmt.where(in_flight_live(now))
     elif f.state is not None:

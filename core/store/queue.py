@@ -20,14 +20,13 @@ from sqlalchemy import (
     Integer,
     String,
     bindparam,
-    case,
     func,
     literal_column,
     select,
 )
 
 from ..errors import StoreError
-from ..states import ApprovalState, State
+from ..states import ApprovalState
 from .listing import like
 from .rows import (
     HEAD_COLUMNS,
@@ -39,7 +38,15 @@ from .rows import (
     effect_head,
     effect_row,
 )
-from .schema import approvals, budgets, db_now, effects, in_flight_lapsed
+from .schema import (
+    ambiguous_since,
+    approvals,
+    budgets,
+    db_now,
+    effects,
+    in_flight_lapsed,
+    reads_ambiguous,
+)
 
 __all__ = ["WINDOW", "ApprovalsPage", "QueuePage", "ambiguous_page", "ambiguous_statement",
            "approvals_page", "compensations_of", "lapsed_in_flight", "oldest_ambiguous",
@@ -66,13 +73,12 @@ def ambiguous_statement(dialect_name: str) -> Any:
     now = db_now()
     namespace: Any = (literal_column("+effectgate_effects.namespace", String)
                       if dialect_name == "sqlite" else t.namespace)
-    lapsed = in_flight_lapsed(now)
     return (
         select(*[t[name] for name in ROW_COLUMNS], now.label("now"))
         .where(t.id < bindparam("hi", type_=BigInteger),
                t.id >= bindparam("lo", type_=BigInteger),
                namespace == bindparam("namespace", type_=String),
-               (t.state == State.AMBIGUOUS.value) | lapsed)
+               reads_ambiguous(now))
         .order_by(t.id.desc())
         .limit(bindparam("limit", type_=Integer))
     )
@@ -108,12 +114,8 @@ def oldest_ambiguous(engine: Engine, namespace: str) -> float | None:
     (A scan of the namespace, as counting by state is: for the overview, not per call.)"""
     t = effects.c
     now = db_now()
-    since = func.min(case((t.state == State.AMBIGUOUS.value, t.updated_at),
-                          else_=t.lease_expires_at))
-    stmt = select(now - since).where(
-        t.namespace == namespace,
-        (t.state == State.AMBIGUOUS.value)
-        | in_flight_lapsed(now))
+    stmt = select(now - func.min(ambiguous_since())).where(
+        t.namespace == namespace, reads_ambiguous(now))
     try:
         with engine.connect() as conn:
             value = conn.execute(stmt).scalar()

@@ -37,6 +37,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    case,
     literal_column,
     text,
 )
@@ -50,9 +51,9 @@ from ..states import State
 from .version import SCHEMA_VERSION, VERSION_SQL, newer_schema, version_of
 
 __all__ = [
-    "approvals", "audit", "budgets", "db_day", "db_now", "effects", "ensure_schema",
-    "in_flight_lapsed", "in_flight_live", "literal", "metadata", "principals", "read_schema",
-    "sessions",
+    "ambiguous_since", "approvals", "audit", "budgets", "db_day", "db_now", "effects",
+    "ensure_schema", "in_flight_lapsed", "in_flight_live", "literal", "metadata", "principals",
+    "read_schema", "reads_ambiguous", "sessions",
 ]
 
 metadata = MetaData()
@@ -241,6 +242,20 @@ def in_flight_lapsed(now: ColumnElement[float]) -> ColumnElement[bool]:
     :func:`effectgate.decide.lapsed`. A NULL end is neither live nor lapsed, as there."""
     t = effects.c
     return (t.state == literal(State.IN_FLIGHT.value)) & (t.lease_expires_at < now)
+
+
+def reads_ambiguous(now: ColumnElement[float]) -> ColumnElement[bool]:
+    """An effect that reads AMBIGUOUS: marked so, or IN_FLIGHT past its lease (the SQL of
+    :func:`effectgate.decide.effective_state` for AMBIGUOUS)."""
+    return (effects.c.state == literal(State.AMBIGUOUS.value)) | in_flight_lapsed(now)
+
+
+def ambiguous_since() -> ColumnElement[float]:
+    """When an effect that reads AMBIGUOUS became so: its last change if marked, else the
+    end of the lease it outlived."""
+    t = effects.c
+    return case((t.state == literal(State.AMBIGUOUS.value), t.updated_at),
+                else_=t.lease_expires_at)
 
 
 class db_day(FunctionElement[str]):
