@@ -12,7 +12,7 @@ import threading
 from typing import Any, NamedTuple
 
 from ..states import State
-from .sql import Sql
+from .sql import Sql, dialect_key
 
 __all__ = ["Filters", "like", "listing_binds", "listing_sql", "named_sqlite"]
 
@@ -48,8 +48,7 @@ _KEPT_LOCK = threading.Lock()
 
 def listing_sql(filters: Filters, dialect: Any) -> Sql:
     """The statement for ``filters``' shape on SQLAlchemy's ``dialect`` (made once)."""
-    key = (dialect.name, getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
-           getattr(dialect, "server_version_info", None), filters.shape())
+    key = (dialect.name, *dialect_key(dialect), filters.shape())
     found = _KEPT.get(key)
     if found is None:
         with _KEPT_LOCK:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from .pg_reserve import ReserveFunction
 
-__all__ = ["NAMES", "Sql", "Statements", "rendered", "statements_for"]
+__all__ = ["NAMES", "Sql", "Statements", "dialect_key", "rendered", "statements_for"]
 
 NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
@@ -112,6 +112,13 @@ _SHARED: dict[tuple[Any, ...], Statements] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+def dialect_key(dialect: Any) -> tuple[Any, ...]:
+    """What a compiled text depends on besides the dialect's name: its driver, placeholder
+    style and server version (the key of the kept statements)."""
+    return (getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
+            getattr(dialect, "server_version_info", None))
+
+
 def statements_for(dialect_name: str, durability: str = "reserve", dialect: Any = None,
                    make: Callable[[], Statements] | None = None) -> Statements:
     """The process's :class:`Statements` for this dialect and durability, made the first time
@@ -119,8 +126,7 @@ def statements_for(dialect_name: str, durability: str = "reserve", dialect: Any 
     on the dialect, its driver's placeholder style, the server's version and the
     durability). SQLite's come rendered; for another dialect, ``make`` compiles them
     (:func:`effectgate.store.statements.build` for SQLAlchemy's ``dialect``)."""
-    key = (dialect_name, getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
-           getattr(dialect, "server_version_info", None), durability)
+    key = (dialect_name, *dialect_key(dialect), durability)
     found = _SHARED.get(key)
     if found is None:
         with _SHARED_LOCK:
