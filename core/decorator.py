@@ -431,22 +431,21 @@ def _binder(fn: Callable[..., Any], signature: inspect.Signature,
         return slow
 
     most, every = len(positional), len(names)
+    # By how many arguments came positionally: the names they took (a keyword naming one of
+    # them again is a wrong call, for the slow path's message).
+    taken = [frozenset(positional[:count]) for count in range(most + 1)]
 
     def fast(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if len(args) > most:
             return slow(args, kwargs)
-        values = dict(zip(positional, args, strict=False))
+        values = defaults.copy()  # then what the call gave, over them
+        values.update(zip(positional, args, strict=False))
         if kwargs:
-            for name, value in kwargs.items():
-                if name in values or name not in known:
-                    return slow(args, kwargs)
-                values[name] = value
-        if len(values) < every:
-            for name in names:
-                if name not in values:
-                    if name not in defaults:
-                        return slow(args, kwargs)
-                    values[name] = defaults[name]
+            if not known.issuperset(kwargs) or not taken[len(args)].isdisjoint(kwargs):
+                return slow(args, kwargs)
+            values.update(kwargs)
+        if len(values) < every:  # a required argument is missing
+            return slow(args, kwargs)
         if first is not None:
             del values[first]
         return values

@@ -59,6 +59,7 @@ __all__ = ["BeginFlow", "Flow", "Parts", "begin_steps", "done_head", "reconcile_
 log = logging.getLogger("effectgate")
 _MAX_STEPS = 16
 _REDACTED = "[redacted]"
+_AMBIGUOUS = State.AMBIGUOUS
 
 Flow = Generator[Command, Any, Any]
 """A flow: yields commands, is sent their answers (or thrown the store's errors)."""
@@ -93,7 +94,7 @@ class Parts(NamedTuple):
 def begin_steps(parts: Parts, req: Request,
                 secret: LeaseSecret) -> Generator[Command, Any, BeginDecision]:
     """The decide ↔ store loop of one ``begin`` of ``req``, issuing ``secret`` with a lease."""
-    first = _first_move(parts, req)
+    first = None if req.governance is None else _first_move(parts, req)
     row: EffectHead | None
     try:
         if first is not None:  # governed, one round trip: read, else charge and insert
@@ -111,8 +112,8 @@ def begin_steps(parts: Parts, req: Request,
         return _decision(parts, row, Decision.EXECUTE, secret=secret)
     approval: ApprovalRow | None = None
     for _ in range(_MAX_STEPS):
-        step = decide.begin_step(row, req, approval,
-                                 reconcilable=_reconcilable(parts, row, req))
+        step = decide.begin_step(row, req, approval, reconcilable=row is not None and (
+            row.state is _AMBIGUOUS) and _reconcilable(parts, row, req))
         if isinstance(step, Answer):
             assert row is not None
             return _answer(parts, row, step)
@@ -272,9 +273,15 @@ def _answer(parts: Parts, row: EffectHead, answer: Answer) -> BeginDecision:
 
 
 def _decision(parts: Parts, row: EffectHead, kind: Decision, *,
-              secret: LeaseSecret | None = None, **extra: Any) -> BeginDecision:
+              secret: LeaseSecret | None = None, result: Any = None,
+              retry_after_seconds: float | None = None, reason: str | None = None,
+              approval_id: str | None = None,
+              budget_warning: str | None = None) -> BeginDecision:
+    # Every extra named, not passed on as **extra: a dictionary built and spread again on
+    # every begin cost as much as the decision itself.
     return decision(row, kind, parts.vendor_secret, None if secret is None else secret.raw,
-                    **extra)
+                    result=result, retry_after_seconds=retry_after_seconds, reason=reason,
+                    approval_id=approval_id, budget_warning=budget_warning)
 
 
 class BeginFlow:

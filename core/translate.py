@@ -54,12 +54,15 @@ def decision(row: EffectHead, kind: Decision, vendor_secret: bytes, lease_secret
              reason: str | None = None, approval_id: str | None = None,
              budget_warning: str | None = None) -> BeginDecision:
     """The answer to a ``begin`` that found (or wrote) ``row``."""
-    # Built as the tuple it is (every begin makes one; the keyword constructor costs ~8x).
+    # Built as the tuple it is (every begin makes one; the keyword constructor costs ~8x),
+    # from the row unpacked once (a named tuple's field is a descriptor call each).
+    (effect_id, namespace, key, effect_type, payload_hash, state, attempt, token, lease, _,
+     _, _, _, vendor, _, _, _, budget_keys, estimated, _, _, _, _) = row
     return _new_decision(BeginDecision, (
-        kind, row.id, row.key, row.effect_type, row.namespace, row.state, row.attempt,
-        row.token, row.lease_expires_at, result, retry_after_seconds, reason, approval_id,
-        vendor_key_of(row, vendor_secret), budget_warning, row.payload_hash, lease_secret,
-        bool(row.budget_keys), row.estimated_cost_micros))
+        kind, effect_id, key, effect_type, namespace, state, attempt, token, lease, result,
+        retry_after_seconds, reason, approval_id,
+        None if vendor is None else vendor_key_of(row, vendor_secret), budget_warning,
+        payload_hash, lease_secret, bool(budget_keys), estimated))
 
 
 _new_decision = tuple.__new__

@@ -287,3 +287,44 @@ def test_the_flat_fast_paths_write_exactly_what_the_general_encoders_write(
     assert payload_hash(flat) == hashlib.sha256(canonical.encode()).hexdigest()
     assert payload._dumps_flat(flat) == canonical
     assert payload.result_json(flat) == payload._encode_result(flat)
+
+
+# -- the decorator's argument binder ---------------------------------------------------------
+
+
+def _tool(a: int, b: int, c: int = 3, *, d: int = 4, e: int) -> None: ...
+
+
+class _Tools:
+    def method(self, a: int, b: int = 2, *, c: int = 3) -> None: ...
+
+
+_BINDER_CASES = [(_tool, 0), (_Tools.method, 1)]
+
+
+@PROPERTY
+@given(case=st.sampled_from(_BINDER_CASES), count=st.integers(0, 5),
+       names=st.lists(st.sampled_from(["a", "b", "c", "d", "e", "self", "zz"]), unique=True))
+def test_the_fast_binder_binds_as_the_signature_does(case: Any, count: int,
+                                                     names: list[str]) -> None:
+    """Any call, right or wrong, binds to what ``inspect.Signature.bind`` (defaults applied)
+    gives, or is refused as it refuses it: the fast path never guesses."""
+    import inspect
+
+    from effectgate.decorator import _binder
+
+    fn, skip = case
+    signature = inspect.signature(fn)
+    args = tuple(range(100, 100 + count))
+    kwargs = {name: i for i, name in enumerate(names)}
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        with pytest.raises(eg.ConfigError):
+            _binder(fn, signature, skip)(args, kwargs)
+        return
+    bound.apply_defaults()
+    expected = dict(bound.arguments)
+    if skip:
+        del expected[next(iter(signature.parameters))]
+    assert _binder(fn, signature, skip)(args, kwargs) == expected

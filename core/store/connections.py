@@ -62,8 +62,20 @@ def _after_fork() -> None:
     _guard_lock.release()
 
 
+_forks = 0
+"""How many forks this process is from the one that imported this module: a thread's
+connection is used only in the generation it was opened in (an exact check, without a
+``getpid`` system call on every statement)."""
+
+
+def _after_fork_in_child() -> None:
+    global _forks
+    _forks += 1
+    _after_fork()
+
+
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
-                    after_in_child=_after_fork)
+                    after_in_child=_after_fork_in_child)
 
 
 class Connections:
@@ -117,7 +129,7 @@ class Connections:
         local = self._local
         try:  # the common case: this thread's connection, in this process
             conn = local.conn
-            if conn is not None and local.pid == os.getpid():
+            if conn is not None and local.forks == _forks:
                 return conn
         except AttributeError:  # a thread's first call
             pass
@@ -139,7 +151,7 @@ class Connections:
         except Exception as err:
             raise StoreError(f"cannot reach the store at {safe_url(self.url)}: "
                              f"{type(err).__name__}") from err
-        local.conn, local.pid = conn, os.getpid()
+        local.conn, local.forks = conn, _forks
         local.sync = _FULL  # as the connect hook left it
         self._adopt(conn)
         if self.watch is not None:  # a new connection: was the store migrated meanwhile?
