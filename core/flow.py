@@ -48,7 +48,7 @@ from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
 from .store import NewApproval, Store
 from .store.rows import ApprovalRow, EffectHead, EffectRow
-from .translate import decision, effect_record, loads
+from .translate import decision, effect_record, loads, remembered
 
 if TYPE_CHECKING:
     from .store.async_pg import AsyncPostgres
@@ -319,16 +319,13 @@ class BeginFlow:
         if not self.memo.size:
             return None
         hit = self.memo.get(req.key)
-        if hit is None or hit.payload_hash != req.payload_hash or (
-            hit.effect_type != req.effect_type
-        ):
+        if hit is None:
+            return None
+        payload, effect_type, effect_id, attempt, token, result = hit
+        if payload != req.payload_hash or effect_type != req.effect_type:
             return None  # a mismatch is for the store to refuse, with its own reason
-        return BeginDecision(
-            decision=Decision.DUPLICATE, effect_id=hit.effect_id, key=req.key,
-            effect_type=hit.effect_type, namespace=req.namespace, state=State.COMMITTED,
-            attempt=hit.attempt, lease_token=hit.token, result=loads(hit.result),
-            payload_hash=req.payload_hash,
-        )
+        return remembered(req.namespace, req.key, effect_type, effect_id, attempt, token,
+                          payload, loads(result))
 
     def begin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store (sync callers)."""

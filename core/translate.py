@@ -17,7 +17,9 @@ from .vendors import VendorKey, vendor_key
 if TYPE_CHECKING:
     from .stored import ApprovalRecord, EffectRecord
 
-__all__ = ["approval_record", "decision", "effect_record", "loads", "vendor_key_of"]
+__all__ = [
+    "approval_record", "decision", "effect_record", "loads", "remembered", "vendor_key_of",
+]
 
 _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
@@ -66,6 +68,16 @@ def decision(row: EffectHead, kind: Decision, vendor_secret: bytes, lease_secret
 
 
 _new_decision = tuple.__new__
+_DUPLICATE, _COMMITTED = Decision.DUPLICATE, State.COMMITTED
+
+
+def remembered(namespace: str, key: str, effect_type: str, effect_id: int, attempt: int,
+               token: int, payload_hash: str, result: Any) -> BeginDecision:
+    """The answer to a repeat of a COMMITTED effect that a gate remembers (no row read: no
+    lease, no vendor key, no spend)."""
+    return _new_decision(BeginDecision, (
+        _DUPLICATE, effect_id, key, effect_type, namespace, _COMMITTED, attempt, token, None,
+        result, None, None, None, None, None, payload_hash, None, False, None))
 
 
 def _effective(row: EffectRow) -> tuple[State, bool]:

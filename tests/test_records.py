@@ -696,3 +696,17 @@ def test_a_decision_built_as_a_tuple_is_the_keyword_built_one() -> None:
         estimated_cost_micros=4242)
     assert got == want and type(got) is eg.BeginDecision
     assert got.vendor_key is not None
+
+
+def test_a_remembered_duplicate_built_as_a_tuple_is_the_keyword_built_one() -> None:
+    """The memo's answer is built positionally too: each value in the field of its name, and
+    every field it does not know (lease, vendor key, spend) at its default."""
+    from effectgate.states import Decision, State
+    from effectgate.translate import remembered
+
+    got = remembered("ns", "refund:1", "refund", 7, 3, 5, "h" * 64, {"ok": True})
+    want = eg.BeginDecision(
+        decision=Decision.DUPLICATE, effect_id=7, key="refund:1", effect_type="refund",
+        namespace="ns", state=State.COMMITTED, attempt=3, lease_token=5, result={"ok": True},
+        payload_hash="h" * 64)
+    assert got == want and type(got) is eg.BeginDecision

@@ -316,3 +316,26 @@ def test_the_read_by_key_hands_up_the_head_of_the_whole_row(make_gate: Any) -> N
             assert head._replace(now=0.0) == whole._replace(now=0.0), d.key
             assert head.namespace == gate.namespace and head.key == d.key
     assert store.fetch(gate.namespace, "read:absent") is None
+
+
+def test_a_reservation_hands_up_the_head_it_wrote(store_url: str, namespace: str) -> None:
+    """The head a new key's reservation hands up (SQLite builds it from the request and what
+    the insert returned) is the head read back: field for field, but for ``inserted`` and
+    the clock. Bare and with every optional field."""
+    from effectgate.request import LeaseSecret
+
+    gate = eg.Gate(store_url, namespace=namespace, policy=False)
+    try:
+        store = gate.store
+        plain = gate.request(effect_type="t.head", key="k:plain", payload={"a": 1})
+        full = gate.request(effect_type="t.head", key="k:full", payload={"a": 2},
+                            run_id="run-1", agent_id="bot", group_key="g:1",
+                            compensation={"undo": 1}, estimated_cost_micros=5,
+                            vendor="stripe")
+        for req in (plain, full):
+            wrote = store.reserve(req, LeaseSecret())
+            read = store.fetch(namespace, req.key)
+            assert wrote.inserted and read is not None and not read.inserted
+            assert wrote._replace(inserted=False, now=read.now) == read
+    finally:
+        gate.close()

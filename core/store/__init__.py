@@ -37,6 +37,7 @@ from .binds import (
     begin_binds,
     extend_binds,
     is_bare,
+    late_binds,
     move_binds,
     outcome_binds,
     over_ceiling,
@@ -345,20 +346,21 @@ class Store:
         outcome and its spend move in one transaction. ``overspend`` is asked, when an actual
         cost above the estimate raised counters, with each (counter, spent now); a text it
         returns becomes the effect's ``reason`` in the same transaction."""
-        binds, late_binds = outcome_binds(
+        binds = outcome_binds(
             namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
             actual_cost_micros=actual_cost_micros)
         if spends is False:
             if self._conns.run(self.sql.report_plain, binds, self._outcome_sync, count=True):
                 return Recorded(None, None, False)
-            rows = self._conns.run(self.sql.report_late, late_binds, self._reserve_sync)
+            rows = self._conns.run(self.sql.report_late, late_binds(binds, note),
+                                   self._reserve_sync)
             return Recorded(rows[0][0], rows[0][1], True) if rows else None
         with self._conns.transaction() as tx:
             late = False
             found = tx.one(self.sql.report, binds)
             if found is None:
                 late = True
-                found = tx.one(self.sql.report_late, late_binds)
+                found = tx.one(self.sql.report_late, late_binds(binds, note))
             if found is None:
                 return None
             keys, estimated = found[0], found[1]
@@ -574,9 +576,14 @@ def _moved(rows: list[Any], row: EffectHead | None) -> EffectHead | None:
 
 def _inserted(req: Request, effect_id: int, lease: float, now: float,
               lease_secret: str) -> EffectHead:
-    """The row a plain reservation just inserted, from its request and what the store said."""
-    return EffectHead(
-        effect_id, req.namespace, req.key, req.effect_type, req.payload_hash, State.IN_FLIGHT,
+    """The row a plain reservation just inserted, from its request and what the store said
+    (built as the tuple it is: every executed effect makes one)."""
+    return _new_head(EffectHead, (
+        effect_id, req.namespace, req.key, req.effect_type, req.payload_hash, _IN_FLIGHT,
         1, 1, lease, now, now, None, None, req.vendor, 1, now, None, None,
         req.estimated_cost_micros, None, lease_secret, now, True,
-    )
+    ))
+
+
+_new_head = tuple.__new__
+_IN_FLIGHT = State.IN_FLIGHT

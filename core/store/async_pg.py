@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..states import State
-from .binds import begin_binds, extend_binds, move_binds, outcome_binds, over_ceiling
+from .binds import (
+    begin_binds,
+    extend_binds,
+    late_binds,
+    move_binds,
+    outcome_binds,
+    over_ceiling,
+)
 from .connections import DEFAULT_ASYNC_POOL_SIZE, is_disconnect, safe_url, store_error
 from .rows import (
     ApprovalRow,
@@ -294,13 +301,13 @@ class AsyncPostgres:
                 store.record_outcome, namespace, lease, outcome, result=result, error=error,
                 reason=reason, note=note, actual_cost_micros=actual_cost_micros, spends=spends,
                 overspend=overspend)
-        binds, late = outcome_binds(namespace, lease, outcome, result=result, error=error,
+        binds = outcome_binds(namespace, lease, outcome, result=result, error=error,
                                     reason=reason, note=note,
                                     actual_cost_micros=actual_cost_micros)
         rows = await self.run(store.sql.report, binds, writing=True)
         if rows:
             return Recorded(rows[0][0], rows[0][1], False)
-        rows = await self.run(store.sql.report_late, late, writing=True)
+        rows = await self.run(store.sql.report_late, late_binds(binds, note), writing=True)
         return Recorded(rows[0][0], rows[0][1], True) if rows else None
 
     async def extend(self, namespace: str, lease: Lease, seconds: float,

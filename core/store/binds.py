@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BARE_OMITS", "NULL_NOTE", "NewApproval", "bare_binds", "begin_binds", "extend_binds",
-    "is_bare", "move_binds", "outcome_binds", "over_ceiling",
+    "is_bare", "late_binds", "move_binds", "outcome_binds", "over_ceiling",
 ]
 
 NULL_NOTE = "null"
@@ -111,16 +111,20 @@ def move_binds(row: EffectHead | None, move: Move, req: Request, secret: LeaseSe
 
 def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str | None,
                   error: str | None, reason: str | None, note: str | None,
-                  actual_cost_micros: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The binds of a holder's report, on time and late."""
-    binds = {
+                  actual_cost_micros: int | None) -> dict[str, Any]:
+    """The binds of a holder's report, on time (:func:`late_binds` makes the late form, only
+    when the report came late)."""
+    return {
         "namespace": namespace, "key": lease.key, "token": lease.token,
         "lease_secret": secret_hash(lease.secret), "state": str(outcome), "result": result,
         "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
         "h_note": NULL_NOTE if note is None else encode_text(note),
     }
-    late = _LATE if note is None else encode_text(_late(note))
-    return binds, {**binds, "h_note": late}
+
+
+def late_binds(binds: dict[str, Any], note: str | None) -> dict[str, Any]:
+    """The binds of the late form of the report whose on-time binds are ``binds``."""
+    return {**binds, "h_note": _LATE if note is None else encode_text(_late(note))}
 
 
 def extend_binds(namespace: str, lease: Lease, seconds: float,
