@@ -282,7 +282,8 @@ still lands (late)."""
         id="postgres: the async flow does not await an async def reconcile hook"),
     pytest.param(
         "postgres", "async_pg.AsyncPostgres.record_outcome",
-        "rows = await self.run(store.sql.report_late, late, writing=True)", "rows = []",
+        "rows = await self.run(store.sql.report_late, late_binds(binds, note), "
+        "writing=True)", "rows = []",
         LATE, id="postgres: the native async report never lands late"),
 ])
 def test_the_async_replay_catches_a_mutation_of_the_async_path_that_the_sync_one_cannot(

@@ -181,8 +181,8 @@ MUTATIONS = [
              'Charge(f"{pattern}|day|", False, limit, label)', [DAY]),
     # -- flow.py -----------------------------------------------------------------------------
     Mutation("the memo ignores the payload hash", "flow.py",
-             "if hit is None or hit.payload_hash != req.payload_hash or (",
-             "if hit is None or (", [MEMO], [{**MEMO, **_STILL}]),
+             "if payload != req.payload_hash or effect_type != req.effect_type:",
+             "if effect_type != req.effect_type:", [MEMO], [{**MEMO, **_STILL}]),
     Mutation("the flow adopts any row after a lost reservation reply", "flow.py",
              "if row is not None and secret.issued and decide.adopts_lost_reservation(row, "
              "secret.hash):", "if row is not None and secret.issued:", [LOST],
@@ -244,7 +244,8 @@ MUTATIONS = [
              "return await c.fn(c.record)", "return c.fn(c.record)", [], [HOOKED],
              drive="async"),
     Mutation("the native async report never lands late", "store/async_pg.py",
-             "rows = await self.run(store.sql.report_late, late, writing=True)", "rows = []",
+             "rows = await self.run(store.sql.report_late, late_binds(binds, note), "
+             "writing=True)", "rows = []",
              [], [HOOKED], postgres=True, drive="async", sqlite=False),
 ]
 
