@@ -302,8 +302,7 @@ class AsyncPostgres:
                 reason=reason, note=note, actual_cost_micros=actual_cost_micros, spends=spends,
                 overspend=overspend)
         binds = outcome_binds(namespace, lease, outcome, result=result, error=error,
-                                    reason=reason, note=note,
-                                    actual_cost_micros=actual_cost_micros)
+                              reason=reason, note=note, actual_cost_micros=actual_cost_micros)
         rows = await self.run(store.sql.report, binds, writing=True)
         if rows:
             return Recorded(rows[0][0], rows[0][1], False)
