@@ -127,6 +127,9 @@ class EffectSpec:
         self.redact = redact
         self.classifiers = tuple(classifiers) + tuple(gate.classifiers)
         self.result_type = result_type
+        # Whether a duplicate's stored JSON is handed back as it is (decided once, not on
+        # every duplicate).
+        self._as_stored = result_type in (None, inspect.Signature.empty, Any)
         self._adapter: Any = None
         # Validate the options now, not at the first refund.
         self.kind = gate.kind(effect_type, vendor=vendor, lease_seconds=lease_seconds,
@@ -171,9 +174,9 @@ class EffectSpec:
         raise refusal(d)
 
     def _rebuild(self, stored: Any) -> Any:
-        kind = self.result_type
-        if kind in (None, inspect.Signature.empty, Any) or stored is None:
+        if self._as_stored or stored is None:
             return stored
+        kind = self.result_type
         if isinstance(kind, type) and type(stored) is kind:
             return stored
         try:

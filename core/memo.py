@@ -1,7 +1,8 @@
 """The COMMITTED memo: COMMITTED is terminal, so a process may answer a repeat of a committed
 key (same effect type and payload hash) from memory, with no round trip.
 
-Bounded (least recently used go first) and thread-safe. A gate forgets its memo when it prunes;
+Bounded (the earliest remembered go first: a hit does not refresh an entry, so a read
+takes no lock) and thread-safe. A gate forgets its memo when it prunes;
 another process's memo keeps the result it saw until that process forgets it (``memo_size=0``
 turns the memo off where results must leave memory with the store's copy).
 """
