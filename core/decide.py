@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime
 import unicodedata
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from .errors import InvalidTransition, PayloadMismatch, UnknownEffect
 from .states import ApprovalState, Decision, Outcome, State
@@ -34,7 +34,7 @@ from .states import ApprovalState, Decision, Outcome, State
 if TYPE_CHECKING:
     from .governance import Charge
     from .request import Request
-    from .store.rows import ApprovalRow, EffectHead, EffectRow
+    from .store.rows import ApprovalRow, CommittedHead, EffectHead, EffectRow
 
 __all__ = [
     "APPROVER_DENIED",
@@ -158,9 +158,10 @@ def effective_state(row: EffectHead | EffectRow) -> State:
     """The state reads report: an IN_FLIGHT effect past its lease is AMBIGUOUS at once."""
     return State.AMBIGUOUS if lapsed(row) else row.state
 
-def begin_step(row: EffectHead | None, req: Request, approval: ApprovalRow | None = None, *,
-               reconcilable: bool = False) -> Step:
-    """The next step of a ``begin`` of ``req`` that found ``row``.
+def begin_step(row: EffectHead | CommittedHead | None, req: Request,
+               approval: ApprovalRow | None = None, *, reconcilable: bool = False) -> Step:
+    """The next step of a ``begin`` of ``req`` that found ``row`` (a COMMITTED effect may be
+    read as a :class:`~effectgate.store.rows.CommittedHead`: all a repeat needs).
 
     ``reconcilable``: a reconcile hook is registered for the effect type. Raises
     :class:`PayloadMismatch` when the key belongs to another payload or effect type."""
@@ -184,6 +185,7 @@ def begin_step(row: EffectHead | None, req: Request, approval: ApprovalRow | Non
     state = row.state
     if state is State.COMMITTED:
         return _DUPLICATE_PRUNED if row.pruned_at is not None else _DUPLICATE
+    row = cast("EffectHead", row)  # only a COMMITTED effect is read as a CommittedHead
     if state is State.IN_FLIGHT:
         remaining = (row.lease_expires_at or 0.0) - row.now
         if lease_live(row):

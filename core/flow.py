@@ -47,8 +47,8 @@ from .registry import Registry
 from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
 from .store import NewApproval, Store
-from .store.rows import ApprovalRow, EffectHead, EffectRow
-from .translate import decision, effect_record, loads, remembered
+from .store.rows import ApprovalRow, CommittedHead, EffectHead, EffectRow
+from .translate import committed_decision, decision, effect_record, loads, remembered
 
 if TYPE_CHECKING:
     from .store.async_pg import AsyncPostgres
@@ -95,7 +95,7 @@ def begin_steps(parts: Parts, req: Request,
                 secret: LeaseSecret) -> Generator[Command, Any, BeginDecision]:
     """The decide ↔ store loop of one ``begin`` of ``req``, issuing ``secret`` with a lease."""
     first = None if req.governance is None else _first_move(parts, req)
-    row: EffectHead | None
+    row: EffectHead | CommittedHead | None
     try:
         if first is not None:  # governed, one round trip: read, else charge and insert
             done = yield from _move(parts, None, first, req, secret)
@@ -110,6 +110,12 @@ def begin_steps(parts: Parts, req: Request,
         row = yield from _recover(req, secret, err)
     if row is not None and row.inserted:
         return _decision(parts, row, Decision.EXECUTE, secret=secret)
+    if isinstance(row, CommittedHead):  # a repeat of a COMMITTED effect, as SQLite reads it
+        repeat = decide.begin_step(row, req)
+        if isinstance(repeat, Answer):
+            return _answer(parts, row, repeat)
+        full: EffectHead | None = yield Fetch(req.namespace, req.key)  # the rules ask more
+        row = full
     approval: ApprovalRow | None = None
     for _ in range(_MAX_STEPS):
         step = decide.begin_step(row, req, approval, reconcilable=row is not None and (
@@ -260,7 +266,7 @@ def _hook_failed(parts: Parts, fn: Reconciler, row: EffectHead, err: BaseExcepti
                 {"key": row.key, "reason": "reconcile hook raised"})
 
 
-def _answer(parts: Parts, row: EffectHead, answer: Answer) -> BeginDecision:
+def _answer(parts: Parts, row: EffectHead | CommittedHead, answer: Answer) -> BeginDecision:
     if answer.decision is Decision.DUPLICATE:
         if parts.memo.size:
             parts.memo.put(row.key, MemoEntry(row.payload_hash, row.effect_type, row.id,
@@ -272,11 +278,13 @@ def _answer(parts: Parts, row: EffectHead, answer: Answer) -> BeginDecision:
                      approval_id=answer.approval_id)
 
 
-def _decision(parts: Parts, row: EffectHead, kind: Decision, *,
+def _decision(parts: Parts, row: EffectHead | CommittedHead, kind: Decision, *,
               secret: LeaseSecret | None = None, result: Any = None,
               retry_after_seconds: float | None = None, reason: str | None = None,
               approval_id: str | None = None,
               budget_warning: str | None = None) -> BeginDecision:
+    if isinstance(row, CommittedHead):  # a duplicate: no lease, approval or spend to tell of
+        return committed_decision(row, parts.vendor_secret, result=result, reason=reason)
     # Every extra named, not passed on as **extra: a dictionary built and spread again on
     # every begin cost as much as the decision itself.
     return decision(row, kind, parts.vendor_secret, None if secret is None else secret.raw,

@@ -11,14 +11,15 @@ from .errors import PayloadError
 from .records import BeginDecision, epoch_to_datetime
 from .states import Decision, State
 from .store.lines import parse as parse_history
-from .store.rows import ApprovalRow, EffectHead, EffectRow
+from .store.rows import ApprovalRow, CommittedHead, EffectHead, EffectRow
 from .vendors import VendorKey, vendor_key
 
 if TYPE_CHECKING:
     from .stored import ApprovalRecord, EffectRecord
 
 __all__ = [
-    "approval_record", "decision", "effect_record", "loads", "remembered", "vendor_key_of",
+    "approval_record", "committed_decision", "decision", "effect_record", "loads",
+    "remembered", "vendor_key_of",
 ]
 
 _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
@@ -69,6 +70,20 @@ def decision(row: EffectHead, kind: Decision, vendor_secret: bytes, lease_secret
 
 _new_decision = tuple.__new__
 _DUPLICATE, _COMMITTED = Decision.DUPLICATE, State.COMMITTED
+
+
+def committed_decision(row: CommittedHead, vendor_secret: bytes, *, result: Any,
+                       reason: str | None) -> BeginDecision:
+    """The duplicate a repeat of the COMMITTED effect ``row`` is answered with: its stored
+    ``result``, and the vendor key its attempt used (no lease, approval or spend)."""
+    (effect_id, namespace, key, effect_type, payload_hash, attempt, token, _, _, vendor,
+     vendor_attempt, age) = row
+    vk = None if vendor is None else vendor_key(
+        vendor_secret, vendor, namespace=namespace, effect_type=effect_type, key=key,
+        attempt=vendor_attempt or attempt, attempt_age_seconds=max(0.0, age or 0.0))
+    return _new_decision(BeginDecision, (
+        _DUPLICATE, effect_id, key, effect_type, namespace, _COMMITTED, attempt, token, None,
+        result, None, reason, None, vk, None, payload_hash, None, False, None))
 
 
 def remembered(namespace: str, key: str, effect_type: str, effect_id: int, attempt: int,

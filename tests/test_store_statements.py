@@ -339,3 +339,69 @@ def test_a_reservation_hands_up_the_head_it_wrote(store_url: str, namespace: str
             assert wrote._replace(inserted=False, now=read.now) == read
     finally:
         gate.close()
+
+
+def test_a_reservations_first_read_hands_up_a_committed_effect_as_a_repeat_reads_it(
+        make_gate: Any) -> None:
+    """A reservation's first read (SQLite's, before it inserts) reads a COMMITTED effect
+    narrowly: a ``CommittedHead`` whose every field is the whole row's, and whose vendor key
+    is the one the whole row gives; any other state comes back as the head of the whole row,
+    and an absent key as None."""
+    from effectgate.flow import done_head
+    from effectgate.store.rows import CommittedHead
+    from effectgate.translate import vendor_key_of
+
+    gate = make_gate(policy=False)
+    store = gate.store
+    done = gate.begin(effect_type="t.first", key="first:done", payload={"a": 1})
+    gate.report(done, "committed", result={"ok": [1, "two"]})
+    paid = gate.begin(effect_type="t.first", key="first:paid", payload={"a": 2},
+                      vendor="stripe")
+    gate.report(paid, "committed", result=None)
+    held = gate.begin(effect_type="t.first", key="first:held", payload={"a": 3})
+    failed = gate.begin(effect_type="t.first", key="first:failed", payload={"a": 4})
+    gate.report(failed, "failed", error="no")
+    for d in (done, paid):
+        whole = store.get(gate.namespace, d.key)
+        assert whole is not None
+        read = store.first_read(gate.namespace, d.key)
+        assert isinstance(read, CommittedHead) and read.state is eg.State.COMMITTED
+        assert not read.inserted
+        assert read[:9] == (whole.id, whole.namespace, whole.key, whole.effect_type,
+                            whole.payload_hash, whole.attempt, whole.token, whole.result,
+                            whole.pruned_at)
+        key = vendor_key_of(done_head(whole), store.secret)
+        if key is None:
+            assert read.vendor is read.vendor_attempt is read.vendor_age is None
+        else:
+            assert (read.vendor, read.vendor_attempt) == ("stripe", 1)
+            assert read.vendor_age is not None and 0 <= read.vendor_age < 60
+            cold = make_gate(policy=False, memo_size=0)  # not from this gate's memo
+            again = cold.begin(effect_type="t.first", key="first:paid", payload={"a": 2},
+                               vendor="stripe")
+            assert again.decision is eg.Decision.DUPLICATE
+            assert again.vendor_key is not None and again.vendor_key.value == key.value
+            assert again.vendor_key.covered is True
+    for d in (held, failed):
+        whole_head = done_head(store.get(gate.namespace, d.key))
+        read = store.first_read(gate.namespace, d.key)
+        assert not isinstance(read, CommittedHead) and read is not None
+        assert read._replace(now=0.0) == whole_head._replace(now=0.0)
+    assert store.first_read(gate.namespace, "first:absent") is None
+
+
+def test_sqlite_binds_by_position_what_sqlalchemy_names() -> None:
+    """SQLite's rendered texts run with numbered placeholders (``?1``: one number per name,
+    however often it occurs; nothing inside a string literal taken for one), bound by
+    position; the statements a caller binds by position name their binds in that order."""
+    from effectgate.store.sql import numbered, rendered
+
+    sql = numbered("SELECT ':no', 'it''s :not' FROM t WHERE a = :a AND b = :b OR c = :a")
+    assert sql.text == "SELECT ':no', 'it''s :not' FROM t WHERE a = ?1 AND b = ?2 OR c = ?1"
+    assert sql.names == ("a", "b") and sql.order is not None
+    assert sql.order({"b": 2, "a": 1, "z": 0}) == (1, 2)
+    statements = rendered()
+    assert statements.fetch_brief.names == ("namespace", "key")
+    for name in NAMES:
+        text = getattr(statements, name).text
+        assert ":" not in text.replace("':'", ""), name  # every name became a number

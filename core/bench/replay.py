@@ -28,11 +28,13 @@ class Replay:
     def __init__(self, gate: Gate, fn: Callable[[str], Any], probe: str, *,
                  render: Callable[[str], str], where: str) -> None:
         conns = gate.store._conns
-        captured: list[tuple[str, dict[str, Any], str | None]] = []
+        captured: list[tuple[Any, dict[str, Any], str | None]] = []
         real = conns.run
 
         def spy(sql: Any, binds: Any, sync: str | None = None, *, count: bool = False) -> Any:
-            captured.append((sql.text, dict(binds), sync))
+            by_name = dict(binds) if sql.names is None or type(binds) is not tuple else dict(
+                zip(sql.names, binds, strict=True))
+            captured.append((sql, by_name, sync))
             return real(sql, binds, sync, count=count)  # type: ignore[call-overload]
 
         conns.run = spy  # type: ignore[method-assign]
@@ -62,12 +64,12 @@ class Replay:
         start = time.perf_counter()
         for key in keys:
             rendered = render(key)
-            for text, binds, sync in statements:
+            for sql, binds, sync in statements:
                 if sync is not None and self.is_sqlite and sync != self.sync:
                     conn.execute(sync)  # the durability of this commit, as the gate sets it
                     self.sync = sync
                 binds["key"] = rendered
-                cursor = conn.execute(text, binds)
+                cursor = conn.execute(sql.text, binds if sql.order is None else sql.order(binds))
                 if cursor.description is not None:  # a report that returns no rows
                     cursor.fetchall()
         return time.perf_counter() - start

@@ -57,11 +57,13 @@ from .lines import encode_text
 from .listing import Filters, listing_binds, listing_sql, named_sqlite
 from .rows import (
     ApprovalRow,
+    CommittedHead,
     EffectHead,
     EffectRow,
     Moved,
     Recorded,
     approval_row,
+    committed_head,
     effect_head,
     effect_row,
     found_head,
@@ -222,16 +224,18 @@ class Store:
 
     # -- begin ----------------------------------------------------------------------------------
 
-    def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:
+    def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead | CommittedHead:
         """Insert a plain (ungoverned) effect as IN_FLIGHT if its key is absent; otherwise
-        return the existing row, unchanged. ``inserted`` tells which. The insert is durable."""
+        return the existing row, unchanged (on SQLite a COMMITTED one as a
+        :class:`CommittedHead`: :meth:`first_read`). ``inserted`` tells which. The insert is
+        durable."""
         run = self._conns.run
         for _ in range(8):
             if self.is_sqlite:
                 # Embedded: a read is cheap, and a repeat (the common refusal) must not write.
-                rows = run(self.sql.fetch, {"namespace": req.namespace, "key": req.key})
-                if rows:
-                    return found_head(rows[0], req.namespace, req.key)
+                found = self.first_read(req.namespace, req.key)
+                if found is not None:
+                    return found
                 if is_bare(req):
                     new = run(self.sql.insert_bare, bare_binds(req, secret.hash),
                               self._reserve_sync)
@@ -247,6 +251,17 @@ class Store:
                 if rows:
                     return effect_head(rows[0])
         raise StoreError("could not reserve or read the key after 8 tries", key=req.key)
+
+    def first_read(self, namespace: str, key: str) -> EffectHead | CommittedHead | None:
+        """A reservation's read of ``key`` before it inserts: a COMMITTED effect as a repeat of
+        it reads it (:class:`CommittedHead`, a narrow read: the common refusal), any other
+        effect's head in full (a second read), or None."""
+        sql = self.sql.fetch_brief
+        rows = self._conns.run(sql, (namespace, key) if sql.order is not None else {
+            "namespace": namespace, "key": key})  # SQLite's numbered text: binds by position
+        if not rows:
+            return None
+        return committed_head(rows[0], namespace, key) or self.fetch(namespace, key)
 
     def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """The head of the effect at ``key``, or None."""

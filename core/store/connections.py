@@ -201,23 +201,31 @@ class Connections:
                 conn.close()
 
     @overload
-    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None, *,
-            count: Literal[False] = False) -> list[Any]: ...
+    def run(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...],
+            sync: str | None = None, *, count: Literal[False] = False) -> list[Any]: ...
 
     @overload
-    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None, *,
-            count: Literal[True]) -> int: ...
+    def run(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...],
+            sync: str | None = None, *, count: Literal[True]) -> int: ...
 
-    def run(self, sql: Sql, binds: Mapping[str, Any], sync: str | None = None, *,
-            count: bool = False) -> list[Any] | int:
+    def run(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...],
+            sync: str | None = None, *, count: bool = False) -> list[Any] | int:
         """One statement in autocommit: its rows, or (``count``) how many rows it changed;
-        ``sync`` (SQLite) is the durability of its commit, and marks it as a write."""
+        ``sync`` (SQLite) is the durability of its commit, and marks it as a write. ``binds``
+        by name, or (a numbered text's) already in the order of ``sql.names``."""
         conn = self.driver()
-        if sync is not None and (watch := self.watch) is not None and (
-                monotonic() >= watch.next_read):
+        if sql.order is not None and not isinstance(binds, tuple):
+            binds = sql.order(binds)
+        if sync is None:  # a read (or a write that needs no durability of its own)
+            try:
+                cur = conn.execute(sql.text, binds)
+                return cur.rowcount if count else cur.fetchall()  # type: ignore[no-any-return]
+            except Exception as err:
+                raise self._failed(err, writing=False) from err
+        if (watch := self.watch) is not None and monotonic() >= watch.next_read:
             self._check_version(conn)
         try:
-            if sync is not None and self.is_sqlite:
+            if self.is_sqlite:
                 with self.write_lock:
                     if self._local.sync != sync:
                         conn.execute(sync)  # only when it changes: durability is per commit
@@ -227,9 +235,14 @@ class Connections:
             cur = conn.execute(sql.text, binds)
             return cur.rowcount if count else cur.fetchall()  # type: ignore[no-any-return]
         except Exception as err:
-            if is_disconnect(err):
-                self.drop()
-            raise store_error(err, writing=sync is not None) from err
+            raise self._failed(err, writing=True) from err
+
+    def _failed(self, err: Exception, *, writing: bool) -> StoreError:
+        """``err`` from the driver as a :class:`StoreError` (the connection dropped when it is
+        gone)."""
+        if is_disconnect(err):
+            self.drop()
+        return store_error(err, writing=writing)
 
     def _check_version(self, conn: Any) -> None:
         """Before a write: the store's schema version read again when the watch says so
@@ -319,7 +332,7 @@ class Transaction:
 
     def all(self, sql: Sql, binds: Mapping[str, Any]) -> list[Any]:
         """Every row the statement returns (none for a statement that returns nothing)."""
-        cursor = self.conn.execute(sql.text, binds)
+        cursor = self.conn.execute(sql.text, binds if sql.order is None else sql.order(binds))
         return cursor.fetchall() if cursor.description is not None else []
 
     def one(self, sql: Sql, binds: Mapping[str, Any]) -> Any:

@@ -6,14 +6,15 @@ clock at the read as ``now`` — the decision module never reads a clock of its 
 # annotation (a ForwardRef per field), ~3 ms of every start for these rows; every name in
 # them exists at run time.
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from ..states import ApprovalState, State
 
 __all__ = [
-    "FOUND_COLUMNS", "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow", "EffectHead", "EffectRow",
-    "Moved", "PrincipalRow", "Recorded", "approval_row", "effect_head", "effect_row",
-    "found_head", "principal_row",
+    "BRIEF_COLUMNS", "FOUND_COLUMNS", "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow",
+    "CommittedHead", "EffectHead", "EffectRow", "Moved", "PrincipalRow", "Recorded",
+    "approval_row", "committed_head", "effect_head", "effect_row", "found_head",
+    "principal_row",
 ]
 
 _STATE = {s.value: s for s in State}
@@ -46,6 +47,38 @@ class EffectHead(NamedTuple):
     lease_secret: str | None
     now: float
     inserted: bool = False
+
+
+class _CommittedFields(NamedTuple):
+    id: int
+    namespace: str
+    key: str
+    effect_type: str
+    payload_hash: str
+    attempt: int
+    token: int
+    result: str | None
+    pruned_at: float | None
+    vendor: str | None = None
+    vendor_attempt: int | None = None
+    vendor_age: float | None = None
+
+
+class CommittedHead(_CommittedFields):
+    """A COMMITTED effect as a repeat of it reads it (SQLite's first read of a reservation):
+    what a duplicate answers with, and nothing else. COMMITTED is terminal, so none of the
+    columns an attempt in flight is decided on (lease, clock, secret, approval, spend) can
+    matter any more.
+
+    ``vendor`` and ``vendor_attempt`` name the vendor key the committed attempt used, and
+    ``vendor_age`` is the store's clock minus when that key was first issued (None without a
+    vendor)."""
+
+    __slots__ = ()
+    state: ClassVar[State] = State.COMMITTED
+    """What a committed head always is (a class attribute, not a field)."""
+    inserted: ClassVar[bool] = False
+    """A committed head was read, never inserted by the call that read it."""
 
 
 class EffectRow(NamedTuple):
@@ -171,6 +204,31 @@ def found_head(values: Any, namespace: str, key: str) -> EffectHead:
     i = _FOUND_STATE
     return _new_head(EffectHead, (v[0], namespace, key, *v[1:i], _STATE[v[i]], *v[i + 1:],
                                   False))
+
+
+BRIEF_COLUMNS = ("id", "effect_type", "payload_hash", "state", "attempt", "token", "result",
+                 "pruned_at")
+"""What a reservation's first read selects (then the vendor key's text): a COMMITTED
+effect's :class:`CommittedHead`, and any other row's state (to read it again in full)."""
+_COMMITTED = State.COMMITTED.value
+_new_committed = tuple.__new__
+
+
+def committed_head(values: Any, namespace: str, key: str) -> CommittedHead | None:
+    """The :class:`CommittedHead` a driver row of ``BRIEF_COLUMNS`` + the vendor key's text
+    (``vendor attempt age``) stands for, read by ``namespace`` and ``key``; None when the
+    effect is not COMMITTED (its head is to be read in full)."""
+    effect_id, effect_type, digest, state, attempt, token, result, pruned_at, tail = values
+    if state != _COMMITTED:
+        return None
+    if tail is None:
+        return _new_committed(CommittedHead, (
+            effect_id, namespace, key, effect_type, digest, attempt, token, result, pruned_at,
+            None, None, None))
+    vendor, vendor_attempt, age = tail.split(" ")
+    return _new_committed(CommittedHead, (
+        effect_id, namespace, key, effect_type, digest, attempt, token, result, pruned_at,
+        vendor, int(vendor_attempt), float(age)))
 
 
 def effect_row(values: Any) -> EffectRow:

@@ -9,9 +9,11 @@ definitions, each the first time it is used.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,23 +21,33 @@ if TYPE_CHECKING:
 
     from .pg_reserve import ReserveFunction
 
-__all__ = ["NAMES", "Sql", "Statements", "dialect_key", "rendered", "statements_for"]
+__all__ = ["NAMES", "Sql", "Statements", "dialect_key", "numbered", "rendered",
+           "statements_for"]
 
 NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
-    "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_row", "fetch_row_id",
-    "insert", "insert_bare", "insert_lean", "lapse", "note_reason", "now", "prune",
-    "prune_approvals", "prune_arguments", "prune_count", "report", "report_late",
+    "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_brief", "fetch_row",
+    "fetch_row_id", "insert", "insert_bare", "insert_lean", "lapse", "note_reason", "now",
+    "prune", "prune_approvals", "prune_arguments", "prune_count", "report", "report_late",
     "report_plain", "resolve", "take",
 )
 
 
 class Sql:
-    """A statement's text for one dialect (compiled from ``stmt`` for ``dialect`` once)."""
+    """A statement's text for one dialect (compiled from ``stmt`` for ``dialect`` once).
 
-    __slots__ = ("text",)
+    ``order``, for a text with numbered placeholders (:func:`numbered`), makes the positional
+    binds of a mapping of them by name; None: the driver binds the mapping by name."""
 
-    def __init__(self, stmt: ClauseElement | str, dialect: Any = None) -> None:
+    __slots__ = ("names", "order", "text")
+
+    def __init__(self, stmt: ClauseElement | str, dialect: Any = None,
+                 names: tuple[str, ...] | None = None) -> None:
+        self.names = names
+        """The bind parameters' names in the order of their numbers (``?1``...), or None."""
+        self.order: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
+        if names is not None:
+            self.order = _ordered(names)
         if isinstance(stmt, str):
             self.text = stmt
             return
@@ -46,6 +58,35 @@ class Sql:
 
     def __repr__(self) -> str:
         return f"Sql({self.text[:60]!r}...)"
+
+
+def _ordered(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    if len(names) > 1:
+        return itemgetter(*names)
+    if names:
+        name = names[0]
+        return lambda binds: (binds[name],)
+    return lambda binds: ()
+
+
+# A named placeholder (``:name``) outside a string literal; literals are matched whole so
+# that nothing inside one is taken for a placeholder.
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|:([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def numbered(text: str) -> Sql:
+    """A text with named placeholders (``:name``, as SQLAlchemy renders SQLite's) as the same
+    statement with numbered ones (``?1``, each name one number however often it occurs), bound
+    by position: the driver binds a tuple without looking each name up in a mapping."""
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return match.group(0)
+        return f"?{numbers.setdefault(name, len(numbers) + 1)}"
+
+    return Sql(_PLACEHOLDER.sub(number, text), names=tuple(numbers))
 
 
 class Statements:
@@ -63,6 +104,7 @@ class Statements:
     charge_day: Sql
     extend: Sql
     fetch: Sql
+    fetch_brief: Sql
     fetch_row: Sql
     fetch_row_id: Sql
     insert: Sql
@@ -147,4 +189,4 @@ def rendered() -> Statements:
     durability: the durability of a commit is a pragma on SQLite)."""
     from .sqlite_texts import TEXTS
 
-    return Statements({name: partial(Sql, text) for name, text in TEXTS.items()})
+    return Statements({name: partial(numbered, text) for name, text in TEXTS.items()})

@@ -14,7 +14,18 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from sqlalchemy import BigInteger, case, false, func, literal_column, null, select, true
+from sqlalchemy import (
+    BigInteger,
+    String,
+    case,
+    cast,
+    false,
+    func,
+    literal_column,
+    null,
+    select,
+    true,
+)
 from sqlalchemy import bindparam as p
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.expression import ColumnElement
@@ -24,7 +35,7 @@ from ..validate import MAX_INT
 from . import history
 from .binds import BARE_OMITS
 from .pg_reserve import ReserveFunction
-from .rows import FOUND_COLUMNS, HEAD_COLUMNS, ROW_COLUMNS
+from .rows import BRIEF_COLUMNS, FOUND_COLUMNS, HEAD_COLUMNS, ROW_COLUMNS
 from .schema import (
     approvals,
     budgets,
@@ -121,6 +132,16 @@ class _Definitions:
             .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
         )
         lazy["fetch"] = lambda: select(*found).where(by_key)
+        # A reservation's first read (SQLite): in full only what a repeat of a COMMITTED effect
+        # answers with, and the vendor key its attempt used, packed in one text that is NULL
+        # without a vendor (each column a driver hands up costs as much as a cheap Python
+        # call; another state is read again in full).
+        since = func.coalesce(t.vendor_since, t.attempt_started_at, t.created_at)
+        vendor_tail = case((t.vendor.is_not(None), (
+            t.vendor + literal(" ") + cast(func.coalesce(t.vendor_attempt, t.attempt), String)
+            + literal(" ") + cast(now - since, String))))  # (a CASE: no clock read without)
+        brief = [t[name] for name in BRIEF_COLUMNS] + [vendor_tail.label("vendor_tail")]
+        lazy["fetch_brief"] = lambda: select(*brief).where(by_key)
         lazy["fetch_row"] = lambda: select(*full).where(by_key)
         lazy["fetch_row_id"] = lambda: select(*full).where(in_ns & (t.id == p("id")))
         lazy["insert"] = lambda: insert.returning(*head, true().label("inserted"))

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ..decide import Move
     from ..request import Lease, LeaseSecret, Request
     from . import Store
-    from .rows import ApprovalRow, EffectHead, EffectRow, Moved, Recorded
+    from .rows import ApprovalRow, CommittedHead, EffectHead, EffectRow, Moved, Recorded
 
 __all__ = ["ThreadedStore"]
 
@@ -27,10 +27,10 @@ class ThreadedStore:
     def close_idle(self) -> None:
         """Nothing to close: the sync store's connections are the only ones."""
 
-    async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:
+    async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead | CommittedHead:
         """:meth:`Store.reserve`: a repeat is answered by a read on the loop; only a new key
         goes to a worker thread to be written."""
-        row = self._store.fetch(req.namespace, req.key)
+        row = self._store.first_read(req.namespace, req.key)
         if row is not None:
             return row
         return await asyncio.to_thread(self._store.reserve, req, secret)

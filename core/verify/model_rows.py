@@ -9,7 +9,7 @@ from typing import Any, Literal, NamedTuple
 
 from ..payload import payload_hash
 from ..states import ApprovalState, Outcome, State
-from ..store.rows import ApprovalRow, EffectHead, EffectRow
+from ..store.rows import ApprovalRow, CommittedHead, EffectHead, EffectRow
 
 __all__ = [
     "KEY",
@@ -20,6 +20,7 @@ __all__ = [
     "MRow",
     "adjust",
     "approval_row",
+    "committed",
     "dated",
     "full",
     "head",
@@ -134,6 +135,17 @@ def head(r: MRow, now: float, *, inserted: bool = False) -> EffectHead:
         r.token, r.lease, r.started, r.created, r.result, r.reason, VENDOR,
         r.vendor_attempt, r.vendor_since, r.approval_id, r.budget_keys, r.estimated,
         r.pruned, r.secret, now, inserted)
+
+
+def committed(r: MRow, now: float) -> CommittedHead:
+    """A COMMITTED row as a reservation's first read on SQLite hands it up (the vendor key's
+    attempt and age as the read's SQL gives them)."""
+    since = r.vendor_since if r.vendor_since is not None else (
+        r.started if r.started is not None else r.created)
+    return CommittedHead(r.id, r.namespace, r.key, r.effect_type, r.payload_hash, r.attempt,
+                         r.token, r.result, r.pruned, VENDOR,
+                         r.vendor_attempt if r.vendor_attempt is not None else r.attempt,
+                         now - since)
 
 
 def full(r: MRow, now: float) -> EffectRow:
