@@ -272,7 +272,7 @@ class KeyTemplate:
     ``fields`` are the field expressions without their filters (``{content|sha256}`` gives
     ``content``); ``roots`` the argument names they start from."""
 
-    __slots__ = ("_literal", "_normalisers", "_parts", "_walks", "fields", "roots",
+    __slots__ = ("_literal", "_normalisers", "_one", "_parts", "_walks", "fields", "roots",
                  "template")
 
     def __init__(self, template: str) -> None:
@@ -316,6 +316,14 @@ class KeyTemplate:
         self.roots = frozenset(_root(f) for f in self.fields)
         # A template without fields is one key: its text with "{{" and "}}" unescaped.
         self._literal = check_key("".join(p[0] for p in parts)) if not self.fields else ""
+        # The common template, text around one plain {name}: (prefix, name, suffix).
+        self._one: tuple[str, str, str] | None = None
+        if len(self.fields) == 1:
+            at = next(i for i, part in enumerate(parts) if part[1] is not None)
+            _, name, spec, filters = parts[at]
+            if name is not None and not spec and not filters and name == _root(name):
+                self._one = ("".join(p[0] for p in parts[:at + 1]), name,
+                             "".join(p[0] for p in parts[at + 1:]))
 
     def check_names(self, names: Iterable[str], where: str) -> None:
         """Raise :class:`EffectKeyError` if a field's root is not among ``names``."""
@@ -344,6 +352,16 @@ class KeyTemplate:
         """Render the key from ``arguments``; raise :class:`EffectKeyError` if it cannot."""
         if not self.fields:
             return self._literal
+        one = self._one
+        if one is not None and one[1] in arguments:
+            prefix, name, suffix = one
+            raw = arguments[name]
+            kind = type(raw)
+            if (kind is str and raw.strip()) or (kind is int and -_BIG < raw < _BIG):
+                key = prefix + (raw if kind is str else str(raw)) + suffix
+                if key.isascii() and key.isprintable() and len(key) <= MAX_KEY_LENGTH:
+                    return key  # what check_key would answer: nothing to normalise or refuse
+                return check_key(key)
         out: list[str] = []
         for (literal, field, spec, filters), walk in zip(self._parts, self._walks, strict=True):
             out.append(literal)

@@ -256,6 +256,31 @@ def test_rendering_gives_a_valid_key_or_effect_key_error(value: Any) -> None:
     key.encode("utf-8")
 
 
+@PROPERTY
+@given(junk | field_values | st.text(max_size=600) | st.text(string.whitespace), key_text,
+       key_text)
+@example("a\x00b", "refund:", "")  # a control character: refused both ways
+@example("\u00e9", "caf", "")  # not ASCII: normalised both ways
+@example("x" * 506, "refund:", "")  # one past the longest key
+@example(10**99, "", "")  # the largest int the short way takes
+def test_a_one_field_template_renders_as_the_general_way_does(value: Any, prefix: str,
+                                                              suffix: str) -> None:
+    """The common template, text around one plain ``{name}``, takes a short way: for any
+    value and any literal text around it, the same key (or the same EffectKeyError) as the
+    general way, which every other template takes."""
+    tpl = eg.KeyTemplate(f"{escape(prefix)}{{txn_id}}{escape(suffix)}")
+    general = eg.KeyTemplate(f"{escape(prefix)}{{txn_id}}{escape(suffix)}")
+    assert tpl._one is not None
+    general._one = None
+    results = []
+    for each in (tpl, general):
+        try:
+            results.append(each.render({"txn_id": value, "other": 1}))
+        except eg.EffectKeyError as err:
+            results.append(("refused", err.message))
+    assert results[0] == results[1]
+
+
 def test_key_field_types_follow_the_documented_rules() -> None:
     tpl = eg.KeyTemplate("k:{v}")
     ok = {"a": "k:a", 7: "k:7", datetime.date(2026, 1, 2): "k:2026-01-02",
