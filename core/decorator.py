@@ -131,6 +131,9 @@ class EffectSpec:
         # every duplicate).
         self._as_stored = result_type in (None, inspect.Signature.empty, Any)
         self._adapter: Any = None
+        # A call with no cost, group or compensation to work out: its request is its key and
+        # payload (the common tool).
+        self._plain = cost_micros is None and group_key is None and compensation is None
         # Validate the options now, not at the first refund.
         self.kind = gate.kind(effect_type, vendor=vendor, lease_seconds=lease_seconds,
                               max_attempts=max_attempts)
@@ -147,6 +150,8 @@ class EffectSpec:
     def request(self, arguments: Mapping[str, Any]) -> Request:
         """Key, payload hash and options for one call; every error before anything runs."""
         key = self.template.render(arguments)
+        if self._plain:
+            return self.gate._checked_request(self.kind, key, self.template.normalise(arguments))
         cost = self.cost_micros
         if callable(cost):
             names, everything = self._cost_params or (None, True)

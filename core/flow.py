@@ -61,6 +61,7 @@ _MAX_STEPS = 16
 _REDACTED = "[redacted]"
 _AMBIGUOUS = State.AMBIGUOUS
 
+_new = tuple.__new__
 Flow = Generator[Command, Any, Any]
 """A flow: yields commands, is sent their answers (or thrown the store's errors)."""
 
@@ -103,19 +104,19 @@ def begin_steps(parts: Parts, req: Request,
                 return done
             row = done if done is not None else (yield Fetch(req.namespace, req.key))
         elif req.governance is None:
-            row = yield Reserve(req, secret)
+            row = yield _new(Reserve, (req, secret))  # the tuple itself: every begin makes one
         else:
             row = yield Fetch(req.namespace, req.key)
     except StoreError as err:
         row = yield from _recover(req, secret, err)
-    if row is not None and row.inserted:
-        return _decision(parts, row, Decision.EXECUTE, secret=secret)
     if isinstance(row, CommittedHead):  # a repeat of a COMMITTED effect, as SQLite reads it
         repeat = decide.begin_step(row, req)
-        if isinstance(repeat, Answer):
-            return _answer(parts, row, repeat)
+        if isinstance(repeat, Answer) and repeat.decision is Decision.DUPLICATE:
+            return _duplicate(parts, row, repeat)
         full: EffectHead | None = yield Fetch(req.namespace, req.key)  # the rules ask more
         row = full
+    elif row is not None and row.inserted:
+        return _decision(parts, row, Decision.EXECUTE, secret=secret)
     approval: ApprovalRow | None = None
     for _ in range(_MAX_STEPS):
         step = decide.begin_step(row, req, approval, reconcilable=row is not None and (
@@ -266,25 +267,31 @@ def _hook_failed(parts: Parts, fn: Reconciler, row: EffectHead, err: BaseExcepti
                 {"key": row.key, "reason": "reconcile hook raised"})
 
 
-def _answer(parts: Parts, row: EffectHead | CommittedHead, answer: Answer) -> BeginDecision:
+def _answer(parts: Parts, row: EffectHead, answer: Answer) -> BeginDecision:
     if answer.decision is Decision.DUPLICATE:
-        if parts.memo.size:
-            parts.memo.put(row.key, MemoEntry(row.payload_hash, row.effect_type, row.id,
-                                              row.attempt, row.token, row.result))
-        return _decision(parts, row, Decision.DUPLICATE, reason=answer.reason,
-                         result=loads(row.result))
+        return _duplicate(parts, row, answer)
     return _decision(parts, row, answer.decision, reason=answer.reason,
                      retry_after_seconds=answer.retry_after_seconds,
                      approval_id=answer.approval_id)
 
 
-def _decision(parts: Parts, row: EffectHead | CommittedHead, kind: Decision, *,
+def _duplicate(parts: Parts, row: EffectHead | CommittedHead, answer: Answer) -> BeginDecision:
+    """The answer to a repeat of the COMMITTED ``row``: its stored result (remembered in the
+    memo: COMMITTED is terminal)."""
+    if parts.memo.size:
+        parts.memo.put(row.key, MemoEntry(row.payload_hash, row.effect_type, row.id,
+                                          row.attempt, row.token, row.result))
+    result = loads(row.result)
+    if isinstance(row, CommittedHead):  # no lease, approval or spend to tell of
+        return committed_decision(row, parts.vendor_secret, result, answer.reason)
+    return _decision(parts, row, Decision.DUPLICATE, reason=answer.reason, result=result)
+
+
+def _decision(parts: Parts, row: EffectHead, kind: Decision, *,
               secret: LeaseSecret | None = None, result: Any = None,
               retry_after_seconds: float | None = None, reason: str | None = None,
               approval_id: str | None = None,
               budget_warning: str | None = None) -> BeginDecision:
-    if isinstance(row, CommittedHead):  # a duplicate: no lease, approval or spend to tell of
-        return committed_decision(row, parts.vendor_secret, result=result, reason=reason)
     # Every extra named, not passed on as **extra: a dictionary built and spread again on
     # every begin cost as much as the decision itself.
     return decision(row, kind, parts.vendor_secret, None if secret is None else secret.raw,

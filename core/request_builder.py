@@ -19,13 +19,16 @@ from .request import Request
 from .vendors import rule_for
 
 if TYPE_CHECKING:
+    from .governance import Governance
     from .policy import Policy
 
 __all__ = ["EffectKind", "build_request", "effect_kind"]
 
 
 class EffectKind(NamedTuple):
-    """An effect type's options, validated once, with the policy's defaults applied."""
+    """An effect type's options, validated once, with the policy's defaults applied, and what
+    the policy asks of a call of it that declares no cost (``governance``, asked once: a
+    policy is immutable)."""
 
     effect_type: str
     vendor: str | None
@@ -35,6 +38,9 @@ class EffectKind(NamedTuple):
     redact_arguments: tuple[str, ...] = ()
     store_result: bool = True
     redact_result: tuple[str, ...] = ()
+    policy: Policy | None = None
+    """The policy the options were taken from (``governance`` is its answer)."""
+    governance: Governance | None = None
 
 
 def effect_kind(policy: Policy | None, default_lease: float, default_attempts: int,
@@ -66,7 +72,8 @@ def effect_kind(policy: Policy | None, default_lease: float, default_attempts: i
     grace = lease if reconcile_grace_seconds is None else validate.seconds(
         reconcile_grace_seconds, "reconcile_grace_seconds")
     return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments,
-                      store_result, redact_result)
+                      store_result, redact_result, policy,
+                      None if policy is None else evaluate(policy, effect_type, None))
 
 
 def build_request(
@@ -88,7 +95,10 @@ def build_request(
         validate.whole(compensates_effect_id, "compensates_effect_id", minimum=1)
     cost = None if estimated_cost_micros is None else validate.micros(
         estimated_cost_micros, "estimated_cost_micros")
-    gov = None if policy is None else evaluate(policy, kind.effect_type, cost)
+    if cost is None and kind.policy is policy:
+        gov = kind.governance  # asked when the kind was made
+    else:
+        gov = None if policy is None else evaluate(policy, kind.effect_type, cost)
     text = validate.text
     return _new_request(Request, (  # the tuple itself: every call makes one
         namespace, key, kind.effect_type, digest, kind.vendor, kind.max_attempts,

@@ -72,7 +72,7 @@ _new_decision = tuple.__new__
 _DUPLICATE, _COMMITTED = Decision.DUPLICATE, State.COMMITTED
 
 
-def committed_decision(row: CommittedHead, vendor_secret: bytes, *, result: Any,
+def committed_decision(row: CommittedHead, vendor_secret: bytes, result: Any,
                        reason: str | None) -> BeginDecision:
     """The duplicate a repeat of the COMMITTED effect ``row`` is answered with: its stored
     ``result``, and the vendor key its attempt used (no lease, approval or spend)."""

@@ -401,7 +401,12 @@ def test_sqlite_binds_by_position_what_sqlalchemy_names() -> None:
     assert sql.names == ("a", "b") and sql.order is not None
     assert sql.order({"b": 2, "a": 1, "z": 0}) == (1, 2)
     statements = rendered()
+    # The orders the per-call binds are built in (store/binds.py and Store.first_read).
     assert statements.fetch_brief.names == ("namespace", "key")
+    assert statements.insert_bare.names == ("namespace", "key", "effect_type", "payload_hash",
+                                            "lease_seconds", "lease_secret")
+    assert statements.report_committed.names == ("result", "namespace", "key", "token",
+                                                 "lease_secret")
     for name in NAMES:
         text = getattr(statements, name).text
         assert ":" not in text.replace("':'", ""), name  # every name became a number

@@ -35,6 +35,7 @@ from .binds import (
     NewApproval,
     bare_binds,
     begin_binds,
+    committed_binds,
     extend_binds,
     is_bare,
     late_binds,
@@ -237,8 +238,8 @@ class Store:
                 if found is not None:
                     return found
                 if is_bare(req):
-                    new = run(self.sql.insert_bare, bare_binds(req, secret.hash),
-                              self._reserve_sync)
+                    sql = self.sql.insert_bare
+                    new = run(sql, bare_binds(sql, req, secret.hash), self._reserve_sync)
                 else:
                     new = run(self.sql.insert_lean, begin_binds(req, State.IN_FLIGHT,
                                                                 secret.hash), self._reserve_sync)
@@ -261,10 +262,15 @@ class Store:
             "namespace": namespace, "key": key})  # SQLite's numbered text: binds by position
         if not rows:
             return None
-        return committed_head(rows[0], namespace, key) or self.fetch(namespace, key)
+        return committed_head(rows[0], namespace, key) or self._fetch(namespace, key)
 
     def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """The head of the effect at ``key``, or None."""
+        return self._fetch(namespace, key)
+
+    def _fetch(self, namespace: str, key: str) -> EffectHead | None:
+        # (one store operation never calls another's public method: a caller that wraps them,
+        # as the replay does, sees each operation once)
         rows = self._conns.run(self.sql.fetch, {"namespace": namespace, "key": key})
         return found_head(rows[0], namespace, key) if rows else None
 
@@ -361,12 +367,22 @@ class Store:
         outcome and its spend move in one transaction. ``overspend`` is asked, when an actual
         cost above the estimate raised counters, with each (counter, spent now); a text it
         returns becomes the effect's ``reason`` in the same transaction."""
+        # The common report, COMMITTED with nothing but its result (the decorator's): a text
+        # of its own, with what is always the same written in.
+        bare = spends is False and outcome is Outcome.COMMITTED and error is None and (
+            reason is None and note is None and actual_cost_micros is None)
+        if bare:
+            sql = self.sql.report_committed
+            if self._conns.run(sql, committed_binds(sql, namespace, lease, result),
+                               self._outcome_sync, count=True):
+                return _ON_TIME
         binds = outcome_binds(
             namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
             actual_cost_micros=actual_cost_micros)
         if spends is False:
-            if self._conns.run(self.sql.report_plain, binds, self._outcome_sync, count=True):
-                return Recorded(None, None, False)
+            if not bare and self._conns.run(self.sql.report_plain, binds, self._outcome_sync,
+                                            count=True):
+                return _ON_TIME
             rows = self._conns.run(self.sql.report_late, late_binds(binds, note),
                                    self._reserve_sync)
             return Recorded(rows[0][0], rows[0][1], True) if rows else None
@@ -602,3 +618,4 @@ def _inserted(req: Request, effect_id: int, lease: float, now: float,
 
 _new_head = tuple.__new__
 _IN_FLIGHT = State.IN_FLIGHT
+_ON_TIME = Recorded(None, None, False)  # a report that moved no spend landed on time

@@ -20,10 +20,11 @@ if TYPE_CHECKING:
     from ..request import Lease, LeaseSecret, Request
     from ..states import Outcome
     from .rows import EffectHead
+    from .sql import Sql
 
 __all__ = [
-    "BARE_OMITS", "NULL_NOTE", "NewApproval", "bare_binds", "begin_binds", "extend_binds",
-    "is_bare", "late_binds", "move_binds", "outcome_binds", "over_ceiling",
+    "BARE_OMITS", "NULL_NOTE", "NewApproval", "bare_binds", "begin_binds", "committed_binds",
+    "extend_binds", "is_bare", "late_binds", "move_binds", "outcome_binds", "over_ceiling",
 ]
 
 NULL_NOTE = "null"
@@ -55,7 +56,6 @@ def _late(note: str | None) -> str:
 
 
 _LATE = encode_text(_late(None))
-_IN_FLIGHT = State.IN_FLIGHT.value
 
 
 def begin_binds(req: Request, state: State, lease_secret: str | None) -> dict[str, Any]:
@@ -81,14 +81,17 @@ def is_bare(req: Request) -> bool:
             and req.vendor is None and req.estimated_cost_micros is None)
 
 
-def bare_binds(req: Request, lease_secret: str) -> dict[str, Any]:
-    """The binds of the bare insert of a plain reservation of ``req`` (:func:`is_bare`)."""
-    return {
-        "namespace": req.namespace, "key": req.key, "effect_type": req.effect_type,
-        "payload_hash": req.payload_hash, "state": _IN_FLIGHT,
-        "lease_seconds": req.lease_seconds, "lease_secret": lease_secret,
-        "h_by": NULL_NOTE, "h_note": NULL_NOTE,
-    }
+def bare_binds(sql: Sql, req: Request,
+               lease_secret: str) -> dict[str, Any] | tuple[Any, ...]:
+    """The binds of ``sql``, the bare insert of a plain reservation of ``req``
+    (:func:`is_bare`): by position where its text is numbered (every executed effect makes
+    them; ``tests/test_store_statements.py`` pins the order)."""
+    if sql.order is not None:
+        return (req.namespace, req.key, req.effect_type, req.payload_hash, req.lease_seconds,
+                lease_secret)
+    return {"namespace": req.namespace, "key": req.key, "effect_type": req.effect_type,
+            "payload_hash": req.payload_hash, "lease_seconds": req.lease_seconds,
+            "lease_secret": lease_secret}
 
 
 def move_binds(row: EffectHead | None, move: Move, req: Request, secret: LeaseSecret,
@@ -120,6 +123,17 @@ def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str
         "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
         "h_note": NULL_NOTE if note is None else encode_text(note),
     }
+
+
+def committed_binds(sql: Sql, namespace: str, lease: Lease,
+                    result: str | None) -> dict[str, Any] | tuple[Any, ...]:
+    """The binds of ``sql``, the report of a COMMITTED outcome with nothing but its result:
+    by position where its text is numbered (the order pinned as :func:`bare_binds`')."""
+    digest = secret_hash(lease.secret)
+    if sql.order is not None:
+        return (result, namespace, lease.key, lease.token, digest)
+    return {"result": result, "namespace": namespace, "key": lease.key, "token": lease.token,
+            "lease_secret": digest}
 
 
 def late_binds(binds: dict[str, Any], note: str | None) -> dict[str, Any]:

@@ -22,16 +22,17 @@ __all__ = ["Line", "append", "encode_line", "encode_text", "parse"]
 
 
 def append(from_state: Any, to_state: Any, token: Any, by: Any = None, *,
-           first: bool = False) -> Any:
+           first: bool = False, note: Any = None) -> Any:
     """SQL: ``history`` with one more line, written by the statement making the transition.
 
     ``by`` and ``note`` come from the binds ``h_by`` and ``h_note`` (already framed by
-    :func:`encode_text`) unless ``by`` is given as an expression."""
+    :func:`encode_text`) unless given as expressions."""
     t = effects.c
     tab: Any = literal("\t")
     return (
         (from_state if first else func.coalesce(t.history, literal("")) + from_state)
         + tab + to_state + tab
         + cast(db_now(), String) + tab + cast(token, String) + tab
-        + (p("h_by") if by is None else by) + tab + p("h_note") + literal("\n")
+        + (p("h_by") if by is None else by) + tab + (p("h_note") if note is None else note)
+        + literal("\n")
     )

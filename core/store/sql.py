@@ -28,8 +28,8 @@ NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
     "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_brief", "fetch_row",
     "fetch_row_id", "insert", "insert_bare", "insert_lean", "lapse", "note_reason", "now",
-    "prune", "prune_approvals", "prune_arguments", "prune_count", "report", "report_late",
-    "report_plain", "resolve", "take",
+    "prune", "prune_approvals", "prune_arguments", "prune_count", "report",
+    "report_committed", "report_late", "report_plain", "resolve", "take",
 )
 
 
@@ -118,6 +118,7 @@ class Statements:
     prune_arguments: Sql
     prune_count: Sql
     report: Sql
+    report_committed: Sql
     report_late: Sql
     report_plain: Sql
     resolve: Sql

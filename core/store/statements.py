@@ -33,7 +33,7 @@ from sqlalchemy.sql.expression import ColumnElement
 from ..states import ApprovalState, State
 from ..validate import MAX_INT
 from . import history
-from .binds import BARE_OMITS
+from .binds import BARE_OMITS, NULL_NOTE
 from .pg_reserve import ReserveFunction
 from .rows import BRIEF_COLUMNS, FOUND_COLUMNS, HEAD_COLUMNS, ROW_COLUMNS
 from .schema import (
@@ -148,8 +148,13 @@ class _Definitions:
         # The reservation of a new key only needs what the store decided: id, lease, clock.
         lazy["insert_lean"] = lambda: insert.returning(t.id, t.lease_expires_at, now)
         # The same for a request that carries none of the optional fields: SQLite binds and
-        # stores every column an insert lists, NULL or not (the bare one costs ~45% less).
-        bare = {k: v for k, v in insert_values.items() if k not in BARE_OMITS}
+        # stores every column an insert lists, NULL or not (the bare one costs ~45% less), and
+        # what is always the same is written into the text (each bind costs the driver).
+        in_flight, none = _state(State.IN_FLIGHT), literal(NULL_NOTE)
+        bare = {k: v for k, v in insert_values.items() if k not in BARE_OMITS} | {
+            "state": in_flight, "vendor_since": now,
+            "history": line(literal(""), in_flight, literal_column("1"), none, first=True,
+                            note=none)}
         lazy["insert_bare"] = lambda: (
             dialect_insert(effects).values(bare)
             .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
@@ -241,6 +246,18 @@ class _Definitions:
         # The same when the attempt moves no spend: only whether it landed matters (the row
         # count; SQLite's RETURNING costs a quarter of the update).
         lazy["report_plain"] = lambda: outcome(holder & live & ride, null(), returning=False)
+        # The same for the common report, COMMITTED with nothing but its result (the
+        # decorator's): what is always the same written into the text, and a committed
+        # outcome leaves the vendor key as it is.
+        done = _state(State.COMMITTED)
+        lazy["report_committed"] = lambda: (
+            effects.update()
+            .where(holder & live & ride)
+            .values(history=line(t.state, done, t.token, literal("null"), note=literal(NULL_NOTE)),
+                    state=done, result=p("result"), error=null(), reason=null(),
+                    actual_cost_micros=null(), lease_expires_at=null(), updated_at=now,
+                    actor=null(), note=null())
+        )
         # The lapsed holder's own late report settles its AMBIGUOUS effect, as long as nobody
         # has held or resolved it since (the token would have moved on).
         lapsed = in_flight_lapsed(now) | (

@@ -23,7 +23,7 @@ from typing import Any
 
 from .._commands import HookFailed
 from ..request import secret_hash
-from ..store.rows import ApprovalRow, EffectHead, EffectRow, Moved
+from ..store.rows import ApprovalRow, CommittedHead, EffectHead, EffectRow, Moved
 from .model import LOST, Action, Config, ModelState
 from .model_rows import MRow
 from .model_state import Worker
@@ -109,8 +109,9 @@ class _Renamer:
 
     def answer(self, a: Any) -> Any:
         """One answer a worker's flow was given, renamed."""
-        if a is None or a is LOST or isinstance(a, (str, HookFailed)):
-            return a  # (a raising hook's answer is one constant: it names no worker)
+        if a is None or a is LOST or isinstance(a, (str, HookFailed, CommittedHead)):
+            return a  # (a raising hook's answer is one constant, a committed head holds no
+            # secret or approval: neither names a worker)
         if isinstance(a, EffectHead):
             return self.head(a)
         if isinstance(a, Moved):
