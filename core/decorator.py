@@ -12,6 +12,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import types
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
@@ -50,6 +51,7 @@ __all__ = [
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
+_UNFINISHED = (types.CoroutineType, types.GeneratorType)  # inspect.iscoroutine, isgenerator
 _NOT_STARTED = "cancelled before the body started"
 
 
@@ -274,7 +276,7 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
-        if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        if isinstance(result, _UNFINISHED):
             self._unfinished(d, result)
         self._commit(d, result)
         return result
@@ -444,12 +446,14 @@ def _binder(fn: Callable[..., Any], signature: inspect.Signature,
     taken = [frozenset(positional[:count]) for count in range(most + 1)]
 
     def fast(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if len(args) > most:
+        count = len(args)
+        if count > most:
             return slow(args, kwargs)
         values = defaults.copy()  # then what the call gave, over them
-        values.update(zip(positional, args, strict=False))
+        for at, value in enumerate(args):  # (zip's strict= and dict.update cost more)
+            values[positional[at]] = value
         if kwargs:
-            if not known.issuperset(kwargs) or not taken[len(args)].isdisjoint(kwargs):
+            if not known.issuperset(kwargs) or not taken[count].isdisjoint(kwargs):
                 return slow(args, kwargs)
             values.update(kwargs)
         if len(values) < every:  # a required argument is missing

@@ -327,7 +327,9 @@ class BeginFlow:
     def remember(self, key: str, payload: str, effect_type: str, effect_id: int, attempt: int,
                  token: int, result: str | None) -> None:
         """Keep a COMMITTED effect in the memo."""
-        self.memo.put(key, MemoEntry(payload, effect_type, effect_id, attempt, token, result))
+        if self.memo.size:
+            self.memo.put(key, _new(MemoEntry, (payload, effect_type, effect_id, attempt, token,
+                                                result)))
 
     def from_memo(self, req: Request) -> BeginDecision | None:
         """A duplicate answered from memory, or None (ask the store)."""

@@ -173,8 +173,14 @@ def _flat_encoder(fallback: Any, *, sort_keys: bool) -> Any:
 
 def _is_flat(value: Any) -> bool:
     """A dict of str keys to str, int, bool or None values: canonical JSON as it stands."""
-    return type(value) is dict and _FLAT.issuperset(map(type, value.values())) and (
-        _KEYS.issuperset(map(type, value)))
+    if type(value) is not dict:
+        return False
+    if len(value) <= 4:  # a tool call's few arguments: a plain loop is the cheapest check
+        for name, item in value.items():
+            if type(name) is not str or type(item) not in _FLAT:
+                return False
+        return True
+    return _FLAT.issuperset(map(type, value.values())) and _KEYS.issuperset(map(type, value))
 
 
 _dumps_flat = _flat_encoder(_dumps, sort_keys=True)
