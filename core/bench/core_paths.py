@@ -98,8 +98,8 @@ def _refusals(s: Scratch, report: Report, gate: Gate, fn: Callable[[str], Any],
         size = min(1000, len(gate_done), len(raw_done))  # the memo holds the latest 4096
         gate_cycle, cold_cycle = Cycle(gate_done[-size:]), Cycle(gate_done[-size:])
         raw_cycle = Cycle(raw_done[-size:])
-        # The refusal's own read (the head of the row, every column a decision may need) by
-        # the bare driver: the floor under the refusal's Python.
+        # The refusal's own read (on SQLite a reservation's first read: what a repeat of a
+        # COMMITTED effect answers with) by the bare driver: the floor under its Python.
         replay = Replay(cold, cold_fn, gate_done[0], render="bench:{}".format,
                         where=s.path("core_default") if s.backend == "sqlite" else
                         s.dsn("core_default"))

@@ -7,10 +7,14 @@ encoding and transactions never leave this package.
 * SQLite: WAL, ``busy_timeout`` so concurrent processes wait rather than fail, and
   ``synchronous=FULL`` for every commit that reserves (a reservation survives a power cut); the
   outcome commit runs at ``NORMAL`` and rides on the next sync (a lost outcome decays to
-  AMBIGUOUS, never to a second execution). A repeat reads the key first and writes nothing.
-  SQLite binds and stores every column an insert lists, so a request with none of the
-  optional fields is reserved by an insert of only the columns it sets, and a report that
-  moves no spend is told it landed by its row count, not by a RETURNING.
+  AMBIGUOUS, never to a second execution). A repeat reads the key first and writes nothing;
+  that read selects in full only what a repeat of a COMMITTED effect answers with
+  (:class:`~effectgate.store.rows.CommittedHead`: each column a driver hands up costs as much
+  as a cheap Python call), and reads any other state's head again. SQLite binds and stores
+  every column an insert lists, so a request with none of the optional fields is reserved by
+  an insert of only the columns it sets; a report that moves no spend is told it landed by
+  its row count, not by a RETURNING; and the texts run with numbered placeholders, bound by
+  position (a name looked up per bind costs the driver more than the bind).
 * PostgreSQL: a unique index, and the reservation as one call to a function generated from the
   dialect-compiled read and insert (``pg_reserve``): one round trip, and a repeat only reads.
 """
