@@ -165,6 +165,13 @@ CASES: list[tuple[str, Case, type[eg.EffectGateError]]] = [
     ("template renders 10,000 characters",
      lambda s: s.run("refund:{t}", {"t": "x" * 10_000}), E.EffectKeyError),
     ("template renders a NUL", lambda s: s.run("refund:{t}", {"t": "a\x00b"}), E.EffectKeyError),
+    # The common template's short way (text around one plain {name}) at its edges.
+    ("template field makes the key one past the longest",
+     lambda s: s.run("refund:{t}", {"t": "x" * 506}), E.EffectKeyError),
+    ("template text after the field makes the key one past the longest",
+     lambda s: s.run("{t}" + "y" * 500, {"t": "x" * 13}), E.EffectKeyError),
+    ("template int field makes the key one past the longest",
+     lambda s: s.run("r" * 412 + "{t}", {"t": 10**100}), E.EffectKeyError),
     ("template renders a lone surrogate",
      lambda s: s.run("refund:{t}", {"t": "a\ud800"}), E.EffectKeyError),
     ("decorated call with a missing argument",

@@ -394,6 +394,7 @@ def test_sqlite_binds_by_position_what_sqlalchemy_names() -> None:
     """SQLite's rendered texts run with numbered placeholders (``?1``: one number per name,
     however often it occurs; nothing inside a string literal taken for one), bound by
     position; the statements a caller binds by position name their binds in that order."""
+    from effectgate.store import binds
     from effectgate.store.sql import numbered, rendered
 
     sql = numbered("SELECT ':no', 'it''s :not' FROM t WHERE a = :a AND b = :b OR c = :a")
@@ -403,10 +404,8 @@ def test_sqlite_binds_by_position_what_sqlalchemy_names() -> None:
     statements = rendered()
     # The orders the per-call binds are built in (store/binds.py and Store.first_read).
     assert statements.fetch_brief.names == ("namespace", "key")
-    assert statements.insert_bare.names == ("namespace", "key", "effect_type", "payload_hash",
-                                            "lease_seconds", "lease_secret")
-    assert statements.report_committed.names == ("result", "namespace", "key", "token",
-                                                 "lease_secret")
+    assert statements.insert_bare.names == binds.BARE_NAMES
+    assert statements.report_committed.names == binds.COMMITTED_NAMES
     for name in NAMES:
         text = getattr(statements, name).text
         assert ":" not in text.replace("':'", ""), name  # every name became a number

@@ -373,9 +373,9 @@ class Store:
         returns becomes the effect's ``reason`` in the same transaction."""
         # The common report, COMMITTED with nothing but its result (the decorator's): a text
         # of its own, with what is always the same written in.
-        bare = spends is False and outcome is Outcome.COMMITTED and error is None and (
+        plain_commit = spends is False and outcome is Outcome.COMMITTED and error is None and (
             reason is None and note is None and actual_cost_micros is None)
-        if bare:
+        if plain_commit:
             sql = self.sql.report_committed
             if self._conns.run(sql, committed_binds(sql, namespace, lease, result),
                                self._outcome_sync, count=True):
@@ -384,8 +384,8 @@ class Store:
             namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
             actual_cost_micros=actual_cost_micros)
         if spends is False:
-            if not bare and self._conns.run(self.sql.report_plain, binds, self._outcome_sync,
-                                            count=True):
+            if not plain_commit and self._conns.run(self.sql.report_plain, binds,
+                                                    self._outcome_sync, count=True):
                 return _ON_TIME
             rows = self._conns.run(self.sql.report_late, late_binds(binds, note),
                                    self._reserve_sync)

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from .sql import Sql
 
 __all__ = [
-    "BARE_OMITS", "NULL_NOTE", "NewApproval", "bare_binds", "begin_binds", "committed_binds",
-    "extend_binds", "is_bare", "late_binds", "move_binds", "outcome_binds", "over_ceiling",
+    "BARE_NAMES", "BARE_OMITS", "COMMITTED_NAMES", "NULL_NOTE", "NewApproval", "bare_binds",
+    "begin_binds", "committed_binds", "extend_binds", "is_bare", "late_binds", "move_binds",
+    "outcome_binds", "over_ceiling",
 ]
 
 NULL_NOTE = "null"
@@ -81,17 +82,27 @@ def is_bare(req: Request) -> bool:
             and req.vendor is None and req.estimated_cost_micros is None)
 
 
+BARE_NAMES = ("namespace", "key", "effect_type", "payload_hash", "lease_seconds",
+              "lease_secret")
+"""The binds of the bare insert, in the order :func:`bare_binds` makes them (its numbered
+text's order: ``tests/test_store_statements.py`` holds the two together)."""
+COMMITTED_NAMES = ("result", "namespace", "key", "token", "lease_secret")
+"""The binds of the plain COMMITTED report, in the order :func:`committed_binds` makes them."""
+
+
+def _by(sql: Sql, names: tuple[str, ...],
+        values: tuple[Any, ...]) -> dict[str, Any] | tuple[Any, ...]:
+    """``values`` by position where ``sql``'s text is numbered (every executed effect binds
+    them: no mapping built to be taken apart again), else by ``names``."""
+    return values if sql.order is not None else dict(zip(names, values, strict=True))
+
+
 def bare_binds(sql: Sql, req: Request,
                lease_secret: str) -> dict[str, Any] | tuple[Any, ...]:
     """The binds of ``sql``, the bare insert of a plain reservation of ``req``
-    (:func:`is_bare`): by position where its text is numbered (every executed effect makes
-    them; ``tests/test_store_statements.py`` pins the order)."""
-    if sql.order is not None:
-        return (req.namespace, req.key, req.effect_type, req.payload_hash, req.lease_seconds,
-                lease_secret)
-    return {"namespace": req.namespace, "key": req.key, "effect_type": req.effect_type,
-            "payload_hash": req.payload_hash, "lease_seconds": req.lease_seconds,
-            "lease_secret": lease_secret}
+    (:func:`is_bare`)."""
+    return _by(sql, BARE_NAMES, (req.namespace, req.key, req.effect_type, req.payload_hash,
+                                 req.lease_seconds, lease_secret))
 
 
 def move_binds(row: EffectHead | None, move: Move, req: Request, secret: LeaseSecret,
@@ -127,13 +138,10 @@ def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str
 
 def committed_binds(sql: Sql, namespace: str, lease: Lease,
                     result: str | None) -> dict[str, Any] | tuple[Any, ...]:
-    """The binds of ``sql``, the report of a COMMITTED outcome with nothing but its result:
-    by position where its text is numbered (the order pinned as :func:`bare_binds`')."""
-    digest = secret_hash(lease.secret)
-    if sql.order is not None:
-        return (result, namespace, lease.key, lease.token, digest)
-    return {"result": result, "namespace": namespace, "key": lease.key, "token": lease.token,
-            "lease_secret": digest}
+    """The binds of ``sql``, the report of a COMMITTED outcome with nothing but its
+    result."""
+    return _by(sql, COMMITTED_NAMES, (result, namespace, lease.key, lease.token,
+                                      secret_hash(lease.secret)))
 
 
 def late_binds(binds: dict[str, Any], note: str | None) -> dict[str, Any]:
