@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["Overspend", "Reporter", "kept", "observe_decision"]
 
 log = logging.getLogger("effectgate")
+_COMMITTED = Outcome.COMMITTED
 
 
 def kept(policy: Policy | None, effect_type: str | None, result: Any) -> Any:
@@ -61,14 +62,18 @@ def kept(policy: Policy | None, effect_type: str | None, result: Any) -> Any:
 
 def observe_decision(d: BeginDecision, telemetry: Telemetry | None) -> None:
     """Log a ``begin``'s decision (a refusal at INFO, an execute at DEBUG) and count it."""
-    if d.decision is not Decision.EXECUTE:
-        if log.isEnabledFor(logging.INFO):
-            log.info("refused %s: %s (%s)", d.key, d.decision.value,
-                     d.reason or d.state.value, extra=_extra(d))
-    elif log.isEnabledFor(logging.DEBUG):
+    decision = d.decision
+    if decision is not _EXECUTE:
+        if log.isEnabledFor(_INFO):
+            log.info("refused %s: %s (%s)", d.key, decision.value, d.reason or d.state.value,
+                     extra=_extra(d))
+    elif log.isEnabledFor(_DEBUG):
         log.debug("begin %s: execute", d.key, extra=_extra(d))
     if telemetry is not None:
-        telemetry.decision(d.decision, d.effect_type)
+        telemetry.decision(decision, d.effect_type)
+
+
+_EXECUTE, _INFO, _DEBUG = Decision.EXECUTE, logging.INFO, logging.DEBUG
 
 
 def _extra(d: BeginDecision) -> dict[str, Any]:
@@ -122,6 +127,18 @@ class Reporter:
         """Record ``outcome`` for the holder ``held`` (see :meth:`Gate.report`)."""
         if result is not None and self.result_rules:
             result = kept(self.policy, self._effect_type_of(held), result)
+        if outcome is _COMMITTED and error is None and actual_cost_micros is None and (
+                type(held) is BeginDecision and not held.spends):
+            lease, text = self.plain(held, result)
+            done = self.store.record_outcome(
+                self.namespace, lease, _COMMITTED, result=text, error=None, reason=None,
+                note=None, actual_cost_micros=None, spends=False)
+            if done is None:
+                if self.already(lease, _COMMITTED, text):
+                    return
+                raise self.stale(lease, "report committed")
+            self.reported(held, lease, _COMMITTED, text, done)
+            return
         lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
         done = self.store.record_outcome(self.namespace, lease, parsed, **fields)
         if done is None:
@@ -153,6 +170,12 @@ class Reporter:
             row = self.store.fetch(self.namespace, check_key(held.key))
             return None if row is None else row.effect_type
         return held.effect_type if isinstance(held, BeginDecision) else None
+
+    def plain(self, held: BeginDecision, result: Any) -> tuple[Lease, str | None]:
+        """The proof and the stored JSON of the common report, :meth:`fields` of a COMMITTED
+        outcome with nothing but its result, by an attempt charged to no ceiling (the
+        decorator's): one statement, and no fields to build or check but these."""
+        return self.holder(held)[0], result_json(result)
 
     def fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                error: str | None, actual_cost_micros: int | None,

@@ -405,6 +405,58 @@ def test_repeated_report_of_the_same_outcome_is_accepted(gate: eg.Gate) -> None:
     assert gate.get(d.key).result == {"r": 1}
 
 
+def _report_story(gate: eg.Gate, other: eg.Gate, committed: Any, tag: str) -> list[Any]:
+    """Every kind of report of COMMITTED a holder can make, ``committed`` spelled as given:
+    what each answered, and the rows it left (ids, times and keys aside)."""
+    seen: list[Any] = []
+
+    def attempt(fn: Any) -> None:
+        before = snapshot(gate)
+        try:
+            fn()
+        except eg.EffectGateError as err:
+            seen.append((type(err).__name__, snapshot(gate) == before))
+        else:
+            seen.append("ok")
+
+    d = begin(gate, key=f"refund:{tag}-1")
+    attempt(lambda: gate.report(d, committed, result=object()))  # no JSON form
+    attempt(lambda: gate.report(d, committed, result={"r": 1, "card": "4242"}))
+    attempt(lambda: gate.report(d, committed, result={"r": 1, "card": "4242"}))  # a repeat
+    attempt(lambda: gate.report(d, committed, result={"r": 2}))  # not what was recorded
+    late = begin(gate, key=f"refund:{tag}-2")
+    lapse_leases(gate, late.key)
+    attempt(lambda: gate.report(late, committed, result="late"))
+    duplicate = begin(gate, key=f"refund:{tag}-1")
+    attempt(lambda: gate.report(duplicate, committed, result=None))  # holds nothing
+    elsewhere = begin(other, key=f"refund:{tag}-3")
+    attempt(lambda: gate.report(elsewhere, committed, result=None))  # another namespace
+    for key in (f"refund:{tag}-1", f"refund:{tag}-2"):
+        record = gate.get(key)
+        seen.append((record.state, record.result, record.reason,
+                     [(h.to_state, h.note) for h in record.history]))
+    return seen
+
+
+def test_a_commit_reported_as_the_decorator_does_is_the_general_report(
+        make_gate: Any) -> None:
+    """The common report (``Outcome.COMMITTED``, nothing but a result, no spend: the
+    decorator's, which takes a shorter way) answers and writes exactly what the same report
+    spelled ``"committed"`` (the general way) does: a refusal changes nothing, a repeat is
+    accepted, a late report lands late, the policy's redaction applies."""
+    policy = eg.Policy.from_dict({"effects": {"payment.refund": {"redact_result": ["card"]}}})
+    gate = make_gate(policy=policy)
+    other = make_gate(namespace=gate.namespace + "-other")
+    common = _report_story(gate, other, eg.Outcome.COMMITTED, "common")
+    general = _report_story(gate, other, "committed", "general")
+    assert common == general
+    assert common[:7] == [("PayloadError", True), "ok", "ok", ("StaleLease", True), "ok",
+                          ("InvalidTransition", True), ("InvalidTransition", True)]
+    first, second = common[7], common[8]
+    assert first[:2] == (eg.State.COMMITTED, {"r": 1, "card": "[redacted]"})
+    assert second[1] == "late" and second[3][-1][1] == "late report"
+
+
 def test_resolve_refuses_a_live_lease_without_force(gate: eg.Gate) -> None:
     """G15: a live lease is not resolvable (its holder may still act); force says so in the
     history."""
