@@ -314,6 +314,7 @@ class BeginFlow:
         self._store = store
         self.observe = observe  # told of approvals requested, lapses, budget warnings
         self.memo = memo
+        self._remembers, self._find = memo.size > 0, memo.find
         self._secrets = secrets
         self.parts = Parts(store.one_call, store.secret, reconcilers, memo, redact, kept,
                            approval_ids)
@@ -333,9 +334,9 @@ class BeginFlow:
 
     def from_memo(self, req: Request) -> BeginDecision | None:
         """A duplicate answered from memory, or None (ask the store)."""
-        if not self.memo.size:
+        if not self._remembers:
             return None
-        hit = self.memo.get(req.key)
+        hit = self._find(req.key)
         if hit is None:
             return None
         payload, effect_type, effect_id, attempt, token, result = hit

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import NamedTuple
 
 __all__ = ["CommittedMemo", "MemoEntry"]
@@ -30,12 +31,15 @@ class MemoEntry(NamedTuple):
 class CommittedMemo:
     """Key → :class:`MemoEntry` of COMMITTED effects, at most ``size`` of them."""
 
-    __slots__ = ("_entries", "_lock", "size")
+    __slots__ = ("_entries", "_lock", "find", "size")
 
     def __init__(self, size: int) -> None:
         self.size = max(0, int(size))
         self._entries: OrderedDict[str, MemoEntry] = OrderedDict()
         self._lock = threading.Lock()
+        self.find: Callable[[str], MemoEntry | None] = self._entries.get
+        """:meth:`get` without a call of its own (every begin asks: a memo of size 0 holds
+        nothing)."""
 
     def get(self, key: str) -> MemoEntry | None:
         """The entry for ``key``, or None (a lock-free read: a dict lookup is atomic)."""

@@ -947,6 +947,7 @@ class _MemoOnly:
 
     def __init__(self, memo: Any) -> None:
         self.memo = memo
+        self._remembers, self._find = memo.size > 0, memo.find
 
 
 def _remember(s: ModelState, row: MRow, token: int, attempt: int,
