@@ -1,6 +1,7 @@
 """The report machinery behind :meth:`Gate.report <effectgate.Gate.report>` and
 :meth:`Gate.extend_lease <effectgate.Gate.extend_lease>`: the proof of holding checked, the
-report's fields validated (nothing is written when that raises), the store's answer turned
+report's fields validated (nothing is written when that raises; the common report, the
+decorator's COMMITTED with its result, has no fields but those two), the store's answer turned
 into a repeat (nothing to do), a :class:`~effectgate.StaleLease` that says why, or the
 notices of what was recorded (an overspend, a late report, a memo of the committed result).
 
@@ -127,25 +128,23 @@ class Reporter:
         """Record ``outcome`` for the holder ``held`` (see :meth:`Gate.report`)."""
         if result is not None and self.result_rules:
             result = kept(self.policy, self._effect_type_of(held), result)
-        if outcome is _COMMITTED and error is None and actual_cost_micros is None and (
-                type(held) is BeginDecision and not held.spends):
-            lease, text = self.plain(held, result)
+        common = self.common(held, outcome, result, error, actual_cost_micros)
+        if common is not None:
+            lease, text = common
+            parsed, reason = _COMMITTED, None
             done = self.store.record_outcome(
                 self.namespace, lease, _COMMITTED, result=text, error=None, reason=None,
                 note=None, actual_cost_micros=None, spends=False)
-            if done is None:
-                if self.already(lease, _COMMITTED, text):
-                    return
-                raise self.stale(lease, "report committed")
-            self.reported(held, lease, _COMMITTED, text, done)
-            return
-        lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
-        done = self.store.record_outcome(self.namespace, lease, parsed, **fields)
+        else:
+            lease, parsed, fields = self.fields(held, outcome, result, error,
+                                                actual_cost_micros)
+            text, reason = fields["result"], fields["reason"]
+            done = self.store.record_outcome(self.namespace, lease, parsed, **fields)
         if done is None:
-            if self.already(lease, parsed, fields["result"]):
+            if self.already(lease, parsed, text):
                 return  # a repeat of a report that landed (its reply was lost): nothing to do
             raise self.stale(lease, f"report {parsed.value}")
-        self.reported(held, lease, parsed, fields["result"], done, fields["reason"])
+        self.reported(held, lease, parsed, text, done, reason)
 
     async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                       error: str | None, actual_cost_micros: int | None) -> None:
@@ -157,13 +156,24 @@ class Reporter:
             else:
                 effect_type = held.effect_type
             result = kept(self.policy, effect_type, result)
-        lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
-        done = await self.flow.astore.record_outcome(self.namespace, lease, parsed, **fields)
+        common = self.common(held, outcome, result, error, actual_cost_micros)
+        if common is not None:
+            lease, text = common
+            parsed, reason = _COMMITTED, None
+            done = await self.flow.astore.record_outcome(
+                self.namespace, lease, _COMMITTED, result=text, error=None, reason=None,
+                note=None, actual_cost_micros=None, spends=False)
+        else:
+            lease, parsed, fields = self.fields(held, outcome, result, error,
+                                                actual_cost_micros)
+            text, reason = fields["result"], fields["reason"]
+            done = await self.flow.astore.record_outcome(self.namespace, lease, parsed,
+                                                         **fields)
         if done is None:
-            if await to_thread(self.already, lease, parsed, fields["result"]):
+            if await to_thread(self.already, lease, parsed, text):
                 return
             raise await to_thread(self.stale, lease, f"report {parsed.value}")
-        self.reported(held, lease, parsed, fields["result"], done, fields["reason"])
+        self.reported(held, lease, parsed, text, done, reason)
 
     def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
         if isinstance(held, Lease):
@@ -171,10 +181,16 @@ class Reporter:
             return None if row is None else row.effect_type
         return held.effect_type if isinstance(held, BeginDecision) else None
 
-    def plain(self, held: BeginDecision, result: Any) -> tuple[Lease, str | None]:
-        """The proof and the stored JSON of the common report, :meth:`fields` of a COMMITTED
-        outcome with nothing but its result, by an attempt charged to no ceiling (the
-        decorator's): one statement, and no fields to build or check but these."""
+    def common(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+               error: str | None, actual_cost_micros: int | None,
+               ) -> tuple[Lease, str | None] | None:
+        """The proof and the stored JSON of the common report, the decorator's: a COMMITTED
+        outcome (the member itself) with nothing but its result, by an ``execute`` decision
+        charged to no ceiling. Its :meth:`fields` would be those two and nothing else, so
+        none are built (it is one statement); None for any other report."""
+        if outcome is not _COMMITTED or error is not None or actual_cost_micros is not None or (
+                type(held) is not BeginDecision or held.spends):
+            return None
         return self.holder(held)[0], result_json(result)
 
     def fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,

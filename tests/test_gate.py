@@ -405,32 +405,34 @@ def test_repeated_report_of_the_same_outcome_is_accepted(gate: eg.Gate) -> None:
     assert gate.get(d.key).result == {"r": 1}
 
 
-def _report_story(gate: eg.Gate, other: eg.Gate, committed: Any, tag: str) -> list[Any]:
-    """Every kind of report of COMMITTED a holder can make, ``committed`` spelled as given:
-    what each answered, and the rows it left (ids, times and keys aside)."""
+async def _report_story(gate: eg.Gate, other: eg.Gate, committed: Any, tag: str,
+                        report: Any) -> list[Any]:
+    """Every kind of report of COMMITTED a holder can make, ``committed`` spelled as given and
+    made through ``report`` (``gate.report``, or ``gate.areport``, awaited): what each
+    answered, and the rows it left (ids, times and keys aside)."""
     seen: list[Any] = []
 
-    def attempt(fn: Any) -> None:
+    async def attempt(held: Any, result: Any) -> None:
         before = snapshot(gate)
         try:
-            fn()
+            done = report(held, committed, result=result)
+            if asyncio.iscoroutine(done):
+                await done
         except eg.EffectGateError as err:
             seen.append((type(err).__name__, snapshot(gate) == before))
         else:
             seen.append("ok")
 
     d = begin(gate, key=f"refund:{tag}-1")
-    attempt(lambda: gate.report(d, committed, result=object()))  # no JSON form
-    attempt(lambda: gate.report(d, committed, result={"r": 1, "card": "4242"}))
-    attempt(lambda: gate.report(d, committed, result={"r": 1, "card": "4242"}))  # a repeat
-    attempt(lambda: gate.report(d, committed, result={"r": 2}))  # not what was recorded
+    await attempt(d, object())  # no JSON form
+    await attempt(d, {"r": 1, "card": "4242"})
+    await attempt(d, {"r": 1, "card": "4242"})  # a repeat
+    await attempt(d, {"r": 2})  # not what was recorded
     late = begin(gate, key=f"refund:{tag}-2")
     lapse_leases(gate, late.key)
-    attempt(lambda: gate.report(late, committed, result="late"))
-    duplicate = begin(gate, key=f"refund:{tag}-1")
-    attempt(lambda: gate.report(duplicate, committed, result=None))  # holds nothing
-    elsewhere = begin(other, key=f"refund:{tag}-3")
-    attempt(lambda: gate.report(elsewhere, committed, result=None))  # another namespace
+    await attempt(late, "late")
+    await attempt(begin(gate, key=f"refund:{tag}-1"), None)  # a duplicate holds nothing
+    await attempt(begin(other, key=f"refund:{tag}-3"), None)  # another namespace's
     for key in (f"refund:{tag}-1", f"refund:{tag}-2"):
         record = gate.get(key)
         seen.append((record.state, record.result, record.reason,
@@ -438,8 +440,9 @@ def _report_story(gate: eg.Gate, other: eg.Gate, committed: Any, tag: str) -> li
     return seen
 
 
-def test_a_commit_reported_as_the_decorator_does_is_the_general_report(
-        make_gate: Any) -> None:
+@pytest.mark.parametrize("way", ["sync", "async"])
+async def test_a_commit_reported_as_the_decorator_does_is_the_general_report(
+        make_gate: Any, way: str) -> None:
     """The common report (``Outcome.COMMITTED``, nothing but a result, no spend: the
     decorator's, which takes a shorter way) answers and writes exactly what the same report
     spelled ``"committed"`` (the general way) does: a refusal changes nothing, a repeat is
@@ -447,8 +450,9 @@ def test_a_commit_reported_as_the_decorator_does_is_the_general_report(
     policy = eg.Policy.from_dict({"effects": {"payment.refund": {"redact_result": ["card"]}}})
     gate = make_gate(policy=policy)
     other = make_gate(namespace=gate.namespace + "-other")
-    common = _report_story(gate, other, eg.Outcome.COMMITTED, "common")
-    general = _report_story(gate, other, "committed", "general")
+    report = gate.report if way == "sync" else gate.areport
+    common = await _report_story(gate, other, eg.Outcome.COMMITTED, "common", report)
+    general = await _report_story(gate, other, "committed", "general", report)
     assert common == general
     assert common[:7] == [("PayloadError", True), "ok", "ok", ("StaleLease", True), "ok",
                           ("InvalidTransition", True), ("InvalidTransition", True)]
