@@ -390,6 +390,33 @@ def test_a_reservations_first_read_hands_up_a_committed_effect_as_a_repeat_reads
     assert store.first_read(gate.namespace, "first:absent") is None
 
 
+def test_a_first_read_the_database_refuses_is_a_store_error_and_the_next_one_reads(
+        tmp_path: Path) -> None:
+    """The first read takes one row (no list), through the same error handling as every
+    statement: a driver's refusal is a typed :class:`StoreError` that names the key and
+    writes nothing, and once the table is back the next begin reads it as before."""
+    import sqlite3
+
+    gate = eg.Gate(f"sqlite:///{tmp_path}/first.db", namespace="n", policy=False)
+    try:
+        d = gate.begin(effect_type="t.first", key="first:1", payload={"a": 1})
+        gate.report(d, eg.Outcome.COMMITTED, result={"ok": True})
+        cold = eg.Gate(gate.url, namespace="n", policy=False, memo_size=0)
+        raw = sqlite3.connect(tmp_path / "first.db", isolation_level=None)
+        raw.execute("ALTER TABLE effectgate_effects RENAME TO effectgate_away")
+        with pytest.raises(eg.StoreError) as err:
+            cold.begin(effect_type="t.first", key="first:1", payload={"a": 1})
+        assert not isinstance(err.value, eg.PayloadMismatch)
+        raw.execute("ALTER TABLE effectgate_away RENAME TO effectgate_effects")
+        assert raw.execute("SELECT count(*) FROM effectgate_effects").fetchone() == (1,)
+        raw.close()
+        again = cold.begin(effect_type="t.first", key="first:1", payload={"a": 1})
+        assert again.decision is eg.Decision.DUPLICATE and again.result == {"ok": True}
+        cold.close()
+    finally:
+        gate.close()
+
+
 def test_sqlite_binds_by_position_what_sqlalchemy_names() -> None:
     """SQLite's rendered texts run with numbered placeholders (``?1``: one number per name,
     however often it occurs; nothing inside a string literal taken for one), bound by

@@ -28,22 +28,30 @@ class Replay:
     def __init__(self, gate: Gate, fn: Callable[[str], Any], probe: str, *,
                  render: Callable[[str], str], where: str) -> None:
         conns = gate.store._conns
-        captured: list[tuple[Any, dict[str, Any], str | None]] = []
-        real = conns.run
+        # (sql, its binds by name, the durability of its commit, whether one row is read)
+        captured: list[tuple[Any, dict[str, Any], str | None, bool]] = []
+        real, first = conns.run, conns.first
+
+        def by_name(sql: Any, binds: Any) -> dict[str, Any]:
+            return dict(binds) if sql.names is None or type(binds) is not tuple else dict(
+                zip(sql.names, binds, strict=True))
 
         def spy(sql: Any, binds: Any, sync: str | None = None, *, count: bool = False) -> Any:
-            by_name = dict(binds) if sql.names is None or type(binds) is not tuple else dict(
-                zip(sql.names, binds, strict=True))
-            captured.append((sql, by_name, sync))
+            captured.append((sql, by_name(sql, binds), sync, False))
             return real(sql, binds, sync, count=count)  # type: ignore[call-overload]
 
+        def spy_first(sql: Any, binds: Any) -> Any:
+            captured.append((sql, by_name(sql, binds), None, True))
+            return first(sql, binds)
+
         conns.run = spy  # type: ignore[method-assign]
+        conns.first = spy_first  # type: ignore[method-assign]
         try:
             fn(probe)
         finally:
-            del conns.run
+            del conns.run, conns.first
         rendered = render(probe)
-        if not captured or any(binds.get("key") != rendered for _, binds, _ in captured):
+        if not captured or any(binds.get("key") != rendered for _, binds, _, _ in captured):
             raise RuntimeError(f"the probe's statements do not all name its key: {captured}")
         self.statements = captured
         self.render = render
@@ -64,13 +72,15 @@ class Replay:
         start = time.perf_counter()
         for key in keys:
             rendered = render(key)
-            for sql, binds, sync in statements:
+            for sql, binds, sync, one in statements:
                 if sync is not None and self.is_sqlite and sync != self.sync:
                     conn.execute(sync)  # the durability of this commit, as the gate sets it
                     self.sync = sync
                 binds["key"] = rendered
                 cursor = conn.execute(sql.text, binds if sql.order is None else sql.order(binds))
-                if cursor.description is not None:  # a report that returns no rows
+                if one:
+                    cursor.fetchone()
+                elif cursor.description is not None:  # a report that returns no rows
                     cursor.fetchall()
         return time.perf_counter() - start
 

@@ -262,11 +262,11 @@ class Store:
         it reads it (:class:`CommittedHead`, a narrow read: the common refusal), any other
         effect's head in full (a second read), or None."""
         sql = self.sql.fetch_brief
-        rows = self._conns.run(sql, (namespace, key) if sql.order is not None else {
+        found = self._conns.first(sql, (namespace, key) if sql.order is not None else {
             "namespace": namespace, "key": key})  # SQLite's numbered text: binds by position
-        if not rows:
+        if found is None:
             return None
-        return committed_head(rows[0], namespace, key) or self._fetch(namespace, key)
+        return committed_head(found, namespace, key) or self._fetch(namespace, key)
 
     def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """The head of the effect at ``key``, or None."""

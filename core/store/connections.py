@@ -237,6 +237,14 @@ class Connections:
         except Exception as err:
             raise self._failed(err, writing=True) from err
 
+    def first(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...]) -> Any:
+        """A read's first row, or None (the hot read, a repeat's: one step, no list);
+        ``binds`` as :meth:`run` takes them."""
+        try:
+            return self.driver().execute(sql.text, binds).fetchone()
+        except Exception as err:
+            raise self._failed(err, writing=False) from err
+
     def _failed(self, err: Exception, *, writing: bool) -> StoreError:
         """``err`` from the driver as a :class:`StoreError` (the connection dropped when it is
         gone)."""
