@@ -16,7 +16,7 @@ import datetime
 import logging
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import decide, validate
 from ._drive import to_thread
@@ -47,6 +47,7 @@ __all__ = ["Overspend", "Reporter", "kept", "observe_decision"]
 
 log = logging.getLogger("effectgate")
 _COMMITTED = Outcome.COMMITTED
+T = TypeVar("T")
 
 
 def kept(policy: Policy | None, effect_type: str | None, result: Any) -> Any:
@@ -128,18 +129,9 @@ class Reporter:
         """Record ``outcome`` for the holder ``held`` (see :meth:`Gate.report`)."""
         if result is not None and self.result_rules:
             result = kept(self.policy, self._effect_type_of(held), result)
-        common = self.common(held, outcome, result, error, actual_cost_micros)
-        if common is not None:
-            lease, text = common
-            parsed, reason = _COMMITTED, None
-            done = self.store.record_outcome(
-                self.namespace, lease, _COMMITTED, result=text, error=None, reason=None,
-                note=None, actual_cost_micros=None, spends=False)
-        else:
-            lease, parsed, fields = self.fields(held, outcome, result, error,
-                                                actual_cost_micros)
-            text, reason = fields["result"], fields["reason"]
-            done = self.store.record_outcome(self.namespace, lease, parsed, **fields)
+        lease, parsed, text, reason, fields = self.written(held, outcome, result, error,
+                                                           actual_cost_micros)
+        done = _record(self.store.record_outcome, self.namespace, lease, parsed, text, fields)
         if done is None:
             if self.already(lease, parsed, text):
                 return  # a repeat of a report that landed (its reply was lost): nothing to do
@@ -156,19 +148,10 @@ class Reporter:
             else:
                 effect_type = held.effect_type
             result = kept(self.policy, effect_type, result)
-        common = self.common(held, outcome, result, error, actual_cost_micros)
-        if common is not None:
-            lease, text = common
-            parsed, reason = _COMMITTED, None
-            done = await self.flow.astore.record_outcome(
-                self.namespace, lease, _COMMITTED, result=text, error=None, reason=None,
-                note=None, actual_cost_micros=None, spends=False)
-        else:
-            lease, parsed, fields = self.fields(held, outcome, result, error,
-                                                actual_cost_micros)
-            text, reason = fields["result"], fields["reason"]
-            done = await self.flow.astore.record_outcome(self.namespace, lease, parsed,
-                                                         **fields)
+        lease, parsed, text, reason, fields = self.written(held, outcome, result, error,
+                                                           actual_cost_micros)
+        done = await _record(self.flow.astore.record_outcome, self.namespace, lease, parsed,
+                             text, fields)
         if done is None:
             if await to_thread(self.already, lease, parsed, text):
                 return
@@ -181,17 +164,18 @@ class Reporter:
             return None if row is None else row.effect_type
         return held.effect_type if isinstance(held, BeginDecision) else None
 
-    def common(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
-               error: str | None, actual_cost_micros: int | None,
-               ) -> tuple[Lease, str | None] | None:
-        """The proof and the stored JSON of the common report, the decorator's: a COMMITTED
-        outcome (the member itself) with nothing but its result, by an ``execute`` decision
-        charged to no ceiling. Its :meth:`fields` would be those two and nothing else, so
-        none are built (it is one statement); None for any other report."""
-        if outcome is not _COMMITTED or error is not None or actual_cost_micros is not None or (
-                type(held) is not BeginDecision or held.spends):
-            return None
-        return self.holder(held)[0], result_json(result)
+    def written(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
+                error: str | None, actual_cost_micros: int | None,
+                ) -> tuple[Lease, Outcome, str | None, str | None, dict[str, Any] | None]:
+        """What a report writes: the proof, the outcome, the stored JSON, the reason, and the
+        rest of :meth:`fields` — None for the common report, the decorator's (a COMMITTED
+        outcome, the member itself, with nothing but its result, by an ``execute`` decision
+        charged to no ceiling), whose fields are only those: none are built for it."""
+        if outcome is _COMMITTED and error is None and actual_cost_micros is None and (
+                type(held) is BeginDecision and not held.spends):
+            return self.holder(held)[0], _COMMITTED, result_json(result), None, None
+        lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
+        return lease, parsed, fields["result"], fields["reason"], fields
 
     def fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                error: str | None, actual_cost_micros: int | None,
@@ -289,6 +273,17 @@ class Reporter:
         if expiry is None:
             raise await to_thread(self.stale, lease, "extend the lease")
         return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
+
+
+def _record(record: Callable[..., T], namespace: str, lease: Lease, outcome: Outcome,
+            text: str | None, fields: dict[str, Any] | None) -> T:
+    """``record`` (a store's ``record_outcome``, sync or async) called with what
+    :meth:`Reporter.written` made: the common report's text and nothing else, or the
+    fields."""
+    if fields is None:
+        return record(namespace, lease, outcome, result=text, error=None, reason=None,
+                      note=None, actual_cost_micros=None, spends=False)
+    return record(namespace, lease, outcome, **fields)
 
 
 class Overspend:

@@ -435,8 +435,9 @@ async def _report_story(gate: eg.Gate, other: eg.Gate, committed: Any, tag: str,
     await attempt(begin(other, key=f"refund:{tag}-3"), None)  # another namespace's
     for key in (f"refund:{tag}-1", f"refund:{tag}-2"):
         record = gate.get(key)
-        seen.append((record.state, record.result, record.reason,
-                     [(h.to_state, h.note) for h in record.history]))
+        seen.append((record.state, record.result, record.error, record.reason,
+                     record.actual_cost_micros, [(h.to_state, h.by, h.note)
+                                                 for h in record.history]))
     return seen
 
 
@@ -458,7 +459,8 @@ async def test_a_commit_reported_as_the_decorator_does_is_the_general_report(
                           ("InvalidTransition", True), ("InvalidTransition", True)]
     first, second = common[7], common[8]
     assert first[:2] == (eg.State.COMMITTED, {"r": 1, "card": "[redacted]"})
-    assert second[1] == "late" and second[3][-1][1] == "late report"
+    assert first[2:5] == (None, None, None)
+    assert second[1] == "late" and second[5][-1][2] == "late report"
 
 
 def test_resolve_refuses_a_live_lease_without_force(gate: eg.Gate) -> None:
