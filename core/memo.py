@@ -38,12 +38,8 @@ class CommittedMemo:
         self._entries: OrderedDict[str, MemoEntry] = OrderedDict()
         self._lock = threading.Lock()
         self.find: Callable[[str], MemoEntry | None] = self._entries.get
-        """:meth:`get` without a call of its own (every begin asks: a memo of size 0 holds
-        nothing)."""
-
-    def get(self, key: str) -> MemoEntry | None:
-        """The entry for ``key``, or None (a lock-free read: a dict lookup is atomic)."""
-        return self._entries.get(key) if self.size else None
+        """The entry for a key, or None: the dict's own ``get`` (every begin asks; a lock-free
+        read: a dict lookup is atomic; a memo of size 0 holds nothing)."""
 
     def put(self, key: str, entry: MemoEntry) -> None:
         """Remember a COMMITTED effect."""

@@ -238,8 +238,9 @@ class Connections:
             raise self._failed(err, writing=True) from err
 
     def first(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...]) -> Any:
-        """A read's first row, or None (the hot read, a repeat's: one step, no list);
-        ``binds`` as :meth:`run` takes them."""
+        """A read's first row, or None (the hot read, a repeat's: one step, no list).
+        ``binds`` as the text takes them: a numbered text's by position (``sql.names``'
+        order), a named text's by name."""
         try:
             return self.driver().execute(sql.text, binds).fetchone()
         except Exception as err:
