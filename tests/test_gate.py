@@ -425,6 +425,9 @@ async def _report_story(gate: eg.Gate, other: eg.Gate, committed: Any, tag: str,
 
     d = begin(gate, key=f"refund:{tag}-1")
     await attempt(d, object())  # no JSON form
+    await attempt(d._replace(lease_secret="guessed"), {"r": 1})  # a forged proof
+    await attempt(d._replace(lease_token=d.lease_token + 1), {"r": 1})
+    await attempt(d._replace(key=f"refund:{tag}-nobody"), {"r": 1})
     await attempt(d, {"r": 1, "card": "4242"})
     await attempt(d, {"r": 1, "card": "4242"})  # a repeat
     await attempt(d, {"r": 2})  # not what was recorded
@@ -455,9 +458,10 @@ async def test_a_commit_reported_as_the_decorator_does_is_the_general_report(
     common = await _report_story(gate, other, eg.Outcome.COMMITTED, "common", report)
     general = await _report_story(gate, other, "committed", "general", report)
     assert common == general
-    assert common[:7] == [("PayloadError", True), "ok", "ok", ("StaleLease", True), "ok",
-                          ("InvalidTransition", True), ("InvalidTransition", True)]
-    first, second = common[7], common[8]
+    assert common[:10] == [("PayloadError", True), ("StaleLease", True), ("StaleLease", True),
+                           ("UnknownEffect", True), "ok", "ok", ("StaleLease", True), "ok",
+                           ("InvalidTransition", True), ("InvalidTransition", True)]
+    first, second = common[10], common[11]
     assert first[:2] == (eg.State.COMMITTED, {"r": 1, "card": "[redacted]"})
     assert first[2:5] == (None, None, None)
     assert second[1] == "late" and second[5][-1][2] == "late report"

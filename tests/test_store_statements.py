@@ -403,12 +403,13 @@ def test_a_first_read_the_database_refuses_is_a_store_error_and_the_next_one_rea
         gate.report(d, eg.Outcome.COMMITTED, result={"ok": True})
         cold = eg.Gate(gate.url, namespace="n", policy=False, memo_size=0)
         raw = sqlite3.connect(tmp_path / "first.db", isolation_level=None)
+        rows = raw.execute("SELECT * FROM effectgate_effects").fetchall()
         raw.execute("ALTER TABLE effectgate_effects RENAME TO effectgate_away")
         with pytest.raises(eg.StoreError) as err:
             cold.begin(effect_type="t.first", key="first:1", payload={"a": 1})
         assert not isinstance(err.value, eg.PayloadMismatch)
         raw.execute("ALTER TABLE effectgate_away RENAME TO effectgate_effects")
-        assert raw.execute("SELECT count(*) FROM effectgate_effects").fetchone() == (1,)
+        assert raw.execute("SELECT * FROM effectgate_effects").fetchall() == rows  # unchanged
         raw.close()
         again = cold.begin(effect_type="t.first", key="first:1", payload={"a": 1})
         assert again.decision is eg.Decision.DUPLICATE and again.result == {"ok": True}
