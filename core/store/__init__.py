@@ -17,6 +17,11 @@ encoding and transactions never leave this package.
   position (a name looked up per bind costs the driver more than the bind).
 * PostgreSQL: a unique index, and the reservation as one call to a function generated from the
   dialect-compiled read and insert (``pg_reserve``): one round trip, and a repeat only reads.
+
+Both open a plain URL without SQLAlchemy when the store is up to date (``embedded``,
+``pg_direct``): the statements come rendered ahead of time (``sqlite_texts``, ``pg_texts``)
+and the connections from the driver itself. The engine is made only for a store to create or
+migrate, another URL form, a read-only store, and the tools.
 """
 
 from __future__ import annotations
@@ -26,14 +31,13 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import validate
 from ..decide import outcome_spend_delta, reads_first
 from ..errors import ConfigError, StoreError
 from ..states import ApprovalState, Outcome, State
-from . import embedded
+from . import embedded, pg_direct
 from .binds import (
     NULL_NOTE,
     NewApproval,
@@ -73,7 +77,7 @@ from .rows import (
     effect_row,
     found_head,
 )
-from .sql import statements_for
+from .sql import install, statements_for
 from .version import VersionWatch
 
 if TYPE_CHECKING:
@@ -88,6 +92,19 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
+
+
+def _direct(url: str) -> str | None:
+    """The libpq URI of a plain Postgres URL when psycopg is there to open it (without it, the
+    SQLAlchemy way says what to install)."""
+    conninfo = pg_direct.conninfo_of(url)
+    if conninfo is None:
+        return None
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return None
+    return conninfo
 
 
 def resolve_url(url: str | None) -> str:
@@ -105,40 +122,38 @@ class Store:
         self.url = resolve_url(url)
         self.read_only = read_only
         self.durability = durability
-        # A plain sqlite:///path URL opens without SQLAlchemy when the store is up to date
-        # (store.embedded); every other URL, and any store to create or migrate, through it.
+        # A plain sqlite:///path or postgresql:// URL opens without SQLAlchemy when the store
+        # is up to date (store.embedded, store.pg_direct); every other URL, and any store to
+        # create or migrate, through it.
         database = embedded.database_of(self.url)
+        conninfo = None if read_only or database is not None else _direct(self.url)
         engine: Engine | None = None
         if database is not None:
             embedded.check_database(database, self.url, read_only=read_only)
             self.dialect_name = "sqlite"
+        elif conninfo is not None:
+            self.dialect_name = "postgresql"
         else:
             engine = make_engine(self.url, read_only=read_only, durability=durability)
             self.dialect_name = engine.dialect.name
+        self._conninfo = conninfo
         self._connect_args: dict[str, Any] = dict(getattr(engine, "effectgate_connect_args", {}))
         self.is_sqlite = self.dialect_name == "sqlite"
         self._conns = Connections(self.url, durability, read_only=read_only, engine=engine,
-                                  database=database)
-        found = self._read_meta() if database is not None else None
+                                  database=database, conninfo=conninfo)
+        found = self._read_meta() if database is not None or conninfo is not None else None
         self.meta: dict[str, str] = self._schema() if found is None else found
         # A store kept open while a newer effectgate migrates it stops writing (read-only:
         # the database refuses writes already).
         self.version_watch = None if read_only else VersionWatch(safe_url(self.url))
         self._conns.watch = self.version_watch
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
-        if self.is_sqlite:
-            self.sql = statements_for("sqlite", durability)
-        else:
-            from .statements import build
-
-            dialect = self.engine.dialect
-            self.sql = statements_for(self.dialect_name, durability, dialect,
-                                      partial(build, dialect, self.dialect_name, durability))
+        self.sql = statements_for(self.dialect_name, durability)
         if self.sql.reserve_function is not None and not read_only:
+            assert self.sql.governed_function is not None
             try:
-                self.sql.reserve_function.install(self.engine)
-                assert self.sql.governed_function is not None
-                self.sql.governed_function.install(self.engine)
+                with self._conns.connection() as conn:
+                    install(conn, (self.sql.reserve_function, self.sql.governed_function))
             except Exception as err:
                 raise StoreError("cannot install the reserve function: "
                                  f"{driver_text(err)}") from err
@@ -154,10 +169,11 @@ class Store:
         return self._conns.engine
 
     def _read_meta(self) -> dict[str, str] | None:
-        """An embedded store's meta rows when it is up to date (no SQLAlchemy), else None."""
+        """The meta rows of a store opened without SQLAlchemy when it is up to date, else
+        None."""
         try:
             with self._conns.connection() as conn:
-                return embedded.read_meta(conn)
+                return embedded.read_meta(conn) if self.is_sqlite else pg_direct.read_meta(conn)
         except StoreError:
             self._conns.drop()
             return None  # the schema's way says what is wrong
@@ -201,9 +217,12 @@ class Store:
             return ThreadedStore(self)
         from .async_pg import AsyncPostgres
 
-        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
-        conninfo = cargs[0] if cargs else ""
-        options = {**cparams, **self._connect_args}
+        if self._conninfo is not None:
+            conninfo, options = self._conninfo, {}
+        else:
+            cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
+            conninfo = cargs[0] if cargs else ""
+            options = {**cparams, **self._connect_args}
         synchronous = "SET synchronous_commit = off" if self.durability == "relaxed" else None
         return AsyncPostgres(self, conninfo, options, synchronous, self.async_pool_size)
 

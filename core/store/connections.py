@@ -27,7 +27,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
 from ..errors import ConfigError, StoreError
-from . import embedded
+from . import embedded, pg_direct
 from .version import VERSION_SQL, VersionWatch
 
 if TYPE_CHECKING:
@@ -82,9 +82,12 @@ class Connections:
     """One store's driver connections: one per thread, reopened after a break or a fork."""
 
     def __init__(self, url: str, durability: Durability, *, read_only: bool = False,
-                 engine: Engine | None = None, database: str | None = None) -> None:
+                 engine: Engine | None = None, database: str | None = None,
+                 conninfo: str | None = None) -> None:
         """``engine``: the one made already (else made when first needed); ``database``:
-        the SQLite file of a plain URL, whose connections open with sqlite3 itself."""
+        the SQLite file of a plain URL, whose connections open with sqlite3 itself;
+        ``conninfo``: the libpq URI of a plain Postgres URL, whose connections open with
+        psycopg itself."""
         if durability not in ("reserve", "all", "relaxed"):
             raise ConfigError(
                 f"durability must be 'reserve', 'all' or 'relaxed', not {durability!r}"
@@ -94,6 +97,7 @@ class Connections:
         self.read_only = read_only
         self.durability = durability
         self.database = database
+        self.conninfo = conninfo
         self.is_sqlite = database is not None or (
             engine is not None and engine.dialect.name == "sqlite")
         self.sync_reserve = _NORMAL if durability == "relaxed" else _FULL
@@ -144,6 +148,8 @@ class Connections:
         try:
             if self.database is not None:
                 conn: Any = embedded.connect(self.database, read_only=self.read_only)
+            elif self.conninfo is not None:
+                conn = pg_direct.connect(self.conninfo, self.durability)
             else:
                 proxied = self.engine.raw_connection()
                 conn = proxied.driver_connection
@@ -402,17 +408,7 @@ def make_engine(url: str, *, read_only: bool = False,
 
         @event.listens_for(engine, "connect")
         def _synchronous(dbapi_conn: Any, _record: Any) -> None:
-            # A reservation must be durable before the body runs, whatever the server's
-            # default: raise 'off' to 'on' (a stronger setting, e.g. remote_apply, is kept).
-            # durability="relaxed" is the explicit opt-in to commit nothing synchronously.
-            with dbapi_conn.cursor() as cur:
-                if durability == "relaxed":
-                    cur.execute("SET synchronous_commit = off")
-                    return
-                cur.execute("SHOW synchronous_commit")
-                row = cur.fetchone()
-                if row is not None and row[0] == "off":
-                    cur.execute("SET synchronous_commit = on")
+            pg_direct.set_up(dbapi_conn, durability)
 
         return engine
     raise ConfigError(f"effectgate supports sqlite and postgresql URLs, not {backend!r}")
@@ -474,6 +470,9 @@ def safe_url(url: str) -> str:
     """``url`` with its password hidden, for messages."""
     if embedded.database_of(url) is not None:
         return url  # a plain SQLite URL: no credentials in it
+    plain = pg_direct.hidden(url)
+    if plain is not None:
+        return plain
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

@@ -9,7 +9,9 @@ inside a small PL/pgSQL function: the read, and the insert only when the read fo
 The function is *generated* from the two statements that :class:`~effectgate.store.Statements`
 compiles for the dialect, so the SQL is still written once. Its name carries a hash of its
 text: each version of effectgate installs (and calls) its own, and versions sharing one
-database never replace each other's.
+database never replace each other's. The functions are rendered ahead of time into
+:mod:`effectgate.store.pg_texts` with the statements, and installed by
+:func:`effectgate.store.sql.install`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import hashlib
 import re
 from typing import Any
 
-from sqlalchemy import Engine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.sqltypes import NullType
 
@@ -117,22 +118,3 @@ class ReserveFunction:
         if charges is not None:
             args += ["%(scope_keys)s", "%(limits)s", "%(per_day)s"]
         self.call = f"SELECT * FROM {self.name}({', '.join(args)})"
-
-    def install(self, engine: Engine) -> None:
-        """Create the function unless this version's already exists (under a lock, so that
-        many workers starting at once create it once)."""
-        with engine.connect() as conn:
-            found = conn.exec_driver_sql(
-                "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                "WHERE p.proname = %(name)s AND n.nspname = current_schema()", {"name": self.name}
-            ).first()
-            if found is not None:
-                return
-            conn.exec_driver_sql("BEGIN")
-            try:
-                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7406253912)")
-                conn.exec_driver_sql(self.ddl)
-                conn.exec_driver_sql("COMMIT")
-            except BaseException:
-                conn.exec_driver_sql("ROLLBACK")
-                raise

@@ -1,10 +1,11 @@
 """The per-call statements as the store runs them: :class:`Sql` texts, looked up by name in
 one :class:`Statements` set per dialect and durability (:func:`statements_for`).
 
-SQLite's texts are rendered ahead of time into :mod:`effectgate.store.sqlite_texts` (a test
-pins them to SQLAlchemy's compilation of :mod:`effectgate.store.statements`), so an embedded
-store runs its calls without importing SQLAlchemy. Postgres's are compiled from the same
-definitions, each the first time it is used.
+Every dialect's texts are rendered ahead of time, SQLite's into
+:mod:`effectgate.store.sqlite_texts` and Postgres's (with its generated functions) into
+:mod:`effectgate.store.pg_texts` (tests pin both to SQLAlchemy's compilation of
+:mod:`effectgate.store.statements`), so that a worker runs its calls without importing
+SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ import threading
 from collections.abc import Callable, Mapping
 from functools import partial
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from sqlalchemy.sql import ClauseElement
 
-    from .pg_reserve import ReserveFunction
-
-__all__ = ["NAMES", "Sql", "Statements", "dialect_key", "numbered", "rendered",
-           "statements_for"]
+__all__ = ["NAMES", "Sql", "Statements", "StoredFunction", "dialect_key", "install", "numbered",
+           "rendered", "rendered_postgres", "statements_for"]
 
 NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
@@ -89,6 +88,41 @@ def numbered(text: str) -> Sql:
     return Sql(_PLACEHOLDER.sub(number, text), names=tuple(numbers))
 
 
+class StoredFunction(NamedTuple):
+    """A function the store generates on Postgres (:mod:`effectgate.store.pg_reserve`)."""
+
+    name: str
+    """Its name, which carries a hash of its text: each version of effectgate installs (and
+    calls) its own, and versions sharing one database never replace each other's."""
+    ddl: str
+    """The statement that creates it."""
+    call: str
+    """The statement that calls it (psycopg's named placeholders)."""
+
+
+_INSTALLED = ("SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+              "WHERE p.proname = ANY(%s) AND n.nspname = current_schema()")
+
+
+def install(conn: Any, functions: tuple[StoredFunction, ...]) -> None:
+    """Create those of ``functions`` the current schema lacks, on the driver connection
+    ``conn`` (psycopg, in autocommit mode), under a lock: many workers starting at once
+    create each one once."""
+    have = {row[0] for row in conn.execute(_INSTALLED, ([f.name for f in functions],))}
+    missing = [f for f in functions if f.name not in have]
+    if not missing:
+        return
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT pg_advisory_xact_lock(7406253912)")
+        for function in missing:
+            conn.execute(function.ddl)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 class Statements:
     """The statements for one dialect and durability, each made the first time it is used
     (a worker's first ``begin`` compiles the two or three it runs, not all of them), then a
@@ -125,8 +159,8 @@ class Statements:
     take: Sql
 
     def __init__(self, lazy: Mapping[str, Callable[[], Sql]], *,
-                 reserve_function: ReserveFunction | None = None,
-                 governed_function: ReserveFunction | None = None) -> None:
+                 reserve_function: StoredFunction | None = None,
+                 governed_function: StoredFunction | None = None) -> None:
         self._lazy = lazy
         self.reserve_function = reserve_function
         """Postgres: the generated read-else-insert function (None elsewhere)."""
@@ -157,19 +191,16 @@ _SHARED_LOCK = threading.Lock()
 
 def dialect_key(dialect: Any) -> tuple[Any, ...]:
     """What a compiled text depends on besides the dialect's name: its driver, placeholder
-    style and server version (the key of the kept statements)."""
+    style and server version (the key of statements compiled at run time)."""
     return (getattr(dialect, "driver", None), getattr(dialect, "paramstyle", None),
             getattr(dialect, "server_version_info", None))
 
 
-def statements_for(dialect_name: str, durability: str = "reserve", dialect: Any = None,
-                   make: Callable[[], Statements] | None = None) -> Statements:
+def statements_for(dialect_name: str, durability: str = "reserve") -> Statements:
     """The process's :class:`Statements` for this dialect and durability, made the first time
-    (every store on the same kind of database shares them: a statement's text depends only
-    on the dialect, its driver's placeholder style, the server's version and the
-    durability). SQLite's come rendered; for another dialect, ``make`` compiles them
-    (:func:`effectgate.store.statements.build` for SQLAlchemy's ``dialect``)."""
-    key = (dialect_name, *dialect_key(dialect), durability)
+    from the texts rendered ahead of time (every store on the same kind of database shares
+    them: a statement's text depends only on the dialect and the durability)."""
+    key = (dialect_name, durability)
     found = _SHARED.get(key)
     if found is None:
         with _SHARED_LOCK:
@@ -177,10 +208,10 @@ def statements_for(dialect_name: str, durability: str = "reserve", dialect: Any 
             if found is None:
                 if dialect_name == "sqlite":
                     found = rendered()
-                elif make is None:
-                    raise ValueError(f"no statements for {dialect_name!r} without make")
+                elif dialect_name == "postgresql":
+                    found = rendered_postgres(durability)
                 else:
-                    found = make()
+                    raise ValueError(f"no statements for {dialect_name!r}")
                 _SHARED[key] = found
     return found
 
@@ -191,3 +222,13 @@ def rendered() -> Statements:
     from .sqlite_texts import TEXTS
 
     return Statements({name: partial(numbered, text) for name, text in TEXTS.items()})
+
+
+def rendered_postgres(durability: str) -> Statements:
+    """Postgres's statements at ``durability``, from the texts rendered ahead of time."""
+    from .pg_texts import FUNCTIONS, STEADY, TEXTS
+
+    texts = TEXTS if durability == "reserve" else {**TEXTS, **STEADY}
+    return Statements({name: partial(Sql, text) for name, text in texts.items()},
+                      reserve_function=StoredFunction(*FUNCTIONS["reserve_function"]),
+                      governed_function=StoredFunction(*FUNCTIONS["governed_function"]))

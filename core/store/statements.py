@@ -46,9 +46,9 @@ from .schema import (
     in_flight_live,
     literal,
 )
-from .sql import NAMES, Sql, Statements
+from .sql import NAMES, Sql, Statements, StoredFunction
 
-__all__ = ["build", "render_sqlite", "sqlite_texts_source"]
+__all__ = ["build", "pg_texts_source", "render_postgres", "render_sqlite", "sqlite_texts_source"]
 
 
 _ONE: ColumnElement[int] = literal_column("1")
@@ -407,7 +407,13 @@ class _Definitions:
         dialect = self.dialect
         return Statements(
             {name: partial(_compiled, define, dialect) for name, define in self.lazy.items()},
-            reserve_function=self.reserve_function, governed_function=self.governed_function)
+            reserve_function=_stored(self.reserve_function),
+            governed_function=_stored(self.governed_function))
+
+
+def _stored(function: ReserveFunction | None) -> StoredFunction | None:
+    return None if function is None else StoredFunction(function.name, function.ddl,
+                                                         function.call)
 
 
 def _compiled(define: Callable[[], ClauseElement], dialect: Any) -> Sql:
@@ -440,5 +446,50 @@ def sqlite_texts_source() -> str:
     for table in (effects, approvals, budgets, principals, sessions, audit, meta):
         names = ", ".join(repr(c.name) for c in sorted(table.c, key=lambda c: c.name))
         lines.append(f"    {table.name!r}: frozenset(({names})),")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render_postgres() -> tuple[dict[str, str], dict[str, str], dict[str, StoredFunction]]:
+    """Every statement's text on Postgres (psycopg), compiled now: at the default durability,
+    the ones that differ at ``"all"`` and ``"relaxed"`` (the same at both: an outcome rides
+    on the next synchronous commit only at the default), and the two generated functions
+    (the same at every durability). What ``pg_texts`` must hold."""
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    dialect = psycopg.dialect()  # type: ignore[no-untyped-call]
+    made = {d: build(dialect, "postgresql", d) for d in ("reserve", "all", "relaxed")}
+    texts = {d: {name: getattr(sql, name).text for name in NAMES} for d, sql in made.items()}
+    assert texts["all"] == texts["relaxed"]
+    steady = {name: text for name, text in texts["all"].items()
+              if text != texts["reserve"][name]}
+    functions = {}
+    for which in ("reserve_function", "governed_function"):
+        found = {getattr(sql, which) for sql in made.values()}
+        assert len(found) == 1, which
+        functions[which] = found.pop()
+    return texts["reserve"], steady, functions
+
+
+def pg_texts_source() -> str:
+    """The source of :mod:`effectgate.store.pg_texts` as this version renders it.
+    ``tests/test_store_statements.py`` fails when the file differs from it."""
+    texts, steady, functions = render_postgres()
+    lines = ['"""Postgres\'s per-call statements and generated functions, rendered ahead of time '
+             "from", ":mod:`effectgate.store.statements` (generated: "
+             "``tests/test_store_statements.py`` pins this", "file to them and says how to write "
+             'it again), so that a worker reaches Postgres without', 'importing SQLAlchemy."""',
+             "", "from __future__ import annotations", "",
+             '__all__ = ["FUNCTIONS", "STEADY", "TEXTS"]', "",
+             "# At the default durability (an outcome rides on the next synchronous commit).",
+             "TEXTS: dict[str, str] = {"]
+    lines += [f"    {name!r}: {text!r}," for name, text in texts.items()]
+    lines += ["}", "", '# The texts that differ at durability "all" and "relaxed".',
+              "STEADY: dict[str, str] = {"]
+    lines += [f"    {name!r}: {text!r}," for name, text in steady.items()]
+    lines += ["}", "", "# (name, CREATE statement, call) of each generated function.",
+              "FUNCTIONS: dict[str, tuple[str, str, str]] = {"]
+    lines += [f"    {which!r}: ({f.name!r}, {f.ddl!r}, {f.call!r})," for which, f in
+              functions.items()]
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""Postgres opened without SQLAlchemy, so that a worker's way to its first ``begin`` does not
+import it (as :mod:`effectgate.store.embedded` does for SQLite): a plain ``postgresql://`` URL
+is handed to libpq as the connection URI it already is, its connections are opened with
+psycopg itself (the settings the engine's connect hook gives its own), and a store already
+at this schema version is checked here, from its meta rows and the columns of its tables.
+Everything else — a URL with anything libpq and SQLAlchemy might read differently, a
+read-only store, a store to create or migrate, any doubt — goes the SQLAlchemy way, which
+also says what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .version import SCHEMA_VERSION
+
+__all__ = ["connect", "conninfo_of", "hidden", "read_meta", "set_up"]
+
+# postgresql[+psycopg]://[user[:password]@]host[:port]/database[?key=value&...], in the
+# characters where libpq's URI parser and SQLAlchemy's make_url read the same: a '%' only as
+# an escape both decode, none in host or database (only one of them decodes it there), no
+# '/', '@' or space in a password, no '+' in the query (parse_qsl reads it as a space), one
+# '=' per pair, no fragment.
+_ESCAPED = r"(?:[^%@/?#\s+]|%[0-9A-Fa-f]{2})"
+_URL = re.compile(
+    r"postgresql(?:\+psycopg)?://"
+    rf"(?:(?P<user>(?:[A-Za-z0-9._~-]|%[0-9A-Fa-f]{{2}})+)(?::(?P<password>{_ESCAPED}*))?@)?"
+    r"(?P<host>[A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]{1,5}))?"
+    r"(?:/(?P<database>[A-Za-z0-9._~-]*))?"
+    r"(?:\?(?P<query>(?:[^%#\s+]|%[0-9A-Fa-f]{2})*))?"
+)
+# The libpq connection parameters a query may carry here; SQLAlchemy hands each one to
+# psycopg as the keyword of that name, which means the same.
+_LIBPQ = frozenset({
+    "application_name", "connect_timeout", "host", "hostaddr", "keepalives",
+    "keepalives_idle", "options", "port", "sslcert", "sslkey", "sslmode", "sslrootcert",
+    "target_session_attrs",
+})
+
+
+def conninfo_of(url: str) -> str | None:
+    """The libpq connection URI a plain Postgres URL stands for (the same server, user,
+    database and options SQLAlchemy's psycopg dialect connects with), or None for any
+    other URL."""
+    found = _URL.fullmatch(url)
+    if found is None:
+        return None
+    query = found.group("query")
+    if query is not None:
+        seen = set()
+        for pair in query.split("&"):
+            name, sep, value = pair.partition("=")
+            if not sep or "=" in value or name not in _LIBPQ or name in seen:
+                return None
+            seen.add(name)
+    return "postgresql://" + url.split("://", 1)[1]
+
+
+def hidden(url: str) -> str | None:
+    """A plain Postgres URL with its password hidden (as SQLAlchemy renders it), or None for
+    any other URL."""
+    found = _URL.fullmatch(url)
+    if found is None:
+        return None
+    if found.group("password") is None:
+        return url
+    start, end = found.span("password")
+    return url[:start] + "***" + url[end:]
+
+
+def set_up(conn: Any, durability: str) -> None:
+    """Give a new connection the store's durability (the engine's connect hook calls this
+    too). A reservation must be durable before the body runs, whatever the server's default:
+    ``off`` is raised to ``on`` (a stronger setting, e.g. ``remote_apply``, is kept);
+    ``durability="relaxed"`` is the explicit opt-in to commit nothing synchronously."""
+    with conn.cursor() as cur:
+        if durability == "relaxed":
+            cur.execute("SET synchronous_commit = off")
+            return
+        cur.execute("SHOW synchronous_commit")
+        row = cur.fetchone()
+        if row is not None and row[0] == "off":
+            cur.execute("SET synchronous_commit = on")
+
+
+def connect(conninfo: str, durability: str) -> Any:
+    """A psycopg connection to ``conninfo`` in autocommit mode, set up as the engine's
+    pooled ones are (:func:`set_up`)."""
+    import psycopg
+
+    conn = psycopg.connect(conninfo, autocommit=True)
+    try:
+        set_up(conn, durability)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+_COLUMNS = ("SELECT c.relname, a.attname FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relname = ANY(%s) "
+            "AND a.attnum > 0 AND NOT a.attisdropped")
+
+
+def read_meta(conn: Any) -> dict[str, str] | None:
+    """The ``effectgate_meta`` rows of a store at exactly this schema version whose tables,
+    in the current schema, have every column it reads; None otherwise (a store to create, to
+    migrate, or to refuse: the schema module decides which)."""
+    import psycopg
+
+    from .sqlite_texts import COLUMNS  # the schema's columns, the same on every dialect
+
+    try:
+        rows = {str(name): str(value) for name, value in
+                conn.execute("SELECT name, value FROM effectgate_meta").fetchall()}
+        if rows.get("schema_version") != str(SCHEMA_VERSION) or "vendor_secret" not in rows:
+            return None
+        have: dict[str, set[str]] = {}
+        for table, column in conn.execute(_COLUMNS, (list(COLUMNS),)).fetchall():
+            have.setdefault(table, set()).add(column)
+        if any(not wanted <= have.get(table, set()) for table, wanted in COLUMNS.items()):
+            return None
+    except psycopg.Error:
+        return None
+    return rows
