@@ -14,10 +14,17 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 import effectgate as eg
 from effectgate import request as request_module
 from effectgate.store import Store, embedded
-from effectgate.store.sql import NAMES
-from effectgate.store.statements import build, render_sqlite, sqlite_texts_source
+from effectgate.store.connections import make_engine
+from effectgate.store.sql import NAMES, rendered_postgres
+from effectgate.store.statements import (
+    build,
+    pg_texts_source,
+    render_sqlite,
+    sqlite_texts_source,
+)
 
 _TEXTS_FILE = Path(__file__).parent.parent / "core" / "store" / "sqlite_texts.py"
+_PG_TEXTS_FILE = _TEXTS_FILE.with_name("pg_texts.py")
 
 
 def _both() -> list[tuple[Any, str]]:
@@ -73,6 +80,45 @@ def test_the_rendered_sqlite_texts_are_sqlalchemys() -> None:
     from effectgate.store.schema import metadata
 
     assert {t.name: frozenset(c.name for c in t.c) for t in metadata.sorted_tables} == COLUMNS
+
+
+def test_the_rendered_postgres_texts_are_sqlalchemys() -> None:
+    """``store/pg_texts.py`` holds exactly what SQLAlchemy compiles now for psycopg: every
+    statement at every durability, and the two generated functions."""
+    assert _PG_TEXTS_FILE.read_text(encoding="utf-8") == pg_texts_source(), (
+        "core/store/pg_texts.py is stale; write it again with: python -c \"from "
+        "effectgate.store.statements import pg_texts_source as s; print(s(), end='')\" "
+        "> core/store/pg_texts.py")
+    for durability in ("reserve", "all", "relaxed"):
+        compiled = build(psycopg.dialect(), "postgresql", durability)
+        rendered = rendered_postgres(durability)
+        assert {n: getattr(rendered, n).text for n in NAMES} == {
+            n: getattr(compiled, n).text for n in NAMES}
+        assert (rendered.reserve_function, rendered.governed_function) == (
+            compiled.reserve_function, compiled.governed_function)
+    assert rendered_postgres("reserve").report.text != rendered_postgres("all").report.text
+
+
+def test_the_rendered_postgres_texts_are_what_the_server_s_dialect_compiles() -> None:
+    """Compiled by a dialect that has met the server (its version known), every text and
+    function is the rendered one: what the store ran before it stopped compiling."""
+    from .conftest import PG_URL, require_postgres
+
+    require_postgres()
+    engine = make_engine(PG_URL)
+    try:
+        with engine.connect():
+            pass
+        assert engine.dialect.server_version_info is not None
+        for durability in ("reserve", "relaxed"):
+            compiled = build(engine.dialect, "postgresql", durability)
+            rendered = rendered_postgres(durability)
+            assert {n: getattr(rendered, n).text for n in NAMES} == {
+                n: getattr(compiled, n).text for n in NAMES}
+            assert rendered.reserve_function == compiled.reserve_function
+            assert rendered.governed_function == compiled.governed_function
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize("url", [

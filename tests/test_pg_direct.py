@@ -1,0 +1,185 @@
+"""Postgres opened without SQLAlchemy (``store/pg_direct.py``): a plain URL is the libpq URI
+SQLAlchemy would connect with, a worker's way to its first begin on an up-to-date store does
+not import SQLAlchemy, its connections are set up as the engine's are, and a store that is
+not exactly at this version goes the SQLAlchemy way."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import effectgate as eg
+from effectgate.store import Store, pg_direct
+from effectgate.store.version import SCHEMA_VERSION
+
+from .conftest import PG_URL, require_postgres
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg://postgres@127.0.0.1:5432/test",
+    "postgresql://postgres@127.0.0.1:5432/test",
+    "postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dx",
+    "postgresql://u:p%40ss%2Fw@h:5432/db?sslmode=disable&application_name=worker",
+    "postgresql://u:p:w@h/db", "postgresql://u@[::1]:5433/db", "postgresql:///test",
+    "postgresql://h", "postgresql://u:@h/db", "postgresql://h/db?host=/var/run/postgresql",
+    "postgresql://u%41:pw@h/db",
+    # each of these is left to SQLAlchemy (None): it or libpq would read it differently
+    "postgresql://u:p@ss@h/db", "postgresql://u:p/w@h/db", "postgresql://u:p+w@h/db",
+    "postgresql://u:p%zzw@h/db", "postgresql://h/d%41", "postgresql://h/db?options=a+b",
+    "postgresql://h/db?options=a=b", "postgresql://h/db?foo=1", "postgresql://h/db?sslmode",
+    "postgresql://h/db?sslmode=a&sslmode=b", "postgresql://h/db#frag", "postgres://h/db",
+    "postgresql+asyncpg://h/db", "postgresql+psycopg2://h/db", "POSTGRESQL://h/db",
+    "postgresql://h1,h2/db", "postgresql://h/db\n", "postgresql://h/db?options=\u2028",
+    "sqlite:///x.db", "",
+])
+def test_a_plain_postgres_url_is_the_conninfo_sqlalchemy_would_connect_with(url: str) -> None:
+    """Where the store opens a URL itself, libpq reads the same connection parameters from
+    it as SQLAlchemy's psycopg dialect hands psycopg, and the password is hidden in messages
+    as SQLAlchemy hides it; every other form is left to SQLAlchemy (None)."""
+    from psycopg.conninfo import conninfo_to_dict
+    from sqlalchemy.dialects.postgresql import psycopg
+    from sqlalchemy.engine import make_url
+
+    conninfo = pg_direct.conninfo_of(url)
+    if conninfo is None:
+        return
+    parsed = make_url(url)
+    assert (parsed.get_backend_name(), parsed.get_driver_name()) == ("postgresql", "psycopg")
+    cargs, cparams = psycopg.dialect().create_connect_args(parsed)  # type: ignore[no-untyped-call]
+    theirs = conninfo_to_dict(cargs[0] if cargs else "", **cparams)
+    mine = conninfo_to_dict(conninfo)
+    assert {k: str(v) for k, v in mine.items()} == {k: str(v) for k, v in theirs.items()}
+    shown = make_url(pg_direct.hidden(url) or "")
+    assert shown.password == ("***" if parsed.password is not None else None)
+    fields = ("drivername", "username", "host", "port", "database", "query")
+    assert [getattr(shown, f) for f in fields] == [getattr(parsed, f) for f in fields]
+
+
+def test_the_plain_postgres_urls_are_the_common_ones() -> None:
+    """Not vacuous: the suite's own URL and its scratch schemas' take the direct way, and a
+    URL with no password is hidden as itself."""
+    assert pg_direct.conninfo_of(PG_URL) is not None
+    assert pg_direct.conninfo_of(f"{PG_URL}?options=-csearch_path%3Deg_x") is not None
+    assert pg_direct.hidden("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
+    assert pg_direct.conninfo_of("postgresql://u:p@ss@h/db") is None
+
+
+@pytest.fixture
+def scratch_url() -> Iterator[str]:
+    """A Postgres schema of this test's own (dropped afterwards): its URL."""
+    require_postgres()
+    import psycopg
+
+    schema = f"eg_direct_{uuid.uuid4().hex[:10]}"
+    libpq = PG_URL.replace("+psycopg", "")
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(libpq, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+_WORKER = """
+import sys, effectgate as eg
+gate = eg.Gate(sys.argv[1], namespace=sys.argv[2], policy=False)
+@gate.effect("w:{n}", effect_type="t.start")
+def work(n: int) -> int:
+    return n
+assert work(1) == 1 and work(1) == 1
+assert gate.get("w:1").state is eg.State.COMMITTED
+print(sorted(m for m in ("sqlalchemy", "opentelemetry.trace") if m in sys.modules))
+"""
+
+
+def test_a_worker_on_an_existing_postgres_store_imports_no_sqlalchemy(scratch_url: str) -> None:
+    """A worker's way to its first begin, report and read on an up-to-date Postgres store:
+    no SQLAlchemy (the statements and functions come rendered, the connection from psycopg).
+    A store that must first be created goes through SQLAlchemy (the control: the check can
+    see it)."""
+
+    def run(namespace: str) -> str:
+        return subprocess.run([sys.executable, "-c", _WORKER, scratch_url, namespace],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    assert "'sqlalchemy'" in run("first")  # created here
+    assert run("second") == "[]"
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("reserve", "on"), ("relaxed", "off")])
+def test_a_direct_connection_is_set_up_as_the_engines(scratch_url: str, durability: str,
+                                                      expected: str) -> None:
+    """A connection the store opens itself has the durability the engine's pooled ones get,
+    raised from a server default of ``off``; both are in autocommit mode."""
+    url = scratch_url.replace("csearch_path", "csynchronous_commit%3Doff%20-csearch_path")
+    Store(url).close()
+    store = Store(url, durability=durability)  # type: ignore[arg-type]
+    try:
+        assert store._conns.conninfo is not None  # the direct way
+        with store.connection() as own:
+            mine = own.execute("SHOW synchronous_commit").fetchone()[0]
+            assert own.autocommit
+        with store.engine.connect() as pooled:
+            theirs = pooled.exec_driver_sql("SHOW synchronous_commit").scalar()
+        assert mine == theirs == expected
+    finally:
+        store.close()
+
+
+def _execute(url: str, sql: str) -> None:
+    import psycopg
+
+    options = url.split("?options=", 1)[1].replace("%3D", "=")
+    with psycopg.connect(PG_URL.replace("+psycopg", ""), autocommit=True,
+                         options=options) as conn:
+        conn.execute(sql)
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE effectgate_meta SET value = '5' WHERE name = 'schema_version'",
+    "UPDATE effectgate_meta SET value = '99' WHERE name = 'schema_version'",
+    "DELETE FROM effectgate_meta WHERE name = 'vendor_secret'",
+    "ALTER TABLE effectgate_effects DROP COLUMN vendor_ref",
+    "DROP TABLE effectgate_audit",
+    "DROP TABLE effectgate_meta",
+])
+def test_a_store_not_exactly_at_this_version_is_not_opened_directly(scratch_url: str,
+                                                                   change: str) -> None:
+    """Any doubt about the schema and the meta rows read as None (the SQLAlchemy way then
+    migrates, creates or refuses); the intact store reads as its rows."""
+    Store(scratch_url).close()
+    conninfo = pg_direct.conninfo_of(scratch_url)
+    assert conninfo is not None
+    conn = pg_direct.connect(conninfo, "reserve")
+    try:
+        rows = pg_direct.read_meta(conn)
+        assert rows is not None and rows["schema_version"] == str(SCHEMA_VERSION)
+        _execute(scratch_url, change)
+        assert pg_direct.read_meta(conn) is None
+        assert not conn.info.transaction_status  # idle: nothing left open by the failed read
+    finally:
+        conn.close()
+
+
+def test_a_store_newer_than_this_version_is_refused_through_sqlalchemy(scratch_url: str
+                                                                      ) -> None:
+    """A store a newer effectgate migrated is refused with the schema module's typed error,
+    and left as it was."""
+    Store(scratch_url).close()
+    _execute(scratch_url, "UPDATE effectgate_meta SET value = '99' "
+                          "WHERE name = 'schema_version'")
+    with pytest.raises(eg.EffectGateError, match="99"):
+        Store(scratch_url)
+    import psycopg
+
+    options = scratch_url.split("?options=", 1)[1].replace("%3D", "=")
+    with psycopg.connect(PG_URL.replace("+psycopg", ""), options=options) as conn:
+        found: Any = conn.execute("SELECT value FROM effectgate_meta "
+                                  "WHERE name = 'schema_version'").fetchone()
+    assert found[0] == "99"
