@@ -183,3 +183,43 @@ def test_a_store_newer_than_this_version_is_refused_through_sqlalchemy(scratch_u
         found: Any = conn.execute("SELECT value FROM effectgate_meta "
                                   "WHERE name = 'schema_version'").fetchone()
     assert found[0] == "99"
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("reserve", "on"), ("relaxed", "off")])
+def test_async_callers_on_a_direct_store_reach_the_same_schema_and_durability(
+        scratch_url: str, durability: str, expected: str) -> None:
+    """The async face of a store opened directly connects with the same URI: its calls land
+    in the URL's schema (its options kept), at the store's durability."""
+    import asyncio
+
+    url = scratch_url.replace("csearch_path", "csynchronous_commit%3Doff%20-csearch_path")
+    gate = eg.Gate(url, namespace="direct-async", durability=durability,  # type: ignore[arg-type]
+                   policy=False)
+    try:
+        assert gate.store._conns.conninfo is not None  # the direct way
+
+        @gate.effect("a:{n}", effect_type="t.async")
+        async def work(n: int) -> int:
+            return n
+
+        async def main() -> tuple[int, int, str]:
+            first, again = await work(3), await work(3)
+            face: Any = gate.store.async_face()
+            conn = await face._acquire()
+            try:
+                row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            finally:
+                face._release(conn)
+            return first, again, row[0]
+
+        first, again, synchronous = asyncio.run(main())
+        assert (first, again, synchronous) == (3, 3, expected)
+    finally:
+        gate.close()
+    import psycopg
+
+    options = url.split("?options=", 1)[1].replace("%3D", "=").replace("%20", " ")
+    with psycopg.connect(PG_URL.replace("+psycopg", ""), options=options) as conn:
+        found: Any = conn.execute("SELECT state, result FROM effectgate_effects "
+                                  "WHERE key = 'a:3'").fetchall()
+    assert found == [("committed", "3")]
