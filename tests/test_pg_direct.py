@@ -94,13 +94,18 @@ def work(n: int) -> int:
     return n
 assert work(1) == 1 and work(1) == 1
 assert gate.get("w:1").state is eg.State.COMMITTED
+@gate.effect("a:{n}", effect_type="t.start")
+async def awork(n: int) -> int:
+    return n
+import asyncio
+assert asyncio.run(awork(2)) == 2 and gate.get("a:2").state is eg.State.COMMITTED
 print(sorted(m for m in ("sqlalchemy", "opentelemetry.trace") if m in sys.modules))
 """
 
 
 def test_a_worker_on_an_existing_postgres_store_imports_no_sqlalchemy(scratch_url: str) -> None:
-    """A worker's way to its first begin, report and read on an up-to-date Postgres store:
-    no SQLAlchemy (the statements and functions come rendered, the connection from psycopg).
+    """A worker's way to its first begin, report and read on an up-to-date Postgres store,
+    sync and async: no SQLAlchemy (the statements and functions come rendered, the connection from psycopg).
     A store that must first be created goes through SQLAlchemy (the control: the check can
     see it)."""
 
