@@ -105,9 +105,9 @@ print(sorted(m for m in ("sqlalchemy", "opentelemetry.trace") if m in sys.module
 
 def test_a_worker_on_an_existing_postgres_store_imports_no_sqlalchemy(scratch_url: str) -> None:
     """A worker's way to its first begin, report and read on an up-to-date Postgres store,
-    sync and async: no SQLAlchemy (the statements and functions come rendered, the connection from psycopg).
-    A store that must first be created goes through SQLAlchemy (the control: the check can
-    see it)."""
+    sync and async: no SQLAlchemy (the statements and functions come rendered, the connection
+    from psycopg). A store that must first be created goes through SQLAlchemy (the control:
+    the check can see it)."""
 
     def run(namespace: str) -> str:
         return subprocess.run([sys.executable, "-c", _WORKER, scratch_url, namespace],
@@ -228,3 +228,24 @@ def test_async_callers_on_a_direct_store_reach_the_same_schema_and_durability(
         found: Any = conn.execute("SELECT state, result FROM effectgate_effects "
                                   "WHERE key = 'a:3'").fetchall()
     assert found == [("committed", "3")]
+
+
+def test_a_connection_lost_while_the_meta_rows_are_read_is_not_kept(scratch_url: str) -> None:
+    """The server ends the connection a direct store reads its meta rows on: the read says
+    "go the SQLAlchemy way" (None), the connection is dropped, and the store's next call
+    opens another and reads."""
+    import psycopg
+
+    store = Store(scratch_url)
+    try:
+        with store.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(PG_URL.replace("+psycopg", ""), autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert store._read_meta() is None
+        assert getattr(store._conns._local, "conn", None) is None  # dropped
+        assert store.fetch("some-namespace", "no-such-key") is None
+        with store.connection() as conn:
+            assert conn.info.backend_pid != pid
+    finally:
+        store.close()

@@ -97,6 +97,14 @@ def test_the_rendered_postgres_texts_are_sqlalchemys() -> None:
         assert (rendered.reserve_function, rendered.governed_function) == (
             compiled.reserve_function, compiled.governed_function)
     assert rendered_postgres("reserve").report.text != rendered_postgres("all").report.text
+    rendered = rendered_postgres("reserve")
+    for version in ((11, 0), (13, 2), (14, 0), (16, 1), (17, 0), (18, 0)):
+        dialect = psycopg.dialect()
+        dialect.server_version_info = version  # a server met, of each supported version
+        compiled = build(dialect, "postgresql")
+        assert {n: getattr(rendered, n).text for n in NAMES} == {
+            n: getattr(compiled, n).text for n in NAMES}, version
+        assert rendered.reserve_function == compiled.reserve_function, version
 
 
 def test_the_rendered_postgres_texts_are_what_the_server_s_dialect_compiles() -> None:

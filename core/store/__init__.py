@@ -173,7 +173,12 @@ class Store:
         None."""
         try:
             with self._conns.connection() as conn:
-                return embedded.read_meta(conn) if self.is_sqlite else pg_direct.read_meta(conn)
+                if self.is_sqlite:
+                    return embedded.read_meta(conn)
+                found = pg_direct.read_meta(conn)
+                if found is None and (conn.broken or conn.closed):
+                    self._conns.drop()  # gone while it read: the next call opens another
+                return found
         except StoreError:
             self._conns.drop()
             return None  # the schema's way says what is wrong
