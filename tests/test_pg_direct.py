@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,21 +87,7 @@ def scratch_url() -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-_WORKER = """
-import sys, effectgate as eg
-gate = eg.Gate(sys.argv[1], namespace=sys.argv[2], policy=False)
-@gate.effect("w:{n}", effect_type="t.start")
-def work(n: int) -> int:
-    return n
-assert work(1) == 1 and work(1) == 1
-assert gate.get("w:1").state is eg.State.COMMITTED
-@gate.effect("a:{n}", effect_type="t.start")
-async def awork(n: int) -> int:
-    return n
-import asyncio
-assert asyncio.run(awork(2)) == 2 and gate.get("a:2").state is eg.State.COMMITTED
-print(sorted(m for m in ("sqlalchemy", "opentelemetry.trace") if m in sys.modules))
-"""
+_WORKER = Path(__file__).with_name("first_begin_worker.py")
 
 
 def test_a_worker_on_an_existing_postgres_store_imports_no_sqlalchemy(scratch_url: str) -> None:
@@ -110,11 +97,11 @@ def test_a_worker_on_an_existing_postgres_store_imports_no_sqlalchemy(scratch_ur
     the check can see it)."""
 
     def run(namespace: str) -> str:
-        return subprocess.run([sys.executable, "-c", _WORKER, scratch_url, namespace],
+        return subprocess.run([sys.executable, str(_WORKER), scratch_url, namespace, "async"],
                               check=True, capture_output=True, text=True).stdout.strip()
 
     assert "'sqlalchemy'" in run("first")  # created here
-    assert run("second") == "[]"
+    assert run("second") == "['asyncio']"  # (psycopg itself imports asyncio)
 
 
 @pytest.mark.parametrize(("durability", "expected"), [("reserve", "on"), ("relaxed", "off")])

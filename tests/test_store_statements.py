@@ -25,6 +25,7 @@ from effectgate.store.statements import (
 
 _TEXTS_FILE = Path(__file__).parent.parent / "core" / "store" / "sqlite_texts.py"
 _PG_TEXTS_FILE = _TEXTS_FILE.with_name("pg_texts.py")
+_WORKER = Path(__file__).with_name("first_begin_worker.py")
 
 
 def _both() -> list[tuple[Any, str]]:
@@ -179,15 +180,6 @@ def test_an_embedded_connection_is_set_up_as_the_engines(tmp_path: Path,
         store.close()
 
 
-_WORKER = """
-import sys, effectgate as eg
-gate = eg.Gate(sys.argv[1], namespace=sys.argv[2], policy=False)
-@gate.effect("w:{n}", effect_type="t.start")
-def work(n: int) -> int:
-    return n
-assert work(1) == 1 and work(1) == 1
-print(sorted(m for m in ("sqlalchemy", "asyncio", "opentelemetry.trace") if m in sys.modules))
-"""
 
 
 def test_a_worker_on_an_existing_sqlite_store_imports_no_sqlalchemy_asyncio_or_otel(
@@ -202,7 +194,7 @@ def test_a_worker_on_an_existing_sqlite_store_imports_no_sqlalchemy_asyncio_or_o
     url = f"sqlite:///{tmp_path / 'worker.db'}"
 
     def run(namespace: str) -> str:
-        return subprocess.run([sys.executable, "-c", _WORKER, url, namespace], check=True,
+        return subprocess.run([sys.executable, str(_WORKER), url, namespace], check=True,
                               capture_output=True, text=True).stdout.strip()
 
     assert "'sqlalchemy'" in run("first")  # created here (SQLAlchemy imports asyncio too)
