@@ -28,7 +28,9 @@ from .conftest import PG_URL, require_postgres
     "postgresql://u:p%40ss%2Fw@h:5432/db?sslmode=disable&application_name=worker",
     "postgresql://u:p:w@h/db", "postgresql://u@[::1]:5433/db", "postgresql:///test",
     "postgresql://h", "postgresql://u:@h/db", "postgresql://h/db?host=/var/run/postgresql",
-    "postgresql://u%41:pw@h/db",
+    "postgresql://u%41:pw@h/db", "postgresql://h:5432/db?port=5433",
+    "postgresql://h/db?host=other", "postgresql://h/db?hostaddr=127.0.0.1",
+    "postgresql://u@h/db?options=-c%20a%3Db&application_name=x%2By",
     # each of these is left to SQLAlchemy (None): it or libpq would read it differently
     "postgresql://u:p@ss@h/db", "postgresql://u:p/w@h/db", "postgresql://u:p+w@h/db",
     "postgresql://u:p%zzw@h/db", "postgresql://h/d%41", "postgresql://h/db?options=a+b",

@@ -58,8 +58,8 @@ def conninfo_of(url: str) -> str | None:
 
 
 def hidden(url: str) -> str | None:
-    """A plain Postgres URL with its password hidden (as SQLAlchemy renders it), or None for
-    any other URL."""
+    """A plain Postgres URL with its password shown as ``***`` (the rest as written), or None
+    for any other URL."""
     found = _URL.fullmatch(url)
     if found is None:
         return None
