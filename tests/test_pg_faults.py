@@ -91,7 +91,12 @@ def _wait_for_state(gate: eg.Gate, key: str, state: eg.State) -> eg.EffectRecord
 
 
 class ReplyHoldingProxy:
-    """A loopback TCP proxy to Postgres that can hold back the server's replies."""
+    """A loopback TCP proxy to Postgres that can hold back the server's replies.
+
+    ``hold`` holds back the replies on the connections open when it was set: a connection
+    opened while it is set (a recheck on a fresh connection) gets its replies, or its
+    handshake would be lost half-way. ``cut`` leaves no connection open, one being set up
+    as it cuts included."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -99,6 +104,7 @@ class ReplyHoldingProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
+        self._cut = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -107,24 +113,31 @@ class ReplyHoldingProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target)
-            self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, False),
+            exempt = self.hold.is_set()
+            self._sockets.append(client)
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            self._sockets.append(upstream)
+            if self._cut:  # cut while this one was being set up: (cut sets it, then shuts
+                _shut(client, upstream)  # down what it finds, so one of the two sees it)
+                continue
+            threading.Thread(target=self._pump, args=(client, upstream, False, exempt),
                              daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, True),
+            threading.Thread(target=self._pump, args=(upstream, client, True, exempt),
                              daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, from_server: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_server: bool,
+              exempt: bool) -> None:
         try:
             while data := src.recv(65536):
-                if not (from_server and self.hold.is_set()):
+                if not (from_server and not exempt and self.hold.is_set()):
                     dst.sendall(data)
         except OSError:
             pass
-        for sock in (dst, src):  # one side gone: close the other, as a network would
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        _shut(dst, src)  # one side gone: close the other, as a network would
 
     def refuse_new(self) -> None:
         """Stop accepting connections (new ones are refused); those open go on."""
@@ -134,6 +147,7 @@ class ReplyHoldingProxy:
 
     def cut(self) -> None:
         """Refuse new connections and cut every open one (both of its ends see it closed)."""
+        self._cut = True
         self.refuse_new()
         for sock in list(self._sockets):
             with contextlib.suppress(OSError):
@@ -144,6 +158,13 @@ class ReplyHoldingProxy:
         for sock in self._sockets:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+def _shut(*socks: socket.socket) -> None:
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
 
 
 @pytest.fixture
