@@ -477,6 +477,10 @@ def safe_url(url: str) -> str:
     from sqlalchemy.exc import ArgumentError
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
         return "<bad url>"
+    if "password" not in parsed.query:
+        return parsed.render_as_string(hide_password=True)
+    hidden = parsed.update_query_dict({"password": "HIDDEN"})  # libpq reads one there too
+    return hidden.render_as_string(hide_password=True).replace("password=HIDDEN", "password=***")

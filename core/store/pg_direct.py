@@ -58,10 +58,10 @@ def conninfo_of(url: str) -> str | None:
 
 
 def hidden(url: str) -> str | None:
-    """A plain Postgres URL with its password shown as ``***`` (the rest as written), or None
-    for any other URL."""
+    """A URL the store opens itself (:func:`conninfo_of`) with its password shown as ``***``
+    (the rest as written), or None for any other URL."""
     found = _URL.fullmatch(url)
-    if found is None:
+    if found is None or conninfo_of(url) is None:
         return None
     if found.group("password") is None:
         return url
