@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +70,42 @@ def test_the_plain_postgres_urls_are_the_common_ones() -> None:
     assert pg_direct.conninfo_of("postgresql://u:p@ss@h/db") is None
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://u:secret@h/db", "postgresql+psycopg://u:secret@h:5432/db?sslmode=disable",
+    "postgresql://u@h/db?password=secret", "postgresql://u@h/db?sslmode=disable&password=secret",
+    "postgresql://u:secret@h/db?password=secret", "postgresql://u:se%40cret@h/db",
+    "postgresql+psycopg2://u:secret@h/db",
+])
+def test_no_message_shows_a_password(url: str) -> None:
+    """However a URL carries a password (in its user part, or in its query, where libpq
+    reads one too), the form messages show hides it."""
+    from effectgate.store.connections import safe_url
+
+    shown = safe_url(url)
+    assert "secret" not in shown and "se%40cret" not in shown and "***" in shown
+
+
 @pytest.fixture
-def scratch_url() -> Iterator[str]:
-    """A Postgres schema of this test's own (dropped afterwards): its URL."""
+def backend() -> str:
+    """Postgres only (conftest's ``pg_schema`` then makes each test a scratch schema)."""
     require_postgres()
+    return "postgres"
+
+
+@pytest.fixture
+def scratch_url(pg_schema: str | None) -> str:
+    """A Postgres schema of this test's own (dropped afterwards): its URL."""
+    assert pg_schema is not None
+    return pg_schema
+
+
+def _rows(url: str, sql: str) -> list[Any]:
+    """``sql`` on a connection of its own to ``url``'s schema (libpq reads the URL)."""
     import psycopg
 
-    schema = f"eg_direct_{uuid.uuid4().hex[:10]}"
-    libpq = PG_URL.replace("+psycopg", "")
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(libpq, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
+        cur = conn.execute(sql)
+        return cur.fetchall() if cur.description is not None else []
 
 
 _WORKER = Path(__file__).with_name("first_begin_worker.py")
@@ -126,15 +145,6 @@ def test_a_direct_connection_is_set_up_as_the_engines(scratch_url: str, durabili
         store.close()
 
 
-def _execute(url: str, sql: str) -> None:
-    import psycopg
-
-    options = url.split("?options=", 1)[1].replace("%3D", "=")
-    with psycopg.connect(PG_URL.replace("+psycopg", ""), autocommit=True,
-                         options=options) as conn:
-        conn.execute(sql)
-
-
 @pytest.mark.parametrize("change", [
     "UPDATE effectgate_meta SET value = '5' WHERE name = 'schema_version'",
     "UPDATE effectgate_meta SET value = '99' WHERE name = 'schema_version'",
@@ -154,7 +164,7 @@ def test_a_store_not_exactly_at_this_version_is_not_opened_directly(scratch_url:
     try:
         rows = pg_direct.read_meta(conn)
         assert rows is not None and rows["schema_version"] == str(SCHEMA_VERSION)
-        _execute(scratch_url, change)
+        _rows(scratch_url, change)
         assert pg_direct.read_meta(conn) is None
         assert not conn.info.transaction_status  # idle: nothing left open by the failed read
     finally:
@@ -166,17 +176,12 @@ def test_a_store_newer_than_this_version_is_refused_through_sqlalchemy(scratch_u
     """A store a newer effectgate migrated is refused with the schema module's typed error,
     and left as it was."""
     Store(scratch_url).close()
-    _execute(scratch_url, "UPDATE effectgate_meta SET value = '99' "
-                          "WHERE name = 'schema_version'")
+    _rows(scratch_url, "UPDATE effectgate_meta SET value = '99' "
+                       "WHERE name = 'schema_version'")
     with pytest.raises(eg.EffectGateError, match="99"):
         Store(scratch_url)
-    import psycopg
-
-    options = scratch_url.split("?options=", 1)[1].replace("%3D", "=")
-    with psycopg.connect(PG_URL.replace("+psycopg", ""), options=options) as conn:
-        found: Any = conn.execute("SELECT value FROM effectgate_meta "
-                                  "WHERE name = 'schema_version'").fetchone()
-    assert found[0] == "99"
+    assert _rows(scratch_url, "SELECT value FROM effectgate_meta "
+                              "WHERE name = 'schema_version'") == [("99",)]
 
 
 @pytest.mark.parametrize(("durability", "expected"), [("reserve", "on"), ("relaxed", "off")])
@@ -210,13 +215,8 @@ def test_async_callers_on_a_direct_store_reach_the_same_schema_and_durability(
         assert (first, again, synchronous) == (3, 3, expected)
     finally:
         gate.close()
-    import psycopg
-
-    options = url.split("?options=", 1)[1].replace("%3D", "=").replace("%20", " ")
-    with psycopg.connect(PG_URL.replace("+psycopg", ""), options=options) as conn:
-        found: Any = conn.execute("SELECT state, result FROM effectgate_effects "
-                                  "WHERE key = 'a:3'").fetchall()
-    assert found == [("committed", "3")]
+    assert _rows(url, "SELECT state, result FROM effectgate_effects WHERE key = 'a:3'") == [
+        ("committed", "3")]
 
 
 def test_a_connection_lost_while_the_meta_rows_are_read_is_not_kept(scratch_url: str) -> None:
