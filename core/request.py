@@ -57,10 +57,35 @@ class Lease(NamedTuple):
     secret: str
 
 
-_ISSUED: dict[str, str] = {}
-"""Secret → hash of the latest leases this process issued, so that the holder's report and
-heartbeats reuse the hash its ``begin`` computed: one hash per begin, not one per call."""
-_ISSUED_MAX = 1024
+_ISSUED_HALF = 512
+
+
+class _Issued:
+    """The hashes of the latest leases this process issued (from 512 to 1,024 of them), by
+    secret, so that the holder's report and heartbeats reuse the hash its ``begin`` computed:
+    one hash per begin, not one per call. Two generations, the newer filling while the older
+    is kept (forgetting the oldest one at a time from one dict scanned past every slot deleted
+    before it: 0.85 µs a begin)."""
+
+    __slots__ = ("newer", "older")
+
+    def __init__(self) -> None:
+        self.newer: dict[str, str] = {}
+        self.older: dict[str, str] = {}
+
+    def get(self, secret: str) -> str | None:
+        found = self.newer.get(secret)
+        return found if found is not None else self.older.get(secret)
+
+    def put(self, secret: str, digest: str) -> None:
+        newer = self.newer
+        if len(newer) >= _ISSUED_HALF:  # (a racing thread at worst drops a hash: recomputed)
+            self.older, self.newer = newer, {secret: digest}
+        else:
+            newer[secret] = digest
+
+
+_ISSUED = _Issued()
 
 
 def secret_hash(secret: str) -> str:
@@ -75,12 +100,7 @@ def _issue(raw: str | None = None) -> tuple[str, str]:
     if raw is None:
         raw = _urandom(16).hex()
     digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
-    if len(_ISSUED) >= _ISSUED_MAX:
-        try:  # noqa: SIM105 - not contextlib.suppress: every begin past the 1,024th is here
-            del _ISSUED[next(iter(_ISSUED))]  # the oldest first
-        except (StopIteration, KeyError, RuntimeError):
-            pass
-    _ISSUED[raw] = digest
+    _ISSUED.put(raw, digest)
     return raw, digest
 
 

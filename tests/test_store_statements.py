@@ -245,6 +245,20 @@ def test_one_lease_secret_hash_per_begin(make_gate: Any, monkeypatch: pytest.Mon
     assert record is not None and record.state is eg.State.COMMITTED
 
 
+def test_the_remembered_hashes_are_the_latest_and_bounded() -> None:
+    """Past a thousand begins the latest 512 secrets still resolve from memory, the memory
+    stays within 1,024, and a forgotten secret is hashed again, to the same value."""
+    issued = [request_module._issue()[0] for _ in range(2_500)]
+    remembered = request_module._ISSUED
+    assert all(remembered.get(s) is not None for s in issued[-512:])
+    assert len(remembered.newer) + len(remembered.older) <= 1_024
+    oldest = issued[0]
+    assert remembered.get(oldest) is None
+    assert request_module.secret_hash(oldest) == hashlib.sha256(oldest.encode()).hexdigest()
+    assert request_module.secret_hash(issued[-1]) == hashlib.sha256(
+        issued[-1].encode()).hexdigest()
+
+
 def test_a_borrowed_secret_is_still_refused(make_gate: Any) -> None:
     """The remembered hashes are only a shortcut: a wrong secret is hashed and refused."""
     gate: eg.Gate = make_gate(policy=False)
