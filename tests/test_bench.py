@@ -77,6 +77,8 @@ def test_bench_sqlite_reports_every_core_ratio_and_leaves_no_files(tmp_path: Pat
     report = _bench("--url", f"sqlite:///{tmp_path / 'x.db'}", "--n", "30", "--chunks", "3",
                     "--only", "core")
     _assert_core(report, "sqlite")
+    after = _ratios(report, "sqlite")["  Python after a synced commit"]
+    assert after["gate_us"] > 0 and after["base_us"] > 0 and after["target"] is None
     figures = _figures(report, "sqlite")
     assert figures["statements / refusal"]["value"] == 1  # one SELECT
     assert figures["  from memo"]["value"] == 0

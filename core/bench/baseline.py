@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = [
     "Cycle", "KeySource", "RawPostgres", "RawSqlite", "batch", "calling", "connect_raw",
-    "timed_calls",
+    "fixed_python", "timed_calls",
 ]
 
 _RESULT = '{"ok":true}'
@@ -174,6 +174,35 @@ class RawSqlite(_Raw):
         if self.switch:
             self.conn.execute(self.sync_outcome)
         super()._commit(row_id)
+
+
+    def python_after(self, keys: list[str]) -> float:
+        """Reserve each key at this connection's reserving durability, then run
+        :func:`fixed_python`; seconds spent in that Python alone (what a commit's wait leaves
+        the code after it: ``synchronous=FULL`` waits for the disk, ``NORMAL`` does not)."""
+        spent = 0.0
+        clock = time.perf_counter
+        for key in keys:
+            self._reserve(key)
+            start = clock()
+            fixed_python()
+            spent += clock() - start
+        return spent
+
+
+def _step(at: int, seen: dict[str, int]) -> int:
+    seen["n"] = at
+    return at + len(seen)
+
+
+def fixed_python() -> int:
+    """The same few microseconds of plain Python every time (calls, a dict, a tuple, a
+    string): the same work on either side of a comparison."""
+    seen: dict[str, int] = {}
+    at = 0
+    for _ in range(60):
+        at = _step(at, seen)
+    return len(f"{at}:{tuple(seen)}")
 
 
 class RawPostgres(_Raw):

@@ -75,6 +75,8 @@ def bench_core(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
                           times["replay"], "its statements alone", None,
                           times.spread("gate", "replay")),
                 ]
+            if variant == "default" and isinstance(raw, RawSqlite):
+                report.ratios.append(_python_after_sync(s, raw, n=n, chunks=chunks))
             if variant == "default":
                 _count_effect(s, report, gate, fn, raw, gate_keys, raw_keys)
                 _refusals(s, report, gate, fn, raw, gate_keys.issued, raw_keys.issued,
@@ -84,6 +86,23 @@ def bench_core(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
                 replay.close()
             gate.close()
             raw.close()
+
+
+def _python_after_sync(s: Scratch, raw: RawSqlite, *, n: int, chunks: int) -> Ratio:
+    """The same plain Python timed right after a reserving commit that waited for the disk and
+    after one that did not: what the wait alone costs the code that follows it on this
+    machine, which the gate's Python after its reservation pays and raw's few lines barely
+    do."""
+    relaxed = s.raw("after_relaxed", syncs=("NORMAL", "NORMAL"))
+    assert isinstance(relaxed, RawSqlite)
+    try:
+        times = interleave({"sync": batch(raw.python_after, KeySource("after:")),
+                            "relaxed": batch(relaxed.python_after, KeySource("after:"))},
+                           total=n, chunks=chunks)
+    finally:
+        relaxed.close()
+    return Ratio("core", s.backend, "  Python after a synced commit", times["sync"],
+                 times["relaxed"], "after a relaxed one", None, times.spread("sync", "relaxed"))
 
 
 def _refusals(s: Scratch, report: Report, gate: Gate, fn: Callable[[str], Any],
