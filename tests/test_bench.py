@@ -49,6 +49,9 @@ def _assert_core(report: dict[str, Any], backend: str) -> None:
     alone, python = ratios["  its statements alone"], ratios["  its Python per call"]
     assert alone["base_us"] == effect["base_us"] and python["gate_us"] == effect["gate_us"]
     assert python["base_us"] == alone["gate_us"]
+    # Between them: the gate's request and store calls alone, none of the layers above.
+    calls = ratios["  its store calls alone"]
+    assert calls["base_us"] == effect["base_us"] and calls["gate_us"] > 0
     # So is the refusal from the store: its read by the bare driver, and the gate beside it.
     refusal = ratios["duplicate, from store"]
     read, refusing = ratios["  its read alone"], ratios["  its Python per refusal"]

@@ -7,18 +7,23 @@ Then, untimed, the same paths once more under a trace: round trips (Postgres) or
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from ..gate import Gate
+from ..payload import result_json
+from ..request import Lease, LeaseSecret
+from ..states import Outcome
 from .baseline import Cycle, KeySource, RawPostgres, RawSqlite, batch, calling, timed_calls
 from .measure import Figure, Ratio, Report, interleave
 from .replay import Replay
 from .stores import Scratch
 from .trace import PgTrace, SqliteTrace, pg_fingerprint
 
-__all__ = ["EFFECT_TARGETS", "REFUSAL_TARGETS", "bench_core", "gated", "python_calls"]
+__all__ = ["EFFECT_TARGETS", "REFUSAL_TARGETS", "bench_core", "gated", "python_calls",
+           "store_calls"]
 
 # (backend, durability variant) -> the largest allowed ratio to the raw driver (docs/benchmarks.md)
 EFFECT_TARGETS = {("sqlite", "default"): 1.3, ("sqlite", "normal"): 2.5,
@@ -43,6 +48,30 @@ def gated(gate: Gate) -> Callable[[str], Any]:
     return refund
 
 
+def store_calls(gate: Gate, fn: Callable[[str], Any]) -> Callable[[list[str]], float]:
+    """The executed effect of :func:`gated` by the gate's store calls alone: the decorator's
+    request (key and payload hash), the reservation, the body, its result's JSON and the
+    COMMITTED report, without the layers above the store (the flow and its decision, the
+    decorator, the report's checks, the memo, telemetry). Seconds for a list of keys."""
+    request = fn.effect_spec.request  # type: ignore[attr-defined]
+    body = fn.__wrapped__  # type: ignore[attr-defined]
+    store, namespace, committed = gate.store, gate.namespace, Outcome.COMMITTED
+
+    def run(keys: list[str]) -> float:
+        start = time.perf_counter()
+        for key in keys:
+            secret = LeaseSecret()
+            row = store.reserve(request({"txn_id": key, "amount_cents": 500}), secret)
+            if row.inserted:
+                store.record_outcome(namespace, Lease(row.key, row.token, secret.raw),
+                                     committed, result=result_json(body(key)), error=None,
+                                     reason=None, note=None, actual_cost_micros=None,
+                                     spends=False)
+        return time.perf_counter() - start
+
+    return run
+
+
 def bench_core(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
     """Measure the core paths on the scratch backend ``s`` and add the rows to ``report``."""
     variants = [("default", "reserve", ("FULL", "NORMAL"))]
@@ -62,6 +91,7 @@ def bench_core(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
                 replay = Replay(gate, fn, "probe", render="bench:{}".format,
                                 where=s.path(name) if s.backend == "sqlite" else s.dsn(name))
                 runners["replay"] = batch(replay.execute, KeySource("replay-"))
+                runners["store"] = batch(store_calls(gate, fn), KeySource("store-"))
             times = interleave(runners, total=n, chunks=chunks)
             title, base = _LABELS[(s.backend, variant)]
             report.ratios.append(Ratio("core", s.backend, title, times["gate"], times["raw"],
@@ -71,6 +101,8 @@ def bench_core(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
                 report.ratios += [
                     Ratio("core", s.backend, "  its statements alone", times["replay"],
                           times["raw"], base, None, times.spread("replay", "raw")),
+                    Ratio("core", s.backend, "  its store calls alone", times["store"],
+                          times["raw"], base, None, times.spread("store", "raw")),
                     Ratio("core", s.backend, "  its Python per call", times["gate"],
                           times["replay"], "its statements alone", None,
                           times.spread("gate", "replay")),
