@@ -175,7 +175,6 @@ class RawSqlite(_Raw):
             self.conn.execute(self.sync_outcome)
         super()._commit(row_id)
 
-
     def python_after(self, keys: list[str]) -> float:
         """Reserve each key at this connection's reserving durability, then run
         :func:`fixed_python`; seconds spent in that Python alone (what a commit's wait leaves
