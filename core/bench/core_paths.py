@@ -30,6 +30,7 @@ EFFECT_TARGETS = {("sqlite", "default"): 1.3, ("sqlite", "normal"): 2.5,
                   ("postgres", "default"): 1.15}
 REFUSAL_TARGETS = {"sqlite": 3.0, "postgres": 1.5}
 MEMO_TARGET = 1.5
+_AMOUNT = 500  # the gated function's one default argument (its store calls pass it too)
 _TRACED = 50
 _LABELS = {
     ("sqlite", "default"): ("effect, default sync", "raw FULL+NORMAL"),
@@ -42,7 +43,7 @@ def gated(gate: Gate) -> Callable[[str], Any]:
     """The benchmark's gated function: a no-op body under ``"bench:{txn_id}"``."""
 
     @gate.effect("bench:{txn_id}", effect_type="bench.effect")
-    def refund(txn_id: str, amount_cents: int = 500) -> dict:  # type: ignore[type-arg]
+    def refund(txn_id: str, amount_cents: int = _AMOUNT) -> dict:  # type: ignore[type-arg]
         return {"ok": True}
 
     return refund
@@ -61,7 +62,7 @@ def store_calls(gate: Gate, fn: Callable[[str], Any]) -> Callable[[list[str]], f
         start = time.perf_counter()
         for key in keys:
             secret = LeaseSecret()
-            row = store.reserve(request({"txn_id": key, "amount_cents": 500}), secret)
+            row = store.reserve(request({"txn_id": key, "amount_cents": _AMOUNT}), secret)
             if row.inserted:
                 store.record_outcome(namespace, Lease(row.key, row.token, secret.raw),
                                      committed, result=result_json(body(key)), error=None,
