@@ -20,7 +20,7 @@ import asyncio
 import importlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..gate import Gate
@@ -32,6 +32,8 @@ __all__ = ["TARGET", "bench_adapters"]
 
 TARGET = 1.3
 _TEMPLATE = "bench:{txn_id}"
+_Run = Callable[[Awaitable[Any]], Any]
+"""How an async framework's call is driven to its answer: the run's one event loop."""
 
 
 def refund(txn_id: str, amount_cents: int = 500) -> dict:  # type: ignore[type-arg]
@@ -53,7 +55,8 @@ def _integration(name: str) -> Any:
         module, "EffectGateMiddleware") else None
 
 
-def _calls_langchain(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+def _calls_langchain(gate: Gate, core: Callable[..., Any], module: Any,
+                     run: _Run) -> tuple[Any, Any]:
     from langchain_core.tools import StructuredTool
 
     tool = StructuredTool.from_function(refund, name="refund")
@@ -66,27 +69,28 @@ def _calls_langchain(gate: Gate, core: Callable[..., Any], module: Any) -> tuple
     return call(gated), call(plain)
 
 
-def _calls_openai_agents(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+def _calls_openai_agents(gate: Gate, core: Callable[..., Any], module: Any,
+                         run: _Run) -> tuple[Any, Any]:
     from agents import function_tool
     from agents.tool_context import ToolContext
 
     tool = function_tool(refund)
     gated = module.gate_tool(tool, _TEMPLATE, gate=gate, effect_type="bench.effect")
     plain = function_tool(core, name_override="refund")
-    loop = asyncio.new_event_loop()
 
     def call(t: Any) -> Callable[[str], Any]:
         def invoke(key: str) -> Any:
             args = json.dumps({"txn_id": key, "amount_cents": 500})
             ctx = ToolContext(None, tool_name="refund", tool_call_id=key, tool_arguments=args)
-            return loop.run_until_complete(t.on_invoke_tool(ctx, args))
+            return run(t.on_invoke_tool(ctx, args))
 
         return invoke
 
     return call(gated), call(plain)
 
 
-def _calls_llama_index(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+def _calls_llama_index(gate: Gate, core: Callable[..., Any], module: Any,
+                       run: _Run) -> tuple[Any, Any]:
     from llama_index.core.tools import FunctionTool
 
     tool = FunctionTool.from_defaults(fn=refund, name="refund")
@@ -99,7 +103,8 @@ def _calls_llama_index(gate: Gate, core: Callable[..., Any], module: Any) -> tup
     return call(gated), call(plain)
 
 
-def _calls_pydantic_ai(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+def _calls_pydantic_ai(gate: Gate, core: Callable[..., Any], module: Any,
+                       run: _Run) -> tuple[Any, Any]:
     from pydantic_ai import RunContext, Tool
     from pydantic_ai.models.test import TestModel
     from pydantic_ai.toolsets import FunctionToolset
@@ -109,22 +114,22 @@ def _calls_pydantic_ai(gate: Gate, core: Callable[..., Any], module: Any) -> tup
         FunctionToolset([Tool(refund)]),
         {"refund": {"key": _TEMPLATE, "effect_type": "bench.effect"}}, gate=gate)
     plain = FunctionToolset([Tool(core, name="refund")])
-    loop = asyncio.new_event_loop()
     ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage())
 
     def call(toolset: Any) -> Callable[[str], Any]:
-        tool = loop.run_until_complete(toolset.get_tools(ctx))["refund"]
+        tool = run(toolset.get_tools(ctx))["refund"]
 
         def invoke(key: str) -> Any:
             args = tool.args_validator.validate_python({"txn_id": key, "amount_cents": 500})
-            return loop.run_until_complete(toolset.call_tool("refund", args, ctx, tool))
+            return run(toolset.call_tool("refund", args, ctx, tool))
 
         return invoke
 
     return call(gated), call(plain)
 
 
-def _calls_google_adk(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+def _calls_google_adk(gate: Gate, core: Callable[..., Any], module: Any,
+                      run: _Run) -> tuple[Any, Any]:
     from google.adk.agents import LlmAgent
     from google.adk.agents.invocation_context import InvocationContext
     from google.adk.sessions import InMemorySessionService, Session
@@ -138,12 +143,11 @@ def _calls_google_adk(gate: Gate, core: Callable[..., Any], module: Any) -> tupl
         session_service=InMemorySessionService(), invocation_id="bench",
         agent=LlmAgent(name="bench"), session=Session(id="bench", app_name="bench",
                                                       user_id="bench"))
-    loop = asyncio.new_event_loop()
 
     def call(t: Any) -> Callable[[str], Any]:
         def invoke(key: str) -> Any:
             context = ToolContext(invocation_context=invocation, function_call_id=key)
-            return loop.run_until_complete(t.run_async(
+            return run(t.run_async(
                 args={"txn_id": key, "amount_cents": 500}, tool_context=context))
 
         return invoke
@@ -151,7 +155,8 @@ def _calls_google_adk(gate: Gate, core: Callable[..., Any], module: Any) -> tupl
     return call(gated), call(plain)
 
 
-def _calls_crewai(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[Any, Any]:
+def _calls_crewai(gate: Gate, core: Callable[..., Any], module: Any,
+                  run: _Run) -> tuple[Any, Any]:
     from crewai.tools import tool
 
     gated = module.gate_tool(tool("refund")(refund), _TEMPLATE, gate=gate,
@@ -164,8 +169,8 @@ def _calls_crewai(gate: Gate, core: Callable[..., Any], module: Any) -> tuple[An
     return call(gated), call(plain)
 
 
-def _calls_agent_framework(gate: Gate, core: Callable[..., Any],
-                           module: Any) -> tuple[Any, Any]:
+def _calls_agent_framework(gate: Gate, core: Callable[..., Any], module: Any,
+                           run: _Run) -> tuple[Any, Any]:
     from agent_framework import FunctionInvocationContext, tool
     from agent_framework._middleware import FunctionMiddlewarePipeline
 
@@ -173,7 +178,6 @@ def _calls_agent_framework(gate: Gate, core: Callable[..., Any],
         {"refund": {"key": _TEMPLATE, "effect_type": "bench.effect"}}, gate=gate)
     gated = (tool(refund), FunctionMiddlewarePipeline(gate_mw.function_middleware))
     plain = (tool(core), FunctionMiddlewarePipeline())
-    loop = asyncio.new_event_loop()
 
     def call(pair: Any) -> Callable[[str], Any]:
         function, pipeline = pair
@@ -184,7 +188,7 @@ def _calls_agent_framework(gate: Gate, core: Callable[..., Any],
         def invoke(key: str) -> Any:
             context = FunctionInvocationContext(function=function,
                                                 arguments={"txn_id": key, "amount_cents": 500})
-            return loop.run_until_complete(pipeline.execute(context, final))
+            return run(pipeline.execute(context, final))
 
         return invoke
 
@@ -204,6 +208,14 @@ _FRAMEWORKS = {
 
 def bench_adapters(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
     """Add one ratio per installed framework integration for the backend ``s``."""
+    loop = asyncio.new_event_loop()  # the async frameworks' calls, closed when all are done
+    try:
+        _each_framework(s, report, loop.run_until_complete, n=n, chunks=chunks)
+    finally:
+        loop.close()
+
+
+def _each_framework(s: Scratch, report: Report, run: _Run, *, n: int, chunks: int) -> None:
     for label, (module_name, build) in _FRAMEWORKS.items():
         module = _integration(module_name)
         if module is None:
@@ -214,7 +226,7 @@ def bench_adapters(s: Scratch, report: Report, *, n: int, chunks: int) -> None:
         gate = Gate(s.url(name), namespace=s.namespace(name), policy=False)
         try:
             core = gate.effect(_TEMPLATE, effect_type="bench.effect")(refund)
-            gated_call, plain_call = build(gate, core, module)
+            gated_call, plain_call = build(gate, core, module, run)
             keys = {k: KeySource(f"{k}-") for k in ("gated", "plain", "core")}
             runners = {"gated": calling(gated_call, keys["gated"]),
                        "plain": calling(plain_call, keys["plain"]),
