@@ -12,8 +12,10 @@ every xdist worker); when the whole run ends, every row under that prefix is del
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,26 @@ def require_postgres() -> None:
         if IN_CI:
             pytest.fail(problem)
         pytest.skip(problem)
+
+
+@pytest.fixture(autouse=True)
+def _no_default_event_loop_left_open() -> Iterator[None]:
+    """OpenAI Agents' and pydantic-ai's ``run_sync`` run on the thread's default event loop
+    and leave it open on purpose, for their next call. A later test that sets its own loop
+    (pytest-asyncio's runner, ``asyncio.run``) drops it unclosed, and whichever test the
+    garbage collector runs in then reports its sockets as a ResourceWarning. Each test here
+    hands the thread back with no default loop. (effectgate sets none: its own loops are
+    closed where they are made, ``test_bench`` holds the bench to that.)"""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:  # none is set
+            return
+    if not loop.is_running():
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
