@@ -160,6 +160,21 @@ def test_bench_governance_and_adapters_report_a_row_or_say_why_not(tmp_path: Pat
         assert (row is not None and row["ratio"] > 0) or said, framework
 
 
+def test_bench_async_reports_the_async_tool_its_hop_floor_and_the_loop_block(
+        tmp_path: Path) -> None:
+    report = _bench("--url", f"sqlite:///{tmp_path / 'x.db'}", "--n", "10", "--chunks", "2",
+                    "--only", "async")
+    ratios = _ratios(report, "sqlite")
+    row = ratios["async def tool, executed"]
+    assert row["ratio"] > 0 and row["base"] == "the same sync tool" and row["target"] == 1.5
+    floor = ratios["  the sync tool + 2 empty hops"]
+    assert floor["ratio"] > 0 and floor["base"] == "the same sync tool"
+    assert floor["target"] is None
+    figures = _figures(report, "sqlite")
+    assert figures["  the gate's share"]["target"] == "<= 2"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bench_ops_reports_the_webhooks_and_telemetry_row(tmp_path: Path) -> None:
     report = _bench("--url", f"sqlite:///{tmp_path / 'x.db'}", "--n", "10", "--chunks", "2",
                     "--only", "ops")
