@@ -19,14 +19,15 @@ approval requests.
   the effect's ``run_id``.
 
 Arguments reach the gate as the framework validated them against the tool's input model
-(``"500"`` is ``500``, defaults filled in); arguments the model cannot validate go to the
-framework, which answers them and runs nothing. The result stored is the function's: a single
-text result as its text (so a duplicate proposed through another adapter reads the same), any
-other result as its serialized contents. With ``on_refusal="raise"`` refusals and unknown
-outcomes raise a ``MiddlewareFailure`` that is also the matching effectgate error (``except
-eg.EffectAmbiguous`` works): the framework never turns it into a tool result, and the run
-stops. (An ordinary exception from function middleware would become a tool error and the loop
-would run on.)
+(``"500"`` is ``500``, defaults filled in; an input model's fields by name or by alias).
+Arguments the input model does not validate are refused (the model is told which, and the
+function never runs): a middleware that repairs arguments goes before this one. The result
+stored is the function's: a single text result as its text (so a duplicate proposed through
+another adapter reads the same), any other result as its serialized contents. With
+``on_refusal="raise"`` refusals and unknown outcomes raise a ``MiddlewareFailure`` that is
+also the matching effectgate error (``except eg.EffectAmbiguous`` works): the framework never
+turns it into a tool result, and the run stops. (An ordinary exception from function
+middleware would become a tool error and the loop would run on.)
 
 **Approvals pause the run** through the framework's function approval: a call the policy sends
 for approval answers with a ``function_approval_request`` content (``additional_properties``:
@@ -89,6 +90,7 @@ from ._kernel import (
     Refused,
     UngatedToolWarning,
     framework_context,
+    invalid_arguments,
     model_arguments,
     read_declarations,
     report_ungated,
@@ -170,9 +172,12 @@ class _FunctionGate(FunctionMiddleware):
     async def process(self, context: Any, call_next: Callable[[], Awaitable[None]]) -> None:
         tool = context.function
         gated = self.owner.gated_call(tool)
-        arguments = _arguments(tool, context.arguments) if gated is not None else None
-        if gated is None or arguments is None:
-            await call_next()  # ungated, or arguments the framework answers itself
+        if gated is None:
+            await call_next()  # not a declared effect
+            return
+        arguments = _arguments(tool, context.arguments)
+        if isinstance(arguments, Refused):  # never let through a call the gate cannot key
+            context.result = gated.refuse(arguments).message
             return
         session = getattr(context, "session", None)
         owner = self.owner
@@ -206,19 +211,24 @@ class _FunctionGate(FunctionMiddleware):
         context.result = _given(out, tool)
 
 
-def _arguments(tool: Any, raw: Any) -> dict[str, Any] | None:
-    """The call's arguments by name, validated by the tool's input model; None when they do
-    not validate."""
-    data = raw.model_dump() if isinstance(raw, pydantic.BaseModel) else raw
+def _arguments(tool: Any, raw: Any) -> dict[str, Any] | Refused:
+    """The call's arguments by name, validated by the tool's input model: keyed by field
+    name, as the framework hands on the arguments it validated, or by alias, as a provider
+    sent them when the framework could not. Arguments that validate neither way are refused:
+    the function never runs (the framework would refuse them too; a gate that assumed so
+    would let through, ungated, whatever it misread)."""
+    data = {} if raw is None else raw.model_dump() if isinstance(raw, pydantic.BaseModel) \
+        else raw  # (None: no arguments, as the framework reads it)
+    name = str(getattr(tool, "name", "tool"))
     if not isinstance(data, Mapping):
-        return None
+        return invalid_arguments(name, f"arguments by name expected, not {type(data).__name__}")
     model = getattr(tool, "input_model", None)
     if model is None:
         return dict(data)
     try:
-        return model_arguments(model, data)
-    except pydantic.ValidationError:
-        return None
+        return model_arguments(model, data, by_name=True)
+    except pydantic.ValidationError as err:
+        return invalid_arguments(name, err)
 
 
 async def _approval_request(gated: GatedCall, refused: Refused, arguments: Mapping[str, Any],

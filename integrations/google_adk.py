@@ -65,7 +65,7 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from effectgate import ConfigError, EffectKeyError, EffectSpec, Gate
+from effectgate import ConfigError, EffectSpec, Gate
 
 from ._kernel import (
     Framework,
@@ -74,6 +74,7 @@ from ._kernel import (
     Refused,
     UngatedToolWarning,
     framework_context,
+    invalid_arguments,
     model_arguments,
     model_message,
     requires_extra,
@@ -171,11 +172,7 @@ class _Gated:
         try:
             return model_arguments(model, args)
         except pydantic.ValidationError as err:
-            detail = f"{self._effectgate.tool_name}: {err.error_count()} invalid argument(s)"
-            first = err.errors()[0]
-            detail += f" ({'.'.join(str(p) for p in first['loc'])}: {first['msg']})"
-            error = EffectKeyError(detail)
-            return Refused("invalid", model_message("invalid", None, error), error, None)
+            return invalid_arguments(self._effectgate.tool_name, err)
 
     def _runner(self, tool_context: ToolContext) -> Callable[[GatedCall, Any], Awaitable[Any]]:
         """``run(gated, arguments)``: one gated call of the function with these arguments."""

@@ -211,9 +211,9 @@ PINNED = {
     "effectgate.integrations._kernel": {
         "SPEC_OPTIONS", "Declaration", "Declarations", "Framework", "GatedCall", "OnRefusal",
         "Pause", "Refused", "TwinRegistry", "UngatedToolWarning", "default_gate", "error_hint",
-        "framework_context", "gate_tools", "is_stopping", "missing_extra", "model_arguments",
-        "model_message", "read_declarations", "recorded_failed", "report_ungated",
-        "requires_extra", "resolve_gate", "twin_registry"},
+        "framework_context", "gate_tools", "invalid_arguments", "is_stopping", "missing_extra",
+        "model_arguments", "model_message", "read_declarations", "recorded_failed",
+        "report_ungated", "requires_extra", "resolve_gate", "twin_registry"},
     "effectgate.integrations.langchain": {
         "DEFAULT_APPROVER", "EffectGateMiddleware", "EffectRefusedToolError", "GatedTool",
         "ToolReportedError", "UngatedToolWarning", "classify_tool_exception", "gate_tool",

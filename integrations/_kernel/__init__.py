@@ -30,7 +30,7 @@ A framework module keeps only what its framework forces.
 from __future__ import annotations
 
 from .call import GatedCall, OnRefusal, Pause, Refused, is_stopping, recorded_failed
-from .context import framework_context, model_arguments
+from .context import framework_context, invalid_arguments, model_arguments
 from .declarations import SPEC_OPTIONS, Declaration, Declarations, read_declarations
 from .driver import Framework, UngatedToolWarning, gate_tools, report_ungated
 from .extras import missing_extra, requires_extra
@@ -54,6 +54,7 @@ __all__ = [
     "error_hint",
     "framework_context",
     "gate_tools",
+    "invalid_arguments",
     "is_stopping",
     "missing_extra",
     "model_arguments",

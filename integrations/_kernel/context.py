@@ -4,21 +4,45 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from effectgate import effect_context
+from effectgate import EffectKeyError, effect_context
 
-__all__ = ["framework_context", "model_arguments"]
+from .call import Refused
+from .vocabulary import model_message
+
+if TYPE_CHECKING:
+    import pydantic
+
+__all__ = ["framework_context", "invalid_arguments", "model_arguments"]
 
 
-def model_arguments(model: Any, raw: Mapping[str, Any]) -> dict[str, Any]:
+def model_arguments(model: Any, raw: Mapping[str, Any], *,
+                    by_name: bool = False) -> dict[str, Any]:
     """Validate ``raw`` through a pydantic model class; every field by name, defaults applied.
+    ``raw``'s keys are the fields' aliases, as a model sends them (or, ``by_name``, either
+    their aliases or their names: what a framework hands on after its own validation).
 
     Values keep their validated types (a nested model stays a model, so a key template can
     say ``{order.id}``); the payload hash makes them canonical JSON.
     """
-    validated = model.model_validate(dict(raw))
+    validated = model.model_validate(dict(raw), by_alias=True, by_name=True) if by_name \
+        else model.model_validate(dict(raw))
     return {name: getattr(validated, name) for name in type(validated).model_fields}
+
+
+def invalid_arguments(tool_name: str, err: pydantic.ValidationError | str) -> Refused:
+    """The refusal of a call whose arguments the tool's input model does not validate (or,
+    ``err`` a text, that are not arguments by name at all): the model is told which, and the
+    tool never runs (a gate that cannot key a call does not let it through)."""
+    if isinstance(err, str):
+        detail = f"{tool_name}: {err}"
+    else:
+        first = err.errors()[0]
+        detail = (f"{tool_name}: {err.error_count()} invalid argument(s) "
+                  f"({'.'.join(str(p) for p in first['loc'])}: {first['msg']})")
+    error = EffectKeyError(detail)
+    return Refused("invalid", model_message("invalid", None, error), error, None)
 
 
 def framework_context(run_id: Any = None, agent_id: Any = None) -> Any:

@@ -1,0 +1,99 @@
+"""Microsoft Agent Framework: the arguments a gated call is keyed on are the ones the function
+runs with, and a call the gate cannot key never runs.
+
+The framework validates a call against the tool's input model and hands the middleware the
+result by field name; a model with aliases sends them by alias. Before, the middleware
+validated that dict again by alias only, failed, and let the call through ungated: a refund
+ran on every retry with no record. Real ``Agent`` loop, scripted chat client, both backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agent_framework")
+
+from agent_framework import Agent, FunctionTool
+from pydantic import BaseModel, Field
+
+import effectgate as eg
+from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+from .adapter_drivers import af_client, af_results
+from .conftest import snapshot
+
+
+class AliasedArgs(BaseModel):
+    txn_id: str = Field(alias="txnId")
+    amount_cents: int = Field(alias="amountCents")
+
+
+class PlainArgs(BaseModel):
+    txn_id: str
+    amount_cents: int
+
+
+def _refund_tool(ledger: list[tuple[str, int]], model: type[BaseModel]) -> Any:
+    def refund(txn_id: str, amount_cents: int) -> str:
+        ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id}"
+
+    return FunctionTool(func=refund, name="refund", description="Refund. Irreversible.",
+                        input_model=model)
+
+
+def _run(gate: eg.Gate, tool: Any, session_id: str,
+         calls: list[tuple[str, dict[str, Any]]], **options: Any) -> dict[str, str]:
+    middleware = EffectGateMiddleware({"refund": "refund:{txn_id}"}, gate=gate, **options)
+
+    async def one() -> dict[str, str]:
+        agent = Agent(client=af_client([calls]), name="billing", tools=[tool],
+                      middleware=[middleware])
+        response = await agent.run("refund T1",
+                                   session=agent.create_session(session_id=session_id))
+        return af_results(response.messages)
+
+    return asyncio.run(one())
+
+
+@pytest.mark.parametrize("model", [AliasedArgs, PlainArgs], ids=["aliases", "names"])
+def test_an_input_model_with_aliases_is_gated_like_one_without(
+        gate: eg.Gate, model: type[BaseModel]) -> None:
+    ledger: list[tuple[str, int]] = []
+    tool = _refund_tool(ledger, model)
+    args = ({"txnId": "T1", "amountCents": 500} if model is AliasedArgs
+            else {"txn_id": "T1", "amount_cents": 500})
+    first = _run(gate, tool, "run-1", [("c1", args)])
+    again = _run(gate, tool, "run-2", [("c2", args)])
+    twins = _run(gate, tool, "run-3", [("c3", args), ("c4", args)])
+    assert ledger == [("T1", 500)]
+    assert first["c1"] == again["c2"] == twins["c3"] == twins["c4"] == "refunded 500 on T1"
+    record = gate.get("refund:T1")
+    assert record.state is eg.State.COMMITTED and record.attempt == 1
+
+
+@pytest.mark.parametrize("args", [
+    {"txnId": "T1", "amountCents": "lots"},  # a value the model does not take
+    {"txnId": "T1"},  # a field missing
+    {"txn_id": "T1", "amountCents": "lots"},  # a name and an alias, one of them bad
+], ids=["bad value", "missing field", "mixed, bad value"])
+def test_arguments_the_input_model_refuses_never_run_and_write_nothing(
+        gate: eg.Gate, args: dict[str, Any]) -> None:
+    ledger: list[tuple[str, int]] = []
+    before = snapshot(gate)
+    out = _run(gate, _refund_tool(ledger, AliasedArgs), "run-bad", [("c1", args)])
+    assert ledger == []
+    assert "invalid argument" in out["c1"] and "refunded" not in out["c1"]
+    assert snapshot(gate) == before
+
+
+def test_refused_arguments_raise_with_on_refusal_raise(gate: eg.Gate) -> None:
+    ledger: list[tuple[str, int]] = []
+    before = snapshot(gate)
+    with pytest.raises(eg.EffectKeyError, match="invalid argument"):
+        _run(gate, _refund_tool(ledger, AliasedArgs), "run-raise",
+             [("c1", {"txnId": "T1", "amountCents": "lots"})], on_refusal="raise")
+    assert ledger == [] and snapshot(gate) == before
