@@ -19,7 +19,10 @@ retry, ask a human). With ``on_refusal="raise"`` refusals and unknown outcomes a
 ADK hands them to the ``on_tool_error`` callbacks and, unanswered, ends the run. The session id
 becomes the effect's ``run_id`` and the agent's name its ``agent_id``. A sync function's
 reservation, call and outcome run on one worker thread (the event loop is never blocked by the
-store); an async one is awaited on the loop.
+store); an async one is awaited on the loop. A tool whose own ``run_async`` answers without
+calling its function (an ``AuthenticatedFunctionTool`` asking the user for credentials) has
+done nothing: the effect is recorded FAILED, ADK's answer goes to the model as it would, and
+the call made again runs.
 
 **Approvals pause the run** through ADK's tool confirmation: a call the policy sends for
 approval calls ``tool_context.request_confirmation(hint=..., payload={"effectgate":
@@ -59,13 +62,14 @@ the tool puts the reservation around the function and nothing else.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from effectgate import ConfigError, EffectSpec, Gate
+from effectgate import ConfigError, EffectSpec, Gate, NotExecuted
 
 from ._kernel import (
     Framework,
@@ -148,16 +152,21 @@ class _Gated:
                                getattr(tool_context, "agent_name", None)):
             run = self._runner(tool_context)
             confirmation = getattr(tool_context, "tool_confirmation", None)
-            if confirmation is not None and self._effectgate_pause:
-                try:
-                    approval_id, digest = claimed(confirmation.payload)
-                except ConfigError as err:
-                    return {"error": model_message("invalid", None, err)}
-                answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
-                                approval_id=approval_id, payload_hash=digest)
-                out = await aresume(gated, arguments, answer, run)
-            else:
-                out = await run(gated, arguments)
+            try:
+                if confirmation is not None and self._effectgate_pause:
+                    try:
+                        approval_id, digest = claimed(confirmation.payload)
+                    except ConfigError as err:
+                        return {"error": model_message("invalid", None, err)}
+                    answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
+                                    approval_id=approval_id, payload_hash=digest)
+                    out = await aresume(gated, arguments, answer, run)
+                else:
+                    out = await run(gated, arguments)
+            except _NotCalled as unrun:  # (on_refusal="raise" raises a FAILED body's error)
+                return unrun.answer
+            if isinstance(out, Refused) and isinstance(out.error, _NotCalled):
+                return out.error.answer  # recorded FAILED: the tool's own answer stands
             if isinstance(out, Refused) and out.kind == "approval_required" \
                     and self._effectgate_pause:
                 return await self._pause(out, arguments, tool_context)
@@ -182,10 +191,24 @@ class _Gated:
         async def run(one: GatedCall, arguments: Any) -> Any:
             if direct is not None:
                 return await one.arun_sync(arguments, lambda: direct(arguments))
-            return await one.arun(arguments, lambda: base.run_async(
-                self, args=dict(arguments), tool_context=tool_context))  # type: ignore[arg-type]
+            return await one.arun(arguments, lambda: _called(base.run_async(
+                self, args=dict(arguments), tool_context=tool_context)))  # type: ignore[arg-type]
 
         return run
+
+    async def _invoke_callable(self, target: Callable[..., Any],
+                               args_to_call: dict[str, Any]) -> Any:
+        """ADK's call of the function itself (where a tool's ``run_async`` gets to it): noted
+        for :func:`_called`."""
+        _mark_called()
+        base = self._effectgate_base
+        return await base._invoke_callable(self, target, args_to_call)  # type: ignore[arg-type]
+
+    async def _run_generator_as_node(self, *args: Any, **kwargs: Any) -> Any:
+        """ADK's run of a generator function as a node: the function called, as above."""
+        _mark_called()
+        base = self._effectgate_base
+        return await base._run_generator_as_node(self, *args, **kwargs)  # type: ignore[arg-type]
 
     async def _pause(self, refused: Refused, arguments: Mapping[str, Any],
                      tool_context: ToolContext) -> Any:
@@ -196,6 +219,40 @@ class _Gated:
             payload={"effectgate": review.as_dict(), "arguments": review.arguments})
         tool_context.actions.skip_summarization = True
         return {"error": refused.message}
+
+
+_calls: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "effectgate_adk_function_called", default=None)
+
+
+class _NotCalled(NotExecuted):
+    """A tool's ``run_async`` answered without calling its function (an
+    ``AuthenticatedFunctionTool`` asking the user for credentials, a subclass's own check):
+    nothing happened, so the effect is FAILED and the call, made again, runs."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__("the tool answered without calling its function")
+        self.answer = answer
+
+
+def _mark_called() -> None:
+    called = _calls.get()
+    if called is not None:
+        called.append(True)
+
+
+async def _called(answer: Awaitable[Any]) -> Any:
+    """``answer``, the tool's own ``run_async``, awaited; :class:`_NotCalled` when it never
+    reached the function (its answer is then not a result to store)."""
+    called: list[bool] = []
+    token = _calls.set(called)
+    try:
+        out = await answer
+    finally:
+        _calls.reset(token)
+    if not called:
+        raise _NotCalled(out)
+    return out
 
 
 def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] | None:
