@@ -198,9 +198,10 @@ class _Gated:
 
     async def _invoke_callable(self, target: Callable[..., Any],
                                args_to_call: dict[str, Any]) -> Any:
-        """ADK's call of the function itself (where a tool's ``run_async`` gets to it): noted
-        for :func:`_called`."""
-        _mark_called()
+        """ADK's call of a callable: the function itself (where a tool's ``run_async`` gets
+        to it) is noted for :func:`_called`; a ``require_confirmation`` predicate is not."""
+        if target is getattr(self, "func", None):
+            _mark_called()
         base = self._effectgate_base
         return await base._invoke_callable(self, target, args_to_call)  # type: ignore[arg-type]
 
