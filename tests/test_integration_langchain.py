@@ -21,9 +21,9 @@ from langchain.tools import ToolRuntime
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import InjectedToolCallId, tool
+from langchain_core.tools import InjectedToolCallId, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import effectgate as eg
 from effectgate.integrations import langchain as eg_lc
@@ -36,7 +36,7 @@ from effectgate.integrations.langchain import (
 from effectgate.testing import temporary_gate
 
 from .agent_worker import run_two_agents
-from .conftest import PG_URL, require_postgres
+from .conftest import PG_URL, require_postgres, snapshot
 
 ARGS = {"txn_id": "T1", "amount_cents": 500}
 
@@ -512,3 +512,78 @@ def test_a_denial_is_answered_as_the_mode_says(make_gate: Any, refund: Any,
         [said] = run(agent)
         assert said.status == "error" and str(said.content).startswith("DENIED")
     assert ledger == []
+
+
+# -- the arguments a call is keyed on are the ones the tool runs with -------------------------
+
+
+class DollarArgs(BaseModel):
+    txn_id: str
+    amount_cents: int = Field(description="amount in cents, or '$12.50'")
+
+    @field_validator("amount_cents", mode="before")
+    @classmethod
+    def dollars(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("$"):
+            return round(float(value[1:]) * 100)
+        return value
+
+
+class NumberIdArgs(BaseModel):
+    model_config = ConfigDict(coerce_numbers_to_str=True)
+    txn_id: str
+    amount_cents: int
+
+
+class AliasArgs(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    txn_id: str = Field(alias="txnId")
+    amount_cents: int
+
+
+def _schema_tool(schema: type[BaseModel], ledger: list[Any]) -> Any:
+    def refund(txn_id: str, amount_cents: int) -> str:
+        ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id}"
+
+    return StructuredTool.from_function(refund, name="refund", args_schema=schema,
+                                        description="Refund a card transaction. Irreversible.")
+
+
+# (LangChain's tool_call_schema keeps a schema's fields, not its validators, its model_config
+# or its aliases: the middleware keyed on it, failed where the tool's own schema accepted the
+# call, and let the call through ungated.)
+@pytest.mark.parametrize(("schema", "args", "runs_with"), [
+    (DollarArgs, {"txn_id": "T1", "amount_cents": "$12.50"}, ("T1", 1250)),
+    (NumberIdArgs, {"txn_id": 40021, "amount_cents": 500}, ("40021", 500)),
+    (AliasArgs, {"txnId": "T1", "amount_cents": 500}, ("T1", 500)),
+], ids=["before-validator", "model_config", "alias"])
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_a_schema_the_tool_validates_by_its_own_rules_is_gated_once(
+        make_gate: Any, form: str, schema: type[BaseModel], args: dict[str, Any],
+        runs_with: tuple[str, int]) -> None:
+    gate = make_gate()
+    ledger: list[Any] = []
+    tool_ = _schema_tool(schema, ledger)
+    answers = [run(gated_agent(form, tool_, gate, script(call(f"c{n}", args))), f"t-{n}")
+               for n in range(3)]
+    assert ledger == [runs_with]
+    assert {m.content for found in answers for m in found} == {
+        f"refunded {runs_with[1]} on {runs_with[0]}"}
+    record = gate.get(f"refund:{runs_with[0]}")
+    assert record.state is eg.State.COMMITTED and record.attempt == 1
+
+
+@pytest.mark.parametrize("args", [
+    {"txn_id": "T1", "amount_cents": "lots"}, {"txn_id": "T1"}, {"amount_cents": 500},
+], ids=["bad value", "no amount", "no id"])
+def test_the_middleware_refuses_arguments_the_tool_would_refuse_and_writes_nothing(
+        make_gate: Any, args: dict[str, Any]) -> None:
+    gate = make_gate()
+    ledger: list[Any] = []
+    before = snapshot(gate)
+    found = run(gated_agent("middleware", _schema_tool(DollarArgs, ledger), gate,
+                            script(call("c1", args))))
+    assert ledger == [] and snapshot(gate) == before
+    assert len(found) == 1 and found[0].status == "error"
+    assert "invalid argument" in str(found[0].content)

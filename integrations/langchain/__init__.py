@@ -13,10 +13,13 @@ Two forms, one guarantee — the same consequence executes at most once:
   them. It covers only tools called through that agent.
 
 Either way: arguments are validated through the tool's schema before the key and payload hash
-are computed (``"500"`` and ``500`` are one refund); injected arguments (``ToolRuntime``,
-``InjectedToolCallId``, state) are not part of the payload. A duplicate gets the stored result,
-as though the tool had just run; every other answer reaches the model as a
-``ToolMessage(status="error")`` saying what to do (wait, do not retry, ask a human). With
+are computed (``"500"`` and ``500`` are one refund) — its own ``args_schema``, with its
+validators, ``model_config`` and aliases, as the tool validates them when it runs — and
+arguments it does not validate are refused, never let through; injected arguments
+(``ToolRuntime``, ``InjectedToolCallId``, state) are not part of the payload (the middleware
+validates a tool that has them by the schema the model sees, its fields alone). A duplicate
+gets the stored result, as though the tool had just run; every other answer reaches the model
+as a ``ToolMessage(status="error")`` saying what to do (wait, do not retry, ask a human). With
 ``on_refusal="raise"`` they are raised instead — they are not ``ToolException`` s, so they stop
 the run. The LangGraph ``thread_id`` becomes the effect's ``run_id`` and the agent's name its
 ``agent_id``.
@@ -86,6 +89,7 @@ from .._kernel import (
     Refused,
     UngatedToolWarning,
     framework_context,
+    invalid_arguments,
     model_arguments,
     read_declarations,
     report_ungated,
@@ -339,6 +343,23 @@ class _Pauser:
         return answer
 
 
+def _call_arguments(tool: BaseTool, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments a call of ``tool`` runs with, by name, validated as the tool validates
+    them when it runs: by its own ``args_schema`` (its validators, its ``model_config``, its
+    aliases), or, where arguments are injected after the model's (state, the call id), by the
+    schema the model sees, which LangChain rebuilds from the fields alone. Raises pydantic's
+    ``ValidationError``."""
+    schema = tool.args_schema
+    if not hasattr(schema, "model_validate") or tool._injected_args_keys:
+        schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return dict(raw)
+    arguments = model_arguments(schema, raw)
+    visible = _visible_fields(tool)
+    return arguments if visible is None else {
+        k: v for k, v in arguments.items() if k in visible}
+
+
 def _validator(tool: BaseTool, visible: frozenset[str] | None,
                ) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
     """Check a reviewer's edited arguments against the schema the model sees."""
@@ -348,10 +369,7 @@ def _validator(tool: BaseTool, visible: frozenset[str] | None,
             unknown = sorted(set(raw) - visible)
             if unknown:
                 raise ConfigError(f"unknown arguments: {', '.join(unknown)}")
-        schema = tool.tool_call_schema
-        if isinstance(schema, dict):
-            return dict(raw)
-        return model_arguments(schema, raw)
+        return _call_arguments(tool, raw)
 
     return validate
 
@@ -682,7 +700,9 @@ def _middleware_class() -> type:
 
         # -- gating a call --------------------------------------------------------------------
 
-        def _prepare(self, request: Any) -> tuple[GatedCall, dict[str, Any]] | None:
+        def _prepare(self, request: Any) -> tuple[GatedCall, dict[str, Any] | Refused] | None:
+            """The gated call and its arguments (or their refusal: a call the gate cannot key
+            never runs); None for a call this middleware does not gate."""
             tool = request.tool
             if tool is None or isinstance(tool, GatedTool):
                 return None
@@ -690,14 +710,10 @@ def _middleware_class() -> type:
             gated = calls.get(tool.name)
             if gated is None:
                 return None
-            raw = request.tool_call.get("args") or {}
-            schema = tool.tool_call_schema
-            if isinstance(schema, dict):
-                return gated, dict(raw)
             try:
-                return gated, model_arguments(schema, raw)
-            except ValidationError:
-                return None  # the tool node reports the invalid arguments; nothing runs
+                return gated, _call_arguments(tool, request.tool_call.get("args") or {})
+            except ValidationError as err:
+                return gated, invalid_arguments(tool.name, err)
 
         def _answer(self, out: Any, request: Any) -> Any:
             call = request.tool_call
@@ -726,6 +742,8 @@ def _middleware_class() -> type:
             if prepared is None:
                 return handler(request)
             gated, arguments = prepared
+            if isinstance(arguments, Refused):
+                return self._answer(gated.refuse(arguments), request)
             config = getattr(request.runtime, "config", None)
 
             def run(one: GatedCall, args: Mapping[str, Any]) -> Any:
@@ -742,6 +760,8 @@ def _middleware_class() -> type:
             if prepared is None:
                 return await handler(request)
             gated, arguments = prepared
+            if isinstance(arguments, Refused):
+                return self._answer(gated.refuse(arguments), request)
             config = getattr(request.runtime, "config", None)
 
             async def run(one: GatedCall, args: Mapping[str, Any]) -> Any:
