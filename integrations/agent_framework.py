@@ -21,13 +21,16 @@ approval requests.
 Arguments reach the gate as the framework validated them against the tool's input model
 (``"500"`` is ``500``, defaults filled in; an input model's fields by name or by alias).
 Arguments the input model does not validate are refused (the model is told which, and the
-function never runs): a middleware that repairs arguments goes before this one. The result
-stored is the function's: a single text result as its text (so a duplicate proposed through
-another adapter reads the same), any other result as its serialized contents. With
-``on_refusal="raise"`` refusals and unknown outcomes raise a ``MiddlewareFailure`` that is
-also the matching effectgate error (``except eg.EffectAmbiguous`` works): the framework never
-turns it into a tool result, and the run stops. (An ordinary exception from function
-middleware would become a tool error and the loop would run on.)
+function never runs): a middleware that repairs arguments goes before this one. So are
+arguments that name a variable of the experimental ``agent_framework.security`` (untrusted
+content the model sees only as an id, replaced with its value after every function middleware
+has run: an effect is never keyed on the id). The result stored is the function's: a single
+text result as its text (so a duplicate proposed through another adapter reads the same), any
+other result as its serialized contents. With ``on_refusal="raise"`` refusals and unknown
+outcomes raise a ``MiddlewareFailure`` that is also the matching effectgate error (``except
+eg.EffectAmbiguous`` works): the framework never turns it into a tool result, and the run
+stops. (An ordinary exception from function middleware would become a tool error and the loop
+would run on.)
 
 **Approvals pause the run** through the framework's function approval: a call the policy sends
 for approval answers with a ``function_approval_request`` content (``additional_properties``:
@@ -71,6 +74,8 @@ import asyncio
 import contextlib
 import contextvars
 import json
+import re
+import sys
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -176,6 +181,10 @@ class _FunctionGate(FunctionMiddleware):
             await call_next()  # not a declared effect
             return
         arguments = _arguments(tool, context.arguments)
+        if not isinstance(arguments, Refused) and (named := _variables(arguments)):
+            arguments = invalid_arguments(gated.tool_name, (
+                f"{', '.join(named)} name(s) a variable of agent_framework.security, whose value "
+                "replaces it only after the gate: an effect is never keyed on a placeholder"))
         if isinstance(arguments, Refused):  # never let through a call the gate cannot key
             context.result = gated.refuse(arguments).message
             return
@@ -209,6 +218,19 @@ class _FunctionGate(FunctionMiddleware):
             context.result = gated.refuse(out).message
             return
         context.result = _given(out, tool)
+
+
+_VARIABLE = re.compile(r"\bvar_[0-9a-fA-F]{8,}\b")  # agent_framework.security's variable ids
+
+
+def _variables(arguments: Mapping[str, Any]) -> list[str]:
+    """The arguments that name a variable of ``agent_framework.security`` (its stand-in for
+    untrusted content the model never sees), which the security middleware resolves after
+    every function middleware, this one included, has run."""
+    if "agent_framework.security" not in sys.modules:
+        return []
+    return sorted(name for name, value in arguments.items()
+                  if _VARIABLE.search(value if isinstance(value, str) else repr(value)))
 
 
 def _arguments(tool: Any, raw: Any) -> dict[str, Any] | Refused:

@@ -97,3 +97,82 @@ def test_refused_arguments_raise_with_on_refusal_raise(gate: eg.Gate) -> None:
         _run(gate, _refund_tool(ledger, AliasedArgs), "run-raise",
              [("c1", {"txnId": "T1", "amountCents": "lots"})], on_refusal="raise")
     assert ledger == [] and snapshot(gate) == before
+
+
+@pytest.mark.filterwarnings(r"ignore:\[FIDES\]:FutureWarning")  # the framework's: experimental
+def test_a_variable_of_the_security_middleware_is_never_a_key(gate: eg.Gate) -> None:
+    """With ``SecureAgentConfig``, untrusted content reaches the model as a variable id that
+    the security middleware replaces with the value only after every function middleware
+    has run. Keyed on the id, the same refund got a new key on every read of the same
+    content, and ran again; the gate refuses such a call instead."""
+    import json
+    import re
+
+    from agent_framework import (
+        BaseChatClient,
+        ChatResponse,
+        Content,
+        FunctionInvocationLayer,
+        Message,
+        tool,
+    )
+    from agent_framework.security import SecureAgentConfig
+
+    variable = re.compile(r"var_[0-9a-f]{8,}")
+
+    class Scripted(FunctionInvocationLayer, BaseChatClient):  # type: ignore[misc]
+        """Reads the ticket, then refunds the transaction it names by its variable."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.turn = 0
+
+        async def _answer(self, messages: Any) -> Any:
+            self.turn += 1
+            if self.turn == 1:
+                calls = [Content.from_function_call(call_id="c1", name="read_ticket",
+                                                    arguments="{}")]
+            elif self.turn == 2:
+                seen = json.dumps([m.to_dict() for m in messages], default=str)
+                args = {"txn_id": f"[{variable.findall(seen)[-1]}]", "amount_cents": 500}
+                calls = [Content.from_function_call(call_id="c2", name="refund",
+                                                    arguments=json.dumps(args))]
+            else:
+                return ChatResponse(messages=[Message(role="assistant",
+                                                      contents=["All done."])])
+            return ChatResponse(messages=[Message(role="assistant", contents=calls)])
+
+        def _inner_get_response(self, *, messages: Any, stream: bool, options: Any,
+                                **kwargs: Any) -> Any:
+            return self._answer(messages)
+
+    ledger: list[tuple[str, int]] = []
+
+    @tool(additional_properties={"source_integrity": "untrusted"})
+    def read_ticket() -> str:
+        """Read the customer's ticket (external, untrusted)."""
+        return "T1"
+
+    @tool
+    def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id}"
+
+    middleware = EffectGateMiddleware({"refund": "refund:{txn_id}", "read_ticket": None},
+                                      gate=gate)
+    before = snapshot(gate)
+
+    async def one(session_id: str) -> dict[str, str]:
+        agent = Agent(client=Scripted(), name="billing", tools=[read_ticket, refund],
+                      middleware=[middleware], context_providers=[
+                          SecureAgentConfig(allow_untrusted_tools={"refund"},
+                                            block_on_violation=True)])
+        response = await agent.run("refund the ticket's transaction",
+                                   session=agent.create_session(session_id=session_id))
+        return af_results(response.messages)
+
+    for n in range(2):  # the same request, retried
+        out = asyncio.run(one(f"run-{n}"))
+        assert "variable of agent_framework.security" in out["c2"], out
+    assert ledger == [] and snapshot(gate) == before
