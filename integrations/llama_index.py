@@ -201,6 +201,13 @@ def _still_waiting(waiter_id: str, requirements: dict[str, Any], timeout: float 
                                      waiter_event=waiter_event))
 
 
+def _not_convertible(tool: FunctionTool) -> ConfigError:
+    return ConfigError(
+        f"tool {tool.metadata.get_name()!r} is gated: LlamaIndex would make its LangChain tool "
+        "from the bare function, which runs ungated; convert the ungated tool and gate that "
+        "with effectgate.integrations.langchain.gate_tool")
+
+
 class GatedFunctionTool(FunctionTool):
     """A ``FunctionTool`` whose every call passes through an effect gate (see :func:`gate_tool`).
 
@@ -281,6 +288,15 @@ class GatedFunctionTool(FunctionTool):
         if isinstance(prepared, str):
             return self._invalid(prepared, named)
         return prepared
+
+    def to_langchain_tool(self, **langchain_tool_kwargs: Any) -> Any:
+        """Refused: LlamaIndex builds the LangChain tool from the bare function, which would
+        run ungated. Gate the LangChain tool itself (:mod:`effectgate.integrations.langchain`)."""
+        raise _not_convertible(self)
+
+    def to_langchain_structured_tool(self, **langchain_tool_kwargs: Any) -> Any:
+        """Refused, as :meth:`to_langchain_tool`."""
+        raise _not_convertible(self)
 
     def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
         """Gated sync call (keyword or positional arguments)."""

@@ -191,6 +191,18 @@ def test_call_outside_an_agent(gate: eg.Gate, refund: FunctionTool, ledger: list
     assert ledger == [("T1", 500)]
 
 
+@pytest.mark.parametrize("convert", ["to_langchain_tool", "to_langchain_structured_tool"])
+def test_a_gated_tool_is_never_converted_into_an_ungated_langchain_tool(
+        gate: eg.Gate, refund: FunctionTool, ledger: list[Any], convert: str) -> None:
+    # (LlamaIndex builds the LangChain tool from the bare function: it would run ungated)
+    gated = gate_tool(refund, "refund:{txn_id}", gate=gate)
+    with pytest.raises(eg.ConfigError, match="runs ungated"):
+        getattr(gated, convert)()
+    assert ledger == []
+    with pytest.raises(eg.UnknownEffect):
+        gate.get("refund:T1")
+
+
 def test_partial_params_reach_the_function_and_only_keyed_ones_the_payload(
         gate: eg.Gate, ledger: list[Any]) -> None:
     class Client:
