@@ -587,3 +587,25 @@ def test_the_middleware_refuses_arguments_the_tool_would_refuse_and_writes_nothi
     assert ledger == [] and snapshot(gate) == before
     assert len(found) == 1 and found[0].status == "error"
     assert "invalid argument" in str(found[0].content)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_middleware_gates_a_pydantic_v1_schema_and_refuses_what_it_does_not_validate(
+        make_gate: Any) -> None:
+    from pydantic import v1
+
+    class V1Args(v1.BaseModel):
+        txn_id: str
+        amount_cents: int
+
+    gate = make_gate()
+    ledger: list[Any] = []
+    tool_ = _schema_tool(V1Args, ledger)  # type: ignore[arg-type]
+    for n in range(2):
+        found = run(gated_agent("middleware", tool_, gate, script(call(f"c{n}"))), f"t-{n}")
+        assert [m.content for m in found] == ["refunded 500 on T1"]
+    before = snapshot(gate)
+    found = run(gated_agent("middleware", tool_, gate, script(call(
+        "bad", {"txn_id": "T2", "amount_cents": "lots"}))), "t-bad")
+    assert found[0].status == "error" and "invalid argument" in str(found[0].content)
+    assert ledger == [("T1", 500)] and snapshot(gate) == before

@@ -13,6 +13,7 @@ from .vocabulary import model_message
 
 if TYPE_CHECKING:
     import pydantic
+    import pydantic.v1
 
 __all__ = ["framework_context", "invalid_arguments", "model_arguments"]
 
@@ -31,15 +32,19 @@ def model_arguments(model: Any, raw: Mapping[str, Any], *,
     return {name: getattr(validated, name) for name in type(validated).model_fields}
 
 
-def invalid_arguments(tool_name: str, err: pydantic.ValidationError | str) -> Refused:
-    """The refusal of a call whose arguments the tool's input model does not validate (or,
-    ``err`` a text, that are not arguments by name at all): the model is told which, and the
-    tool never runs (a gate that cannot key a call does not let it through)."""
+def invalid_arguments(tool_name: str,
+                      err: pydantic.ValidationError | pydantic.v1.ValidationError | str,
+                      ) -> Refused:
+    """The refusal of a call whose arguments the tool's input model (pydantic, or
+    ``pydantic.v1``) does not validate (or, ``err`` a text, that are not arguments by name at
+    all): the model is told which, and the tool never runs (a gate that cannot key a call does
+    not let it through)."""
     if isinstance(err, str):
         detail = f"{tool_name}: {err}"
     else:
-        first = err.errors()[0]
-        detail = (f"{tool_name}: {err.error_count()} invalid argument(s) "
+        errors = err.errors()
+        first = errors[0]
+        detail = (f"{tool_name}: {len(errors)} invalid argument(s) "
                   f"({'.'.join(str(p) for p in first['loc'])}: {first['msg']})")
     error = EffectKeyError(detail)
     return Refused("invalid", model_message("invalid", None, error), error, None)

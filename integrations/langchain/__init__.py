@@ -117,6 +117,7 @@ with requires_extra("langchain", "langchain"):
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
     from pydantic import PrivateAttr, ValidationError
+    from pydantic.v1 import ValidationError as V1ValidationError
 
 __all__ = [
     "DEFAULT_APPROVER",
@@ -348,13 +349,17 @@ def _call_arguments(tool: BaseTool, raw: Mapping[str, Any]) -> dict[str, Any]:
     them when it runs: by its own ``args_schema`` (its validators, its ``model_config``, its
     aliases), or, where arguments are injected after the model's (state, the call id), by the
     schema the model sees, which LangChain rebuilds from the fields alone. Raises pydantic's
-    ``ValidationError``."""
-    schema = tool.args_schema
-    if not hasattr(schema, "model_validate") or tool._injected_args_keys:
+    ``ValidationError`` (``pydantic.v1``'s for a v1 schema)."""
+    schema: Any = tool.args_schema
+    if not hasattr(schema, "parse_obj") or tool._injected_args_keys:
         schema = tool.tool_call_schema
     if isinstance(schema, dict):
         return dict(raw)
-    arguments = model_arguments(schema, raw)
+    if hasattr(schema, "model_validate"):
+        arguments = model_arguments(schema, raw)
+    else:  # a pydantic.v1 model, which LangChain still takes
+        validated = schema.parse_obj(dict(raw))
+        arguments = {name: getattr(validated, name) for name in schema.__fields__}
     visible = _visible_fields(tool)
     return arguments if visible is None else {
         k: v for k, v in arguments.items() if k in visible}
@@ -712,7 +717,7 @@ def _middleware_class() -> type:
                 return None
             try:
                 return gated, _call_arguments(tool, request.tool_call.get("args") or {})
-            except ValidationError as err:
+            except (ValidationError, V1ValidationError) as err:
                 return gated, invalid_arguments(tool.name, err)
 
         def _answer(self, out: Any, request: Any) -> Any:
