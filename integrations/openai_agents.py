@@ -348,13 +348,16 @@ def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
         raise ConfigError(f"tool {tool.name!r} is already gated")
     spec = EffectSpec(resolve_gate(gate), key, effect_type=effect_type or tool.name,
                       **effect_options)
-    props = tool.params_json_schema.get("properties")
-    if isinstance(props, dict):
-        spec.check_names(props, f"tool {tool.name!r}")
     loud = resolve_function_tool_failure_error_function(tool) is None
     gated = GatedCall(spec, tool.name, on_refusal=on_refusal, raise_as=_as_agents_error,
                       reraise_failed=(Exception,), raise_body_errors=loud)
     invocation = _Invocation(tool, gated)
+    # The names a call's arguments are keyed by: the model's fields (a parameter's alias is
+    # only how the JSON names it), else the JSON schema's.
+    names = invocation.model.model_fields if invocation.model is not None else \
+        tool.params_json_schema.get("properties")
+    if isinstance(names, dict):
+        spec.check_names(names, f"tool {tool.name!r}")
     setattr(invocation, _MARK, gated)
     fields = {f.name: getattr(tool, f.name) for f in dataclasses.fields(FunctionTool)}
     fields.update(on_invoke_tool=invocation, _effectgate_inner=tool)

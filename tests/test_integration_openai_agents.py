@@ -7,7 +7,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -26,6 +26,7 @@ from agents.items import ToolCallOutputItem
 from agents.models.chatcmpl_converter import Converter
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
+from pydantic import Field
 
 import effectgate as eg
 from effectgate.integrations.openai_agents import (
@@ -348,3 +349,26 @@ def test_failure_error_function_none_raises_what_it_would_raise(
         asyncio.run(invoke("T2"))
     assert isinstance(err.value, EffectGateAgentsError)
     assert ledger == ["T1", "T2"]
+
+
+def test_a_parameter_with_an_alias_is_keyed_by_its_name_and_gated_once(
+        gate: eg.Gate) -> None:
+    # (the template's names were checked against the JSON schema's, which are the aliases,
+    # while a call's arguments are keyed by the model's fields: no template could name it)
+    ledger: list[Any] = []
+
+    @function_tool
+    def refund(txn_id: Annotated[str, Field(alias="txnId")], amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id}"
+
+    with pytest.raises(eg.EffectKeyError, match="names txnId"):
+        gate_tool(refund, "refund:{txnId}", gate=gate)
+    gated = gate_tool(refund, "refund:{txn_id}", gate=gate)
+    args = {"txnId": "T1", "amount_cents": 500}
+    answers = [run(Agent(name="billing", model=script(call(f"c{n}", args)), tools=[gated]),
+                   run_config=RunConfig(group_id=f"run-{n}")) for n in range(3)]
+    assert [a for found in answers for _, a in found] == ["refunded 500 on T1"] * 3
+    assert ledger == [("T1", 500)]
+    assert gate.get("refund:T1").state is eg.State.COMMITTED
