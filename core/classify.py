@@ -12,7 +12,8 @@ Built-ins, for errors that provably happen before a request byte leaves:
 * httpx: ``ConnectError`` (refused, DNS failure) and ``ConnectTimeout`` → FAILED;
   every other transport error (read/write timeouts, remote disconnects) → AMBIGUOUS.
 * requests: ``ConnectTimeout`` → FAILED; ``ConnectionError`` caused by urllib3's
-  ``NewConnectionError`` / ``NameResolutionError`` → FAILED; other errors → AMBIGUOUS.
+  ``NewConnectionError`` / ``NameResolutionError`` → FAILED (its own causes: a refusal the
+  body handled before sending the request elsewhere is not one); other errors → AMBIGUOUS.
 
 httpx and requests are never imported by effectgate: an exception is recognised by its class's
 module, and the class hierarchy is read from the exception itself.
@@ -60,6 +61,10 @@ def classify_requests(exc: BaseException) -> Outcome | None:
     if "requests.exceptions.ConnectTimeout" in names:
         return Outcome.FAILED
     if "requests.exceptions.ConnectionError" in names:
+        # What happened to this request: down its reasons and explicit causes, never an
+        # exception's __context__ (one handled before it was raised: a body that caught a
+        # refused connection and sent the request elsewhere has a refusal there, while the
+        # request in flight reached its server).
         cause: BaseException | None = exc
         seen = 0
         while cause is not None and seen < 8:
@@ -70,7 +75,7 @@ def classify_requests(exc: BaseException) -> Outcome | None:
             nxt = reason if isinstance(reason, BaseException) else None
             if nxt is None and args and isinstance(args[0], BaseException):
                 nxt = args[0]
-            cause = nxt or cause.__cause__ or cause.__context__
+            cause = nxt or cause.__cause__
             seen += 1
     return Outcome.AMBIGUOUS
 

@@ -127,6 +127,28 @@ def test_server_that_got_the_request_and_gave_no_full_reply_is_ambiguous(
         assert "timeout" in type(err).__name__.lower() or "Timeout" in repr(err)
 
 
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize("mode", ["silent", "close_before_reply", "close_mid_reply"])
+def test_a_sent_request_after_a_refused_fallback_is_still_ambiguous(
+    client: str, mode: str, serve: Callable[[str], str], refused_url: str
+) -> None:
+    """The common fallback: the primary refuses the connection, the body catches that and
+    sends to a second host, which gets the request and gives no full reply. The error raised
+    carries the handled refusal as its ``__context__`` only: that is not what happened to the
+    request in flight (it reached the server), so the outcome is not FAILED."""
+    call = CLIENTS[client]
+
+    def with_fallback(url: str) -> None:
+        try:
+            call(refused_url)
+        except Exception:
+            call(url)
+
+    err = _raised(with_fallback, serve(mode))
+    assert err.__context__ is not None  # the handled refusal rides along
+    assert eg.classify(err) is eg.Outcome.AMBIGUOUS, repr(err)
+
+
 def test_user_classifier_is_asked_first() -> None:
     err = httpx.ConnectError("refused")
     assert eg.classify(err, [lambda e: eg.Outcome.AMBIGUOUS]) is eg.Outcome.AMBIGUOUS
