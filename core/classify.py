@@ -6,7 +6,10 @@ A classifier takes an exception and answers ``Outcome.FAILED``, ``Outcome.AMBIGU
 without an answer every exception is AMBIGUOUS — the safe default, since a retry of an effect
 that did happen is the harm this library exists to prevent.
 
-Built-ins, for errors that provably happen before a request byte leaves:
+Built-ins, for errors that provably happen before a request byte leaves. They judge the
+request that raised, not the body: a body that may already have sent another request must
+answer for itself (a classifier of its own, asked first, or :class:`~effectgate.NotExecuted`
+raised only where it knows).
 
 * :class:`~effectgate.NotExecuted` → FAILED (the body says so).
 * httpx: ``ConnectError`` (refused, DNS failure) and ``ConnectTimeout`` → FAILED;
