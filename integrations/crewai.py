@@ -12,10 +12,12 @@ execution blocked by hook"), so it can neither hand back a stored result nor rec
 outcome of the call it let through.
 
 Arguments reach the gate as CrewAI validated them against the ``args_schema`` (``"500"`` is
-``500``, defaults filled in). A duplicate gets the stored result, as though the tool had just
-run. Every other answer is the tool's text telling the model what to do (wait, do not retry,
-ask a human); such texts are never put in CrewAI's tool cache (``cache_function``), so an
-approval given later is not hidden behind a cached "waiting for approval". Only
+``500``, defaults filled in), once, and the tool gets them as it would ungated (a nested model
+as the dict CrewAI passes: a key template names its parts ``{order[id]}``). A duplicate gets
+the stored result, as though the tool had just run. Every other answer is the tool's text
+telling the model what to do (wait, do not retry, ask a human); such texts are never put in
+CrewAI's tool cache (``cache_function``, carried to the structured tool CrewAI's agents call),
+so an approval given later is not hidden behind a cached "waiting for approval". Only
 ``on_refusal="message"`` is offered: CrewAI catches every exception a tool raises, calls the
 tool again and then tells the model the error text, so a raised refusal would not stop the
 crew — it would only be asked again.
@@ -52,7 +54,6 @@ from ._kernel import (
     OnRefusal,
     Refused,
     UngatedToolWarning,
-    model_arguments,
     requires_extra,
     resolve_gate,
 )
@@ -99,10 +100,21 @@ class GatedCrewTool(BaseTool):
         """The gated call: its ``spec`` and ``on_refusal``."""
         return self._gated
 
+    def to_structured_tool(self) -> Any:
+        """CrewAI's structured form of this tool (what its agents call), carrying the
+        ``cache_function`` that keeps refusals out of CrewAI's tool cache (CrewAI's own
+        conversion leaves it behind, and caches every answer)."""
+        structured = super().to_structured_tool()
+        structured.cache_function = self.cache_function
+        return structured
+
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         if args:
             raise ConfigError(f"tool {self.name!r} takes its arguments by name")
-        arguments = model_arguments(self.args_schema, kwargs)
+        # CrewAI validated them against args_schema already (its tool use and its structured
+        # tool both do): keyed and passed on as they are, as the ungated tool gets them. A
+        # second validation would run a validator that changes values twice.
+        arguments = dict(kwargs)
         out = self._gated.run(arguments, lambda: _call(self._inner, arguments))
         if isinstance(out, Refused):
             return _Refusal(out.message)
