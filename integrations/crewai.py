@@ -105,7 +105,7 @@ class GatedCrewTool(BaseTool):
         ``cache_function`` that keeps refusals out of CrewAI's tool cache (CrewAI's own
         conversion leaves it behind, and caches every answer)."""
         structured = super().to_structured_tool()
-        structured.cache_function = self.cache_function
+        structured.cache_function = self.cache_function  # type: ignore[attr-defined]
         return structured
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
