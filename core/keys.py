@@ -121,10 +121,13 @@ def _field_value(value: Any, field: str) -> str | int | datetime.date | UUID:
     if isinstance(value, bool):
         raise EffectKeyError(f"key field {{{field}}} is a bool; name the consequence, not a flag")
     if isinstance(value, str):
-        if not value.strip():
+        text: str = str.__str__(value)  # a subclass's own text, not its __str__ / __format__
+        if not text.strip():
             raise EffectKeyError(f"key field {{{field}}} is an empty string")
-        return value
-    if isinstance(value, int) or instance_of(value, "uuid", "UUID"):
+        return text
+    if isinstance(value, int):
+        return int.__int__(value)  # likewise
+    if instance_of(value, "uuid", "UUID"):
         return value  # type: ignore[no-any-return]
     if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
         return value

@@ -98,8 +98,9 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
         return _float(value, path)
     if isinstance(value, Enum):
         return to_canonical(value.value, path, _seen)
-    if isinstance(value, (str, int)):  # subclasses of str / int
-        return str(value) if isinstance(value, str) else int(value)
+    if isinstance(value, (str, int)):  # subclasses of str / int: their own text or number,
+        # not what an overridden __str__ or __int__ says (a masked card's "****")
+        return str.__str__(value) if isinstance(value, str) else int.__int__(value)
     if isinstance(value, float):
         return _float(float(value), path)
     ident = id(value)

@@ -292,6 +292,42 @@ def test_key_field_types_follow_the_documented_rules() -> None:
             tpl.render({"v": bad})
 
 
+class _Masked(str):
+    """A card number that prints masked: its text is still the number."""
+
+    def __str__(self) -> str:
+        return "****"
+
+    def __format__(self, spec: str) -> str:
+        return "****"
+
+
+class _Rounded(int):
+    """An amount whose conversions say something else."""
+
+    def __int__(self) -> int:
+        return 0
+
+    def __str__(self) -> str:
+        return "0"
+
+    def __format__(self, spec: str) -> str:
+        return "0"
+
+
+@pytest.mark.parametrize(("value", "plain"), [
+    (_Masked("4111111111111111"), "4111111111111111"), (_Rounded(500), 500)])
+def test_a_str_or_int_subclass_is_keyed_and_hashed_by_its_own_value(
+        value: Any, plain: Any) -> None:
+    """(Keyed and hashed by what its __str__, __int__ or __format__ said, two cards that print
+    alike were one effect: the second was answered from the store and never charged.)"""
+    assert payload_hash({"card": value}) == payload_hash({"card": plain})
+    assert canonical_json({"card": value}) == canonical_json({"card": plain})
+    assert eg.KeyTemplate("charge:{card}").render({"card": value}) == f"charge:{plain}"
+    other = type(value)("4000000000000002") if isinstance(value, str) else type(value)(501)
+    assert payload_hash({"card": value}) != payload_hash({"card": other})
+
+
 _FLAT_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text())
 
 
