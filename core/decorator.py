@@ -371,7 +371,7 @@ def gate_function(gate: GateLike, fn: Callable[..., T], key: str, *,
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{name}: cannot read its signature ({err})") from None
     names = list(signature.parameters)
-    skip = 1 if names and names[0] in ("self", "cls") else 0
+    skip = 1 if names and names[0] in ("self", "cls") and _in_class_body(fn) else 0
     result_type = options.pop("result_type", _return_type(fn, signature))
     spec = EffectSpec(gate, key, effect_type=effect_type or name.rsplit(".", 1)[-1],
                       result_type=result_type, **options)
@@ -403,6 +403,17 @@ def _name_of(fn: Any) -> str:
         if isinstance(name, str) and name:
             return name
     return type(fn).__name__
+
+
+def _in_class_body(fn: Any) -> bool:
+    """Whether ``fn`` is a function defined in a class body (a method, before it is bound):
+    its first parameter is then the instance or the class, not one of the call's arguments.
+    A plain function whose first parameter happens to be called ``self`` or ``cls``, or a
+    method already bound, is not."""
+    if not inspect.isfunction(fn):
+        return False
+    owner, _, _ = fn.__qualname__.rpartition(".")
+    return bool(owner) and not owner.endswith("<locals>")
 
 
 def _is_async(fn: Any) -> TypeGuard[Callable[..., Awaitable[Any]]]:

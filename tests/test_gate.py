@@ -545,3 +545,43 @@ def test_a_normalising_key_filter_normalises_the_payload_too(gate: eg.Gate) -> N
     assert write("fs/./a.txt", "hello") == 5
     assert write("fs/a.txt", "hello") == 5
     assert writes == ["fs/./a.txt"]
+
+
+def test_only_a_method_defined_in_a_class_leaves_its_first_parameter_out(
+        gate: eg.Gate) -> None:
+    """The instance or class a method is called on is not one of the call's arguments; a
+    plain function's first parameter is, whatever it is called (a function whose first
+    parameter was named ``cls`` lost it from the key and the payload: labelling d1 "ham"
+    after "spam" was answered from the store as a duplicate)."""
+    applied: list[tuple[str, str]] = []
+
+    @gate.effect("label:{doc_id}:{cls}")
+    def label(cls: str, doc_id: str) -> str:
+        applied.append((doc_id, cls))
+        return f"labelled {doc_id} as {cls}"
+
+    @gate.effect("relabel:{doc_id}")
+    def relabel(cls: str, doc_id: str) -> str:
+        applied.append((doc_id, cls))
+        return cls
+
+    class Labeller:
+        @gate.effect("method:{doc_id}")
+        def label(self, doc_id: str) -> str:
+            applied.append((doc_id, "method"))
+            return "method"
+
+        def cls_first(self, cls: str, doc_id: str) -> str:
+            applied.append((doc_id, cls))
+            return cls
+
+    assert label("spam", "d1") == "labelled d1 as spam"
+    assert label("ham", "d1") == "labelled d1 as ham"  # another key: it runs
+    relabel("spam", "d2")
+    with pytest.raises(eg.PayloadMismatch):
+        relabel("ham", "d2")  # the same key with another payload: never a duplicate
+    assert Labeller().label("d3") == Labeller().label("d3") == "method"
+    bound = gate.effect("bound:{doc_id}:{cls}")(Labeller().cls_first)
+    assert bound("a", "d4") == "a" and bound("b", "d4") == "b"
+    assert applied == [("d1", "spam"), ("d1", "ham"), ("d2", "spam"), ("d3", "method"),
+                       ("d4", "a"), ("d4", "b")]
