@@ -344,11 +344,13 @@ class _Pauser:
         return answer
 
 
-def _call_arguments(tool: BaseTool, raw: Mapping[str, Any]) -> dict[str, Any]:
+def _call_arguments(tool: BaseTool, raw: Mapping[str, Any],
+                    visible: frozenset[str] | None) -> dict[str, Any]:
     """The arguments a call of ``tool`` runs with, by name, validated as the tool validates
     them when it runs: by its own ``args_schema`` (its validators, its ``model_config``, its
     aliases), or, where arguments are injected after the model's (state, the call id), by the
-    schema the model sees, which LangChain rebuilds from the fields alone. Raises pydantic's
+    schema the model sees, which LangChain rebuilds from the fields alone; only the
+    ``visible`` ones (:func:`_visible_fields`, read once per tool). Raises pydantic's
     ``ValidationError`` (``pydantic.v1``'s for a v1 schema)."""
     schema: Any = tool.args_schema
     if not hasattr(schema, "parse_obj") or tool._injected_args_keys:
@@ -360,7 +362,6 @@ def _call_arguments(tool: BaseTool, raw: Mapping[str, Any]) -> dict[str, Any]:
     else:  # a pydantic.v1 model, which LangChain still takes
         validated = schema.parse_obj(dict(raw))
         arguments = {name: getattr(validated, name) for name in schema.__fields__}
-    visible = _visible_fields(tool)
     return arguments if visible is None else {
         k: v for k, v in arguments.items() if k in visible}
 
@@ -374,7 +375,7 @@ def _validator(tool: BaseTool, visible: frozenset[str] | None,
             unknown = sorted(set(raw) - visible)
             if unknown:
                 raise ConfigError(f"unknown arguments: {', '.join(unknown)}")
-        return _call_arguments(tool, raw)
+        return _call_arguments(tool, raw, visible)
 
     return validate
 
@@ -656,6 +657,7 @@ def _middleware_class() -> type:
             super().__init__()
             self._pauser = _Pauser(pause, approver)
             self._validators: dict[str, Callable[[Mapping[str, Any]], Mapping[str, Any]]] = {}
+            self._visible: dict[str, frozenset[str] | None] = {}  # by tool name, from _setup
             self.effects = effects
             self.gate = resolve_gate(gate)
             self.strict = strict
@@ -691,6 +693,7 @@ def _middleware_class() -> type:
                 calls[name] = GatedCall(spec, name, on_refusal=on_refusal,
                                         reraise_failed=(ToolException,), pause=keep_refusal)
                 self._validators[name] = _validator(tool, visible)
+                self._visible[name] = visible
             report_ungated("langchain", ungated, strict=self.strict or declared.strict)
             self._calls = calls
             return calls
@@ -716,7 +719,8 @@ def _middleware_class() -> type:
             if gated is None:
                 return None
             try:
-                return gated, _call_arguments(tool, request.tool_call.get("args") or {})
+                return gated, _call_arguments(tool, request.tool_call.get("args") or {},
+                                              self._visible.get(tool.name))
             except (ValidationError, V1ValidationError) as err:
                 return gated, invalid_arguments(tool.name, err)
 
