@@ -239,8 +239,9 @@ def _arguments(tool: Any, raw: Any) -> dict[str, Any] | Refused:
     sent them when the framework could not. Arguments that validate neither way are refused:
     the function never runs (the framework would refuse them too; a gate that assumed so
     would let through, ungated, whatever it misread)."""
-    data = {} if raw is None else raw.model_dump() if isinstance(raw, pydantic.BaseModel) \
-        else raw  # (None: no arguments, as the framework reads it)
+    data = raw.model_dump() if isinstance(raw, pydantic.BaseModel) else raw
+    if data is None:  # no arguments, as the framework reads it
+        data = {}
     name = str(getattr(tool, "name", "tool"))
     if not isinstance(data, Mapping):
         return invalid_arguments(name, f"arguments by name expected, not {type(data).__name__}")
