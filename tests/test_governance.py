@@ -319,6 +319,31 @@ def test_g9_eight_processes_never_spend_past_ceiling(store_url: str, namespace: 
     assert len(spent) == 10  # 48 tries of $1 against a $10 ceiling
 
 
+def test_g9_racers_for_one_new_key_charge_its_cost_once(make_gate: Any) -> None:
+    """Sixteen concurrent begins of one new governed key (an agent's parallel tool calls):
+    one executes and the ceiling is charged its cost once. On Postgres each loser's
+    reservation read nothing, charged, then found the key taken; its charge, recorded on no
+    effect and so never released, stayed counted (13 of 16 seen) and later spend within the
+    ceiling was denied."""
+    import asyncio
+
+    gate = make_gate(policy=eg.Policy.from_dict({"budget": {"per_day_micros": 20 * DOLLAR}}),
+                     async_pool_size=16)
+
+    async def race() -> list[eg.BeginDecision]:
+        return await asyncio.gather(*[gate.abegin(
+            effect_type="payment.refund", key="refund:one", payload={},
+            estimated_cost_micros=DOLLAR) for _ in range(16)])
+
+    decisions = asyncio.run(race())
+    assert [d.decision for d in decisions].count(eg.Decision.EXECUTE) == 1
+    assert [spent for _, spent in _counters(gate)] == [DOLLAR]
+    for d in decisions:
+        if d.decision is eg.Decision.EXECUTE:
+            gate.report(d, "failed")
+    assert [spent for _, spent in _counters(gate)] == [0]
+
+
 # -- G10: sagas ------------------------------------------------------------------------------
 
 def _trip(gate: eg.Gate, undone: list[str]) -> None:

@@ -157,11 +157,15 @@ def extend_binds(namespace: str, lease: Lease, seconds: float,
             "vendor_ref": vendor_ref}
 
 
-def over_ceiling(err: StoreError, move: Move) -> str:
+def over_ceiling(err: StoreError, move: Move) -> str | None:
     """The label of the ceiling whose refusal ``err`` (from the governed reservation) reports;
-    any other error is raised again."""
+    None when it found the key taken by another writer since its read (its charges rolled
+    back: read the key again); any other error is raised again."""
     cause = err.__cause__
-    if getattr(cause, "sqlstate", None) != "EGOVR":
+    state = getattr(cause, "sqlstate", None)
+    if state == "EGDUP":
+        return None
+    if state != "EGOVR":
         raise err
     diag = getattr(cause, "diag", None)
     message = str(getattr(diag, "message_primary", "") or "")

@@ -45,7 +45,9 @@ class ReserveFunction:
     the request falls under; else insert, with the charged counters recorded in the row. All
     of it is one statement, so one round trip and all or nothing: a ceiling that refuses its
     charge raises ``SQLSTATE EGOVR`` with the ceiling's position, which rolls back the charges
-    already made (the caller then writes the refusal)."""
+    already made (the caller then writes the refusal); an insert that finds the key taken by
+    another writer since the read raises ``SQLSTATE EGDUP``, which rolls its charges back
+    too (the caller reads the key again)."""
 
     def __init__(self, fetch: ClauseElement, insert: ClauseElement, dialect: Any,
                  columns: list[tuple[str, str]], *, prefix: str = "effectgate_reserve_",
@@ -102,6 +104,12 @@ class ReserveFunction:
                 "  IF cardinality(v_keys) > 0 THEN v_budget_keys := to_json(v_keys)::text; "
                 "END IF;\n"
             )
+        # A governed reservation that charged and then found the key taken (another writer
+        # inserted it since the read) raises, so its charges roll back: they would be
+        # recorded on no effect, and never released.
+        taken = ("  IF NOT FOUND THEN\n    RAISE EXCEPTION USING ERRCODE = 'EGDUP',\n"
+                 "      MESSAGE = 'effectgate: the key was taken';\n  END IF;\n"
+                 ) if charges is not None else ""
         self.params = params
         returns = ", ".join(f"{name} {kind}" for name, kind in columns)
         source = (
@@ -110,7 +118,8 @@ class ReserveFunction:
             f"  RETURN QUERY {body(compiled[0].string)};\n"
             "  IF FOUND THEN RETURN; END IF;\n"
             f"{charge}"
-            f"  RETURN QUERY {body(compiled[1].string)};\nEND\n$effectgate$"
+            f"  RETURN QUERY {body(compiled[1].string)};\n"
+            f"{taken}END\n$effectgate$"
         )
         self.name = prefix + hashlib.sha256(source.encode()).hexdigest()[:12]
         self.ddl = f"CREATE OR REPLACE FUNCTION {self.name}{source}"
