@@ -155,8 +155,7 @@ class Gate:
 
     @property
     def webhooks(self) -> Webhooks | None:
-        """The webhooks told of approval requests, AMBIGUOUS effects and budget warnings, or
-        None (see ``webhooks=``)."""
+        """The webhooks told of approvals, AMBIGUOUS effects and budget warnings, or None."""
         return self._webhooks
 
     def __repr__(self) -> str:
@@ -342,18 +341,19 @@ class Gate:
     # -- resolve, reconcile ------------------------------------------------------------------
 
     def resolve(self, key: str, outcome: Outcome | str, *, by: str, result: Any = None,
-                note: str | None = None, force: bool = False) -> EffectRecord:
+                note: str | None = None, force: bool = False,
+                expected: EffectRecord | None = None) -> EffectRecord:
         """An operator's verdict on an AMBIGUOUS (or lapsed IN_FLIGHT, or FAILED) effect:
         ``committed`` (a repeat then returns ``result``) or ``failed`` (a repeat may run, under
         the same vendor idempotency key).
 
         The fencing token grows, so the old holder can no longer report. An IN_FLIGHT effect
         whose lease is still live is refused (:class:`InvalidTransition`, with the expiry): its
-        holder may still be acting. ``force=True`` overrides that, and says so in the history.
-        A resolve that raises has written nothing.
-        """
+        holder may still be acting; ``force=True`` overrides that, and says so in the history.
+        ``expected``: the record the verdict was made on; refused if the effect has left its
+        state or fencing token since. A resolve that raises has written nothing."""
         return self._record(operations.resolve(self._reports, key, outcome, by=by, result=result,
-                                               note=note, force=force))
+                                               note=note, force=force, expected=expected))
 
     async def aresolve(self, key: str, outcome: Outcome | str, **kwargs: Any) -> EffectRecord:
         """:meth:`resolve` without blocking the event loop."""

@@ -15,6 +15,7 @@ from . import decide, validate
 from .errors import ConfigError, InvalidTransition, StoreError, UnknownEffect
 from .keys import check_key
 from .payload import result_json
+from .records import EffectRecord
 from .reporting import kept
 from .states import ApprovalState, Outcome, State
 
@@ -34,19 +35,33 @@ MAX_STEPS = 16
 
 
 def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: Any,
-            note: str | None, force: bool) -> EffectRow:
-    """Settle ``key`` as ``outcome`` by ``by`` (see :meth:`Gate.resolve`); the row after."""
+            note: str | None, force: bool, expected: EffectRecord | None = None) -> EffectRow:
+    """Settle ``key`` as ``outcome`` by ``by`` (see :meth:`Gate.resolve`); the row after.
+    ``expected``: the record the operator reviewed; refused unless the effect is still in its
+    state at its fencing token when the verdict is written (the write is compare-and-set on
+    that token)."""
     key = check_key(key)
     actor = validate.text(by, "by", 256, required=True) or ""
     parsed = validate.parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
     if not isinstance(force, bool):
         raise ConfigError("force must be a bool")
+    if expected is not None and not (isinstance(expected, EffectRecord) and (
+            expected.key == key and expected.namespace == r.namespace)):
+        raise ConfigError("expected is the EffectRecord of this key that the operator "
+                          "reviewed", key=key)
     text = result_json(result) if parsed is Outcome.COMMITTED else None
     note = r.redact(validate.text(note, "note", validate.MAX_TEXT))
     for _ in range(MAX_STEPS):
         row = r.store.fetch(r.namespace, key)
         if row is None:
             raise UnknownEffect(f"no effect with key {key!r}", key=key)
+        if expected is not None and (row.token, decide.effective_state(row)) != (
+                expected.lease_token, expected.state):
+            raise InvalidTransition(
+                f"cannot resolve {key!r}: it changed since it was reviewed (it was "
+                f"{expected.state.value} at token {expected.lease_token}; it is "
+                f"{decide.effective_state(row).value} at token {row.token})",
+                key=key, state=row.state.value, effect_id=row.id)
         res = decide.resolution(row, parsed, force=force)
         how = "force-resolved" if res.forced else "resolved"
         if text is not None and r.result_rules:

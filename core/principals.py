@@ -264,7 +264,8 @@ class OperatorGate(GateLike, Protocol):
     rest of the operator's acts (:class:`effectgate.Gate` has them all)."""
 
     def resolve(self, key: str, outcome: Outcome | str, *, by: str, result: Any = None,
-                note: str | None = None, force: bool = False) -> EffectRecord:
+                note: str | None = None, force: bool = False,
+                expected: EffectRecord | None = None) -> EffectRecord:
         """An operator's verdict on an effect."""
         ...
 
@@ -311,10 +312,13 @@ class Acting:
         return self.gate.deny(approval_id, by=by, reason=reason)
 
     def resolve(self, key: str, outcome: Outcome | str, *, result: Any = None,
-                note: str | None = None, force: bool = False) -> EffectRecord:
-        """:meth:`Gate.resolve` as this operator (a live lease is refused, as there)."""
+                note: str | None = None, force: bool = False,
+                expected: EffectRecord | None = None) -> EffectRecord:
+        """:meth:`Gate.resolve` as this operator (a live lease is refused, as there; so is a
+        verdict on an effect that has moved since ``expected``, the record reviewed)."""
         by = self._operator("resolve")
-        return self.gate.resolve(key, outcome, by=by, result=result, note=note, force=force)
+        return self.gate.resolve(key, outcome, by=by, result=result, note=note, force=force,
+                                 expected=expected)
 
     def reconcile(self, key: str) -> EffectRecord:
         """:meth:`Gate.reconcile` as this operator."""

@@ -130,6 +130,34 @@ def test_the_confirmation_writes_nothing_and_a_stale_or_unchosen_resolve_is_refu
     assert cgate.get("charge:1").state is eg.State.FAILED
 
 
+def test_a_confirmation_raced_by_another_verdict_is_refused(
+        cgate: eg.Gate, client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review is checked when the verdict is written, not only when the console reads
+    the effect: another operator's verdict landing between the two (two operators confirming
+    one review at once) refuses this one, and only the first is recorded."""
+    csrf = _signed_in(cgate, client)
+    d = cgate.begin(effect_type="payment.charge", key="charge:1", payload={})
+    cgate.report(d, "ambiguous", error="timeout")
+    seen = _seen(client.get(f"/effects/{d.effect_id}/resolve?outcome=committed").text)
+    read = cgate.get_by_id
+    raced: list[str] = []
+
+    def read_then_raced(effect_id: int) -> eg.EffectRecord:
+        record = read(effect_id)
+        if not raced:  # bob's verdict lands after the console's read, once
+            raced.append(cgate.resolve("charge:1", "failed", by="bob").key)
+        return record
+
+    monkeypatch.setattr(cgate, "get_by_id", read_then_raced)
+    r = client.post(f"/effects/{d.effect_id}/resolve",
+                    data={"csrf_token": csrf, "outcome": "committed", "seen": seen})
+    assert raced and "changed since it was reviewed" in r.text and 'role="alert"' in r.text
+    monkeypatch.undo()
+    record = cgate.get("charge:1")
+    assert record.state is eg.State.FAILED
+    assert [(h.to_state, h.by) for h in record.history if h.by] == [(eg.State.FAILED, "bob")]
+
+
 @pytest.mark.parametrize("setup, offered", [
     ("ambiguous", ["committed", "failed"]),
     ("failed", ["committed"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import time
 from pathlib import Path
@@ -491,6 +492,39 @@ def test_resolve_accepts_a_lapsed_lease(gate: eg.Gate) -> None:
     begin(gate, lease_seconds=30)
     lapse_leases(gate)
     assert gate.resolve("refund:txn_1", "committed", by="ops").state is eg.State.COMMITTED
+
+
+def test_resolve_on_a_reviewed_record_is_refused_once_the_effect_moved(gate: eg.Gate) -> None:
+    """``expected``: the verdict was made on that record. Another operator's verdict, or a
+    new attempt begun since (a forced resolve reviewed on attempt 1 must not land on attempt
+    2's live lease and let attempt 3 run beside it), refuses it and writes nothing."""
+    d = begin(gate, lease_seconds=30)
+    reviewed = gate.get("refund:txn_1")  # in flight at token 1: a forced resolve's review
+    gate.report(d, "failed", error="declined")
+    second = begin(gate, lease_seconds=30)
+    assert second.decision is eg.Decision.EXECUTE
+    before = snapshot(gate)
+    with pytest.raises(eg.InvalidTransition) as err:
+        gate.resolve("refund:txn_1", "failed", by="ops", force=True, expected=reviewed)
+    assert "changed since it was reviewed" in str(err.value)
+    assert snapshot(gate) == before
+    gate.report(second, "ambiguous")
+    seen = gate.get("refund:txn_1")
+    gate.resolve("refund:txn_1", "failed", by="bob", expected=seen)  # the first verdict
+    moved = snapshot(gate)
+    with pytest.raises(eg.InvalidTransition):
+        gate.resolve("refund:txn_1", "committed", by="carol", expected=seen)
+    assert snapshot(gate) == moved
+    with pytest.raises(eg.ConfigError):  # not a record, or another key's: nothing written
+        gate.resolve("refund:txn_1", "committed", by="carol",
+                     expected=seen.as_dict())  # type: ignore[arg-type]
+    other = dataclasses.replace(gate.get("refund:txn_1"), key="refund:txn_2")
+    with pytest.raises(eg.ConfigError):
+        gate.resolve("refund:txn_1", "committed", by="carol", expected=other)
+    assert snapshot(gate) == moved
+    now = gate.get("refund:txn_1")
+    assert gate.resolve("refund:txn_1", "committed", by="carol",
+                        expected=now).state is eg.State.COMMITTED
 
 
 def test_prune_dry_run_counts_and_writes_nothing(gate: eg.Gate) -> None:

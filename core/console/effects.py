@@ -204,7 +204,7 @@ async def resolve(c: Console, request: Request, who: Principal) -> Response:
     force = form.get("force") == "1"
     try:
         done = await run_in_threadpool(lambda: c.gate.acting_as(who).resolve(
-            record.key, str(outcome), note=note, force=force))
+            record.key, str(outcome), note=note, force=force, expected=record))
     except (ConfigError, Forbidden, Unauthenticated, UnknownEffect):
         raise
     except EffectGateError as err:
