@@ -28,6 +28,9 @@ __all__ = ["ACTIONS", "AuditEntry", "list_actions", "record_action"]
 ACTIONS = ("approve", "deny", "login", "logout", "principal.add", "principal.revoke",
            "reconcile", "resolve", "unwind")
 _VIA = re.compile(r"[a-z][a-z0-9-]{0,15}")
+_MAX_DETAIL = 2 * validate.MAX_TEXT
+"""Room for the longest note or reason an act takes with what the caller says around it:
+an act done must never go unaudited for the length of its free text."""
 
 
 class AuditEntry(NamedTuple):
@@ -77,7 +80,7 @@ def record_action(gate: Gate, actor: str, action: str, *, via: str,
     about = validate.text(subject, "subject", 512)
     if effect_id is not None:
         effect_id = validate.whole(effect_id, "effect_id", minimum=1)
-    said = gate._redact(validate.text(detail, "detail", validate.MAX_TEXT))
+    said = gate._redact(validate.text(detail, "detail", _MAX_DETAIL))
     row = insert_audit(gate.store.engine, namespace=gate.namespace, actor=name, action=what,
                        subject=about, effect_id=effect_id, via=via, detail=said)
     return _entry(row)

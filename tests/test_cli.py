@@ -569,3 +569,27 @@ def test_the_cli_records_what_operators_do_in_the_audit(store: dict[str, Any]) -
         ("bob", "approve", "big:c", "cli", f"approval {store['approval']}"),
         ("alice", "resolve", "refund:b", "cli", "outcome failed; note: none seen"),
     ]  # the refused resolve is not there
+
+
+def test_an_act_with_the_longest_note_it_takes_is_still_audited(store: dict[str, Any]) -> None:
+    """A note of the 2,000 characters an act accepts, with the audit's own words around it,
+    is audited: an operator could otherwise keep a verdict out of the audit on purpose."""
+    from effectgate.audit import list_actions
+
+    a, gate = store["args"], store["gate"]
+    note = "x" * 2000
+    done = cli("resolve", "refund:b", "--failed", "--note", note, "--by", "mallory", *a)
+    assert done.exit_code == 0 and "audit" not in done.stderr, done.stderr
+    [entry] = list_actions(gate, subject="refund:b")
+    assert entry.actor == "mallory" and (entry.detail or "").startswith(
+        "outcome failed; note: xxxxxxxx")
+
+
+def test_a_result_nested_too_deeply_is_one_line_and_changes_nothing(
+        store: dict[str, Any]) -> None:
+    gate = store["gate"]
+    before = snapshot(gate)
+    deep = cli("resolve", "refund:b", "--committed", "--result", "[" * 100_000, *store["args"])
+    assert deep.exit_code == 2 and "Traceback" not in deep.output + deep.stderr
+    assert "nested too deeply" in deep.stderr
+    assert snapshot(gate) == before

@@ -86,6 +86,9 @@ def resolve(key: str, committed: bool, failed: bool, note: str | None,
             result = json.loads(result_json)
         except ValueError as err:
             raise click.BadParameter(f"not JSON: {err}", param_hint="--result") from None
+        except RecursionError:
+            raise click.BadParameter("nested too deeply to store",
+                                     param_hint="--result") from None
     with open_gate(url, namespace, gate_ref) as gate:
         record = gate.resolve(key, outcome, by=actor(by), note=note, result=result,
                               force=force)
