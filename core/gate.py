@@ -99,7 +99,7 @@ class Gate:
         telemetry: Telemetry | bool | None = None,
         async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
     ) -> None:
-        self.namespace = validate.text(namespace, "namespace", 128, required=True) or "default"
+        self.namespace = validate.name(namespace, "namespace", 128, required=True) or "default"
         self.lease_seconds = validate.seconds(lease_seconds, "lease_seconds")
         self.max_attempts = validate.whole(max_attempts, "max_attempts", minimum=1)
         self.classifiers = tuple(classifiers)
@@ -126,7 +126,7 @@ class Gate:
         closes the shared store."""
         other = object.__new__(Gate)
         other.__dict__.update(self.__dict__)
-        other.namespace = validate.text(namespace, "namespace", 128, required=True) or ""
+        other.namespace = validate.name(namespace, "namespace", 128, required=True) or ""
         other._memo = CommittedMemo(self._memo.size)
         _GATES.add(other)
         other._reconcilers = self._reconcilers.copy()

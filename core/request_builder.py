@@ -50,7 +50,7 @@ def effect_kind(policy: Policy | None, default_lease: float, default_attempts: i
     """``effect_type``'s options: those given, else the policy's rule, else the gate's
     defaults (``default_lease``, ``default_attempts``); :class:`ConfigError` when one is
     unusable."""
-    effect_type = validate.text(effect_type, "effect_type", 200, required=True) or ""
+    effect_type = validate.name(effect_type, "effect_type", 200, required=True) or ""
     rule = policy.rule_for(effect_type) if policy is not None else None
     redact_arguments: tuple[str, ...] = ()
     redact_result: tuple[str, ...] = ()

@@ -11,8 +11,8 @@ from .errors import ConfigError, InvalidTransition
 from .states import Outcome
 from .utf8 import is_utf8
 
-__all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "micros", "parse_outcome", "seconds",
-           "text", "whole"]
+__all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "micros", "name", "parse_outcome",
+           "seconds", "text", "whole"]
 
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0
 MAX_TEXT = 2000
@@ -39,6 +39,22 @@ def text(value: object, name: str, limit: int, *, required: bool = False) -> str
     if "\x00" in value:
         raise ConfigError(f"{name} must not contain NUL characters")
     return value
+
+
+_CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def name(value: object, what: str, limit: int, *, required: bool = False) -> str | None:
+    """A name the store keys on (a namespace, an effect type): :func:`text`, with no control,
+    invisible format or line-breaking character, so that no two names look alike and none
+    can carry a separator (the vendor key's fields are joined by U+001F)."""
+    checked = text(value, what, limit, required=required)
+    if checked is not None and not checked.isprintable():
+        bad = next((ch for ch in checked if unicodedata.category(ch) in _CONTROL), None)
+        if bad is not None:
+            raise ConfigError(f"{what} must not contain control or invisible characters "
+                              f"(it has U+{ord(bad):04X})")
+    return checked
 
 
 def whole(value: object, name: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:

@@ -318,6 +318,17 @@ CASES: list[tuple[str, Case, type[eg.EffectGateError]]] = [
     ("max_attempts as a str", lambda s: s.begin(max_attempts="3"), E.ConfigError),
     ("effect type empty", lambda s: s.begin(effect_type=""), E.ConfigError),
     ("effect type not a str", lambda s: s.begin(effect_type=5), E.ConfigError),
+    # The vendor key's fields are joined by U+001F: ("acme", "payment.refund\x1fcharge") and
+    # ("acme\x1fpayment.refund", "charge") gave two effects one vendor key.
+    ("effect type with the vendor key's separator",
+     lambda s: s.begin(effect_type="payment.refund\x1fcharge"), E.ConfigError),
+    ("effect type with an escape sequence",
+     lambda s: s.begin(effect_type="t\x1b[31mred"), E.ConfigError),
+    ("effect type with a zero-width space",
+     lambda s: s.begin(effect_type="payment\u200b.refund"), E.ConfigError),
+    ("decorated effect type with a newline",
+     lambda s: s.gate.effect("refund:{txn_id}", effect_type="payment\nrefund")(
+         lambda txn_id: None)("t1"), E.ConfigError),
     ("run id of 300 characters", lambda s: s.begin(run_id="r" * 300), E.ConfigError),
     ("agent id with a NUL", lambda s: s.begin(agent_id="agent\x00"), E.ConfigError),
     ("run id with a lone surrogate", lambda s: s.begin(run_id="run\ud800"), E.ConfigError),
@@ -325,6 +336,10 @@ CASES: list[tuple[str, Case, type[eg.EffectGateError]]] = [
     ("compensates_effect_id as a str", lambda s: s.begin(compensates_effect_id="7"),
      E.ConfigError),
     ("gate namespace empty", lambda s: eg.Gate(s.gate.url, namespace=""), E.ConfigError),
+    ("gate namespace with the vendor key's separator",
+     lambda s: eg.Gate(s.gate.url, namespace="acme\x1fpayment.refund"), E.ConfigError),
+    ("another namespace with a line separator",
+     lambda s: s.gate.in_namespace("acme\u2028b"), E.ConfigError),
     ("gate with an unsupported database", lambda s: eg.Gate("mysql://root@localhost/x"),
      E.ConfigError),
     ("gate with an in-memory SQLite", lambda s: eg.Gate("sqlite://"), E.ConfigError),
