@@ -13,7 +13,7 @@ JSON with sorted keys and no whitespace, after these rules:
                     text in a string (``Decimal("1.10")`` -> ``"1.1"``; no float rounding)
 ``datetime``        timezone-aware only, as ISO 8601 in UTC (``...Z``); naive ones are refused
 ``date``, ``time``  ISO 8601
-``bytes``           ``{"$bytes": "<base64>"}``
+``bytes``           ``{"$bytes": "<base64>"}`` (the same as that mapping given as is)
 ``Enum``            its value
 ``UUID``            its string
 pydantic models     ``model_dump()``, then these rules
