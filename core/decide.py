@@ -248,10 +248,14 @@ def _govern(req: Request, row: EffectHead | None, consume: str | None, *,
         return Move(State.PENDING_APPROVAL, Decision.APPROVAL_REQUIRED, expected,
                     attempt_increment, reason=_WAITING, forget_approval=forget,
                     request_approval=True)
-    charges = gov.charges(req.effect_type, req.run_id, req.agent_id) if gov.counts_spend else ()
+    charges: tuple[Charge, ...] = ()
+    warning = gov.budget_warning  # a ceiling no declared cost can count
+    if gov.counts_spend:
+        charges = gov.charges(req.effect_type, req.run_id, req.agent_id)
+        warning = gov.unscoped(req.effect_type, req.run_id, req.agent_id)
     return Move(State.IN_FLIGHT, Decision.EXECUTE, expected, attempt_increment,
                 consume_approval=consume, forget_approval=forget, charges=charges,
-                cost=gov.cost or 0, budget_warning=gov.budget_warning)
+                cost=gov.cost or 0, budget_warning=warning)
 
 
 def reads_first(move: Move) -> bool:

@@ -66,6 +66,20 @@ class Governance(NamedTuple):
         return tuple(out)
 
 
+    def unscoped(self, effect_type: str, run_id: str | None, agent_id: str | None) -> str | None:
+        """The warning for a call that a run or agent ceiling cannot count, because it has no
+        run or agent id (None when every ceiling counts it)."""
+        missing = [(pattern, scope) for pattern, scope, _ in self.ceilings
+                   if (scope == "run" and run_id is None)
+                   or (scope == "agent" and agent_id is None)]
+        if not missing:
+            return None
+        names = ", ".join(f"{scope} ({pattern})" for pattern, scope in missing)
+        ids = " or ".join(sorted({f"{scope}_id" for _, scope in missing}))
+        return (f"a spend ceiling applies to {effect_type} [{names}] but this call has no "
+                f"{ids}: that ceiling cannot count it")
+
+
 def evaluate(policy: Policy, effect_type: str, cost: int | None) -> Governance | None:
     """What ``policy`` asks of a call of ``effect_type`` costing ``cost``; None when nothing."""
     rule = policy.rule_for(effect_type)

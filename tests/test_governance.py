@@ -161,6 +161,28 @@ def test_no_declared_cost_sets_budget_warning(make_gate: Any) -> None:
         do("y")
 
 
+def test_a_run_or_agent_ceiling_that_cannot_count_a_call_says_so(make_gate: Any) -> None:
+    """A per-run or per-agent ceiling cannot count a call with no run or agent id (an agent
+    on the protocol path can leave it out): the call runs uncounted, with a budget warning,
+    never silently past the ceiling."""
+    gate = governed(make_gate, budget={"per_agent_micros": 2 * DOLLAR,
+                                       "per_run_micros": 2 * DOLLAR})
+    for i in range(3):
+        d = gate.begin(effect_type="payment.refund", key=f"refund:{i}", payload={},
+                       estimated_cost_micros=DOLLAR)
+        assert d.decision is eg.Decision.EXECUTE
+        assert d.budget_warning and "no agent_id or run_id" in d.budget_warning
+    scoped = [gate.begin(effect_type="payment.refund", key=f"refund:bot{i}", payload={},
+                         estimated_cost_micros=DOLLAR, agent_id="bot", run_id="r1")
+              for i in range(3)]
+    assert [d.decision for d in scoped] == [eg.Decision.EXECUTE] * 2 + [eg.Decision.DENIED]
+    assert scoped[0].budget_warning is None
+    half = gate.begin(effect_type="payment.refund", key="refund:half", payload={},
+                      estimated_cost_micros=DOLLAR, agent_id="other")
+    assert half.budget_warning and "no run_id" in half.budget_warning
+    assert "agent (" not in half.budget_warning
+
+
 MAX_BIGINT = 2**63 - 1
 
 MONEY_FIELDS = [
