@@ -17,7 +17,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .classify import Classifier, classify, classify_httpx, classify_requests
+from .classify import (
+    Classifier,
+    classify,
+    classify_body,
+    classify_httpx,
+    classify_requests,
+    recorded_outcome,
+)
 from .context import current_effect, current_effect_scope, effect_context
 from .decorator import EffectSpec, refusal
 from .errors import (
@@ -148,12 +155,14 @@ __all__ = [
     "__version__",
     "canonical_json",
     "classify",
+    "classify_body",
     "classify_httpx",
     "classify_requests",
     "current_effect",
     "current_effect_scope",
     "effect_context",
     "payload_hash",
+    "recorded_outcome",
     "refusal",
     "verify_signature",
 ]

@@ -24,12 +24,14 @@ module, and the class hierarchy is read from the exception itself.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 
 from .errors import NotExecuted
 from .states import Outcome
 
-__all__ = ["Classifier", "classify", "classify_httpx", "classify_requests"]
+__all__ = ["Classifier", "classify", "classify_body", "classify_httpx", "classify_requests",
+           "recorded_outcome"]
 
 Classifier = Callable[[BaseException], "Outcome | None"]
 
@@ -95,3 +97,37 @@ def classify(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Outc
         if verdict is not None:
             return Outcome(verdict)
     return Outcome.AMBIGUOUS
+
+
+_RECORDED = "__effectgate_outcome__"
+
+
+def recorded_outcome(exc: BaseException) -> Outcome | None:
+    """The outcome the last gate that ``exc`` passed through recorded for its effect (the
+    innermost effect whose body raised it, or one enclosing it), or None if none did."""
+    mark = getattr(exc, _RECORDED, None)
+    return Outcome(mark) if mark in ("failed", "ambiguous") else None
+
+
+def classify_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Outcome:
+    """What a gate records for an effect whose body raised ``exc`` — FAILED or AMBIGUOUS (an
+    exception cannot prove the effect happened) — noted on ``exc`` (:func:`recorded_outcome`).
+
+    An exception that a gated call inside this body raised, and its own gate recorded, tells
+    of that inner effect only: its :class:`~effectgate.NotExecuted` or refused connection
+    does not say this body did nothing (it may have charged a card before the inner call).
+    Such an exception is AMBIGUOUS here unless one of ``classifiers`` says otherwise."""
+    if recorded_outcome(exc) is None:
+        outcome = classify(exc, classifiers)
+    else:
+        outcome = Outcome.AMBIGUOUS
+        for classifier in classifiers:
+            verdict = classifier(exc)
+            if verdict is not None:
+                outcome = Outcome(verdict)
+                break
+    if outcome is not Outcome.FAILED:
+        outcome = Outcome.AMBIGUOUS
+    with contextlib.suppress(AttributeError, TypeError):  # an exception without a __dict__
+        setattr(exc, _RECORDED, outcome.value)
+    return outcome

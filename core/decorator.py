@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
-from .classify import Classifier, classify
+from .classify import Classifier, classify_body
 from .context import _current, current_effect, current_effect_scope
 from .errors import (
     ApprovalRequired,
@@ -51,7 +51,7 @@ __all__ = [
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
-_UNFINISHED = (types.CoroutineType, types.GeneratorType)  # inspect.iscoroutine, isgenerator
+_UNFINISHED = (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
 _NOT_STARTED = "cancelled before the body started"
 
 
@@ -237,24 +237,24 @@ class EffectSpec:
             await self.gate.areport(d, Outcome.COMMITTED, result=None)
 
     def _failure(self, exc: BaseException) -> tuple[Outcome, str]:
-        outcome = classify(exc, self.classifiers)
-        if outcome is Outcome.COMMITTED:  # an exception cannot prove the effect happened
-            outcome = Outcome.AMBIGUOUS
-        return outcome, describe(exc)
+        return classify_body(exc, self.classifiers), describe(exc)
 
-    def _unfinished(self, d: BeginDecision, value: Any) -> None:
-        """A sync body that handed back a coroutine or generator has not done its work: that
-        would run later, outside the gate. It is recorded FAILED (its work never ran here) and
-        refused as a programming error."""
+    @staticmethod
+    def _unfinished(d: BeginDecision, value: Any) -> tuple[str, ConfigError]:
+        """A body that handed back a coroutine, generator, async generator or other awaitable
+        has not finished its work: the rest would run later, outside the gate. What it did
+        before returning did happen, so it is recorded AMBIGUOUS, never FAILED (a retry must
+        not do it again), and refused as a programming error. The error recorded and the
+        one to raise."""
         close = getattr(value, "close", None)
-        if callable(close):
-            close()
-        kind = "a coroutine" if inspect.iscoroutine(value) else "a generator"
-        error = f"the body returned {kind}, so its work did not run inside the gate"
-        self.gate.report(d, Outcome.FAILED, error=error)
-        raise ConfigError(
-            f"{d.key!r}: {error}; decorate the async def (or the function that does the "
-            "work) instead", key=d.key)
+        if callable(close) and not hasattr(value, "cancel"):  # a task may be running already
+            with contextlib.suppress(Exception):
+                close()
+        error = (f"the body returned {type(value).__name__!r}, an unfinished piece of work: "
+                 "what it does next would run outside the gate")
+        return error, ConfigError(
+            f"{d.key!r}: {error}; decorate the function that does all the work (an async def "
+            "is gated as one) instead", key=d.key)
 
     def run(self, arguments: Mapping[str, Any], body: Callable[[], T]) -> T:
         """Gate one synchronous call."""
@@ -276,8 +276,10 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
-        if isinstance(result, _UNFINISHED):
-            self._unfinished(d, result)
+        if isinstance(result, _UNFINISHED) or hasattr(type(result), "__await__"):
+            error, refused = self._unfinished(d, result)
+            gate.report(d, Outcome.AMBIGUOUS, error=error)
+            raise refused
         self._commit(d, result)
         return result
 
@@ -314,6 +316,10 @@ class EffectSpec:
             raise
         finally:
             _current.reset(token)
+        if isinstance(result, _UNFINISHED) or hasattr(type(result), "__await__"):
+            error, refused = self._unfinished(d, result)
+            await asyncio.shield(gate.areport(d, Outcome.AMBIGUOUS, error=error))
+            raise refused
         await asyncio.shield(self._acommit(d, result))
         return result
 
@@ -362,7 +368,8 @@ def gate_function(gate: GateLike, fn: Callable[..., T], key: str, *,
     if not callable(fn):
         raise ConfigError(f"@gate.effect decorates a function, not {type(fn).__name__}")
     name = _name_of(fn)
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+    call = None if inspect.isfunction(fn) else getattr(type(fn), "__call__", None)  # noqa: B004
+    if any(inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (fn, call)):
         raise ConfigError(
             f"{name}() is a generator: its work runs as it is iterated, after the call "
             "returns, outside the gate; decorate the function that does the work")

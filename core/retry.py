@@ -37,7 +37,7 @@ from typing import Any, TypeVar, overload
 import tenacity
 from tenacity import RetryCallState
 
-from .classify import Classifier, classify
+from .classify import Classifier, classify, recorded_outcome
 from .errors import (
     ApprovalRequired,
     ConfigError,
@@ -81,6 +81,9 @@ def is_retryable(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> 
         return True
     if not isinstance(exc, Exception):  # KeyboardInterrupt, CancelledError, SystemExit
         return False
+    gated = recorded_outcome(exc)  # what the gate that raised it recorded, if one did
+    if gated is not None:
+        return gated is Outcome.FAILED
     return classify(exc, tuple(classifiers)) is Outcome.FAILED
 
 

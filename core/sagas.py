@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import validate
-from .classify import classify
+from .classify import classify_body
 from .context import current_effect_scope
 from .errors import EffectGateError, PayloadError
 from .keys import MAX_KEY_LENGTH
@@ -188,8 +188,7 @@ def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, 
         with current_effect_scope(d):
             result = compensator(record, record.compensation)
     except BaseException as exc:
-        outcome = classify(exc, gate.classifiers)
-        outcome = Outcome.FAILED if outcome is Outcome.FAILED else Outcome.AMBIGUOUS
+        outcome = classify_body(exc, gate.classifiers)
         try:
             gate.report(d, outcome, error=describe(exc))
         except EffectGateError as err:

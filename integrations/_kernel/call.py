@@ -18,7 +18,6 @@ one thread hop instead of three).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,8 +31,9 @@ from effectgate import (
     EffectSpec,
     Outcome,
     PayloadMismatch,
-    classify,
+    classify_body,
     current_effect,
+    recorded_outcome,
 )
 
 from .twins import Slot
@@ -94,13 +94,10 @@ def is_stopping(error: BaseException | None) -> bool:
     return isinstance(error, EffectRefused)
 
 
-_OUTCOME = "__effectgate_outcome__"
-
-
 def recorded_failed(error: BaseException) -> bool:
     """True for a body error the gate recorded FAILED and raised as it was (``reraise_failed``
     or raise mode): nothing happened, so a framework's own error handling may answer it."""
-    return getattr(error, _OUTCOME, None) == "failed"
+    return recorded_outcome(error) is Outcome.FAILED
 
 
 class _Attempt:
@@ -244,11 +241,10 @@ class GatedCall:
                 kind = "conflict" if isinstance(exc, PayloadMismatch) else "invalid"
                 return self._refuse(Refused(kind, model_message(kind, key, exc), exc, key))
             raise exc
-        outcome = classify(exc, self.spec.classifiers)
+        # What the spec recorded for this body (it classified the error once, as its own).
+        outcome = recorded_outcome(exc) or classify_body(exc, self.spec.classifiers)
         if outcome is Outcome.FAILED:
             if self.raise_body_errors or isinstance(exc, self.reraise_failed):
-                with contextlib.suppress(AttributeError, TypeError):
-                    setattr(exc, _OUTCOME, "failed")
                 raise exc
             return Refused("failed", model_message("failed", decision.key, exc), exc,
                            decision.key)

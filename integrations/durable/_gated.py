@@ -22,6 +22,7 @@ from effectgate import (
     State,
     classify,
     current_effect,
+    recorded_outcome,
 )
 
 __all__ = ["Attempt", "gated", "lease_of", "resolve_hint", "unknown_outcome"]
@@ -81,7 +82,8 @@ class Attempt:
 
 
 def _guess(error: BaseException) -> State:
-    return State.FAILED if classify(error) is Outcome.FAILED else State.AMBIGUOUS
+    outcome = recorded_outcome(error) or classify(error)  # what the gate recorded, if it did
+    return State.FAILED if outcome is Outcome.FAILED else State.AMBIGUOUS
 
 
 def _noted(enter: Enter | None) -> AbstractContextManager[Any]:
