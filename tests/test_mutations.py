@@ -105,9 +105,9 @@ class Mutation:
 MUTATIONS = [
     # -- decide.py ---------------------------------------------------------------------------
     Mutation("approved executions bypass the spend ceiling", "decide.py",
-             "gov.charges(req.effect_type, req.run_id, req.agent_id) if gov.counts_spend else ()",
-             "gov.charges(req.effect_type, req.run_id, req.agent_id) if gov.counts_spend and "
-             "consume is None else ()", [APPROVED_BUDGET]),
+             "        charges = gov.charges(req.effect_type, req.run_id, req.agent_id)",
+             "        charges = () if consume is not None else gov.charges(\n"
+             "            req.effect_type, req.run_id, req.agent_id)", [APPROVED_BUDGET]),
     Mutation("lease expiry read from the worker's clock", "decide.py",
              "    return row.lease_expires_at is not None and row.lease_expires_at >= row.now",
              "    return row.lease_expires_at is not None and (\n"
