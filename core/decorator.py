@@ -53,6 +53,7 @@ log = logging.getLogger("effectgate")
 T = TypeVar("T")
 _UNFINISHED = (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
 _NOT_STARTED = "cancelled before the body started"
+_WARNED = "a warning raised as an error before the body started"
 
 
 def refusal(d: BeginDecision) -> EffectRefused:
@@ -220,21 +221,22 @@ class EffectSpec:
         )
 
     def _commit(self, d: BeginDecision, result: Any) -> None:
-        """Report COMMITTED with the result as stored JSON (or none, with a warning, when it
-        has no JSON form: the effect did happen)."""
+        """Report COMMITTED with the result as stored JSON (or none, then a warning, when it
+        has no JSON form: the effect did happen). Recorded first, warned after: a warning
+        raised as an error (``-W error``) must not lose the record."""
         try:
             self.gate.report(d, Outcome.COMMITTED, result=self.stored_form(result))
         except PayloadError as err:  # raised before anything was written
-            self._not_stored(d, err)
             self.gate.report(d, Outcome.COMMITTED, result=None)
+            self._not_stored(d, err)
 
     async def _acommit(self, d: BeginDecision, result: Any) -> None:
         """:meth:`_commit` for async bodies (natively async on Postgres)."""
         try:
             await self.gate.areport(d, Outcome.COMMITTED, result=self.stored_form(result))
         except PayloadError as err:  # raised before anything was written
-            self._not_stored(d, err)
             await self.gate.areport(d, Outcome.COMMITTED, result=None)
+            self._not_stored(d, err)
 
     def _failure(self, exc: BaseException) -> tuple[Outcome, str]:
         return classify_body(exc, self.classifiers), describe(exc)
@@ -263,7 +265,11 @@ class EffectSpec:
         if d.decision is not Decision.EXECUTE:
             return self.answer(d)  # type: ignore[no-any-return]
         if d.budget_warning:
-            warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
+            try:
+                warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
+            except BaseException:  # a warning raised as an error: the body never starts
+                gate.report(d, Outcome.FAILED, error=_WARNED)
+                raise
         token = _current.set(d)
         try:
             result = body() if gate._telemetry is None else gate._telemetry.body(d, body)
@@ -299,7 +305,11 @@ class EffectSpec:
         if d.decision is not Decision.EXECUTE:
             return self.answer(d)  # type: ignore[no-any-return]
         if d.budget_warning:
-            warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
+            try:
+                warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
+            except BaseException:
+                await asyncio.shield(gate.areport(d, Outcome.FAILED, error=_WARNED))
+                raise
         token = _current.set(d)
         try:
             result = await (body() if gate._telemetry is None

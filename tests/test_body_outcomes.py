@@ -160,3 +160,53 @@ def test_an_inner_effects_refused_connection_leaves_the_async_outer_ambiguous(
     assert gate.get("order:o1").state is eg.State.AMBIGUOUS
     assert gate.get("quote:o2").state is eg.State.FAILED
     assert charged == ["o1"]
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_a_warning_raised_as_an_error_never_loses_the_record(make_gate: Any,
+                                                             caller: str) -> None:
+    """Under ``-W error`` the gate's own warnings raise. The budget warning (a ceiling the
+    call declared no cost for) came after the reservation and before the body: the body
+    never ran, the lease was left to lapse to AMBIGUOUS. The not-stored warning came before
+    the COMMITTED report: the body ran and nothing recorded it."""
+    import warnings
+
+    gate = make_gate(policy=eg.Policy.from_dict(
+        {"effects": {"payment.*": {"budget": {"per_effect_type_micros": 10**9}}}}))
+    ran: list[str] = []
+
+    def charge(order: str) -> None:
+        ran.append(order)
+
+    def unstorable(order: str) -> object:
+        ran.append(order)
+        return object()  # no JSON form
+
+    async def acharge(order: str) -> None:
+        charge(order)
+
+    async def aunstorable(order: str) -> object:
+        return unstorable(order)
+
+    charge_fn = charge if caller == "sync" else acharge
+    store_fn = unstorable if caller == "sync" else aunstorable
+    gated = gate.effect("pay:{order}", effect_type="payment.charge")(charge_fn)
+    kept = gate.effect("label:{order}", effect_type="label.print")(store_fn)
+
+    def call(fn: Any, order: str) -> Any:
+        out = fn(order)
+        return asyncio.run(out) if caller == "async" else out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", eg.EffectGateWarning)
+        with pytest.raises(eg.BudgetWarning):
+            call(gated, "o1")
+        assert ran == [] and gate.get("pay:o1").state is eg.State.FAILED
+        with pytest.raises(eg.ResultNotStoredWarning):
+            call(kept, "o2")
+        assert ran == ["o2"] and gate.get("label:o2").state is eg.State.COMMITTED
+    with pytest.warns(eg.BudgetWarning):
+        call(gated, "o1")  # a new attempt: the first never ran
+    assert ran == ["o2", "o1"] and gate.get("pay:o1").attempt == 2
+    assert call(kept, "o2") is None  # answered from the store, not run again
+    assert ran == ["o2", "o1"]
