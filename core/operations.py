@@ -15,13 +15,13 @@ from . import decide, validate
 from .errors import ConfigError, InvalidTransition, StoreError, UnknownEffect
 from .keys import check_key
 from .payload import result_json
-from .records import EffectRecord
 from .reporting import kept
 from .states import ApprovalState, Outcome, State
 
 if TYPE_CHECKING:
     from .flow import BeginFlow
     from .reconcile import Reconciler
+    from .records import EffectRecord
     from .registry import Registry
     from .reporting import Reporter
     from .store import Store
@@ -45,7 +45,7 @@ def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: A
     parsed = validate.parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
     if not isinstance(force, bool):
         raise ConfigError("force must be a bool")
-    if expected is not None and not (isinstance(expected, EffectRecord) and (
+    if expected is not None and not (_is_record(expected) and (
             expected.key == key and expected.namespace == r.namespace)):
         raise ConfigError("expected is the EffectRecord of this key that the operator "
                           "reviewed", key=key)
@@ -77,6 +77,12 @@ def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: A
                                 done.attempt, done.token, done.result)
             return done
     raise StoreError("the effect kept changing under contention; try again", key=key)
+
+
+def _is_record(value: object) -> bool:
+    from .records import EffectRecord  # here: a worker that never resolves never loads it
+
+    return isinstance(value, EffectRecord)
 
 
 def approve(store: Store, namespace: str, redact: Callable[[str | None], str | None],

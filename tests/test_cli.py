@@ -59,9 +59,14 @@ def store(make_gate: Any, store_url: str, namespace: str) -> dict[str, Any]:
     d = gate.begin(effect_type="booking.flight", key=LONG_KEY, payload={},
                    run_id="run_2024_summer_holiday_family")
     gate.report(d, "committed")
-    d = gate.begin(effect_type="email.send" + HOSTILE + SEPARATOR, key="email:hostile",
+    d = gate.begin(effect_type="email.send", key="email:hostile",
                    payload={}, run_id="r" + HOSTILE + SEPARATOR, agent_id="a" + HOSTILE)
     gate.report(d, "ambiguous", error="smtp said" + HOSTILE)
+    # A gate refuses such an effect type now; a store written before that may hold one.
+    with gate.store.engine.begin() as conn:
+        conn.execute(text("UPDATE effectgate_effects SET effect_type = :t WHERE namespace = :ns "
+                          "AND key = 'email:hostile'"),
+                     {"t": "email.send" + HOSTILE + SEPARATOR, "ns": namespace})
     return {"url": store_url, "ns": namespace, "gate": gate, "approval": pending.approval_id,
             "args": ["--url", store_url, "--namespace", namespace]}
 

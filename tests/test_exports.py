@@ -18,8 +18,9 @@ EXPECTED = {
     "PayloadError", "PayloadMismatch", "Policy", "PolicyError", "Principal", "Reconciled",
     "Request", "ResultNotStoredWarning", "StaleLease", "State", "StoreError", "Unauthenticated",
     "UnknownEffect", "UnwindReport", "UnwindStep", "UpstreamRule", "VendorKey",
-    "__version__", "canonical_json", "classify", "classify_httpx", "classify_requests",
-    "current_effect", "current_effect_scope", "effect_context", "payload_hash", "refusal",
+    "__version__", "canonical_json", "classify", "classify_body", "classify_httpx",
+    "classify_requests", "current_effect", "current_effect_scope", "effect_context",
+    "payload_hash", "recorded_outcome", "refusal",
     "Webhooks", "verify_signature",
 }
 
