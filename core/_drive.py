@@ -112,8 +112,11 @@ async def aperform(command: Command, store: Store, astore: ThreadedStore | Async
     if isinstance(command, Write):
         if command.row is None and command.approval is None:
             return await astore.move_new(command.move, command.req, command.secret)
-        return await to_thread(store.move, command.row, command.move, command.req,
-                               command.secret, command.approval)
+        from .store.abandoned import abandonable  # asyncio with it: async callers only
+
+        c = command
+        return await abandonable(store, c.secret, lambda: store.move(c.row, c.move, c.req,
+                                                                     c.secret, c.approval))
     if isinstance(command, Lapse):
         return await to_thread(store.lapse, command.row)
     if isinstance(command, GetApproval):

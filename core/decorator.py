@@ -12,6 +12,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import threading
 import types
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -308,7 +309,8 @@ class EffectSpec:
             try:
                 warnings.warn(d.budget_warning, BudgetWarning, stacklevel=3)
             except BaseException:
-                await asyncio.shield(gate.areport(d, Outcome.FAILED, error=_WARNED))
+                await _surely(gate, gate.areport(d, Outcome.FAILED, error=_WARNED),
+                              lambda: gate.report(d, Outcome.FAILED, error=_WARNED))
                 raise
         token = _current.set(d)
         try:
@@ -317,8 +319,9 @@ class EffectSpec:
         except BaseException as exc:
             outcome, error = self._failure(exc)
             try:
-                # Shielded: a second cancellation must not lose the record.
-                await asyncio.shield(gate.areport(d, outcome, error=error))
+                # A second cancellation (or the loop closing) must not lose the record.
+                await _surely(gate, gate.areport(d, outcome, error=error),
+                              lambda: gate.report(d, outcome, error=error))
             except EffectGateError as report_err:
                 exc.add_note(f"effectgate could not record {outcome.value}: {report_err}")
             except asyncio.CancelledError:
@@ -328,9 +331,10 @@ class EffectSpec:
             _current.reset(token)
         if isinstance(result, _UNFINISHED) or hasattr(type(result), "__await__"):
             error, refused = self._unfinished(d, result)
-            await asyncio.shield(gate.areport(d, Outcome.AMBIGUOUS, error=error))
+            await _surely(gate, gate.areport(d, Outcome.AMBIGUOUS, error=error),
+                          lambda: gate.report(d, Outcome.AMBIGUOUS, error=error))
             raise refused
-        await asyncio.shield(self._acommit(d, result))
+        await _surely(gate, self._acommit(d, result), lambda: self._commit(d, result))
         return result
 
 
@@ -349,7 +353,46 @@ async def _settle_unstarted(gate: GateLike, begun: asyncio.Future[BeginDecision]
         return
     if d.decision is Decision.EXECUTE:
         with contextlib.suppress(EffectGateError, asyncio.CancelledError):
-            await asyncio.shield(gate.areport(d, Outcome.FAILED, error=_NOT_STARTED))
+            await _surely(gate, gate.areport(d, Outcome.FAILED, error=_NOT_STARTED),
+                          lambda: gate.report(d, Outcome.FAILED, error=_NOT_STARTED))
+
+
+async def _surely(gate: GateLike, report: Awaitable[None], fallback: Callable[[], None],
+                  ) -> None:
+    """Await ``report`` (an outcome's write) in a task of its own: a cancelled caller leaves
+    it to finish. If that task is cancelled itself (the loop closing, a handler cancelling
+    every task) before the write is known to be done, ``fallback`` writes it the sync way on
+    a thread of its own (a write that landed after all is then found done: a holder's report
+    of what it already reported is answered quietly)."""
+    import asyncio
+
+    task = asyncio.ensure_future(report)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        fall_back = functools.partial(_fall_back_if_cancelled, gate, fallback)
+        if task.done():
+            fall_back(task)
+        else:
+            task.add_done_callback(fall_back)
+        raise
+
+
+def _fall_back_if_cancelled(gate: GateLike, fallback: Callable[[], None],
+                            task: asyncio.Future[Any]) -> None:
+    if task.cancelled():
+        with contextlib.suppress(RuntimeError):  # the interpreter is shutting down
+            threading.Thread(target=_quietly, args=(gate, fallback),
+                             name="effectgate-report").start()
+
+
+def _quietly(gate: GateLike, fallback: Callable[[], None]) -> None:
+    try:
+        fallback()
+    except Exception as err:  # the lease lapses to AMBIGUOUS instead: safe, only slower
+        log.warning("effectgate could not record an outcome after its loop closed: %s", err)
+    finally:
+        gate.store.drop_thread_connection()  # this thread ends here
 
 
 _background: set[asyncio.Future[Any]] = set()
@@ -369,7 +412,8 @@ def _report_unstarted_later(gate: GateLike, begun: asyncio.Future[BeginDecision]
 
 async def _report_quietly(gate: GateLike, d: BeginDecision) -> None:
     with contextlib.suppress(EffectGateError):
-        await gate.areport(d, Outcome.FAILED, error=_NOT_STARTED)
+        await _surely(gate, gate.areport(d, Outcome.FAILED, error=_NOT_STARTED),
+                      lambda: gate.report(d, Outcome.FAILED, error=_NOT_STARTED))
 
 
 def gate_function(gate: GateLike, fn: Callable[..., T], key: str, *,

@@ -247,6 +247,11 @@ class Store:
 
     dispose = close
 
+    def drop_thread_connection(self) -> None:
+        """Close the connection this thread opened, if any (a short-lived thread's, before it
+        ends: the next call on this thread opens another)."""
+        self._conns.drop()
+
     def now(self) -> float:
         """The store's clock, epoch seconds."""
         return float(self._conns.run(self.sql.now, {})[0][0])

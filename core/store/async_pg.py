@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..states import State
+from .abandoned import abandonable, release_lost
 from .binds import (
     begin_binds,
     extend_binds,
@@ -205,9 +206,11 @@ class AsyncPostgres:
         self._pool().free()
         await _close(conn)
 
-    async def run(self, sql: Sql, binds: Mapping[str, Any], *,
-                  writing: bool = False) -> list[Any]:
-        """One statement in autocommit on this loop's connection."""
+    async def run(self, sql: Sql, binds: Mapping[str, Any], *, writing: bool = False,
+                  sent: tuple[Request, LeaseSecret] | None = None) -> list[Any]:
+        """One statement in autocommit on this loop's connection. ``sent``: the request and
+        lease secret of a reservation: cancelled once sent, it may have committed before the
+        cancel came, and is released if it did (:func:`~.abandoned.release_lost`)."""
         conn = await self._acquire()
         try:
             watch = self._store.version_watch
@@ -221,6 +224,8 @@ class AsyncPostgres:
                 await self._discard(conn)
                 raise store_error(err, writing=writing) from err
             if isinstance(err, asyncio.CancelledError):
+                if sent is not None:
+                    release_lost(self._store, sent[0].namespace, sent[0].key, sent[1])
                 await self._discard(conn)  # its state is unknown mid-query
                 raise
             self._release(conn)
@@ -256,7 +261,8 @@ class AsyncPostgres:
         """:meth:`Store.reserve`: one call of the generated reserve function."""
         for _ in range(8):
             rows = await self.run(self._store.sql.reserve,
-                                  begin_binds(req, State.IN_FLIGHT, secret.hash), writing=True)
+                                  begin_binds(req, State.IN_FLIGHT, secret.hash), writing=True,
+                                  sent=(req, secret))
             if rows:
                 return effect_head(rows[0])
         raise StoreError("could not reserve or read the key after 8 tries", key=req.key)
@@ -266,10 +272,11 @@ class AsyncPostgres:
         moves that need a transaction run on a worker thread."""
         store = self._store
         if not store.one_call(move):
-            return await asyncio.to_thread(store.move, None, move, req, secret)
+            return await abandonable(store, secret, lambda: store.move(None, move, req, secret))
         try:
             rows = await self.run(store.one_call_sql(move),
-                                  move_binds(None, move, req, secret, None), writing=True)
+                                  move_binds(None, move, req, secret, None), writing=True,
+                                  sent=(req, secret))
         except StoreError as err:
             return Moved(None, over_ceiling(err, move))
         return Moved(effect_head(rows[0]) if rows else None)

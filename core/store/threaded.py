@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from .abandoned import abandonable
+
 if TYPE_CHECKING:
     from ..decide import Move
     from ..request import Lease, LeaseSecret, Request
@@ -29,15 +31,18 @@ class ThreadedStore:
 
     async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead | CommittedHead:
         """:meth:`Store.reserve`: a repeat is answered by a read on the loop; only a new key
-        goes to a worker thread to be written."""
-        row = self._store.first_read(req.namespace, req.key)
+        goes to a worker thread to be written (released if its caller is gone by then:
+        :mod:`effectgate.store.abandoned`)."""
+        store = self._store
+        row = store.first_read(req.namespace, req.key)
         if row is not None:
             return row
-        return await asyncio.to_thread(self._store.reserve, req, secret)
+        return await abandonable(store, secret, lambda: store.reserve(req, secret))
 
     async def move_new(self, move: Move, req: Request, secret: LeaseSecret) -> Moved:
         """:meth:`Store.move` of a new key, on a worker thread."""
-        return await asyncio.to_thread(self._store.move, None, move, req, secret)
+        store = self._store
+        return await abandonable(store, secret, lambda: store.move(None, move, req, secret))
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """:meth:`Store.fetch`, on the loop."""
