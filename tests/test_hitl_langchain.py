@@ -356,3 +356,62 @@ def test_two_calls_in_one_turn_pause_together_and_resume_by_interrupt_id(
                                     "langgraph-resume). It has not been carried out. Do not "
                                     "retry it; tell the user why.", "refunded 50000 on T1"]
     assert [line.split()[:2] for line in lines(tmp_path / "ledger")] == [["T1", "50000"]]
+
+
+def test_a_middleware_edit_of_an_aliased_schema_runs_the_edited_arguments(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    """The tool's schema reads aliases (``txn``, ``amount``) and the model used them; the
+    reviewer's edit came back by field name. Merged with the model's arguments, the alias was
+    the value the tool read: the denied 50000 ran, recorded as the approved 40000."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import StructuredTool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from effectgate.integrations import langchain as eg_lc
+
+    class RefundArgs(BaseModel):
+        model_config = ConfigDict(populate_by_name=True)
+        txn_id: str = Field(alias="txn")
+        amount_cents: int = Field(alias="amount")
+
+    ran: list[tuple[str, int]] = []
+
+    def refund(txn_id: str, amount_cents: int) -> str:
+        ran.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id}"
+
+    class Scripted(BaseChatModel):
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kw: Any) -> ChatResult:
+            done = isinstance(messages[-1], ToolMessage)
+            message = AIMessage("All done.") if done else AIMessage("", tool_calls=[{
+                "name": "refund", "id": "call_1", "type": "tool_call",
+                "args": {"txn": "T1", "amount": 50_000}}])
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+        def bind_tools(self, tools: Any, **kw: Any) -> Any:
+            return self
+
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+    tool = StructuredTool.from_function(refund, name="refund", description="Refund.",
+                                        args_schema=RefundArgs)
+    middleware = eg_lc.EffectGateMiddleware({"refund": {
+        "key": "refund:{txn_id}", "cost_micros": lambda amount_cents: amount_cents * 10_000}},
+        gate=hgate)
+    agent = create_agent(Scripted(), tools=[tool], middleware=[middleware],
+                         checkpointer=InMemorySaver())
+    paused = agent.invoke({"messages": [{"role": "user", "content": "refund"}]}, config=CONFIG)
+    shown = interrupt_value(paused)["action_requests"][0]["args"]
+    assert shown == {"txn_id": "T1", "amount_cents": 50_000} and ran == []
+    edit = {"type": "edit", "by": "alice", "edited_action": {
+        "name": "refund", "args": {**shown, "amount_cents": 40_000}}}
+    out = agent.invoke(Command(resume={"decisions": [edit]}), config=CONFIG)
+    assert ran == [("T1", 40_000)]
+    assert results(out)[-1].endswith("refunded 40000 on T1")

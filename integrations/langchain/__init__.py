@@ -366,6 +366,22 @@ def _call_arguments(tool: BaseTool, raw: Mapping[str, Any],
         k: v for k, v in arguments.items() if k in visible}
 
 
+def _by_alias(schema: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` (by field name) keyed as ``schema`` reads them: a field's validation
+    alias, or its alias, where it has one (a plain name where it has none)."""
+    fields = getattr(schema, "model_fields", None)
+    if not isinstance(fields, Mapping):
+        return dict(arguments)
+    out: dict[str, Any] = {}
+    for name, value in arguments.items():
+        field = fields.get(name)
+        alias = getattr(field, "validation_alias", None)
+        if not isinstance(alias, str):
+            alias = getattr(field, "alias", None)
+        out[alias if isinstance(alias, str) else name] = value
+    return out
+
+
 def _validator(tool: BaseTool, visible: frozenset[str] | None,
                ) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
     """Check a reviewer's edited arguments against the schema the model sees."""
@@ -739,11 +755,14 @@ def _middleware_class() -> type:
         @staticmethod
         def _request_for(request: Any, original: Mapping[str, Any],
                          arguments: Mapping[str, Any]) -> Any:
-            """The request to run: the model's, or one carrying a reviewer's edited args."""
+            """The request to run: the model's, or one carrying a reviewer's edited args —
+            those alone, by the names the tool's schema reads (an alias where it has one),
+            never merged with the model's: a model's alias beside an edited field name was
+            the one the tool read, so the denied arguments ran."""
             if arguments is original:
                 return request
             call = request.tool_call
-            args = {**(call.get("args") or {}), **arguments}
+            args = _by_alias(request.tool.args_schema, arguments)
             return request.override(tool_call={**call, "args": args})
 
         def wrap_tool_call(self, request: Any, handler: Any) -> Any:
