@@ -49,6 +49,62 @@ def test_an_edit_keeps_a_redacted_value_it_did_not_change(gated: GatedCall) -> N
     assert apply(gated, review, edit, ARGS, run_with(done)) == "ok" and len(done) == 1
 
 
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_an_edit_raced_by_an_approval_of_the_original_runs_only_the_original(
+        gated: GatedCall, caller: str) -> None:
+    """Bob approves the original in the CLI while Alice's edit is applied: the store's
+    decision wins. The edit ran first and the original was denied after, which failed
+    quietly (it was approved): both refunds ran, the original on a replayed resume."""
+    import asyncio
+
+    from effectgate.integrations._kernel.review import aapply
+
+    refused = gated.run(ARGS, lambda: None)
+    review = review_of(gated, refused, ARGS)
+    gate = gated.spec.gate
+    gate.approve(review.approval_id, by="bob")  # lands after the resumed call found it pending
+    done: list[dict[str, Any]] = []
+    edit = Verdict("edit", by="alice", arguments={**review.arguments, "amount_cents": 300})
+    if caller == "sync":
+        out = apply(gated, review, edit, ARGS, run_with(done))
+    else:
+        async def arun(one: GatedCall, arguments: Any) -> Any:
+            return await one.arun(arguments, _append(done, arguments))
+
+        out = asyncio.run(aapply(gated, review, edit, ARGS, arun))
+    assert out == "ok" and done == [ARGS]  # the original, approved by bob, once
+    assert gate.approval(review.approval_id).state is eg.ApprovalState.CONSUMED
+    assert [a.key for a in gate.list_approvals(state=None)] == ["refund:T1"]  # no edit opened
+    again = apply(gated, review, edit, ARGS, run_with(done))  # a replayed resume
+    assert again == "ok" and done == [ARGS]
+
+
+def _append(done: list[dict[str, Any]], arguments: Any) -> Any:
+    async def body() -> str:
+        done.append(dict(arguments))
+        return "ok"
+    return body
+
+
+def test_an_edit_denies_the_original_before_it_runs(gated: GatedCall) -> None:
+    """The original is decided (denied, naming the edit's key) before the edit runs, so no
+    approval of the original can land between the edit running and the denial."""
+    refused = gated.run(ARGS, lambda: None)
+    review = review_of(gated, refused, ARGS)
+    gate = gated.spec.gate
+    seen: list[eg.ApprovalState] = []
+
+    def run(one: GatedCall, arguments: Any) -> Any:
+        seen.append(gate.approval(review.approval_id).state)
+        return one.run(arguments, lambda: "ok")
+
+    edit = Verdict("edit", by="alice", arguments={**review.arguments, "amount_cents": 300})
+    assert apply(gated, review, edit, ARGS, run) == "ok"
+    assert seen and set(seen) == {eg.ApprovalState.DENIED}
+    reason = gate.approval(review.approval_id).reason or ""
+    assert reason.startswith("replaced by an edit (key refund:T1~edit:"), reason
+
+
 def test_a_verdict_for_another_payload_hash_changes_nothing(gated: GatedCall) -> None:
     refused = gated.run(ARGS, lambda: None)
     review = review_of(gated, refused, ARGS)

@@ -16,8 +16,10 @@ request and, when the run resumes, hands this module the human's :class:`Verdict
   (``Verdict.approves_edit``, the default) is that reviewer's approval of exactly those
   arguments, recorded so; an edit the framework cannot tell from altered history
   (pydantic-ai's resume) leaves the new request pending for a human, and the call pauses
-  again on it. Either way the original request is then denied, "replaced by an edit", with
-  the id of the edit's effect in the reason: the original never executes.
+  again on it. Either way the original request is first denied, "replaced by an edit", with
+  the edit's key in the reason: the original never executes. If a human approved the
+  original meanwhile (the CLI, the console), that decision stands: the original runs, once,
+  and the edit does not run beside it.
 * **reject** — the request is denied (``gate.deny``); nothing executes, and it stays denied.
 
 The store is the one source of truth: a resumed call is gated *before* the answer is read, so
@@ -97,8 +99,11 @@ the original value."""
 _EDIT_MARK = "~edit:"
 _MAX_APPROVAL_ID = 64
 _REPLACED = "replaced by an edit"
-_REPLACED_BY = _REPLACED + " (effect #{effect_id})"
-_REPLACED_PATTERN = re.compile(r"replaced by an edit \(effect #([1-9][0-9]{0,17})\)")
+_REPLACED_BY = _REPLACED + " (key {key})"
+_REPLACED_PATTERN = re.compile(
+    r"replaced by an edit \((?:effect #([1-9][0-9]{0,17})|key (.+))\)", re.DOTALL)
+"""An edit's denial of the request it replaced: naming the edit's key (an earlier version named
+its effect id, after it ran)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,17 +259,28 @@ def _deny(gated: GatedCall, approval_id: str, by: str, reason: str) -> None:
         gated.spec.gate.deny(approval_id, by=by, reason=reason)
 
 
-def _replaced_reason(gated: GatedCall, arguments: Mapping[str, Any]) -> str:
-    """Why an original request is denied after an edit: naming the edit's effect by id, so a
-    replayed call of the original finds what ran instead (:func:`replacement`)."""
+def _replace(gated: GatedCall, approval_id: str, by: str, other: GatedCall,
+             edited: Mapping[str, Any]) -> bool:
+    """Deny the original request, replaced by the edit (named by its key, so a replayed call
+    of the original finds what ran instead: :func:`replacement`) — before the edit runs.
+    False when a human approved the original meanwhile (the CLI, the console): the store's
+    decision wins, and the edit must not run beside it."""
     try:
-        request = gated.spec.request(arguments)
-        record = gated.spec.gate.get(request.key)
+        key = other.spec.request(edited).key
     except EffectGateError:
-        return _REPLACED  # the edit named no effect (refused as invalid or a conflict)
-    if record.payload_hash != request.payload_hash:
-        return _REPLACED
-    return _REPLACED_BY.format(effect_id=record.effect_id)
+        key = None  # the edit cannot be keyed: it is refused as invalid when it is run
+    reason = _REPLACED if key is None else _REPLACED_BY.format(key=key)
+    gate = gated.spec.gate
+    try:
+        gate.deny(approval_id, by=by, reason=reason)
+    except UnknownEffect:
+        return True
+    except InvalidTransition:
+        with contextlib.suppress(EffectGateError):
+            if gate.approval(approval_id).state in (ApprovalState.APPROVED,
+                                                    ApprovalState.CONSUMED):
+                return False
+    return True
 
 
 Run = Callable[[GatedCall, Mapping[str, Any]], Any]
@@ -317,12 +333,13 @@ def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping
         _approve(gated, review.approval_id, verdict.by, verdict.message)
         return run(gated, arguments)
     other = edited_call(gated, review.key)
+    if not _replace(gated, review.approval_id, verdict.by, other, edited):
+        return run(gated, arguments)  # approved meanwhile: that decision stands
     out = run(other, edited)
     wanted = _approval_id(out)
     if wanted is not None and verdict.approves_edit:
         _approve(other, wanted, verdict.by, f"edited from approval {review.approval_id}")
         out = run(other, edited)
-    _deny(gated, review.approval_id, verdict.by, _replaced_reason(other, edited))
     return out
 
 
@@ -342,14 +359,15 @@ async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
                                 verdict.message)
         return await run(gated, arguments)
     other = edited_call(gated, review.key)
+    if not await asyncio.to_thread(_replace, gated, review.approval_id, verdict.by, other,
+                                   edited):
+        return await run(gated, arguments)  # approved meanwhile: that decision stands
     out = await run(other, edited)
     wanted = _approval_id(out)
     if wanted is not None and verdict.approves_edit:
         await asyncio.to_thread(_approve, other, wanted, verdict.by,
                                 f"edited from approval {review.approval_id}")
         out = await run(other, edited)
-    reason = await asyncio.to_thread(_replaced_reason, other, edited)
-    await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by, reason)
     return out
 
 
@@ -385,7 +403,7 @@ def replacement(gated: GatedCall, out: Any, arguments: Mapping[str, Any]) -> Rep
         found = _REPLACED_PATTERN.fullmatch(denial.reason or "")
         if denial.state is not ApprovalState.DENIED or found is None:
             return None
-        edit = gate.get_by_id(int(found[1]))
+        edit = gate.get_by_id(int(found[1])) if found[1] else gate.get(found[2])
         if edit.effect_type != record.effect_type or edit.effect_id == record.effect_id:
             return None
         head = gate.preview(request._replace(key=edit.key, payload_hash=edit.payload_hash))
