@@ -415,6 +415,7 @@ if __name__ == "__main__":
         import socket
 
         sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart on its address
         sock.bind(("127.0.0.1", int(sys.argv[2])))
         sock.listen(64)
         print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", file=sys.stderr,

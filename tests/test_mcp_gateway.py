@@ -246,6 +246,49 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
         proc.wait(timeout=10)
 
 
+@pytest.mark.parametrize("mode", ["json", "sse"])
+async def test_an_upstream_reply_the_client_cannot_read_leaves_the_effect_ambiguous(
+        upstream: Upstream, store_url: str, namespace: str, mode: str) -> None:
+    """The upstream ran the call, then answered with JSON the mcp client cannot validate (a
+    lone surrogate escape, as a JavaScript server writes a string cut inside an emoji). The
+    client makes up a PARSE_ERROR, which the gateway took for the upstream refusing the call:
+    FAILED, "nothing happened", and each retry sent the message again (3 in 3 calls)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
+        "mcp_unreadable_upstream.py")), str(port)], env={**upstream.env(), "MODE": mode},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    await anyio.connect_tcp("127.0.0.1", port)
+                    break
+                except OSError:
+                    assert proc.poll() is None
+                    await anyio.sleep(0.1)
+            http = f"http://127.0.0.1:{port}/mcp"
+            async with gateway(upstream, "--url", store_url, "--namespace", namespace,
+                               "--policy", str(upstream.policy), target=http) as s:
+                lost = refusal(await s.call_tool("send_message", {"to": "+1", "text": "pay"}))
+                assert lost["error"] == "UpstreamLost", lost
+                for _ in range(2):
+                    again = refusal(await s.call_tool("send_message",
+                                                      {"to": "+1", "text": "pay"}))
+                    assert again["error"] == "EffectAmbiguous", again
+        assert upstream.lines() == ["sms:+1:pay"]
+        gate = open_gate(store_url, namespace)
+        try:
+            record = gate.get(scoped("sms:+1:pay", http))
+            assert record.state is eg.State.AMBIGUOUS and record.attempt == 1
+        finally:
+            gate.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 async def test_strict_gateway_refuses_ungated_tools_and_can_trust_tool_errors(
         upstream: Upstream, tmp_path: Path) -> None:
     """--strict: the undeclared tool is printed as refused and a call to it never reaches the

@@ -137,6 +137,43 @@ async def test_a_call_run_as_an_upstream_task_commits_its_result(
     gate.close()
 
 
+async def test_a_task_the_upstream_lost_while_polled_is_unknown_never_refused(
+        tmp_path: Path) -> None:
+    """The upstream took the call as a task, then a new instance on its address (a restart,
+    a load balancer's other instance) answered the poll "task not found" (``-32602``). That
+    error was raised as the upstream's own, which the gateway reads as "refused before it
+    ran": FAILED, and the retry ran the call again. Once a task was taken, a poll that fails
+    is an unknown outcome (AMBIGUOUS), whatever it says."""
+    import socket
+    from contextlib import ExitStack
+
+    from mcp.shared.exceptions import MCPError
+
+    from effectgate.integrations.mcp.upstream_tasks import TaskCall
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    fixture = [*FIXTURES, "--http", str(port)]
+    env = {**os.environ, "FIXTURE_RUNS": str(tmp_path / "runs.txt")}
+    with serving(fixture, env=env) as up, ExitStack() as later, anyio.fail_after(60):
+        tasks = UpstreamTasks(up.url, rejected_before_run=frozenset({-32602}))
+        taken: list[str] = []
+
+        async def started(handle: Any) -> None:  # no request in flight: between two polls
+            taken.append(handle.task_id)
+            up.proc.send_signal(signal.SIGKILL)
+            up.proc.wait(timeout=10)
+            later.enter_context(serving(fixture, env=env))  # it never heard of the task
+
+        params = types.CallToolRequestParams(name="slow_compute",
+                                             arguments={"seconds": 5, "label": "lost"})
+        with pytest.raises(TaskCall) as lost:
+            await tasks.call(params, lambda: None, started)
+    assert taken and lost.value.status == "unknown", lost.value
+    assert not isinstance(lost.value, MCPError) and "could not be followed" in str(lost.value)
+
+
 async def _ambiguous(gate: eg.Gate, key: str, ref: str | None) -> eg.EffectRecord:
     """An effect of ``compute.run`` whose holder recorded ``ref`` and then lapsed."""
     held = await gate.abegin(effect_type="compute.run", key=key, payload={"label": key},

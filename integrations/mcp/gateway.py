@@ -87,8 +87,11 @@ log = logging.getLogger("effectgate")
 _DISCOVER_SECONDS = 10.0
 R = TypeVar("R", bound=BaseModel)
 
-_REJECTED_BEFORE_RUN = {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND,
-                        types.INVALID_PARAMS}
+# The upstream's answers that it did not run the call. Not PARSE_ERROR or INVALID_REQUEST:
+# the gateway sends well-formed requests, and the mcp client makes those two up itself when
+# it cannot read a reply (an unreadable body, an unexpected content type), after the upstream
+# may have run the call.
+_REJECTED_BEFORE_RUN = {types.METHOD_NOT_FOUND, types.INVALID_PARAMS}
 _AMBIGUOUS_HINT = UPSTREAM_AMBIGUOUS
 _FAILED_HINT = UPSTREAM_FAILED
 _LINK = "effectgate.gateway.link"

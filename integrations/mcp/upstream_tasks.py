@@ -162,7 +162,11 @@ class UpstreamTasks:
             if not answer.task_id or len(answer.task_id) > _MAX_TASK_ID:
                 raise TaskCall("unusable", {"message": "the upstream's task id is unusable"})
             await started(answer)
-            task = await self._poll(session, answer.task_id)
+            try:
+                task = await self._poll(session, answer.task_id)
+            except Exception as err:  # the upstream took the call: never "nothing happened"
+                raise TaskCall("unknown", {"message": "the upstream's task could not be "
+                                           f"followed: {type(err).__name__}: {err}"}) from err
         if task.status == "completed" and task.result is not None:
             return types.CallToolResult.model_validate(task.result)
         raise TaskCall(task.status, task.error)
