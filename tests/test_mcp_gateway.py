@@ -4,6 +4,7 @@ by the mcp package's own client; store tests on SQLite and Postgres."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -71,10 +72,13 @@ def upstream(tmp_path: Path) -> Upstream:
 
 
 @asynccontextmanager
-async def gateway(up: Upstream, *args: str, target: str = UPSTREAM) -> AsyncIterator[ClientSession]:
-    """A client session on ``effectgate mcp gateway --upstream TARGET ARGS`` over stdio."""
+async def gateway(up: Upstream, *args: str, target: str = UPSTREAM,
+                  slow_start: Path | None = None) -> AsyncIterator[ClientSession]:
+    """A client session on ``effectgate mcp gateway --upstream TARGET ARGS`` over stdio
+    (``slow_start``: a file that, once it exists, makes the upstream start slowly)."""
+    env = up.env() if slow_start is None else {**up.env(), "SLOW_START": str(slow_start)}
     params = StdioServerParameters(
-        command=sys.executable, env=up.env(),
+        command=sys.executable, env=env,
         args=[*CLI, "mcp", "gateway", "--upstream", target, *args])
     with up.errlog.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), \
@@ -244,6 +248,48 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+async def test_a_slow_restart_of_the_upstream_never_outlasts_the_lease(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """The upstream died; its restart takes 5 s, the lease 1 s. The heartbeat began only
+    once the upstream was ready, so the lease lapsed while the gateway reconnected: an
+    operator could resolve the AMBIGUOUS effect FAILED and a retry send it, and then the
+    lapsed holder's call left too. The lease is kept from the start: IN_FLIGHT throughout,
+    and the call leaves once, under it."""
+    policy = upstream.policy.with_name("short-lease.toml")
+    policy.write_text('[effects."sms.send"]\nkey = "sms:{to}:{text}"\ntools = ["send_message"]'
+                      '\nlease_seconds = 1\n\n[effects."sms.slow"]\nkey = "slow:{to}"\n'
+                      'tools = ["slow_send"]\n', encoding="utf-8")
+    slow_start = upstream.started.with_name("slow-start")
+    with anyio.fail_after(90):
+        async with gateway(upstream, "--url", store_url, "--namespace", namespace,
+                           "--policy", str(policy), slow_start=slow_start) as s:
+            await s.call_tool("slow_send", {"to": "+0", "seconds": 0})  # its pid, in STARTED
+            slow_start.touch()
+            os.kill(int(upstream.started.read_text()), signal.SIGKILL)
+            seen: set[eg.State] = set()
+            answers: list[CallToolResult] = []
+
+            async def send() -> None:
+                answers.append(await s.call_tool("send_message", {"to": "+1", "text": "x"}))
+
+            gate = open_gate(store_url, namespace)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(send)
+                    while not answers:
+                        with contextlib.suppress(eg.UnknownEffect):
+                            seen.add(gate.get(scoped("sms:+1:x")).state)
+                        await anyio.sleep(0.1)
+                assert seen <= {eg.State.IN_FLIGHT, eg.State.COMMITTED}, seen
+                assert eg.State.IN_FLIGHT in seen
+                [answer] = answers
+                assert not answer.is_error and decision(answer) == "execute"
+                assert gate.get(scoped("sms:+1:x")).attempt == 1
+            finally:
+                gate.close()
+    assert upstream.lines() == ["slow:+0", "sms:+1:x"]
 
 
 @pytest.mark.parametrize("mode", ["json", "sse"])

@@ -97,6 +97,15 @@ _FAILED_HINT = UPSTREAM_FAILED
 _LINK = "effectgate.gateway.link"
 
 
+def _still_held(beat: asyncio.Task[None]) -> None:
+    """Just before a call leaves: :class:`NotSent` (FAILED: it never left) once the heartbeat
+    has ended, which it does only when it could not extend the lease (lapsed, or resolved by
+    an operator) — a lapsed holder must not send."""
+    if beat.done():
+        raise NotSent("the lease could not be kept while the upstream was reached; the call "
+                      "was not sent")
+
+
 class UpstreamToolError(Exception):
     """The upstream answered a gated call with ``is_error``; ``result`` is its answer."""
 
@@ -700,15 +709,18 @@ class Gateway:
                        lease: float, run: TaskRun | None = None) -> dict[str, Any]:
         if self.upstream_tasks is not None:
             return await self._as_upstream_task(self.upstream_tasks, request, lease, run)
-        if run is None:
-            session = await link.upstream.ready()  # NotExecuted: the call was never sent
-        else:  # a task: a tasks/cancel before the request leaves releases it (.tasks)
-            with run.pre_send:
-                session = await link.upstream.ready()
-            if not run.may_send():
-                raise NotSent
+        # The heartbeat from the start: a slow (re)connect must not outlast the lease, or the
+        # call would leave after an operator may have resolved the lapsed effect.
         beat = asyncio.create_task(self._heartbeat(eg.current_effect(), lease))
         try:
+            if run is None:
+                session = await link.upstream.ready()  # NotExecuted: the call was never sent
+            else:  # a task: a tasks/cancel before the request leaves releases it (.tasks)
+                with run.pre_send:
+                    session = await link.upstream.ready()
+                if not run.may_send():
+                    raise NotSent
+            _still_held(beat)
             result = await session.send_request(request, types.CallToolResult,
                                                 progress_callback=progress_relay(ctx))
         finally:
@@ -723,16 +735,17 @@ class Gateway:
         is recorded with the effect at once (with the heartbeat), then ``tasks/get`` is polled
         until it ends, the lease kept alive meanwhile (:mod:`.upstream_tasks`)."""
         d = eg.current_effect()
+        beat = asyncio.create_task(self._heartbeat(d, lease))
 
         def sending() -> None:
             if run is not None and not run.may_send():
                 raise NotSent
+            _still_held(beat)
 
         async def started(handle: Any) -> None:
             await self.gate.aextend_lease(d, lease, vendor_ref=task_ref(d.attempt,
                                                                         handle.task_id))
 
-        beat = asyncio.create_task(self._heartbeat(d, lease))
         result: types.CallToolResult | None = None
         try:
             if run is None:
@@ -749,7 +762,8 @@ class Gateway:
         return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def _heartbeat(self, d: eg.BeginDecision, lease: float) -> None:
-        """Extend the lease while a long upstream call runs (a live call is not ambiguous)."""
+        """Extend the lease while a long upstream call runs (a live call is not ambiguous);
+        it ends only when the lease can no longer be extended (:func:`_still_held`)."""
         while True:
             await asyncio.sleep(lease / 3)
             try:
