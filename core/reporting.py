@@ -26,6 +26,7 @@ from .errors import (
     InvalidTransition,
     OverspendWarning,
     StaleLease,
+    StoreError,
     UnknownEffect,
 )
 from .keys import check_key
@@ -131,7 +132,14 @@ class Reporter:
             result = kept(self.policy, self._effect_type_of(held), result)
         lease, parsed, text, reason, fields = self.written(held, outcome, result, error,
                                                            actual_cost_micros)
-        done = _record(self.store.record_outcome, self.namespace, lease, parsed, text, fields)
+        try:
+            done = _record(self.store.record_outcome, self.namespace, lease, parsed, text,
+                           fields)
+        except StoreError as err:  # the connection broke (idle through a long body, say):
+            if not err.outcome_unknown:  # once more on a new one; one that landed is
+                raise  # found done (already)
+            done = _record(self.store.record_outcome, self.namespace, lease, parsed, text,
+                           fields)
         if done is None:
             if self.already(lease, parsed, text):
                 return  # a repeat of a report that landed (its reply was lost): nothing to do
@@ -150,8 +158,14 @@ class Reporter:
             result = kept(self.policy, effect_type, result)
         lease, parsed, text, reason, fields = self.written(held, outcome, result, error,
                                                            actual_cost_micros)
-        done = await _record(self.flow.astore.record_outcome, self.namespace, lease, parsed,
-                             text, fields)
+        try:
+            done = await _record(self.flow.astore.record_outcome, self.namespace, lease,
+                                 parsed, text, fields)
+        except StoreError as err:  # as in :meth:`report`: once more on a new connection
+            if not err.outcome_unknown:
+                raise
+            done = await _record(self.flow.astore.record_outcome, self.namespace, lease,
+                                 parsed, text, fields)
         if done is None:
             if await to_thread(self.already, lease, parsed, text):
                 return

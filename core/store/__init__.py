@@ -61,6 +61,7 @@ from .connections import (
     driver_text,
     make_engine,
     safe_url,
+    store_error,
 )
 from .lines import encode_text
 from .listing import Filters, listing_binds, listing_sql, named_sqlite
@@ -525,10 +526,14 @@ class Store:
         stmt = select(t.state, lapsed.label("lapsed"), func.count()).where(
             t.namespace == namespace).group_by(t.state, lapsed)
         out = {s: 0 for s in State}
-        with self.engine.connect() as conn:
-            for state, was_lapsed, count in conn.execute(stmt):
-                target = State.AMBIGUOUS if was_lapsed else State(state)
-                out[target] += int(count)
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(stmt).all()
+        except Exception as err:
+            raise store_error(err, writing=False) from err
+        for state, was_lapsed, count in rows:
+            target = State.AMBIGUOUS if was_lapsed else State(state)
+            out[target] += int(count)
         return out
 
     # -- approvals --------------------------------------------------------------------------------
@@ -584,8 +589,11 @@ class Store:
         a = approvals.c
         stmt = (select(*approvals.c, db_now().label("now")).where(a.namespace == namespace)
                 .order_by(a.created_at.desc(), a.id))
-        with self.engine.connect() as conn:
-            return [approval_row(r) for r in conn.execute(stmt)]
+        try:
+            with self.engine.connect() as conn:
+                return [approval_row(r) for r in conn.execute(stmt)]
+        except Exception as err:
+            raise store_error(err, writing=False) from err
 
     # -- retention --------------------------------------------------------------------------------
 
@@ -612,7 +620,11 @@ class Store:
         from .schema import meta
 
         c = meta.c
-        with self._conns.write_lock, self.engine.connect() as conn:
+        try:
+            connection = self.engine.connect()
+        except Exception as err:
+            raise store_error(err, writing=True) from err
+        with self._conns.write_lock, connection as conn:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if self.is_sqlite else "BEGIN")
             try:
                 import importlib  # only the dialect in use

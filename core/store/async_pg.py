@@ -222,6 +222,10 @@ class AsyncPostgres:
         except BaseException as err:
             if isinstance(err, Exception) and is_disconnect(err):
                 await self._discard(conn)
+                # The idle ones went through the same (a restart, an idle timeout): closed
+                # now, or each next call would meet one and fail.
+                for idle in _taken_idle(self._pool()):
+                    await _close(idle)
                 raise store_error(err, writing=writing) from err
             if isinstance(err, asyncio.CancelledError):
                 if sent is not None:

@@ -395,9 +395,9 @@ def make_engine(url: str, *, read_only: bool = False,
             connect_args["options"] = f"{own} -c default_transaction_read_only=on".strip()
             parsed = parsed.difference_update_query(["options"])
         try:
-            engine = create_engine(
+            engine = create_engine(  # pre-ping: a pooled connection the server dropped
                 parsed, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=32,
-                connect_args=connect_args,
+                connect_args=connect_args, pool_pre_ping=True,  # while idle is replaced
             )
             engine.effectgate_connect_args = connect_args  # type: ignore[attr-defined]
         except (ModuleNotFoundError, NoSuchModuleError) as err:

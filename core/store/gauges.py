@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from sqlalchemy import func, select
 
 from ..states import ApprovalState
+from .connections import store_error
 from .schema import ambiguous_since, approvals, budgets, db_now, effects, reads_ambiguous
 
 if TYPE_CHECKING:
@@ -41,8 +42,11 @@ def read_gauges(store: Store, namespace: str) -> Gauges:
         a.expires_at > now).scalar_subquery()
     stmt = select(func.count(), func.min(ambiguous_since()), now, waiting).where(
         t.namespace == namespace, reads_ambiguous(now))
-    with store.engine.connect() as conn:
-        count, oldest, clock, pending = conn.execute(stmt).one()
+    try:
+        with store.engine.connect() as conn:
+            count, oldest, clock, pending = conn.execute(stmt).one()
+    except Exception as err:
+        raise store_error(err, writing=False) from err
     age = 0.0 if oldest is None else max(0.0, float(clock) - float(oldest))
     return Gauges(int(count or 0), age, int(pending or 0))
 
@@ -54,5 +58,8 @@ def read_spend(store: Store, namespace: str) -> list[tuple[str, int]]:
     stmt = (select(b.scope_key, b.spent_micros)
             .where(b.namespace == namespace, b.updated_at > db_now() - _SPEND_WINDOW)
             .order_by(b.spent_micros.desc()).limit(_SPEND_ROWS))
-    with store.engine.connect() as conn:
-        return [(str(k), int(v)) for k, v in conn.execute(stmt)]
+    try:
+        with store.engine.connect() as conn:
+            return [(str(k), int(v)) for k, v in conn.execute(stmt)]
+    except Exception as err:
+        raise store_error(err, writing=False) from err
