@@ -191,3 +191,50 @@ async def test_tasks_methods_need_the_extension_declared(
             with pytest.raises(MCPError) as caught:
                 await ask(client, "any")
             assert caught.value.error.code == MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+async def test_a_task_is_its_agents_alone(tmp_path: Path, store_url: str,
+                                          namespace: str) -> None:
+    """Over HTTP with bearer tokens: another agent asking for a task is told it does not
+    exist. Agent B read A's result and cancelled A's call after it left for the upstream,
+    leaving A's effect AMBIGUOUS (the spec: tasks are bound to their authorisation)."""
+    import os
+    import sys
+
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from .mcp_helpers import gateway_args, serving
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[effects."sms.slow"]\nkey = "slow:{to}"\ntools = ["slow_send"]\n'
+                      'lease_seconds = 5\n', encoding="utf-8")
+    with eg.Gate(store_url, namespace=namespace, policy=False) as gate:
+        _, token_a = gate.add_principal("bot-a", "agent")
+        _, token_b = gate.add_principal("bot-b", "agent")
+    env = {**os.environ, "LEDGER": str(tmp_path / "ledger"),
+           "STARTED": str(tmp_path / "started")}
+    argv = [sys.executable, *gateway_args(upstream_command(), "--policy", str(policy),
+                                          "--url", store_url, "--namespace", namespace,
+                                          "--transport", "http", "--port", "0")]
+
+    @asynccontextmanager
+    async def agent(url: str, token: str) -> AsyncIterator[Client]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with create_mcp_http_client(headers=headers) as http, Client(
+                streamable_http_client(url, http_client=http),
+                extensions=[TasksExtension()]) as client:
+            yield client
+
+    with serving(argv, env=env) as gw, anyio.fail_after(90):
+        async with agent(gw.url, token_a) as a, agent(gw.url, token_b) as b:
+            handle = await as_task(a, "slow_send", {"to": "+1", "seconds": 1.5})
+            for intrude in (get, cancel):
+                with pytest.raises(MCPError) as refused:
+                    await intrude(b, handle.task_id)
+                assert refused.value.error.code == types.INVALID_PARAMS
+            done = await poll(a.session, handle.task_id, timeout=30)
+            assert done.status == "completed"
+    with eg.Gate(store_url, namespace=namespace, policy=False) as gate:
+        [record] = [r for r in gate.list_effects() if r.key.endswith("slow:+1")]
+        assert record.state is eg.State.COMMITTED

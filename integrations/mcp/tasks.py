@@ -45,6 +45,8 @@ import anyio.abc
 
 import effectgate as eg
 
+from .transport import caller
+
 try:
     from mcp import types
     from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
@@ -181,6 +183,9 @@ class TaskRun:
     updated_at: str = field(default_factory=_now)
     ended: float | None = None
     note: str | None = None
+    owner: str | None = None
+    """The authenticated agent that started it (None without authentication): only it may
+    read, cancel or update the task."""
 
     def holding(self, key: str) -> None:
         """The body started: the call holds the lease of effect ``key``."""
@@ -217,7 +222,8 @@ class TaskBoard:
     def new(self) -> TaskRun:
         """A run, not yet started (its id unguessable)."""
         self._forget_expired()
-        return TaskRun(secrets.token_urlsafe(24))
+        who = caller()
+        return TaskRun(secrets.token_urlsafe(24), owner=None if who is None else who.name)
 
     async def offer(self, tg: anyio.abc.TaskGroup, run: TaskRun,
                     work: Callable[[], Awaitable[types.CallToolResult]]
@@ -257,7 +263,9 @@ class TaskBoard:
     def _run(self, task_id: str) -> TaskRun:
         self._forget_expired()
         run = self._runs.get(task_id)
-        if run is None:
+        who = caller()
+        if run is None or (run.owner is not None and (who is None or who.name != run.owner)):
+            # Another agent's task is not found (the spec: bound to its authorisation).
             raise MCPError(types.INVALID_PARAMS, "Failed to retrieve task: Task not found")
         return run
 
