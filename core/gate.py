@@ -420,9 +420,9 @@ class Gate:
         return self._store.count_by_state(self.namespace)
 
     def group_steps(self, group_key: str) -> list[EffectRecord]:
-        """The steps of a saga group (not their compensations), newest first."""
+        """The steps of a saga group, newest first (an undo is never one: it has no group)."""
         group = validate.text(group_key, "group_key", 512, required=True)
-        rows = self._store.effects(self.namespace, group_key=group, originals_only=True)
+        rows = self._store.effects(self.namespace, group_key=group)
         return [self._record(r, with_history=False) for r in rows]
 
     # -- approvals ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import validate
 from .context import run_context
+from .errors import ConfigError
 from .governance import evaluate
 from .payload import canonical_json, payload_hash
 from .request import Request
@@ -93,6 +94,9 @@ def build_request(
         agent_id = agent_id if agent_id is not None else ctx_agent
     if compensates_effect_id is not None:
         validate.whole(compensates_effect_id, "compensates_effect_id", minimum=1)
+        if group_key is not None:  # it would hide among the group's steps from an unwind
+            raise ConfigError("an undo (compensates_effect_id) is not a step of a saga group: "
+                              "give it no group_key")
     cost = None if estimated_cost_micros is None else validate.micros(
         estimated_cost_micros, "estimated_cost_micros")
     if cost is None and kind.policy is policy:

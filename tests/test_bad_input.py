@@ -335,6 +335,11 @@ CASES: list[tuple[str, Case, type[eg.EffectGateError]]] = [
     ("group key not a str", lambda s: s.begin(group_key=["trip"]), E.ConfigError),
     ("compensates_effect_id as a str", lambda s: s.begin(compensates_effect_id="7"),
      E.ConfigError),
+    # A step of a group that claimed to be an undo was left out of the group's steps: its
+    # unwind skipped it, and the report said the group was undone.
+    ("an undo that is also a step of a saga group",
+     lambda s: s.begin(group_key="trip:1", compensates_effect_id=s.done.effect_id,
+                       compensation={"cancel": "hotel"}), E.ConfigError),
     ("gate namespace empty", lambda s: eg.Gate(s.gate.url, namespace=""), E.ConfigError),
     ("gate namespace with the vendor key's separator",
      lambda s: eg.Gate(s.gate.url, namespace="acme\x1fpayment.refund"), E.ConfigError),
