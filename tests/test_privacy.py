@@ -364,3 +364,33 @@ def test_a_redacted_field_inside_a_json_text_result_is_not_stored(make_gate: Any
     assert json.loads(again["list"]) == [{"phone": "[redacted]"}]
     assert json.loads(json.loads(again["nested"])["t"]) == {"phone": "[redacted]"}
     assert (again["plain"], again["other"]) == ("{not json", '{"sid":  "SM2"}')
+
+
+def test_an_expired_requests_arguments_go_when_the_next_request_is_made(
+        make_gate: Any) -> None:
+    """An approval request keeps the arguments an approver must see only while someone may
+    decide on it. Expiry is judged on read, so an expired request's arguments stayed in the
+    table (a card number in the clear) until a prune: now the next request removes them."""
+    from sqlalchemy import text
+
+    gate = make_gate(policy={"effects": {"payment.*": {
+        "approval": {"always": True, "expires_seconds": 0.2}}}})
+    first = gate.begin(effect_type="payment.charge", key="charge:1",
+                       payload={"card": "4111111111111111"})
+    assert first.decision is eg.Decision.APPROVAL_REQUIRED
+
+    def kept() -> list[Any]:
+        with gate.store.engine.connect() as conn:
+            return [row[0] for row in conn.execute(text(
+                "SELECT arguments FROM effectgate_approvals WHERE namespace = :ns "
+                "ORDER BY created_at"), {"ns": gate.namespace})]
+
+    assert "4111111111111111" in kept()[0]
+    import time
+
+    time.sleep(0.3)  # expired: nobody can decide on it now
+    second = gate.begin(effect_type="payment.charge", key="charge:2",
+                        payload={"card": "4222222222222222"})
+    assert second.decision is eg.Decision.APPROVAL_REQUIRED
+    first_args, second_args = kept()
+    assert first_args is None and "4222222222222222" in second_args

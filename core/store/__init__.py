@@ -362,6 +362,9 @@ class Store:
                 if new is None:
                     tx.rollback()
                 if approval is not None:
+                    # Expired requests' arguments go as a new one is made (and at prune):
+                    # raw arguments are kept only while someone may decide on them.
+                    tx.all(self.sql.prune_arguments, {"namespace": req.namespace})
                     tx.all(self.sql.approval_insert, {
                         "approval_id": approval.approval_id, "namespace": req.namespace,
                         "effect_id": new.id, "effect_type": req.effect_type, "key": req.key,
