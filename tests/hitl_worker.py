@@ -86,21 +86,14 @@ def make_gate(url: str, namespace: str) -> eg.Gate:
 # -- LangChain / LangGraph -----------------------------------------------------------------------
 
 
-def langchain_agent(gate: eg.Gate, ledger: Path, checkpointer: Any, form: str = "tool",
-                    args: dict[str, Any] | None = None) -> Any:
-    from langchain.agents import create_agent
+def scripted_model(wanted: dict[str, Any]) -> Any:
+    """A LangChain chat model that asks for the refund with ``wanted``, then (once it sees a
+    tool result) answers."""
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
-    from langchain_core.tools import tool
-
-    from effectgate.integrations import langchain as eg_lc
-
-    wanted = dict(args or ARGS)
 
     class Scripted(BaseChatModel):
-        """Asks for the refund, then (once it sees a tool result) answers."""
-
         def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
                       **kwargs: Any) -> ChatResult:
             if isinstance(messages[-1], ToolMessage):
@@ -117,6 +110,18 @@ def langchain_agent(gate: eg.Gate, ledger: Path, checkpointer: Any, form: str = 
         def _llm_type(self) -> str:
             return "scripted"
 
+    return Scripted()
+
+
+def langchain_agent(gate: eg.Gate, ledger: Path, checkpointer: Any, form: str = "tool",
+                    args: dict[str, Any] | None = None) -> Any:
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    from effectgate.integrations import langchain as eg_lc
+
+    model = scripted_model(dict(args or ARGS))
+
     @tool
     def refund(txn_id: str, amount_cents: int) -> str:
         """Refund a card transaction. Irreversible."""
@@ -124,11 +129,11 @@ def langchain_agent(gate: eg.Gate, ledger: Path, checkpointer: Any, form: str = 
 
     if form == "tool":
         gated = eg_lc.gate_tool(refund, "refund:{txn_id}", gate=gate, cost_micros=cost)
-        return create_agent(Scripted(), tools=[gated], checkpointer=checkpointer,
+        return create_agent(model, tools=[gated], checkpointer=checkpointer,
                             name="billing")
     middleware = eg_lc.EffectGateMiddleware(
         {"refund": {"key": "refund:{txn_id}", "cost_micros": cost}}, gate=gate)
-    return create_agent(Scripted(), tools=[refund], middleware=[middleware],
+    return create_agent(model, tools=[refund], middleware=[middleware],
                         checkpointer=checkpointer, name="billing")
 
 

@@ -364,9 +364,6 @@ def test_a_middleware_edit_of_an_aliased_schema_runs_the_edited_arguments(
     reviewer's edit came back by field name. Merged with the model's arguments, the alias was
     the value the tool read: the denied 50000 ran, recorded as the approved 40000."""
     from langchain.agents import create_agent
-    from langchain_core.language_models import BaseChatModel
-    from langchain_core.messages import AIMessage
-    from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.tools import StructuredTool
     from langgraph.checkpoint.memory import InMemorySaver
     from pydantic import BaseModel, ConfigDict, Field
@@ -384,28 +381,13 @@ def test_a_middleware_edit_of_an_aliased_schema_runs_the_edited_arguments(
         ran.append((txn_id, amount_cents))
         return f"refunded {amount_cents} on {txn_id}"
 
-    class Scripted(BaseChatModel):
-        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
-                      **kw: Any) -> ChatResult:
-            done = isinstance(messages[-1], ToolMessage)
-            message = AIMessage("All done.") if done else AIMessage("", tool_calls=[{
-                "name": "refund", "id": "call_1", "type": "tool_call",
-                "args": {"txn": "T1", "amount": 50_000}}])
-            return ChatResult(generations=[ChatGeneration(message=message)])
-
-        def bind_tools(self, tools: Any, **kw: Any) -> Any:
-            return self
-
-        @property
-        def _llm_type(self) -> str:
-            return "scripted"
-
     tool = StructuredTool.from_function(refund, name="refund", description="Refund.",
                                         args_schema=RefundArgs)
     middleware = eg_lc.EffectGateMiddleware({"refund": {
         "key": "refund:{txn_id}", "cost_micros": lambda amount_cents: amount_cents * 10_000}},
         gate=hgate)
-    agent = create_agent(Scripted(), tools=[tool], middleware=[middleware],
+    model = worker.scripted_model({"txn": "T1", "amount": 50_000})  # the model's aliases
+    agent = create_agent(model, tools=[tool], middleware=[middleware],
                          checkpointer=InMemorySaver())
     paused = agent.invoke({"messages": [{"role": "user", "content": "refund"}]}, config=CONFIG)
     shown = interrupt_value(paused)["action_requests"][0]["args"]

@@ -87,6 +87,29 @@ async def gateway(up: Upstream, *args: str, target: str = UPSTREAM,
             yield session
 
 
+@asynccontextmanager
+async def http_upstream(argv: list[str], env: dict[str, str]) -> AsyncIterator[str]:
+    """``python ARGV PORT`` on a free port, once it accepts connections: its MCP URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, *argv, str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    await anyio.connect_tcp("127.0.0.1", port)
+                    break
+                except OSError:
+                    assert proc.poll() is None
+                    await anyio.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def text(result: CallToolResult) -> str:
     return result.content[0].text  # type: ignore[union-attr]
 
@@ -216,22 +239,8 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
     """An upstream over streamable HTTP is gated the same way: one execution for two calls;
     a call that outlasts its lease (0.3 s) commits, because the gateway extends the lease while
     the upstream works."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, mcp_upstream.__file__, "--http", str(port)],
-                            env=upstream.env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
+    async with http_upstream([mcp_upstream.__file__, "--http"], upstream.env()) as http:
         with anyio.fail_after(60):
-            while True:
-                try:
-                    await anyio.connect_tcp("127.0.0.1", port)
-                    break
-                except OSError:
-                    assert proc.poll() is None
-                    await anyio.sleep(0.1)
-            http = f"http://127.0.0.1:{port}/mcp"
             async with gateway(upstream, "--url", store_url, "--namespace", namespace,
                                "--policy", str(upstream.policy), target=http) as s:
                 for expected in ("execute", "duplicate"):
@@ -245,9 +254,6 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
             assert gate.get(scoped("slow:+10", http)).state is eg.State.COMMITTED
         finally:
             gate.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 async def test_a_slow_restart_of_the_upstream_never_outlasts_the_lease(
@@ -299,22 +305,9 @@ async def test_an_upstream_reply_the_client_cannot_read_leaves_the_effect_ambigu
     lone surrogate escape, as a JavaScript server writes a string cut inside an emoji). The
     client makes up a PARSE_ERROR, which the gateway took for the upstream refusing the call:
     FAILED, "nothing happened", and each retry sent the message again (3 in 3 calls)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
-        "mcp_unreadable_upstream.py")), str(port)], env={**upstream.env(), "MODE": mode},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    unreadable = str(Path(__file__).with_name("mcp_unreadable_upstream.py"))
+    async with http_upstream([unreadable], {**upstream.env(), "MODE": mode}) as http:
         with anyio.fail_after(60):
-            while True:
-                try:
-                    await anyio.connect_tcp("127.0.0.1", port)
-                    break
-                except OSError:
-                    assert proc.poll() is None
-                    await anyio.sleep(0.1)
-            http = f"http://127.0.0.1:{port}/mcp"
             async with gateway(upstream, "--url", store_url, "--namespace", namespace,
                                "--policy", str(upstream.policy), target=http) as s:
                 lost = refusal(await s.call_tool("send_message", {"to": "+1", "text": "pay"}))
@@ -330,9 +323,6 @@ async def test_an_upstream_reply_the_client_cannot_read_leaves_the_effect_ambigu
             assert record.state is eg.State.AMBIGUOUS and record.attempt == 1
         finally:
             gate.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 async def test_strict_gateway_refuses_ungated_tools_and_can_trust_tool_errors(
