@@ -47,6 +47,7 @@ __all__ = [
     "Reconcile",
     "Resolution",
     "Step",
+    "adopts_lost_move",
     "adopts_lost_reservation",
     "approval_status",
     "begin_step",
@@ -342,6 +343,15 @@ def adopts_lost_reservation(row: EffectHead, secret_hash: str) -> bool:
     never executed as though the lost insert still held it."""
     return (row.lease_secret is not None and row.lease_secret == secret_hash
             and row.state is State.IN_FLIGHT and row.attempt == 1 and row.token == 1
+            and lease_live(row))
+
+
+def adopts_lost_move(row: EffectHead, secret_hash: str, token: int) -> bool:
+    """Whether a begin whose move into IN_FLIGHT (a new attempt, an approval consumed) lost
+    its reply may take ``row`` as that move's: the row carries the secret issued with it, at
+    the ``token`` the move wrote, IN_FLIGHT under a live lease (nobody has acted since)."""
+    return (row.state is State.IN_FLIGHT and row.token == token
+            and row.lease_secret is not None and row.lease_secret == secret_hash
             and lease_live(row))
 
 

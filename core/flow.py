@@ -154,6 +154,14 @@ def _recover(req: Request, secret: LeaseSecret,
     (:func:`effectgate.decide.adopts_lost_reservation`); any other row is decided on."""
     if not err.outcome_unknown:
         raise err
+    row = yield from _read_back(req, err)
+    if row is not None and secret.issued and decide.adopts_lost_reservation(row, secret.hash):
+        return row._replace(inserted=True)
+    return row
+
+
+def _read_back(req: Request, err: StoreError) -> Generator[Command, Any, EffectHead | None]:
+    """The key read once more after a write whose reply was lost (``err``)."""
     try:
         row: EffectHead | None = yield Fetch(req.namespace, req.key)
     except StoreError:
@@ -161,8 +169,6 @@ def _recover(req: Request, secret: LeaseSecret,
             f"the reservation of {req.key!r} may or may not have been written (the store's "
             "reply was lost); the body has not run", outcome_unknown=True, key=req.key,
         ) from err
-    if row is not None and secret.issued and decide.adopts_lost_reservation(row, secret.hash):
-        return row._replace(inserted=True)
     return row
 
 
@@ -192,7 +198,17 @@ def _move(parts: Parts, row: EffectHead | None, step: Move, req: Request,
         assert gov is not None and gov.approval is not None
         approval = NewApproval(parts.approval_ids(), gov.approval.expires_seconds,
                                gov.approval.allow_self_approval, _arguments(req))
-    moved = yield Write(row, step, req, secret, approval)
+    try:
+        moved = yield Write(row, step, req, secret, approval)
+    except StoreError as err:  # its reply lost: the move may have been written
+        if not (err.outcome_unknown and secret.issued and step.to is State.IN_FLIGHT):
+            raise
+        found = yield from _read_back(req, err)
+        if found is not None and decide.adopts_lost_move(
+                found, secret.hash, 1 if row is None else row.token + 1):
+            return _decision(parts, found, Decision.EXECUTE, secret=secret,
+                             budget_warning=step.budget_warning)
+        return found  # not ours: decided on again
     if moved.over_ceiling is not None:
         step = decide.over_ceiling(step, moved.over_ceiling)
         moved = yield Write(row, step, req, secret)

@@ -142,9 +142,8 @@ def test_a_lease_that_lapsed_meanwhile_is_not_adopted(make_gate: Any, caller: st
 def test_a_governed_reservation_resolved_failed_is_not_adopted(
         make_gate: Any, backend: str, caller: str) -> None:
     """The same for a governed begin (a spend ceiling): on Postgres its insert and charges are
-    one call that the gate recovers like a plain reservation; on SQLite the move is not
-    recovered at all — the begin raises ``outcome_unknown`` and nothing runs. Either way the
-    operator's FAILED is never executed as attempt 1."""
+    one call, on SQLite a move in a transaction; either is read back like a plain
+    reservation, and the operator's FAILED is never executed as attempt 1."""
     policy = {"effects": {"payment.refund": {"budget": {"per_effect_type_micros": 10**9}}}}
     gate = make_gate(lease_seconds=30, policy=policy)
     store, face = gate.store, gate.store.async_face()
@@ -185,3 +184,55 @@ def test_a_governed_reservation_resolved_failed_is_not_adopted(
                 if isinstance(d, eg.BeginDecision) and d.decision is eg.Decision.EXECUTE]
     assert fired and len(executed) == 1, answers
     assert (executed[0].attempt, executed[0].lease_token) == (2, 3)
+
+
+def lose_the_next_move_reply(gate: eg.Gate) -> list[str]:
+    """The next move of an existing effect (a new attempt, an approval consumed) is written,
+    then its reply is lost. (Both callers make it through the sync store: an async one on a
+    worker thread.)"""
+    store = gate.store
+    fired: list[str] = []
+    real = store.move
+
+    def move(*args: Any, **kwargs: Any) -> Any:
+        store.move = real  # type: ignore[method-assign]
+        real(*args, **kwargs)
+        fired.append("move")
+        raise eg.StoreError("the reply was lost (test)", outcome_unknown=True)
+
+    store.move = move  # type: ignore[method-assign]
+    return fired
+
+
+def test_a_new_attempt_whose_reply_was_lost_is_adopted(make_gate: Any, caller: str) -> None:
+    """The retake of a FAILED effect was written and its reply lost: the begin raised, and the
+    row stayed IN_FLIGHT under a secret nobody held, to lapse into AMBIGUOUS though no body
+    ran. Read back, it is this begin's own (its secret, the token it wrote, nobody since)."""
+    gate = make_gate(lease_seconds=30)
+    first = begin(gate, caller)
+    gate.report(first, "failed", error="declined")
+    fired = lose_the_next_move_reply(gate)
+    d = begin(gate, caller)
+    assert fired and d.decision is eg.Decision.EXECUTE
+    assert (d.attempt, d.lease_token) == (2, 2)
+    report(gate, caller, d, {"refund_id": "re_2"})
+    again = begin(gate, caller)
+    assert again.decision is eg.Decision.DUPLICATE and again.result == {"refund_id": "re_2"}
+
+
+def test_an_approved_begin_whose_reply_was_lost_runs_on_its_approval(
+        make_gate: Any, caller: str) -> None:
+    """The move that consumed an approval was written and its reply lost: the approval was
+    spent, the effect held by nobody, then AMBIGUOUS, and an operator needed. Read back, it is
+    this begin's own: it executes, once, on the approval it consumed."""
+    gate = make_gate(lease_seconds=30,
+                     policy={"effects": {"payment.refund": {"approval": "always"}}})
+    asked = begin(gate, caller)
+    assert asked.decision is eg.Decision.APPROVAL_REQUIRED and asked.approval_id
+    gate.approve(asked.approval_id, by="bob")
+    fired = lose_the_next_move_reply(gate)
+    d = begin(gate, caller)
+    assert fired and d.decision is eg.Decision.EXECUTE
+    assert gate.approval(asked.approval_id).state is eg.ApprovalState.CONSUMED
+    report(gate, caller, d, {"refund_id": "re_1"})
+    assert begin(gate, caller).decision is eg.Decision.DUPLICATE

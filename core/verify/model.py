@@ -493,8 +493,8 @@ class Model:
         result = json.dumps(f"v{w.lease[3]}") if outcome == "committed" else None
         s, text, found = self._record(s, i, ns, key, w.lease[0], w.lease[1], Outcome(outcome),
                                       result, holder=True)
-        if lost:  # the write happened; the worker sees an error and moves on, as it would
-            text += " (the reply is lost: the caller sees an error)"
+        if lost:  # the write happened, its reply lost: the gate sends it once more and
+            text += " (the reply is lost: sent again, and answered as the first)"
         elif outcome == "committed" and self.config.memo and _written(text) == "written":
             row = self._row(s, ns, key)
             assert row is not None  # the gate remembers what its holder committed
