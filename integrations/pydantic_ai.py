@@ -170,8 +170,38 @@ def _paused_approval(ctx: RunContext[Any]) -> str | None:
     return approval_id if isinstance(approval_id, str) else None
 
 
+def _called_with(ctx: RunContext[Any]) -> dict[str, Any] | None:
+    """The arguments the model called this tool call with, as the history holds them (None
+    when the history does not show the call)."""
+    from pydantic_ai.messages import ToolCallPart
+
+    for message in reversed(ctx.messages or []):
+        for part in getattr(message, "parts", ()):
+            if isinstance(part, ToolCallPart) and part.tool_call_id == ctx.tool_call_id:
+                return part.args_as_dict()
+    return None
+
+
+def _of_this_call(gated: GatedCall, record: Any, args: dict[str, Any],
+                  called: dict[str, Any] | None) -> bool:
+    """Whether the request a resume's metadata names is this call's: the one its call paused
+    on (its key, or an edit of it), or the one its arguments now make. Metadata round-trips
+    through the client, and another run's (another key's) would deny that run's request as
+    "replaced" and answer this call with that key's result."""
+    try:
+        if gated.spec.request(args).payload_hash == record.payload_hash:
+            return True
+        if called is None:
+            return True  # the history does not show the call: judged by the request alone
+        key = gated.spec.request(called).key
+    except EffectGateError:
+        return False
+    return bool(record.key == key or record.key.startswith(key + "~edit:"))
+
+
 async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
-                   run: Callable[[GatedCall, Any], Awaitable[Any]], approver: str) -> Any:
+                   run: Callable[[GatedCall, Any], Awaitable[Any]], approver: str,
+                   called: dict[str, Any] | None = None) -> Any:
     """A call a human approved through ``DeferredToolResults``: decided against the store.
 
     The approval the metadata names binds a payload hash. Arguments with that hash are the
@@ -184,8 +214,9 @@ async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
         record = await asyncio.to_thread(gate.approval, approval_id)
     except EffectGateError:
         record = None
-    if record is None or record.effect_type != gated.spec.effect_type:
-        return await run(gated, args)  # not this tool's request: the store answers the call
+    if record is None or record.effect_type != gated.spec.effect_type or not _of_this_call(
+            gated, record, args, called):
+        return await run(gated, args)  # not this call's request: the store answers the call
     try:
         same = gated.spec.request(args).payload_hash == record.payload_hash
         original = args if same or not isinstance(record.arguments, dict) else record.arguments
@@ -227,7 +258,7 @@ async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
     with framework_context(*_context(ctx)):
         approval_id = _paused_approval(ctx)
         if approval_id is not None:
-            out = await _resumed(gated, approval_id, args, run, approver)
+            out = await _resumed(gated, approval_id, args, run, approver, _called_with(ctx))
         else:
             out = await run(gated, args)
         edit = await areplacement(gated, out, args)  # a request a reviewer's edit replaced

@@ -330,7 +330,7 @@ async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
 # -- pydantic-ai --------------------------------------------------------------------------------
 
 
-def pydantic_agent(gate: eg.Gate, ledger: Path) -> Any:
+def pydantic_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None) -> Any:
     from pydantic_ai import Agent, DeferredToolRequests
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import FunctionModel
@@ -341,7 +341,8 @@ def pydantic_agent(gate: eg.Gate, ledger: Path) -> Any:
     def answer(messages: Any, info: Any) -> ModelResponse:
         if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
             return ModelResponse(parts=[TextPart("All done.")])
-        return ModelResponse(parts=[ToolCallPart("refund", dict(ARGS), tool_call_id="call_1")])
+        return ModelResponse(parts=[ToolCallPart("refund", dict(args or ARGS),
+                                                 tool_call_id="call_1")])
 
     def refund(txn_id: str, amount_cents: int) -> str:
         """Refund a card transaction. Irreversible."""
@@ -355,7 +356,7 @@ def pydantic_agent(gate: eg.Gate, ledger: Path) -> Any:
 
 
 def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
-                  answer: Any) -> dict[str, Any]:
+                  answer: Any, args: dict[str, Any] | None = None) -> dict[str, Any]:
     """``start``: run to the DeferredToolRequests and save the history and the request's
     metadata; ``resume``: run on from them with ``answer``: ``{}`` (approve), ``{"args":
     {...}}`` (``ToolApproved(override_args=...)``), ``{"history_args": {...}}`` (approve, the
@@ -367,7 +368,7 @@ def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
 
     from effectgate.integrations import pydantic_ai as eg_pa
 
-    agent = pydantic_agent(gate, ledger)
+    agent = pydantic_agent(gate, ledger, args)
 
     def pause(output: DeferredToolRequests, messages: bytes) -> dict[str, Any]:
         return {"history": messages.decode(), "metadata": output.metadata,

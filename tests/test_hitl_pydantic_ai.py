@@ -207,3 +207,30 @@ def test_metadata_naming_another_approval_approves_nothing(hgate: eg.Gate,
     assert out["tool_results"] == [] and lines(tmp_path / "ledger") == []
     assert out["paused"]["metadata"]["call_1"]["effectgate"]["approval_id"] == real
     assert hgate.approval(real).state is eg.ApprovalState.PENDING
+
+
+def test_resume_metadata_of_another_run_decides_nothing_of_that_run(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    """Run B (refund T2) resumed with run A's metadata (a UI that mixed them up): A's request
+    was denied as "replaced by an edit" and A, approved later, was answered with B's refund.
+    The metadata names a request that is not this call's: the store answers B's own call (it
+    pauses again, on its own request), and A's request is untouched."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ledger = tmp_path / "ledger"
+    t2 = {"txn_id": "T2", "amount_cents": 90_000}
+    a = worker.pydantic_step(hgate, ledger, tmp_path / "a" / "state.json", "start", None)
+    worker.pydantic_step(hgate, ledger, tmp_path / "b" / "state.json", "start", None, t2)
+    a_request = a["metadata"]["call_1"]["effectgate"]["approval_id"]
+    b_state = json.loads((tmp_path / "b" / "state.json").read_text())
+    b_request = b_state["metadata"]["call_1"]["effectgate"]["approval_id"]
+    b_state["metadata"] = a["metadata"]  # the mix-up
+    (tmp_path / "b" / "state.json").write_text(json.dumps(b_state))
+    mixed = worker.pydantic_step(hgate, ledger, tmp_path / "b" / "state.json", "resume", {},
+                                 t2)
+    assert mixed["tool_results"] == [] and lines(ledger) == []
+    assert mixed["paused"]["metadata"]["call_1"]["effectgate"]["approval_id"] == b_request
+    assert hgate.approval(a_request).state is eg.ApprovalState.PENDING
+    done = worker.pydantic_step(hgate, ledger, tmp_path / "a" / "state.json", "resume", {})
+    assert done["tool_results"] == ["refunded 50000 on T1"]
+    assert [line.split()[:2] for line in lines(ledger)] == [["T1", "50000"]]
