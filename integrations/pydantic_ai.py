@@ -95,7 +95,15 @@ from ._kernel import (
     resolve_gate,
 )
 from ._kernel.call import keep_refusal
-from ._kernel.review import Review, Verdict, aapply, areplacement, edited_call, review_of
+from ._kernel.review import (
+    Review,
+    Verdict,
+    aapply,
+    areplacement,
+    edited_call,
+    keyed_as,
+    review_of,
+)
 from ._kernel.vocabulary import model_message
 
 with requires_extra("pydantic_ai", "pydantic-ai"):
@@ -196,7 +204,7 @@ def _of_this_call(gated: GatedCall, record: Any, args: dict[str, Any],
         key = gated.spec.request(called).key
     except EffectGateError:
         return False
-    return bool(record.key == key or record.key.startswith(key + "~edit:"))
+    return keyed_as(record.key, key)
 
 
 async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],

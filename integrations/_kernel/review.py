@@ -83,6 +83,7 @@ __all__ = [
     "areplacement",
     "astore_decision",
     "edited_call",
+    "keyed_as",
     "replacement",
     "review_of",
     "store_decision",
@@ -187,6 +188,11 @@ def review_of(gated: GatedCall, refused: Refused, arguments: Mapping[str, Any]) 
                   arguments=shown, expires_at=record.expires_at.isoformat())
 
 
+def keyed_as(key: str, call_key: str) -> bool:
+    """Whether ``key`` is ``call_key`` or the key of an edit of it (``<call_key>~edit:…``)."""
+    return key == call_key or key.startswith(call_key + _EDIT_MARK)
+
+
 def edited_call(gated: GatedCall, original_key: str) -> GatedCall:
     """``gated`` for a reviewer's edited arguments: their own effect (see the module doc).
 
@@ -198,7 +204,7 @@ def edited_call(gated: GatedCall, original_key: str) -> GatedCall:
 
     def request(arguments: Mapping[str, Any]) -> Any:
         req = base(arguments)
-        if req.key != original_key and not original_key.startswith(req.key + _EDIT_MARK):
+        if not keyed_as(original_key, req.key):
             return req
         return req._replace(key=check_key(f"{req.key}{_EDIT_MARK}{req.payload_hash[:16]}"))
 
