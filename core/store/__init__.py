@@ -502,14 +502,13 @@ class Store:
     def effects(self, namespace: str, *, state: State | None = None,
                 effect_type: str | None = None, run_id: str | None = None,
                 agent_id: str | None = None, group_key: str | None = None,
-                key_prefix: str | None = None, originals_only: bool = False,
-                newest_first: bool = True, limit: int | None = None,
+                key_prefix: str | None = None, newest_first: bool = True, limit: int | None = None,
                 before_id: int | None = None) -> list[EffectRow]:
         """Effects of a namespace by filter, newest first. ``state`` is the state a read
         reports: an IN_FLIGHT row past its lease counts as AMBIGUOUS, not IN_FLIGHT.
         ``effect_type`` may be a glob (``*``, ``?``); every other character is literal."""
         filters = Filters(state, effect_type, run_id, agent_id, group_key, key_prefix,
-                          originals_only, newest_first, limit, before_id)
+                          newest_first, limit, before_id)
         sql = listing_sql(filters, self._listing_dialect())
         return [effect_row(r) for r in self._conns.run(sql, listing_binds(namespace, filters))]
 

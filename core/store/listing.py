@@ -26,7 +26,6 @@ class Filters(NamedTuple):
     agent_id: str | None = None
     group_key: str | None = None
     key_prefix: str | None = None
-    originals_only: bool = False
     newest_first: bool = True
     limit: int | None = None
     before_id: int | None = None
@@ -38,7 +37,7 @@ class Filters(NamedTuple):
             state.value if state in (State.AMBIGUOUS, State.IN_FLIGHT) else "stored")
         return (kind, self.effect_type is not None, self.run_id is not None,
                 self.agent_id is not None, self.group_key is not None,
-                self.key_prefix is not None, self.originals_only, self.newest_first,
+                self.key_prefix is not None, self.newest_first,
                 self.limit is not None, self.before_id is not None)
 
 
@@ -118,8 +117,6 @@ def _select(f: Filters) -> Any:
     for column in ("run_id", "agent_id", "group_key"):
         if getattr(f, column) is not None:
             stmt = stmt.where(t[column] == p(column))
-    if f.originals_only:
-        stmt = stmt.where(t.compensates_effect_id.is_(None))
     if f.before_id is not None:
         stmt = stmt.where(t.id < p("before_id"))
     stmt = stmt.order_by(t.id.desc() if f.newest_first else t.id)  # the primary key
