@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .store.rows import ApprovalRow, CommittedHead, EffectHead, EffectRow
 
 __all__ = [
+    "APPROVAL_REQUESTED",
     "APPROVER_DENIED",
     "LAPSE",
     "RECONCILE",
@@ -62,6 +63,9 @@ __all__ = [
     "same_principal",
 ]
 
+APPROVAL_REQUESTED = "approval requested: waiting for a human"
+"""The reason of the begin that opened an approval request (later begins read ``_WAITING``):
+nobody can have answered a request before this begin made it."""
 APPROVER_DENIED = "approval denied"  # the reason of a DENIED a person decided: final
 _MAX_RETRY_AFTER = 1.0
 _WAITING = "waiting for a human's approval"
@@ -247,7 +251,7 @@ def _govern(req: Request, row: EffectHead | None, consume: str | None, *,
                     reason=gov.deny, forget_approval=forget)
     if gov.approval is not None and consume is None:
         return Move(State.PENDING_APPROVAL, Decision.APPROVAL_REQUIRED, expected,
-                    attempt_increment, reason=_WAITING, forget_approval=forget,
+                    attempt_increment, reason=APPROVAL_REQUESTED, forget_approval=forget,
                     request_approval=True)
     charges: tuple[Charge, ...] = ()
     warning = gov.budget_warning  # a ceiling no declared cost can count

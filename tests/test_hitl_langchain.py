@@ -220,13 +220,15 @@ def test_denied_in_the_cli_is_not_undone_by_an_approving_resume(hgate: eg.Gate,
     assert answer.startswith("DENIED") and lines(run.ledger) == []
 
 
-def test_a_decision_for_another_payload_hash_approves_nothing(hgate: eg.Gate,
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(("field", "what"), [("payload_hash", "other arguments"),
+                                              ("approval_id", "another approval")])
+def test_a_decision_for_another_payload_hash_approves_nothing(
+        hgate: eg.Gate, tmp_path: Path, field: str, what: str) -> None:
     run = Run(hgate, tmp_path)
     approval_id = interrupt_value(run.start())["effectgate"]["approval_id"]
-    forged = {"decisions": [{"type": "approve", "payload_hash": "0" * 64}]}
+    forged = {"decisions": [{"type": "approve", field: "0" * 64}]}
     [answer] = results(run.resume(forged))
-    assert answer.startswith("DENIED") and "other arguments" in answer
+    assert answer.startswith("DENIED") and what in answer
     assert lines(run.ledger) == []
     assert hgate.approval(approval_id).state is eg.ApprovalState.PENDING
 
@@ -397,3 +399,29 @@ def test_a_middleware_edit_of_an_aliased_schema_runs_the_edited_arguments(
     out = agent.invoke(Command(resume={"decisions": [edit]}), config=CONFIG)
     assert ran == [("T1", 40_000)]
     assert results(out)[-1].endswith("refunded 40000 on T1")
+
+
+def expire(gate: eg.Gate, approval_id: str) -> None:
+    from sqlalchemy import text
+
+    with gate.store.engine.begin() as conn:
+        conn.execute(text("UPDATE effectgate_approvals SET expires_at = expires_at - 1000000 "
+                          "WHERE namespace = :ns AND id = :id"),
+                     {"ns": gate.namespace, "id": approval_id})
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_an_answer_arriving_after_its_request_expired_approves_nothing(
+        hgate: eg.Gate, tmp_path: Path, form: str) -> None:
+    run = Run(hgate, tmp_path, form)
+    shown = interrupt_value(run.start())["effectgate"]["approval_id"]
+    expire(hgate, shown)
+    [answer] = results(run.resume(APPROVE))
+    # The resumed call opened a new request in the expired one's place: nobody was shown it,
+    # so the late answer approves nothing and the model is told that the new request waits.
+    [pending] = hgate.list_approvals()
+    assert answer.startswith("WAITING FOR APPROVAL") and pending.approval_id in answer
+    assert lines(run.ledger) == []
+    assert pending.approval_id != shown and pending.state is eg.ApprovalState.PENDING
+    assert hgate.get("refund:T1").state is eg.State.PENDING_APPROVAL
+

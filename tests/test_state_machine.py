@@ -373,7 +373,7 @@ class GateMachine(RuleBasedStateMachine):
             if d.approval_id is not None and d.approval_id not in self.approvals:
                 self.approvals[d.approval_id] = "pending"
                 self.approval_ids.append(d.approval_id)
-            return D.APPROVAL_REQUIRED, None
+            return D.APPROVAL_REQUIRED, "approval requested"  # this begin opened it
         if e.effect_type == PAY and cost is not None:
             if self.spent + cost > CEILING:
                 e.moved(DENIED, token=1, attempt=attempt)

@@ -40,8 +40,9 @@ normalised arguments that would execute and a description; ``review_configs`` al
 ``approve`` / ``edit`` / ``reject``) plus ``"effectgate": {approval_id, payload_hash, key}``.
 Resume with ``Command(resume={"decisions": [decision]})`` (on a thread with several pauses,
 ``{interrupt_id: {"decisions": [...]}}``); a decision may add ``"by"`` (the reviewer recorded
-as approver, default the ``approver=`` option, else :data:`DEFAULT_APPROVER`) and
-``"payload_hash"`` (checked against the call's):
+as approver, default the ``approver=`` option, else :data:`DEFAULT_APPROVER`),
+``"payload_hash"`` and ``"approval_id"`` (checked against the call's: a UI that echoes the
+``"effectgate"`` part it was shown binds its answer to that very request):
 
 * ``{"type": "approve"}`` — recorded in the store (``gate.approve``) for that payload hash;
   the call executes once. A replayed or racing resume finds it done and gets the stored result.
@@ -58,7 +59,12 @@ as approver, default the ``approver=`` option, else :data:`DEFAULT_APPROVER`) an
 
 The store is the one source of truth: the resumed call is gated again *before* the answer is
 read, so a request already approved (or denied) with ``effectgate approve`` or the console
-executes (or stays refused) whatever the resume says. A malformed answer (``respond`` is not
+executes (or stays refused) whatever the resume says. An answer to a request that expired
+before it arrived approves nothing: the resumed call opens a new request in its place, which
+nobody was shown, so the model is told that it waits (a call made again pauses on it). A second
+resume of the paused checkpoint would find that new request pending; only an answer that names
+its ``approval_id`` is refused then, one that names none is bound to the payload hash alone.
+A malformed answer (``respond`` is not
 offered: no human may stand in for an effect) is asked again with a second ``interrupt()``
 whose value carries ``"error"``; nothing is recorded. Without a checkpointer (nothing could
 resume) the model is told in text, as before; ``pause=True`` / ``False`` forces either.
@@ -81,6 +87,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from effectgate import ConfigError, EffectSpec, Gate, Outcome
+from effectgate.decide import APPROVAL_REQUESTED
 
 from .._kernel import (
     Framework,
@@ -242,11 +249,10 @@ def _verdict(value: Any, review: Review, approver: str) -> Verdict:
                               f"{review.tool_name!r}")
         arguments = dict(action["args"])
     by = decision.get("by", approver)
-    stated = decision.get("payload_hash")
-    if stated is None and isinstance(value, Mapping):
-        stated = value.get("payload_hash")
+    stated = {name: decision.get(name, value.get(name) if isinstance(value, Mapping) else None)
+              for name in ("payload_hash", "approval_id")}
     return Verdict(kind, by=by, arguments=arguments, message=decision.get("message"),
-                   payload_hash=stated)
+                   **stated)
 
 
 def _edit_note(name: str, arguments: Mapping[str, Any]) -> str:
@@ -263,6 +269,15 @@ def _noted(out: Any, note: str | None) -> Any:
     if isinstance(out, ToolMessage) and isinstance(out.content, str):
         return out.model_copy(update={"content": note + out.content})
     return out
+
+
+def _opened(out: Refused) -> bool:
+    """Whether the begin that answered ``out`` opened its approval request. ``interrupt()``
+    returning then hands over an answer given before that request existed: to a request that
+    expired meanwhile (the resumed call opened this one in its place), or to none. It approves
+    nothing: the call answers that the new request waits, and the model may ask again, which
+    shows the reviewer this request."""
+    return getattr(out.error, "reason", None) == APPROVAL_REQUESTED
 
 
 class _Pauser:
@@ -295,6 +310,8 @@ class _Pauser:
 
         review = review_of(gated, out, arguments)
         verdict = self._ask(review, interrupt)
+        if _opened(out):
+            return gated.refuse(out)
         answer = apply(gated, review, verdict, arguments, run, validate=validate)
         return self._finish(gated, answer, verdict)
 
@@ -312,6 +329,8 @@ class _Pauser:
 
         review = await asyncio.to_thread(review_of, gated, out, arguments)
         verdict = self._ask(review, interrupt)
+        if _opened(out):
+            return gated.refuse(out)
         answer = await aapply(gated, review, verdict, arguments, run, validate=validate)
         return self._finish(gated, answer, verdict)
 
