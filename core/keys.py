@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, EffectKeyError
 from .payload import canonical_json, instance_of
+from .redact import BLANK
 from .utf8 import is_utf8
 
 if TYPE_CHECKING:
@@ -85,13 +86,19 @@ def check_key(key: object) -> str:
     if type(key) is not str:
         if not isinstance(key, str):
             raise EffectKeyError(f"an effect key must be a str, not {type(key).__name__}")
-        key = str(key)
+        key = str.__str__(key)  # its text, never what a subclass's __str__ makes of it
     if not key.isascii():
         key = unicodedata.normalize("NFC", key)
         if not is_utf8(key):
             raise EffectKeyError(
                 "an effect key must be valid Unicode (it has a lone surrogate)", key=repr(key)
             )
+        blank = next((ch for ch in key if ch in BLANK), None)
+        if blank is not None:
+            raise EffectKeyError(
+                f"an effect key must be printable; it has a character that shows as nothing "
+                f"(U+{ord(blank):04X}), which would make look-alike keys distinct",
+                key=repr(key), reason="a blank character")
     if not key.strip():
         raise EffectKeyError("an effect key must not be empty", key=key)
     if len(key) > MAX_KEY_LENGTH:

@@ -18,7 +18,7 @@ from typing import Any
 from .utf8 import is_utf8
 
 __all__ = [
-    "REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text",
+    "BLANK", "REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text",
     "redact_with",
     "unsafe_char", "visible",
 ]
@@ -153,17 +153,18 @@ def describe(exc: BaseException) -> str:
 # surrogates, private use, unassigned, line and paragraph separators and spaces other than
 # U+0020 (NBSP, thin, ideographic spaces); plus letters and marks that render blank.
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
-_BLANK = frozenset(
+BLANK = frozenset(
     "\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0"  # grapheme joiner, fillers, blank braille
     + "".join(chr(c) for c in range(0xFE00, 0xFE10))  # variation selectors
     + "".join(chr(c) for c in range(0xE0100, 0xE01F0)))
+"""Characters that are printable yet show as nothing: refused in keys, escaped when shown."""
 _OPEN, _CLOSE = "\u27e8", "\u27e9"  # ⟨ ⟩
 
 
 def unsafe_char(ch: str) -> bool:
     """True for a character that must never reach a reader raw (see :func:`visible`); the
     ASCII space is the only space that is not."""
-    return ch != " " and (unicodedata.category(ch) in _HIDDEN_CATEGORIES or ch in _BLANK)
+    return ch != " " and (unicodedata.category(ch) in _HIDDEN_CATEGORIES or ch in BLANK)
 
 
 def visible(text: object, *, newlines: bool = False) -> str:
@@ -177,7 +178,7 @@ def visible(text: object, *, newlines: bool = False) -> str:
         return ""
     if not isinstance(text, str):
         text = str(text)
-    if text.isprintable() and _OPEN not in text and _BLANK.isdisjoint(text):
+    if text.isprintable() and _OPEN not in text and BLANK.isdisjoint(text):
         return text
     out = []
     for ch in text:

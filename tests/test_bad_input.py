@@ -135,6 +135,8 @@ INVISIBLE = {
     "ESC [2J (clear screen)": "\x1b[2J", "ESC ] title BEL": "\x1b]0;owned\x07",
     "U+009B CSI": "\x9b31m", "DEL": "\x7f", "tab": "\t", "carriage return": "\r",
     "U+2007 figure space": "\u2007", "U+180E Mongolian vowel separator": "\u180e",
+    "U+034F combining grapheme joiner": "\u034f", "U+FE0F variation selector": "\ufe0f",
+    "U+3164 Hangul filler": "\u3164",
 }
 
 

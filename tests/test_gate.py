@@ -619,3 +619,26 @@ def test_only_a_method_defined_in_a_class_leaves_its_first_parameter_out(
     assert bound("a", "d4") == "a" and bound("b", "d4") == "b"
     assert applied == [("d1", "spam"), ("d1", "ham"), ("d2", "spam"), ("d3", "method"),
                        ("d4", "a"), ("d4", "b")]
+
+
+def test_a_key_given_as_a_str_subclass_is_its_text_not_its_str(gate: eg.Gate) -> None:
+    import enum
+
+    class Key(str, enum.Enum):
+        DAILY = "report:daily:2024-06-01"
+
+    class Masked(str):  # a type that hides ids in logs
+        def __str__(self) -> str:
+            return "****"
+
+    first = gate.begin(effect_type="report.send", key=Key.DAILY, payload={"d": 1})
+    assert first.key == "report:daily:2024-06-01"
+    gate.report(first, "committed", result={"sent": 1})
+    again = gate.begin(effect_type="report.send", key="report:daily:2024-06-01",
+                       payload={"d": 1})
+    assert again.decision is eg.Decision.DUPLICATE and again.result == {"sent": 1}
+    one = gate.begin(effect_type="payment.refund", key=Masked("refund:txn_1"), payload={})
+    two = gate.begin(effect_type="payment.refund", key=Masked("refund:txn_2"), payload={})
+    assert (one.key, two.key) == ("refund:txn_1", "refund:txn_2")
+    assert one.decision is two.decision is eg.Decision.EXECUTE
+    assert gate.get(Masked("refund:txn_2")).key == "refund:txn_2"
