@@ -273,6 +273,15 @@ class Connections:
             raise store_error(err, writing=True) from err
         watch.seen(None if row is None else row[0])
 
+    def _roll_back(self, conn: Any) -> None:
+        """End ``conn``'s transaction, if it has one; a connection that cannot is dropped."""
+        try:
+            if self.is_sqlite and not conn.in_transaction:
+                return
+            conn.execute("ROLLBACK")
+        except BaseException:
+            self.drop()
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """Several statements as one atomic, durable write (SQLite ``BEGIN IMMEDIATE``)."""
@@ -287,19 +296,23 @@ class Connections:
                     conn.execute("BEGIN IMMEDIATE")
                 else:
                     conn.execute("BEGIN")
-            except Exception as err:
-                if is_disconnect(err):
+            except BaseException as err:
+                # An exception raised into this thread from outside (a Temporal cancel) can
+                # land just after BEGIN returned: never leave the connection in that
+                # transaction, where the thread's next writes would wait, uncommitted.
+                if is_disconnect(err) or not isinstance(err, Exception):
                     self.drop()
+                else:
+                    self._roll_back(conn)
+                if not isinstance(err, Exception):
+                    raise
                 raise store_error(err, writing=True) from err
             try:
                 self._check_version(conn)  # inside the transaction: it sees what it writes to
                 yield Transaction(conn)
                 conn.execute("COMMIT")
             except BaseException as err:
-                try:
-                    conn.execute("ROLLBACK")
-                except Exception:
-                    self.drop()
+                self._roll_back(conn)
                 if isinstance(err, Exception) and not isinstance(err, (StoreError, Rollback)) and (
                     type(err).__module__.startswith(("sqlite3", "psycopg"))
                 ):
