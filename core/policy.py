@@ -9,6 +9,8 @@
     per_day_micros = 500_000_000
 
     [effects."payment.*"]                # glob patterns allowed; the most specific one wins
+                                         # (an undo's type, "….compensate", only by a pattern
+                                         # ending in ".compensate")
     key = "refund:{txn_id}"              # template for tools with no decorator
     tools = ["refund"]                   # tool names it covers (gate_tools, the MCP gateway)
     vendor = "stripe"
@@ -62,6 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .discovery import find_policy
 from .errors import EffectKeyError, PolicyError
 from .keys import KeyTemplate
+from .registry import type_matches
 from .validate import MAX_INT
 from .vendors import VENDOR_RULES
 
@@ -310,6 +313,11 @@ class Policy(_Strict):
                     raise ValueError(
                         f"upstreams.{upstream.name}: tool {pattern!r} is read_only and gated by "
                         f"{tools[pattern]!r}; it is one or the other")
+        every = self.effects.get("*")
+        if self.budget is not None and every is not None and every.budget is not None:
+            raise ValueError(
+                'effects."*" has a budget beside the top-level [budget]: both would count on '
+                'the same counters ("*"), charging each call twice; put the ceilings in one')
         # Most specific pattern first: exact names, then longer literal prefixes.
         ordered = sorted(self.effects.values(), key=lambda r: -len(r.effect_type.split("*")[0]))
         object.__setattr__(self, "_ordered", tuple(ordered))
@@ -355,7 +363,7 @@ class Policy(_Strict):
         rule = self.effects.get(effect_type)
         if rule is None:
             for candidate in self._ordered:  # type: ignore[attr-defined]
-                if fnmatch.fnmatchcase(effect_type, candidate.effect_type):
+                if type_matches(effect_type, candidate.effect_type):
                     rule = candidate
                     break
         cache[effect_type] = rule

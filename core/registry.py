@@ -1,14 +1,27 @@
 """Hooks registered per effect type (reconcilers, compensators): an exact name, else the most
-specific glob pattern that matches."""
+specific glob pattern that matches (:func:`type_matches`, the one glob rule for effect types,
+which policy rules follow too)."""
 
 from __future__ import annotations
 
 import fnmatch
 from typing import Generic, TypeVar
 
-__all__ = ["Registry"]
+__all__ = ["UNDO_SUFFIX", "Registry", "type_matches"]
 
 T = TypeVar("T")
+
+UNDO_SUFFIX = ".compensate"
+"""An undo's effect type is its step's type with this suffix (``booking.hotel.compensate``)."""
+
+
+def type_matches(effect_type: str, pattern: str) -> bool:
+    """Whether the glob ``pattern`` covers ``effect_type``. An undo's type is covered only by
+    a pattern written for undos (ending in :data:`UNDO_SUFFIX`): ``booking.*`` is the steps'
+    rule or hook, and must not deny an unwind or answer for an undo (a booking reconciler asked
+    about a cancellation says the opposite)."""
+    return fnmatch.fnmatchcase(effect_type, pattern) and (
+        not effect_type.endswith(UNDO_SUFFIX) or pattern.endswith(UNDO_SUFFIX))
 
 
 class Registry(Generic[T]):
@@ -32,7 +45,7 @@ class Registry(Generic[T]):
             return found
         best: tuple[int, T] | None = None
         for pattern, hook in self._hooks.items():
-            if fnmatch.fnmatchcase(effect_type, pattern):
+            if type_matches(effect_type, pattern):
                 prefix = len(pattern.split("*")[0].split("?")[0].split("[")[0])
                 if best is None or prefix > best[0]:
                     best = (prefix, hook)

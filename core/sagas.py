@@ -20,6 +20,7 @@ from .context import current_effect_scope
 from .errors import EffectGateError, PayloadError
 from .keys import MAX_KEY_LENGTH
 from .redact import describe
+from .registry import UNDO_SUFFIX
 from .states import Decision, Outcome, State
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
     ``<type>.compensate``, ``compensates_effect_id`` set. Whoever performs the undo — ``unwind``
     here, or an agent over MCP — begins this same effect, so it runs at most once."""
     request: dict[str, Any] = {
-        "effect_type": f"{record.effect_type}.compensate", "key": compensation_key(record.key),
+        "effect_type": record.effect_type + UNDO_SUFFIX, "key": compensation_key(record.key),
         "payload": {"effect_id": record.effect_id, "compensation": record.compensation},
         "compensates_effect_id": record.effect_id,
     }

@@ -205,6 +205,16 @@ def _with(policy: dict[str, Any], value: Any) -> dict[str, Any]:
             for k, v in policy.items()}
 
 
+def test_a_catch_all_rule_budget_beside_the_top_level_budget_is_refused() -> None:
+    """``[effects."*"]`` and ``[budget]`` would count on one counter, charging each call
+    twice (a $6 call denied under two $10 ceilings): the policy is refused at load."""
+    with pytest.raises(eg.PolicyError, match="charging each call twice"):
+        eg.Policy.from_dict({"budget": {"per_day_micros": 10_000_000},
+                             "effects": {"*": {"budget": {"per_day_micros": 10_000_000}}}})
+    alone = eg.Policy.from_dict({"effects": {"*": {"budget": {"per_day_micros": 1}}}})
+    assert alone.ceilings_for("payment.refund") == [("*", "day", 1)]
+
+
 @pytest.mark.parametrize(("where", "policy"), MONEY_FIELDS)
 def test_a_ceiling_past_bigint_is_a_policy_error_at_load(store_url: str, namespace: str,
                                                          tmp_path: Path, where: str,
@@ -400,6 +410,46 @@ def test_g10_unwind_compensates_each_step_once_in_reverse(make_gate: Any) -> Non
     comp = gate.get("compensate:car:trip_1")
     assert comp.compensates_effect_id == gate.get("car:trip_1").effect_id
     gate.report(pending, "committed")
+
+
+def test_a_glob_for_the_steps_never_answers_for_or_denies_their_undos(make_gate: Any) -> None:
+    """``booking.*`` is the steps' pattern: its reconciler (asked "does the booking exist?")
+    must not settle an AMBIGUOUS undo, and its deny must not stop an unwind; a pattern written
+    for undos (``*.compensate``) does reach them."""
+    gate = make_gate(policy=eg.Policy.from_dict({"effects": {"booking.*": {"deny": "frozen"},
+                                                             "booking.car": {}}}))
+    vendor: dict[str, str] = {}
+    cancels: list[str] = []
+
+    @gate.reconciler("booking.*")
+    def ask_vendor(record: eg.EffectRecord) -> str:
+        return "committed" if vendor.get(record.key) == "confirmed" else "failed"
+
+    @gate.compensator("booking.*")
+    def cancel(record: eg.EffectRecord, compensation: Any) -> None:
+        cancels.append(record.key)
+        vendor[record.key] = "cancelled"
+        if len(cancels) == 1:
+            raise TimeoutError("the cancel's reply was lost")
+
+    d = gate.begin(effect_type="booking.car", key="car:trip_9", payload={},
+                   group_key="trip:9", compensation={"cancel": "car"})
+    vendor["car:trip_9"] = "confirmed"
+    gate.report(d, "committed")
+    first = gate.unwind("trip:9")  # not denied by booking.*: the undo ran, its reply lost
+    assert cancels == ["car:trip_9"] and [s.key for s in first.unresolved] == ["car:trip_9"]
+    again = gate.unwind("trip:9")
+    assert cancels == ["car:trip_9"] and not again.complete  # the booking hook was not asked
+    assert gate.get("compensate:car:trip_9").state is eg.State.AMBIGUOUS
+    asked: list[str] = []
+
+    @gate.reconciler("*.compensate")
+    def ask_about_cancels(record: eg.EffectRecord) -> str:
+        asked.append(record.key)
+        return "committed"
+
+    assert gate.unwind("trip:9").complete and asked == ["compensate:car:trip_9"]
+    assert cancels == ["car:trip_9"]
 
 
 def test_a_second_unwind_says_it_compensated_nothing_new(make_gate: Any) -> None:
