@@ -168,6 +168,30 @@ def test_verify_refuses_a_namespace_that_holds_data(gate: eg.Gate, store_url: st
     assert gate.get("k").state is eg.State.COMMITTED
 
 
+def test_verify_in_a_chosen_namespace_never_touches_its_neighbours_or_its_principals(
+        make_gate: Any, store_url: str, namespace: str) -> None:
+    """A namespace holding only principals is not empty; and the further namespaces a check
+    uses are new ones, never ``<namespace>-other``, which may hold real effects."""
+    own = make_gate()
+    own.add_principal("alice", "operator")
+    with pytest.raises(eg.ConfigError, match="already holds"):
+        run_checks(store_url, only="G13", namespace=namespace)
+    assert [p.name for p in own.list_principals()] == ["alice"]
+    own.revoke_principal("alice")
+    neighbour = make_gate(namespace=f"{namespace}-other")
+    d = neighbour.begin(effect_type="payment.refund", key="refund:txn_1", payload={})
+    neighbour.report(d, "committed", result={"refunded": 1})
+    neighbour.add_principal("carol", "operator")
+    fresh = f"{namespace}-v"
+    results = run_checks(store_url, only="G13", namespace=fresh)
+    assert [(r.id, r.status) for r in results] == [("G13", "passed")]
+    assert neighbour.get("refund:txn_1").state is eg.State.COMMITTED
+    assert [p.name for p in neighbour.list_principals()] == ["carol"]
+    again = make_gate(namespace=f"{namespace}-other").begin(
+        effect_type="payment.refund", key="refund:txn_1", payload={})
+    assert again.decision is eg.Decision.DUPLICATE
+
+
 def test_verify_bad_input_is_one_line_and_exit_2() -> None:
     """(Every command's bad input is covered in-process in test_cli; this is the real script.)"""
     proc = subprocess.run([sys.executable, "-m", "effectgate.cli", "verify", "--only", "G99"],

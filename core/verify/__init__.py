@@ -34,12 +34,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 from ..errors import ConfigError
 from ..gate import Gate
 from ..store.version import policy_meta_name
-from .harness import CheckFailed, CheckResult, NotApplicable, Status, VerifyContext, count_keys
+from .harness import CheckFailed, CheckResult, NotApplicable, Status, VerifyContext
 from .registry import GUARANTEES, all_checks, parse_only
 
 __all__ = [
@@ -72,9 +73,10 @@ def run_checks(url: str | None, only: str | Iterable[str] | None = None, *,
     scratch = namespace or f"verify-{uuid.uuid4().hex[:12]}"
     probe = Gate(target, namespace=scratch, policy=False)  # opens (and migrates) the store
     try:
-        if count_keys(probe, "%"):
-            raise ConfigError(f"namespace {scratch!r} already holds effects; verify writes and "
-                              "then deletes everything in its namespace, so it needs an empty one")
+        if _holds_rows(probe):
+            raise ConfigError(f"namespace {scratch!r} already holds effects, approvals, spend or "
+                              "principals; verify writes and then deletes everything in its "
+                              "namespace, so it needs an empty one")
     finally:
         probe.close()
     table = all_checks()
@@ -128,10 +130,45 @@ def _scratch_folder() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _namespaced(conn: Any) -> list[tuple[str, str]]:
+    """(table, column) for every effectgate table: the column that names a row's namespace
+    (``namespace``, or ``effect_id`` for rows of an effect); the effects table last."""
+    from sqlalchemy import inspect
+
+    out = []
+    for name in sorted(inspect(conn).get_table_names()):
+        if not name.startswith("effectgate_") or name == "effectgate_effects":
+            continue
+        columns = {c["name"] for c in inspect(conn).get_columns(name)}
+        if "namespace" in columns:
+            out.append((name, "namespace"))
+        elif "effect_id" in columns:
+            out.append((name, "effect_id"))
+    return [*out, ("effectgate_effects", "namespace")]
+
+
+_OF_EFFECTS = "SELECT id FROM effectgate_effects WHERE namespace = :ns"
+
+
+def _holds_rows(gate: Gate) -> bool:
+    """Whether the gate's namespace holds any row at all (effects, approvals, spend,
+    principals, sessions ...)."""
+    from sqlalchemy import text
+
+    with gate.store.engine.connect() as conn:
+        for table, column in _namespaced(conn):
+            where = (f"{column} = :ns" if column == "namespace"
+                     else f"{column} IN ({_OF_EFFECTS})")
+            if conn.execute(text(f"SELECT 1 FROM {table} WHERE {where} LIMIT 1"),
+                            {"ns": gate.namespace}).first() is not None:
+                return True
+    return False
+
+
 def _delete_namespace(url: str, namespace: str) -> None:
     """Remove every row the checks wrote (their namespace only, and the policy it last ran
     with in ``effectgate_meta``)."""
-    from sqlalchemy import inspect, text
+    from sqlalchemy import text
 
     try:
         gate = Gate(url, namespace=namespace, policy=False)
@@ -139,20 +176,10 @@ def _delete_namespace(url: str, namespace: str) -> None:
         return
     try:
         with gate.store.engine.begin() as conn:
-            tables = set(inspect(conn).get_table_names())
-            ids = "SELECT id FROM effectgate_effects WHERE namespace = :ns"
-            for name in sorted(tables):
-                if not name.startswith("effectgate_") or name == "effectgate_effects":
-                    continue
-                columns = {c["name"] for c in inspect(conn).get_columns(name)}
-                if "namespace" in columns:
-                    conn.execute(text(f"DELETE FROM {name} WHERE namespace = :ns"),
-                                 {"ns": namespace})
-                elif "effect_id" in columns:
-                    conn.execute(text(f"DELETE FROM {name} WHERE effect_id IN ({ids})"),
-                                 {"ns": namespace})
-            conn.execute(text("DELETE FROM effectgate_effects WHERE namespace = :ns"),
-                         {"ns": namespace})
+            for table, column in _namespaced(conn):
+                where = (f"{column} = :ns" if column == "namespace"
+                         else f"{column} IN ({_OF_EFFECTS})")
+                conn.execute(text(f"DELETE FROM {table} WHERE {where}"), {"ns": namespace})
             conn.execute(text("DELETE FROM effectgate_meta WHERE name = :name"),
                          {"name": policy_meta_name(namespace)})
     except Exception as err:

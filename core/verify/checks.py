@@ -170,7 +170,7 @@ def _refused(what: str, call: Any, *errors: type[EffectGateError]) -> None:
 
 def check_g13(ctx: VerifyContext) -> str:
     mine = ctx.gate(lease_seconds=LEASE)
-    theirs = ctx.gate(namespace=f"{ctx.namespace}-other")
+    theirs = ctx.gate(namespace=ctx.other_namespace())
     key = key_for("G13", "isolated")
     d = mine.begin(effect_type="verify.g13", key=key, payload={"n": 1})
     before = mine.get(key)

@@ -5,6 +5,7 @@ other than passing (:class:`CheckFailed`, :class:`NotApplicable`)."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +58,11 @@ class VerifyContext:
     gates: list[Gate] = field(default_factory=list)
     others: list[str] = field(default_factory=list)
     """Further scratch namespaces a check used (deleted afterwards too)."""
+
+    def other_namespace(self) -> str:
+        """A further scratch namespace, new and random (never derived from the user's: a
+        neighbour such as ``<namespace>-other`` may hold real effects)."""
+        return f"verify-{uuid.uuid4().hex[:12]}"
 
     def gate(self, **options: Any) -> Gate:
         """A new gate on the scratch namespace (its own connections and memo; no policy
