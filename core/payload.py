@@ -143,14 +143,24 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
     raise PayloadError(f"{path}: a {type(value).__name__} has no canonical JSON form")
 
 
+def _raised(err: Exception) -> str:
+    """What a caller's code that raised is called in an error: its type (never its text,
+    which may hold the values being stored)."""
+    return f"{type(err).__name__} raised"
+
+
 def canonical_json(value: Any, path: str = "payload") -> str:
     """The canonical JSON text of ``value``."""
     try:
         text = _dumps(to_canonical(value, path))
+    except PayloadError:
+        raise
     except RecursionError:
         raise PayloadError(f"{path}: nested too deeply to be made canonical") from None
-    except ValueError as err:  # an int of more than 4300 digits
+    except (ValueError, OverflowError) as err:  # a 4301-digit int; a datetime out of range
         raise PayloadError(f"{path}: {err}") from None
+    except Exception as err:  # a model_dump() or a field getter of the caller's that raised
+        raise PayloadError(f"{path}: its JSON form could not be made ({_raised(err)})") from None
     if not text.isascii() and not is_utf8(text):
         raise PayloadError(_SURROGATE.format(path))
     return text
@@ -222,8 +232,12 @@ def result_json(result: Any) -> str | None:
         return None
     try:
         text = _encode_flat_result(result) if _is_flat(result) else _encode_result(result)
-    except (ValueError, TypeError, RecursionError) as err:
+    except PayloadError:
+        raise
+    except (ValueError, TypeError, RecursionError, OverflowError) as err:
         raise PayloadError(f"the result cannot be stored as JSON: {err}") from None
+    except Exception as err:  # its model_dump() or a field getter raised: the caller's code
+        raise PayloadError(f"the result cannot be stored as JSON ({_raised(err)})") from None
     if not text.isascii() and not is_utf8(text):
         raise PayloadError(_SURROGATE.format("result"))
     if text.count("[") + text.count("{") > MAX_RESULT_DEPTH and (

@@ -100,8 +100,13 @@ def redact_fields(value: Any, names: Iterable[str]) -> Any:
 
     try:
         return _replace(to_canonical(value, "result"), frozenset(names))
+    except PayloadError:
+        raise
     except RecursionError:
         raise PayloadError("result: nested too deeply to be stored") from None
+    except Exception as err:  # a 4301-digit int, a datetime out of range, a getter that raised
+        raise PayloadError(f"result: its JSON form could not be made "
+                           f"({type(err).__name__} raised)") from None
 
 
 def _replace(value: Any, names: frozenset[str]) -> Any:

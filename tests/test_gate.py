@@ -374,6 +374,72 @@ def test_ungated_result_not_storable_warns(gate: eg.Gate) -> None:
     assert make(1) is None
 
 
+def _unstorable_results() -> list[Any]:
+    import dataclasses
+    import datetime
+
+    @dataclasses.dataclass
+    class Receipt:
+        txn: str
+        settled_at: str = dataclasses.field(init=False)  # never set: its getter raises
+
+    class Dumps:
+        def model_dump(self) -> dict[str, Any]:
+            raise KeyError("fee table")
+
+    est = datetime.timezone(datetime.timedelta(hours=-5))
+    return [Receipt("t1"), Dumps(), {"never": datetime.datetime.max.replace(tzinfo=est)}]
+
+
+@pytest.mark.parametrize("result", _unstorable_results(), ids=["getter", "model_dump", "date"])
+@pytest.mark.parametrize("redacted", [False, True])
+def test_a_result_whose_json_form_raises_is_committed_unstored_never_lost(
+        make_gate: Any, result: Any, redacted: bool) -> None:
+    """The body ran: whatever its result's JSON form raises, the effect is COMMITTED (with
+    no stored result and a warning), never left IN_FLIGHT to lapse into AMBIGUOUS."""
+    import asyncio
+
+    gate = make_gate(policy=eg.Policy.from_dict(
+        {"effects": {"x": {"redact_result": ["secret"]}}}) if redacted else False)
+    runs: list[int] = []
+
+    @gate.effect("sync:{n}", effect_type="x")
+    def sync(n: int) -> Any:
+        runs.append(n)
+        return result
+
+    @gate.effect("async:{n}", effect_type="x")
+    async def asynchronous(n: int) -> Any:
+        runs.append(n)
+        return result
+
+    with pytest.warns(eg.ResultNotStoredWarning):
+        sync(1)
+    with pytest.warns(eg.ResultNotStoredWarning):
+        asyncio.run(asynchronous(2))
+    assert gate.get("sync:1").state is gate.get("async:2").state is eg.State.COMMITTED
+    assert sync(1) is None and asyncio.run(asynchronous(2)) is None and runs == [1, 2]
+    d = gate.begin(effect_type="x", key="raw:1", payload={})
+    with pytest.raises(eg.PayloadError):
+        gate.report(d, "committed", result=result)
+    assert gate.get("raw:1").state is eg.State.IN_FLIGHT  # refused before writing
+
+
+def test_an_argument_datetime_out_of_range_is_a_payload_error(gate: eg.Gate) -> None:
+    import datetime
+
+    early = datetime.datetime(1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=5)))
+    ran: list[Any] = []
+
+    @gate.effect("grant:{who}", effect_type="x")
+    def grant(who: str, until: datetime.datetime) -> None:
+        ran.append(who)
+
+    with pytest.raises(eg.PayloadError):
+        grant("bob", early)
+    assert ran == [] and gate.list_effects() == []
+
+
 def test_logging_one_line_per_decision_refusals_at_info(
     gate: eg.Gate, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -624,7 +690,7 @@ def test_only_a_method_defined_in_a_class_leaves_its_first_parameter_out(
 def test_a_key_given_as_a_str_subclass_is_its_text_not_its_str(gate: eg.Gate) -> None:
     import enum
 
-    class Key(str, enum.Enum):
+    class Key(str, enum.Enum):  # noqa: UP042 - its str() is not its value: the case here
         DAILY = "report:daily:2024-06-01"
 
     class Masked(str):  # a type that hides ids in logs
