@@ -452,6 +452,29 @@ def test_a_glob_for_the_steps_never_answers_for_or_denies_their_undos(make_gate:
     assert cancels == ["car:trip_9"]
 
 
+def test_a_retried_step_keeps_the_group_and_undo_its_attempt_declared(make_gate: Any) -> None:
+    """Attempt 1 FAILED outside any saga; attempt 2 declares the group and its undo, commits,
+    and unwind finds it (the move into attempt 2 had kept attempt 1's none)."""
+    gate = make_gate()
+    undone: list[Any] = []
+
+    @gate.compensator("booking.*")
+    def cancel(record: eg.EffectRecord, compensation: Any) -> None:
+        undone.append(compensation)
+
+    first = gate.begin(effect_type="booking.car", key="car:trip_7", payload={})
+    gate.report(first, "failed", error="the vendor refused before booking")
+    second = gate.begin(effect_type="booking.car", key="car:trip_7", payload={},
+                        group_key="trip:7", compensation={"cancel": "car"}, run_id="r2")
+    assert second.decision is eg.Decision.EXECUTE and second.attempt == 2
+    gate.report(second, "committed")
+    record = gate.get("car:trip_7")
+    assert (record.group_key, record.compensation) == ("trip:7", {"cancel": "car"})
+    report = gate.unwind("trip:7")
+    assert undone == [{"cancel": "car"}] and report.complete
+    assert [s.key for s in report.compensated] == ["car:trip_7"]
+
+
 def test_a_second_unwind_says_it_compensated_nothing_new(make_gate: Any) -> None:
     """The report says what *this* unwind did: a step undone by an earlier unwind is marked
     ``earlier`` (and counted apart), never claimed as compensated again."""

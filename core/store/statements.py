@@ -176,7 +176,8 @@ class _Definitions:
         # A begin moving an existing effect on: a new attempt on a FAILED effect, an approved
         # one starting, or a governed refusal (PENDING_APPROVAL, DENIED). A new token (and, for
         # an attempt, a new lease secret) each time; the vendor key is kept as it was, and the
-        # vendor's reference (which names the attempt it was recorded for) is cleared.
+        # vendor's reference (which names the attempt it was recorded for) is cleared. What the
+        # attempt declares (run, agent, saga group and undo, cost, vendor) is its own.
         lazy["take"] = lambda: (
             effects.update()
             .where(cas & (t.state == p("expected_state")))
@@ -195,6 +196,9 @@ class _Definitions:
                 reason=p("reason"),
                 run_id=p("run_id"),
                 agent_id=p("agent_id"),
+                group_key=p("group_key"),  # the saga this attempt is a step of, and its undo
+                compensation=p("compensation"),
+                compensates_effect_id=p("compensates_effect_id"),
                 estimated_cost_micros=p("estimated_cost_micros"),
                 actual_cost_micros=null(),
                 vendor=p("vendor"),
