@@ -230,8 +230,14 @@ def _ambiguous(row: EffectHead, req: Request, reconcilable: bool) -> Step:
         return Answer(Decision.BLOCKED, reason)
     if row.lease_expires_at is not None:
         # A lapsed lease: its holder may be slow, not dead. The vendor may not know of the
-        # request yet, so the hook is asked only after a grace period.
-        wait = row.lease_expires_at + req.reconcile_grace_seconds - row.now
+        # request yet, so the hook is asked only after a grace period: the policy's, else the
+        # holder's own lease again (as long as it held it; never the asker's lease, which a
+        # caller chooses).
+        grace = req.reconcile_grace_seconds
+        if grace is None:
+            grace = max(req.lease_seconds, row.lease_expires_at - (
+                row.attempt_started_at or row.lease_expires_at))
+        wait = row.lease_expires_at + grace - row.now
         if wait > 0:
             return Answer(Decision.BLOCKED, f"{reason}; the reconcile hook is asked once the "
                           f"grace period ends, in {wait:.0f}s")

@@ -34,7 +34,8 @@ class Request(NamedTuple):
     vendor: str | None
     max_attempts: int
     lease_seconds: float
-    reconcile_grace_seconds: float
+    reconcile_grace_seconds: float | None
+    """How long after a lapse a reconcile hook waits (None: the lapsed holder's lease again)."""
     run_id: str | None
     agent_id: str | None
     group_key: str | None

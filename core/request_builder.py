@@ -35,7 +35,7 @@ class EffectKind(NamedTuple):
     vendor: str | None
     lease_seconds: float
     max_attempts: int
-    reconcile_grace_seconds: float
+    reconcile_grace_seconds: float | None  # None: the lapsed holder's lease again
     redact_arguments: tuple[str, ...] = ()
     store_result: bool = True
     redact_result: tuple[str, ...] = ()
@@ -70,7 +70,7 @@ def effect_kind(policy: Policy | None, default_lease: float, default_attempts: i
         max_attempts, "max_attempts", minimum=1)
     lease = default_lease if lease_seconds is None else validate.seconds(
         lease_seconds, "lease_seconds")
-    grace = lease if reconcile_grace_seconds is None else validate.seconds(
+    grace = None if reconcile_grace_seconds is None else validate.seconds(
         reconcile_grace_seconds, "reconcile_grace_seconds")
     return EffectKind(effect_type, vendor, lease, attempts, grace, redact_arguments,
                       store_result, redact_result, policy,

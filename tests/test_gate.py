@@ -291,6 +291,32 @@ def test_reconciler_resolves_ambiguous(gate: eg.Gate) -> None:
     assert gate.get("refund:txn_1").history[-1].by.startswith("reconciler:")
 
 
+def test_the_default_grace_is_the_lapsed_holders_lease_not_the_askers(gate: eg.Gate) -> None:
+    """A caller's own short lease must not cut the grace the lapsed holder is owed (an MCP
+    agent chooses its lease_seconds): the hook is asked only the holder's lease after it."""
+    import time
+
+    asked: list[str] = []
+
+    @gate.reconciler("payment.*")
+    def ask_vendor(record: eg.EffectRecord) -> str:
+        asked.append(record.key)
+        return "failed"
+
+    held = gate.begin(effect_type="payment.refund", key="refund:slow", payload={},
+                      lease_seconds=0.6)
+    time.sleep(0.7)  # lapsed: the slow holder may still be acting
+    early = gate.begin(effect_type="payment.refund", key="refund:slow", payload={},
+                       lease_seconds=0.01)
+    assert early.decision is eg.Decision.BLOCKED and "grace period" in (early.reason or "")
+    assert asked == []
+    time.sleep(0.6)
+    late = gate.begin(effect_type="payment.refund", key="refund:slow", payload={},
+                      lease_seconds=0.01)
+    assert late.decision is eg.Decision.EXECUTE and asked == ["refund:slow"]
+    assert late.vendor_idempotency_key == held.vendor_idempotency_key
+
+
 def test_resolve_rules(gate: eg.Gate) -> None:
     d = begin(gate)
     gate.report(d, "committed", result=1)

@@ -119,7 +119,7 @@ MUTATIONS = [
              "if row.attempt >= req.max_attempts:", "if row.attempt > req.max_attempts:",
              [ATTEMPTS]),
     Mutation("reconcile asked without a grace period", "decide.py",
-             "wait = row.lease_expires_at + req.reconcile_grace_seconds - row.now",
+             "wait = row.lease_expires_at + grace - row.now",
              "wait = row.lease_expires_at - row.now", [REPLAY]),
     Mutation("the effect type is not part of identity", "decide.py",
              "    if row.effect_type != req.effect_type:\n        raise PayloadMismatch(",
