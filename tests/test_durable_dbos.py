@@ -4,6 +4,7 @@ DBOS's own retries never retry an unknown outcome."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -252,6 +253,136 @@ def test_bad_options_are_refused_before_anything_runs(gate: eg.Gate, dbos_app: N
     with pytest.raises(eg.EffectKeyError):
         effect_step(gate, "refund:{order}")(refund)
     assert snapshot(gate) == before
+
+
+class Refund:
+    """A callable object as a step's body: ``gate.effect`` names its effect type after its
+    class."""
+
+    def __init__(self, ledger: list[str]) -> None:
+        self.ledger = ledger
+
+    def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:
+        self.ledger.append(txn_id)
+        return {"refunded": amount_cents}
+
+
+class AsyncRefund(Refund):
+    """A callable object whose ``__call__`` is a coroutine function."""
+
+    async def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:  # type: ignore[override]
+        self.ledger.append(txn_id)
+        return {"refunded": amount_cents}
+
+
+def test_a_callable_object_or_a_partial_gets_the_effect_type_gate_effect_gives_it(
+        make_gate: Any, dbos_app: None) -> None:
+    """The policy's rule for that type (here: approval) applies to the step."""
+    gate = make_gate(policy={"effects": {"Refund": {"approval": "always"},
+                                         "wire": {"approval": "always"}}})
+    ledger: list[str] = []
+
+    def wire(currency: str, txn_id: str, amount_cents: int) -> dict[str, Any]:
+        ledger.append(txn_id)
+        return {"wired": amount_cents, "currency": currency}
+
+    refund = effect_step(gate, "refund:{txn_id}")(Refund(ledger))
+    wire_eur = effect_step(gate, "wire:{txn_id}")(functools.partial(wire, "EUR"))
+
+    @DBOS.workflow()
+    def settle(txn_id: str) -> dict[str, Any]:
+        return refund(txn_id, 500)  # type: ignore[no-any-return]
+
+    @DBOS.workflow()
+    def pay(txn_id: str) -> dict[str, Any]:
+        return wire_eur(txn_id, 500)  # type: ignore[no-any-return]
+
+    DBOS.launch()
+    for workflow, key, effect_type in ((settle, "refund:T1", "Refund"), (pay, "wire:T1", "wire")):
+        with pytest.raises(eg.ApprovalRequired):
+            workflow("T1")
+        assert gate.get(key).effect_type == effect_type
+    assert ledger == []
+
+
+async def test_an_async_callable_object_is_gated_as_an_async_step(
+        gate: eg.Gate, dbos_app: None) -> None:
+    ledger: list[str] = []
+    refund = effect_step(gate, "refund:{txn_id}", effect_type="payment.refund")(
+        AsyncRefund(ledger))
+
+    @DBOS.workflow()
+    async def settle(txn_id: str) -> dict[str, Any]:
+        return await refund(txn_id, 500)  # type: ignore[no-any-return]
+
+    DBOS.launch()
+    assert await settle("T1") == {"refunded": 500}
+    assert gate.get("refund:T1").state is eg.State.COMMITTED and ledger == ["T1"]
+
+
+async def test_an_async_steps_should_retry_may_answer_with_an_awaitable(
+        gate: eg.Gate, dbos_app: None) -> None:
+    """A plain function returning an awaitable (which DBOS allows): its answer is awaited,
+    so "do not retry" is obeyed, and "retry" runs attempt n+1."""
+    calls: list[str] = []
+
+    async def only(kind: str, error: BaseException) -> bool:
+        return kind in str(error)
+
+    options = {"retries_allowed": True, "max_attempts": 3, "interval_seconds": 0.01,
+               "should_retry": lambda error: only("transient", error)}
+
+    @effect_step(gate, "refund:{txn_id}", effect_type="payment.refund", step=options)
+    async def refund(txn_id: str, why: str) -> str:
+        calls.append(txn_id)
+        if calls.count(txn_id) == 1:
+            raise eg.NotExecuted(f"{why}: the vendor refused the connection")
+        return "refunded"
+
+    @DBOS.workflow()
+    async def settle(txn_id: str, why: str) -> str:
+        return await refund(txn_id, why)  # type: ignore[no-any-return]
+
+    DBOS.launch()
+    with pytest.raises(eg.NotExecuted):
+        await settle("T1", "permanent")
+    assert calls == ["T1"] and gate.get("refund:T1").attempt == 1
+    assert await settle("T2", "transient") == "refunded"
+    assert calls == ["T1", "T2", "T2"] and gate.get("refund:T2").attempt == 2
+
+
+def test_a_sync_steps_should_retry_cannot_answer_with_an_awaitable(
+        gate: eg.Gate, dbos_app: None) -> None:
+    """A sync step has no loop to await an answer on: an async should_retry is refused when
+    the step is declared; a plain one that returns an awaitable raises ConfigError instead
+    of its awaitable counting as "retry"."""
+    calls: list[str] = []
+    before = snapshot(gate)
+
+    async def never(error: BaseException) -> bool:
+        return False
+
+    def refund(txn_id: str) -> str:
+        calls.append(txn_id)
+        raise eg.NotExecuted("the vendor refused the connection")
+
+    options: dict[str, Any] = {"retries_allowed": True, "max_attempts": 3,
+                               "interval_seconds": 0.01, "should_retry": never}
+    with pytest.raises(eg.ConfigError):
+        effect_step(gate, "refund:{txn_id}", effect_type="payment.refund", step=options)(refund)
+    assert snapshot(gate) == before
+    options["should_retry"] = lambda error: never(error)
+    step = effect_step(gate, "refund:{txn_id}", effect_type="payment.refund",
+                       step=options)(refund)  # type: ignore[arg-type]
+
+    @DBOS.workflow()
+    def settle(txn_id: str) -> str:
+        return step(txn_id)  # type: ignore[no-any-return]
+
+    DBOS.launch()
+    with pytest.raises(eg.ConfigError, match="awaitable"):
+        settle("T1")
+    assert calls == ["T1"] and gate.get("refund:T1").state is eg.State.FAILED
 
 
 # -- real crashes: SIGKILL, then DBOS recovery in a new process ---------------------------------

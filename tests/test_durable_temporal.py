@@ -5,8 +5,12 @@ lease stops the activity, and each refusal is the ApplicationError Temporal must
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
+import functools
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -16,10 +20,11 @@ from tests.conftest import snapshot
 
 pytest.importorskip("temporalio")
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from effectgate.integrations.durable.temporal import effect_activity
+from tests.test_cancelled_begins import write_lock
 
 
 def environment(attempt: int = 1, workflow_id: str = "wf-1") -> ActivityEnvironment:
@@ -294,3 +299,150 @@ def test_bad_options_are_refused_before_anything_runs(gate: eg.Gate) -> None:
         environment().run(effect_activity(gate, "refund:{txn_id}")(refund), "")
     assert caught.value.non_retryable
     assert snapshot(gate) == before
+
+
+class Refund:
+    """A callable object as an activity's body: ``gate.effect`` names its effect type after
+    its class."""
+
+    def __init__(self, ledger: list[str]) -> None:
+        self.ledger = ledger
+
+    def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:
+        self.ledger.append(txn_id)
+        return {"refunded": amount_cents}
+
+
+class AsyncRefund(Refund):
+    """A callable object whose ``__call__`` is a coroutine function."""
+
+    async def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:  # type: ignore[override]
+        self.ledger.append(txn_id)
+        return {"refunded": amount_cents}
+
+
+def test_a_callable_object_or_a_partial_gets_the_effect_type_gate_effect_gives_it(
+        make_gate: Any) -> None:
+    """The policy's rule for that type (here: approval) applies; the adapter's own wrapper
+    never names the effect."""
+    gate = make_gate(policy={"effects": {"Refund": {"approval": "always"},
+                                         "wire": {"approval": "always"}}})
+    ledger: list[str] = []
+
+    def wire(currency: str, txn_id: str, amount_cents: int) -> dict[str, Any]:
+        ledger.append(txn_id)
+        return {"wired": amount_cents, "currency": currency}
+
+    with pytest.raises(eg.ApprovalRequired):  # what gate.effect does with the same callable
+        gate.effect("refund:{txn_id}")(Refund(ledger))("T0", 500)
+    for body, key, effect_type in ((Refund(ledger), "refund:{txn_id}", "Refund"),
+                                   (functools.partial(wire, "EUR"), "wire:{txn_id}", "wire")):
+        with pytest.raises(ApplicationError) as caught:
+            environment().run(effect_activity(gate, key)(body), "T1", 500)
+        assert caught.value.type == "ApprovalRequired" and caught.value.non_retryable
+        assert gate.get(key.format(txn_id="T1")).effect_type == effect_type
+    assert gate.get("refund:T0").effect_type == "Refund"
+    assert ledger == []
+
+
+def test_a_partials_heartbeats_extend_the_lease_of_its_effect_type(make_gate: Any) -> None:
+    """The lease the heartbeat keeps is the policy's lease for the effect's own type."""
+    gate = make_gate(policy={"effects": {"deploy": {"lease_seconds": 0.4}}})
+    held: list[float] = []
+
+    def deploy(region: str, name: str) -> str:
+        for step in range(4):
+            time.sleep(0.15)  # 0.6 s in all: past the first lease, kept by the heartbeats
+            activity.heartbeat(step)
+            expiry = gate.get(f"deploy:{name}").lease_expires_at
+            assert expiry is not None
+            held.append((expiry - datetime.datetime.now(datetime.UTC)).total_seconds())
+        return f"{name} in {region}"
+
+    gated_deploy = effect_activity(gate, "deploy:{name}")(functools.partial(deploy, "eu"))
+    assert environment().run(gated_deploy, "api") == "api in eu"
+    record = gate.get("deploy:api")
+    assert record.effect_type == "deploy" and record.state is eg.State.COMMITTED
+    assert max(held) <= 0.45  # the policy's 0.4 s lease, not the gate's default
+
+
+async def test_an_async_callable_object_is_gated_as_async(gate: eg.Gate) -> None:
+    ledger: list[str] = []
+    for body, txn in ((AsyncRefund(ledger), "T1"), (functools.partial(AsyncRefund(ledger)), "T2")):
+        gated_refund = effect_activity(gate, "refund:{txn_id}", effect_type="payment.refund")(body)
+        assert await environment().run(gated_refund, txn, 500) == {"refunded": 500}
+        assert gate.get(f"refund:{txn}").state is eg.State.COMMITTED
+    assert ledger == ["T1", "T2"]
+
+
+def test_a_cancellation_while_begin_waits_is_recorded_failed_and_the_body_never_starts(
+        gate: eg.Gate) -> None:
+    """Temporal raises CancelledError into a sync activity's thread while the gate's begin
+    waits on the store: begin finishes whole (never cut short mid-write), the body does not
+    start, the effect is FAILED (it provably never ran) and the activity is cancelled."""
+    ran: list[str] = []
+
+    @activity.defn
+    @effect_activity(gate, "email:{msg_id}", effect_type="email.send")
+    def send_email(msg_id: str) -> str:
+        ran.append(msg_id)
+        return "sent"
+
+    env = environment()
+    cancel = threading.Timer(0.3, env.cancel)  # the workflow cancels the activity
+    with write_lock(gate, 0.8):  # another worker is writing meanwhile
+        cancel.start()
+        with pytest.raises(CancelledError):
+            env.run(send_email, "E1")
+    cancel.join()
+    assert ran == []
+    assert gate.get("email:E1").state is eg.State.FAILED
+    assert environment(attempt=2).run(send_email, "E1") == "sent"  # a later run runs it
+    assert ran == ["E1"]
+
+
+def test_a_cancellation_while_the_outcome_is_written_keeps_the_record_whole(
+        gate: eg.Gate) -> None:
+    """The body returned; Temporal's cancellation arrives while the gate's report waits on
+    the store: the report finishes (COMMITTED, with the result), then the activity is
+    cancelled."""
+    env = environment()
+    others = contextlib.ExitStack()
+    cancel = threading.Timer(0.3, env.cancel)
+
+    @activity.defn
+    @effect_activity(gate, "email:{msg_id}", effect_type="email.send")
+    def send_email(msg_id: str) -> str:
+        others.enter_context(write_lock(gate, 0.8))  # another worker writes as the body ends
+        cancel.start()
+        return "sent"
+
+    with others, pytest.raises(CancelledError):
+        env.run(send_email, "E1")
+    cancel.join()
+    record = gate.get("email:E1")
+    assert record.state is eg.State.COMMITTED and record.result == "sent"
+    assert environment(attempt=2).run(send_email, "E1") == "sent"  # answered from the store
+
+
+def test_a_lost_lease_is_noticed_within_a_quarter_of_the_lease(gate: eg.Gate) -> None:
+    """What the docs promise: heartbeats consult the store at most every quarter of the
+    lease, so an activity whose lease an operator took away stops at the first heartbeat a
+    quarter of the lease after the last check — not sooner."""
+    returned: list[float] = []
+
+    @activity.defn
+    @effect_activity(gate, "deploy:{name}", effect_type="deploy", lease_seconds=2)
+    def deploy(name: str) -> str:
+        started = time.monotonic()
+        gate.resolve(f"deploy:{name}", "failed", by="alice", force=True, note="stuck")
+        for step in range(20):
+            time.sleep(0.1)
+            activity.heartbeat(step)
+            returned.append(time.monotonic() - started)
+        return "done"
+
+    with pytest.raises(ApplicationError) as caught:
+        environment().run(deploy, "api")
+    assert caught.value.type == "StaleLease"
+    assert 2 <= len(returned) <= 5 and returned[-1] < 0.5 + 0.15  # stopped by 2 s / 4

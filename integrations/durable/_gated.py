@@ -25,7 +25,8 @@ from effectgate import (
     recorded_outcome,
 )
 
-__all__ = ["Attempt", "gated", "lease_of", "resolve_hint", "unknown_outcome"]
+__all__ = ["Attempt", "effect_type_of", "gated", "is_async", "lease_of", "resolve_hint",
+           "unknown_outcome"]
 
 _attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
     "effectgate_durable_attempt", default=None)
@@ -94,33 +95,62 @@ def _noted(enter: Enter | None) -> AbstractContextManager[Any]:
     return enter(decision) if enter is not None else contextlib.nullcontext()
 
 
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` gives a coroutine to await: a coroutine function, or a callable
+    object whose ``__call__`` is one (the test ``gate.effect`` makes), also through a
+    ``functools.partial``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's own method
+    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+def effect_type_of(fn: Callable[..., Any], options: dict[str, Any]) -> str:
+    """The effect type of ``fn`` declared with ``options``: the ``effect_type`` option, else
+    the name ``gate.effect`` gives ``fn`` (a function's name; a ``functools.partial``'s
+    function's; a callable object's class name)."""
+    explicit = options.get("effect_type")
+    if explicit:
+        return str(explicit)
+    for candidate in (fn, getattr(fn, "func", None), type(fn)):  # as core/decorator.py names it
+        name = getattr(candidate, "__qualname__", None)
+        if isinstance(name, str) and name:
+            return name.rsplit(".", 1)[-1]
+    return type(fn).__name__
+
+
 def gated(gate: Gate, fn: Callable[..., Any], key: str, options: dict[str, Any],
           enter: Enter | None = None) -> Callable[..., Any]:
     """``gate.effect(key, **options)`` around ``fn``, whose body notes its decision in the
-    current :class:`Attempt` and runs inside ``enter(decision)`` (an engine's hooks)."""
-    if inspect.iscoroutinefunction(fn):
+    current :class:`Attempt` and runs inside ``enter(decision)`` (an engine's hooks).
+
+    The effect type is passed on explicitly (:func:`effect_type_of`): the wrapper's own name
+    must never stand in for the one ``gate.effect`` would give ``fn``."""
+    effect = gate.effect(key, **{**options, "effect_type": effect_type_of(fn, options)})
+    if is_async(fn):
 
         @functools.wraps(fn)
         async def abody(*args: Any, **kwargs: Any) -> Any:
             with _noted(enter):
                 return await fn(*args, **kwargs)
 
-        return gate.effect(key, **options)(abody)
+        return effect(abody)
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
         with _noted(enter):
             return fn(*args, **kwargs)
 
-    return gate.effect(key, **options)(body)
+    return effect(body)
 
 
 def lease_of(gate: Gate, fn: Callable[..., Any], options: dict[str, Any]) -> float:
     """The lease (seconds) an effect of ``fn`` declared with ``options`` is held for: the
-    option, else the policy's rule for its effect type, else the gate's default."""
-    effect_type = options.get("effect_type") or getattr(fn, "__qualname__", "").rsplit(
-        ".", 1)[-1] or type(fn).__name__
-    return gate.kind(effect_type, vendor=options.get("vendor"),
+    option, else the policy's rule for its effect type (:func:`effect_type_of`), else the
+    gate's default."""
+    return gate.kind(effect_type_of(fn, options), vendor=options.get("vendor"),
                      lease_seconds=options.get("lease_seconds"),
                      max_attempts=options.get("max_attempts")).lease_seconds
 

@@ -28,7 +28,9 @@ What the re-run gets:
 
 DBOS's own retries (``step={"retries_allowed": True, ...}``) never retry what the gate refuses
 (``effectgate.retry.NEVER_RETRY``: AMBIGUOUS, approvals, denials, key and payload errors),
-whatever ``should_retry`` you pass; an effect in flight elsewhere is waited for first. The
+whatever ``should_retry`` you pass; yours is asked for every other error (an async step's may
+answer with an awaitable, which is awaited; a sync step's must answer a bool). An effect in
+flight elsewhere is waited for first. The
 effect's ``run_id`` is the DBOS workflow id unless an :class:`~effectgate.effect_context` says
 otherwise. The key template is yours: a fork or a new workflow has new DBOS ids, and only a
 key made from the action's own arguments (``refund:{txn_id}``) keeps it one effect across them.
@@ -55,7 +57,7 @@ from effectgate.integrations._kernel.context import framework_context
 from effectgate.integrations._kernel.extras import requires_extra
 from effectgate.retry import NEVER_RETRY
 
-from ._gated import Attempt, gated, unknown_outcome
+from ._gated import Attempt, gated, is_async, unknown_outcome
 
 with requires_extra("durable.dbos", "dbos"):
     from dbos import DBOS, StepOptions
@@ -78,11 +80,15 @@ def effect_step(gate: Gate, key: str, *, step: StepOptions | None = None,
     """Decorate a function (sync or async) as a DBOS step gated on the key template ``key``.
 
     ``effect_options`` are those of :meth:`effectgate.Gate.effect` (``effect_type``,
-    ``vendor``, ``lease_seconds``, ``max_attempts`` of the effect, ...); ``step`` is DBOS's
-    :class:`dbos.StepOptions` (``retries_allowed``, ``max_attempts`` of DBOS's retries,
-    ``should_retry``, ...), passed to ``DBOS.step`` with effectgate's veto added to
-    ``should_retry``. ``wait_in_flight``: seconds to wait, at most, for an effect in flight
-    elsewhere (see :data:`DEFAULT_WAIT_IN_FLIGHT`). Returns the DBOS step.
+    ``vendor``, ``lease_seconds``, ``max_attempts`` of the effect, ...); with no
+    ``effect_type``, the effect type is the one ``gate.effect`` gives ``fn`` (a callable
+    object: its class's name). ``step`` is DBOS's :class:`dbos.StepOptions`
+    (``retries_allowed``, ``max_attempts`` of DBOS's retries, ``should_retry``, ...), passed
+    to ``DBOS.step`` with effectgate's veto added to ``should_retry``: an async
+    ``should_retry`` on a sync step is a :class:`ConfigError`, and so is a sync step's
+    ``should_retry`` that answers with an awaitable (raised when it does).
+    ``wait_in_flight``: seconds to wait, at most, for an effect in flight elsewhere (see
+    :data:`DEFAULT_WAIT_IN_FLIGHT`). Returns the DBOS step.
     """
     if not isinstance(gate, Gate):
         raise ConfigError(f"gate must be an effectgate.Gate, not {type(gate).__name__}")
@@ -92,8 +98,11 @@ def effect_step(gate: Gate, key: str, *, step: StepOptions | None = None,
     def decorate(fn: F) -> F:
         if not callable(fn):
             raise ConfigError(f"effect_step decorates a function, not {type(fn).__name__}")
+        asynchronous = is_async(fn)
+        step_options = {**options, "should_retry": _veto(options.get("should_retry"),
+                                                         asynchronous=asynchronous)}
         call = gated(gate, fn, key, effect_options)
-        if inspect.iscoroutinefunction(fn):
+        if asynchronous:
 
             @functools.wraps(fn)
             async def astep(*args: Any, **kwargs: Any) -> Any:
@@ -110,7 +119,7 @@ def effect_step(gate: Gate, key: str, *, step: StepOptions | None = None,
                                 _raise(_translated(gate, err, attempt, state), err)
                         await asyncio.sleep(pause)
 
-            return DBOS.step(**options)(astep)  # type: ignore[return-value]
+            return DBOS.step(**step_options)(astep)  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def sync_step(*args: Any, **kwargs: Any) -> Any:
@@ -127,7 +136,7 @@ def effect_step(gate: Gate, key: str, *, step: StepOptions | None = None,
                             _raise(_translated(gate, err, attempt, state), err)
                     time.sleep(pause)
 
-        return DBOS.step(**options)(sync_step)  # type: ignore[return-value]
+        return DBOS.step(**step_options)(sync_step)  # type: ignore[return-value]
 
     return decorate
 
@@ -146,24 +155,53 @@ def _step_options(step: Mapping[str, Any] | None) -> dict[str, Any]:
     theirs = options.get("should_retry")
     if theirs is not None and not callable(theirs):
         raise ConfigError("step['should_retry'] must be a function of the exception")
-    options["should_retry"] = _veto(theirs)
     return options
 
 
-def _veto(theirs: Callable[[BaseException], Any] | None) -> Callable[[BaseException], Any]:
-    """``should_retry`` that never lets DBOS retry what the gate refused, else asks yours."""
-    if theirs is not None and inspect.iscoroutinefunction(theirs):
+def _veto(theirs: Callable[[BaseException], Any] | None, *,
+          asynchronous: bool) -> Callable[[BaseException], Any]:
+    """``should_retry`` that never lets DBOS retry what the gate refused, else asks yours.
+
+    An async step's ``should_retry`` may answer with an awaitable, which is awaited (as DBOS
+    does). A sync step has no loop to await one on: an async ``should_retry`` is refused here
+    (:class:`ConfigError`), and a plain function that returns an awaitable raises
+    :class:`ConfigError` when it does, instead of the awaitable counting as "retry"."""
+    if theirs is None:
+        return _never_retry_refused
+    if asynchronous:
         async def averdict(error: BaseException) -> bool:
-            return not isinstance(error, NEVER_RETRY) and bool(await theirs(error))
+            if isinstance(error, NEVER_RETRY):
+                return False
+            answer = theirs(error)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return bool(answer)
 
         return averdict
+    if is_async(theirs):
+        raise ConfigError("step['should_retry'] is async but the step is sync: DBOS cannot "
+                          "await it; make the step async, or should_retry a plain function")
 
     def verdict(error: BaseException) -> bool:
         if isinstance(error, NEVER_RETRY):
             return False
-        return theirs is None or bool(theirs(error))
+        answer = theirs(error)
+        if inspect.isawaitable(answer):
+            close = getattr(answer, "close", None)
+            if callable(close):  # a coroutine never awaited: no warning about it later
+                close()
+            raise ConfigError(
+                f"step['should_retry'] returned {type(answer).__name__!r}, an awaitable, for "
+                "a sync step, which cannot await it (and must not count it as yes); make the "
+                "step async, or should_retry answer a bool") from error
+        return bool(answer)
 
     return verdict
+
+
+def _never_retry_refused(error: BaseException) -> bool:
+    """DBOS's ``should_retry`` when you gave none: retry anything but what the gate refused."""
+    return not isinstance(error, NEVER_RETRY)
 
 
 def _seconds(value: Any) -> float:

@@ -30,11 +30,23 @@ What an attempt gets:
 Every ``ApplicationError`` carries the error's fields (``key``, ``state``, ``effect_id``,
 ``approval_id``...) as its one detail, for the workflow to branch on.
 
-``activity.heartbeat()`` inside the body extends the lease (at most every quarter of it; a
-store that cannot be reached is logged and tried again at the next heartbeat). A lease no
-longer held stops the activity: a sync body gets :class:`~effectgate.StaleLease` from
-``heartbeat()``, an async one is cancelled, and the activity fails with a non-retryable
-``ApplicationError(type="StaleLease")`` while the effect is unresolved. The effect's
+``activity.heartbeat()`` inside the body extends the lease, asking the store at most every
+quarter of the lease (a heartbeat in between only reaches Temporal; a store that cannot be
+reached is logged and tried again at the next heartbeat). A lease found no longer held stops
+the activity: a sync body gets :class:`~effectgate.StaleLease` from ``heartbeat()``, an async
+one is cancelled, and the activity fails with a non-retryable
+``ApplicationError(type="StaleLease")`` while the effect is unresolved. The loss is found at
+the first heartbeat a quarter of the lease or more after the last extension (or the body's
+start), not at every heartbeat: a body may go on for up to that long, and until its next
+heartbeat, after losing its lease. What it reports then is never written over what an
+operator or a newer holder did since (its fencing token is stale).
+
+Temporal cancels a sync activity by raising ``CancelledError`` into its thread. The gate's own
+store calls (``begin``, ``report``, lease extensions, reads) run under
+``activity.shield_thread_cancel_exception()`` and finish whole; only the body is cancellable.
+A cancellation that arrives before the body starts leaves the effect FAILED (it never ran),
+one during the body AMBIGUOUS; the activity raises ``CancelledError`` either way (an async
+activity's cancellation is recorded the same way by the core). The effect's
 ``run_id`` is the Temporal workflow id (the activity id outside a workflow) unless an
 :class:`~effectgate.effect_context` says otherwise. The key template is yours: a reset or a
 new run has new Temporal ids, and only a key made from the action's own arguments keeps it one
@@ -45,13 +57,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import datetime
 import functools
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from effectgate import (
@@ -61,6 +74,7 @@ from effectgate import (
     EffectGateError,
     EffectInFlight,
     Gate,
+    NotExecuted,
     StaleLease,
     State,
 )
@@ -68,7 +82,7 @@ from effectgate.integrations._kernel.context import framework_context
 from effectgate.integrations._kernel.extras import requires_extra
 from effectgate.retry import NEVER_RETRY
 
-from ._gated import Attempt, gated, lease_of, unknown_outcome
+from ._gated import Attempt, gated, is_async, lease_of, unknown_outcome
 
 with requires_extra("durable.temporal", "temporal"):
     from temporalio import activity
@@ -89,8 +103,9 @@ def effect_activity(gate: Gate, key: str, **effect_options: Any) -> Callable[[F]
 
     Apply it under ``@activity.defn``. ``effect_options`` are those of
     :meth:`effectgate.Gate.effect` (``effect_type``, ``vendor``, ``lease_seconds``,
-    ``max_attempts``, ...). Give the effect a lease longer than the time between two
-    heartbeats.
+    ``max_attempts``, ...); with no ``effect_type``, the effect type is the one
+    ``gate.effect`` gives ``fn`` (a callable object: its class's name). Give the effect a
+    lease longer than the time between two heartbeats.
     """
     if not isinstance(gate, Gate):
         raise ConfigError(f"gate must be an effectgate.Gate, not {type(gate).__name__}")
@@ -99,7 +114,7 @@ def effect_activity(gate: Gate, key: str, **effect_options: Any) -> Callable[[F]
         if not callable(fn):
             raise ConfigError(f"effect_activity decorates a function, not {type(fn).__name__}")
         lease = lease_of(gate, fn, effect_options)
-        if inspect.iscoroutinefunction(fn):
+        if is_async(fn):
             acall = gated(gate, fn, key, effect_options,
                           enter=lambda d: _leased(gate, d, lease, asynchronous=True))
 
@@ -120,11 +135,11 @@ def effect_activity(gate: Gate, key: str, **effect_options: Any) -> Callable[[F]
             return arun  # type: ignore[return-value]
 
         call = gated(gate, fn, key, effect_options,
-                     enter=lambda d: _leased(gate, d, lease, asynchronous=False))
+                     enter=lambda d: _cancellable_body(gate, d, lease))
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            with framework_context(run_id=_run_id()), Attempt.scope() as attempt:
+            with _Shield(), framework_context(run_id=_run_id()), Attempt.scope() as attempt:
                 try:
                     return call(*args, **kwargs)
                 except Exception as err:
@@ -133,6 +148,84 @@ def effect_activity(gate: Gate, key: str, **effect_options: Any) -> Callable[[F]
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+_shields: contextvars.ContextVar[_Shield | None] = contextvars.ContextVar(
+    "effectgate_temporal_shield", default=None)
+
+
+class _Shield:
+    """Temporal's cancellation of a sync activity held off the gate's own work.
+
+    Temporal cancels a sync activity by raising ``CancelledError`` into its thread, wherever
+    that thread is. Inside the gate's ``begin``, ``report`` or ``get`` it would cut a store
+    call short; so the whole activity runs under ``activity.shield_thread_cancel_exception()``
+    except its body, between :meth:`lift` and :meth:`restore`. A cancellation that arrived
+    while shielded is raised (by Temporal) when the shield is lifted: just before the body
+    (which then never starts), or when the activity ends."""
+
+    def __init__(self) -> None:
+        self._held: AbstractContextManager[None] | None = None
+        self._token: contextvars.Token[_Shield | None] | None = None
+
+    @staticmethod
+    def current() -> _Shield | None:
+        """The shield of the sync activity running here (None: none)."""
+        return _shields.get()
+
+    def __enter__(self) -> _Shield:
+        self.restore()
+        self._token = _shields.set(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _shields.reset(self._token)
+        self.lift()
+
+    def lift(self) -> None:
+        """Let Temporal's cancellation in (one held off meanwhile is raised now)."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(None, None, None)
+
+    def restore(self) -> None:
+        """Hold Temporal's cancellation off again."""
+        if self._held is None:
+            held = activity.shield_thread_cancel_exception()
+            held.__enter__()
+            self._held = held
+
+
+class _CancelledBeforeBody(NotExecuted):
+    """Temporal cancelled the activity after ``begin`` answered execute, before the body
+    started: the effect is FAILED (it provably never ran) and the activity is cancelled."""
+
+
+_NOT_STARTED = "the activity was cancelled before its body started"
+
+
+@contextlib.contextmanager
+def _cancellable_body(gate: Gate, held: BeginDecision, lease: float) -> Iterator[None]:
+    """A sync activity's body: its heartbeats extend the lease, and it alone may be cancelled.
+
+    A cancellation already requested, or one raised while the shield is lifted, stops the
+    call before the body starts: :class:`_CancelledBeforeBody` (the gate records FAILED)."""
+    with _leased(gate, held, lease, asynchronous=False):
+        shield = _Shield.current()
+        if activity.is_cancelled():
+            raise _CancelledBeforeBody(_NOT_STARTED, key=held.key)
+        if shield is None:  # not under effect_activity's own wrapper
+            yield
+            return
+        try:
+            try:
+                shield.lift()
+            except TemporalCancelled as err:
+                raise _CancelledBeforeBody(_NOT_STARTED, key=held.key) from err
+            yield
+        finally:
+            shield.restore()  # the gate's report and reads run shielded again
 
 
 def _run_id() -> str | None:
@@ -169,7 +262,8 @@ class _Heartbeat:
 
     def _extend(self) -> None:
         try:
-            self.gate.extend_lease(self.held, self.lease)
+            with activity.shield_thread_cancel_exception():  # never cut short by a cancellation
+                self.gate.extend_lease(self.held, self.lease)
         except StaleLease as err:
             self._lost(err)
             raise
@@ -227,6 +321,8 @@ def _translated(gate: Gate, err: Exception, attempt: Attempt,
     held = attempt.decision
     if isinstance(err, TemporalCancelled):
         return err
+    if isinstance(err, _CancelledBeforeBody):  # recorded FAILED; Temporal sees a cancellation
+        return TemporalCancelled(_NOT_STARTED)
     if held is None:  # refused, or broken, before the body ran
         if isinstance(err, EffectAmbiguous) and err.key is not None:
             return _error(unknown_outcome(gate, err.key, err.reason or "unknown outcome", _THEN,
