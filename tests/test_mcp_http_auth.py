@@ -1,10 +1,15 @@
 """MCP over streamable HTTP with bearer tokens of agent principals (``effectgate mcp serve
 --transport http``), driven by the mcp package's own client, on SQLite and Postgres: no token
-is 401, an agent acts only on what it began, and the start line says whether auth is on."""
+is 401, an agent acts only on what it began, and the start line says whether auth is on. On
+every loopback address (``mcp serve`` and the gateway alike) a request naming another host, as
+a DNS-rebinding web page does, is refused."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +28,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from . import mcp_upstream
 from .mcp_helpers import serving
 
 CLI = ["-m", "effectgate.cli"]
@@ -148,3 +154,56 @@ def test_no_auth_is_only_for_localhost_and_says_so(tmp_path: Path) -> None:
     assert done.returncode == 2 and "--no-auth only on localhost" in done.stderr
     with serving(_argv(store, "default", "--no-auth")) as served:
         assert any("auth: off" in line for line in served.lines), served.lines
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("host", [
+    "127.0.0.2",
+    pytest.param("[::1]", marks=pytest.mark.skipif(not _has_ipv6_loopback(),
+                                                   reason="this machine has no ::1")),
+])
+@pytest.mark.parametrize("command", ["serve", "gateway"])
+async def test_a_dns_rebinding_page_is_refused_on_every_loopback_address(
+        command: str, host: str, tmp_path: Path) -> None:
+    """A web page that rebinds its own name (evil.example) to the loopback address a
+    ``--no-auth`` server listens on sends that name as Host and its own Origin: refused (421
+    for the Host, 403 for the Origin) on 127.0.0.2 and [::1] as on 127.0.0.1, so it cannot
+    begin or report anything; a client naming the address itself still works."""
+    store = f"sqlite:///{tmp_path / 'e.db'}"
+    if command == "serve":
+        argv = _argv(store, "default", "--host", host, "--no-auth")
+    else:
+        upstream = shlex.join([sys.executable, mcp_upstream.__file__])
+        argv = [sys.executable, *CLI, "mcp", "gateway", "--upstream", upstream, "--url", store,
+                "--transport", "http", "--host", host, "--port", "0", "--no-auth"]
+    env = {**os.environ, "LEDGER": str(tmp_path / "ledger"),
+           "STARTED": str(tmp_path / "started")}
+    with serving(argv, env=env) as served:
+        port = httpx.URL(served.url).port
+        assert served.url == f"http://{host}:{port}/mcp", served.url
+        evil = f"evil.example:{port}"
+        with anyio.fail_after(60):
+            async with httpx.AsyncClient(timeout=20) as http:
+                rebound = await http.post(served.url, json=INIT, headers=HEADERS | {
+                    "host": evil, "origin": f"http://{evil}"})
+                assert rebound.status_code == 421, rebound.text
+                foreign = await http.post(served.url, json=INIT,
+                                          headers=HEADERS | {"origin": f"http://{evil}"})
+                assert foreign.status_code == 403, foreign.text
+                own = await http.post(served.url, json=INIT, headers=HEADERS | {
+                    "origin": f"http://{host}:{port}"})
+                assert own.status_code == 200, own.text
+            async with streamable_http_client(served.url) as streams, \
+                    ClientSession(streams[0], streams[1]) as s:
+                await s.initialize()
+                assert (await s.list_tools()).tools
+    with eg.Gate(store) as gate:
+        assert gate.list_effects() == []

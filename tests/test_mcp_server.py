@@ -187,6 +187,47 @@ async def test_unwind_group_hands_undos_to_the_agent_once(store_url: str,
         gate.close()
 
 
+async def test_unwind_group_counts_only_the_steps_own_undo(store_url: str,
+                                                            namespace: str) -> None:
+    """An effect that merely sits at a step's undo key (compensate:<key>) is not its undo: of
+    another type, with another payload, or not marked as compensating the step. Unwind does
+    not call such a step compensated (nor the group complete): it lists it unresolved, and
+    the taken key is not handed out as an undo to perform."""
+    group = {"group_key": "trip:decoy"}
+    with anyio.fail_after(60):
+        async with serve("--url", store_url, "--namespace", namespace) as s:
+            steps = {}
+            for ref in ("A", "B", "C"):
+                d = await ok(s, "begin_effect", effect_type="booking.create",
+                             key=f"booking:{ref}", payload={"ref": ref},
+                             compensation={"cancel": ref}, **group)
+                await ok(s, "report_effect", key=d["key"], lease_token=d["lease_token"],
+                         lease_secret=d["lease_secret"], outcome="committed",
+                         result={"ref": ref})
+                steps[ref] = d["effect_id"]
+            for begin in [
+                {"effect_type": "email.send", "key": "compensate:booking:A",
+                 "payload": {"to": "a@b"}},
+                {"effect_type": "booking.create.compensate", "key": "compensate:booking:B",
+                 "payload": {"cancel": "something else"}, "compensates_effect_id": steps["B"]},
+                {"effect_type": "booking.create.compensate", "key": "compensate:booking:C",
+                 "payload": {"effect_id": steps["C"], "compensation": {"cancel": "C"}}},
+            ]:
+                x = await ok(s, "begin_effect", **begin)
+                await ok(s, "report_effect", key=x["key"], lease_token=x["lease_token"],
+                         lease_secret=x["lease_secret"], outcome="committed",
+                         result={"sent": True})
+
+            report = await ok(s, "unwind_group", **group)
+            assert not report["complete"]
+            assert report["compensated"] == [] and report["to_compensate"] == []
+            unresolved = {st["key"]: st for st in report["unresolved"]}
+            assert set(unresolved) == {"booking:A", "booking:B", "booking:C"}, report
+            for step in unresolved.values():
+                assert "its undo's key is taken by another effect" in step["detail"], step
+                assert step["compensation_effect_id"] is None
+
+
 async def test_http_server_offers_resolve_only_when_allowed(store_url: str,
                                                             namespace: str) -> None:
     """Over streamable HTTP with --allow-resolve: an effect reported ambiguous is blocked for

@@ -916,6 +916,7 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
 
 async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
                  out: TextIO, limits: dict[str, Any], said: str | None = None) -> int:
+    from .server import rebinding_protection
     from .transport import serve_http
 
     async with anyio.create_task_group() as tg:
@@ -930,7 +931,8 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
         gw.print_start()
         server = gw.server()
         if transport == "http":
-            app = server.streamable_http_app(host=host, **limits)
+            app = server.streamable_http_app(
+                host=host, transport_security=rebinding_protection(host), **limits)
             try:
                 await serve_http(app, sock, what="gateway", out=out, guard=guard, auth=said)
             finally:

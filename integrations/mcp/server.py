@@ -27,6 +27,7 @@ import anyio
 from pydantic import Field
 
 import effectgate as eg
+from effectgate.net import loopback_host_names
 from effectgate.sagas import compensation_request
 
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
@@ -47,6 +48,7 @@ try:
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
     from mcp_types import INVALID_PARAMS, InputRequiredResult
 except ImportError as err:  # pragma: no cover - depends on the extras installed
@@ -58,7 +60,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
-    "build_server", "decision_answer", "error_answer", "serve", "tool_error", "unwind_answer",
+    "build_server", "decision_answer", "error_answer", "is_undo", "rebinding_protection",
+    "serve", "tool_error", "unwind_answer",
 ]
 
 def decision_answer(d: eg.BeginDecision) -> dict[str, Any]:
@@ -144,7 +147,8 @@ newest first, each at most once. The answer sorts every step into one list:
 - to_compensate: undo it yourself, in the order listed: call begin_effect with exactly the \
 arguments under its begin_effect, perform the compensation it shows, then report_effect. Call \
 unwind_group again afterwards to confirm.
-- unresolved: its outcome is unknown; a person must check it first.
+- unresolved: its outcome or its undo's is unknown, or another effect took its undo's key; a \
+person must check it first.
 - irreversible: no compensation was declared, so it cannot be undone.
 - failed: the undo itself failed. skipped: nothing happened, nothing to undo.
 Tell the user about every unresolved, irreversible or failed step."""
@@ -324,7 +328,9 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
     """``gate.unwind(group_key)`` as JSON for an agent. A step whose effect type has no
     compensator in this process is handed to the agent under ``to_compensate``, with the exact
     ``begin_effect`` arguments of its undo: the same effect that ``unwind`` itself would begin,
-    so the undo runs at most once whoever performs it."""
+    so the undo runs at most once whoever performs it. The effect found at the undo's key
+    counts only when it is that undo (:func:`is_undo`); another effect there leaves the step
+    unresolved."""
     report = gate.unwind(group_key, by=by)
     answer = report.as_dict()
     answer["failed"], answer["to_compensate"] = [], []
@@ -340,7 +346,12 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
             done = None
         state = done.state.value if done is not None else None
         row = step.as_dict() | {"compensation_effect_id": done.effect_id if done else None}
-        if state == "committed":
+        if done is not None and not is_undo(done, undo):
+            answer["unresolved"].append(row | {
+                "compensation_effect_id": None,
+                "detail": "its undo's key is taken by another effect "
+                          f"({done.effect_type}, effect {done.effect_id}): a person must check it"})
+        elif state == "committed":
             assert done is not None
             answer["compensated"].append(row | {"detail": "compensated by an agent",
                                                 "result": done.result})
@@ -358,6 +369,16 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
             "exactly its begin_effect arguments; on execute, perform what its compensation "
             "describes and report_effect. Then call unwind_group again to confirm.")
     return answer
+
+
+def is_undo(effect: eg.EffectRecord, undo: Mapping[str, Any]) -> bool:
+    """Whether ``effect`` (found at the key of a step's undo) is that undo: begun with exactly
+    ``undo`` (:func:`~effectgate.sagas.compensation_request` of the step), so the step it
+    compensates, its effect type and its payload are the ones :meth:`Gate.unwind` would begin.
+    Any other effect at that key merely took it."""
+    return (effect.compensates_effect_id == undo["compensates_effect_id"]
+            and effect.effect_type == undo["effect_type"]
+            and effect.payload_hash == eg.payload_hash(undo["payload"]))
 
 
 class _UnknownPrompt:
@@ -387,6 +408,23 @@ def _record(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k != "history" and v is not None}
 
 
+def rebinding_protection(host: str) -> TransportSecuritySettings | None:
+    """The Host/Origin check for an HTTP server listening on ``host``. On a loopback address a
+    request is served only when its ``Host`` is that address or another loopback name
+    (:func:`effectgate.net.loopback_host_names`, any port; else 421) and its ``Origin``, if
+    any, is ``http://`` one of them (else 403): a web page that DNS-rebinds its own name to
+    this address cannot drive the server, with or without ``--no-auth``. None off loopback,
+    where the bearer tokens are the protection."""
+    names = loopback_host_names(host)
+    if not names:
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[form for name in names for form in (name, f"{name}:*")],
+        allowed_origins=[form for name in names
+                         for form in (f"http://{name}", f"http://{name}:*")])
+
+
 def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
           host: str = "127.0.0.1", port: int = 8000, allow_resolve: bool = False,
           allow_remote: bool = False, guard: HttpGuard | None = None,
@@ -397,7 +435,8 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
     ``out`` (stderr). HTTP requires a bearer token of an agent principal
     (:func:`.transport.bearer_guard`) unless ``auth=False``, which only a loopback address may
     use; it listens on a loopback address unless ``allow_remote`` or a ``guard``;
-    :class:`~effectgate.ConfigError` otherwise. ``console_url``: see :func:`build_server`."""
+    :class:`~effectgate.ConfigError` otherwise. On a loopback address a request naming another
+    host is refused (:func:`rebinding_protection`). ``console_url``: see :func:`build_server`."""
     out = out if out is not None else sys.stderr
     server = build_server(gate, allow_resolve=allow_resolve, console_url=console_url)
     if transport == "stdio":
@@ -408,8 +447,9 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
     guard, said = http_auth(gate, host, auth=auth, guard=guard,
                             what="report, extend or unwind another's effects")
     sock = listen(host, port)
+    app = server.streamable_http_app(host=host, transport_security=rebinding_protection(host))
     try:
-        anyio.run(functools.partial(serve_http, server.streamable_http_app(host=host), sock,
-                                    what="mcp serve", out=out, guard=guard, auth=said))
+        anyio.run(functools.partial(serve_http, app, sock, what="mcp serve", out=out,
+                                    guard=guard, auth=said))
     finally:
         sock.close()
