@@ -15,8 +15,17 @@ self-approval is judged on principal names.
 Principals belong to a namespace, like effects: a token of one namespace authenticates in no
 other, and a :class:`Principal` says which namespace it belongs to. An :class:`Acting` asks the
 store before each act whether it still vouches for its principal (:func:`check_issued`): one
-revoked since, one of another namespace, or one the store never issued (a ``Principal`` built
-by hand) is refused with :class:`~effectgate.Unauthenticated` and nothing is written.
+revoked since, one of another namespace, or one this store does not hold as it is (no
+principal of that name here, or one with another role or creation time: from another store,
+say) is refused with :class:`~effectgate.Unauthenticated` and nothing is written.
+
+That check catches a stale principal, not a forged one. A :class:`Principal` carries no secret:
+code in the process can build one from public fields (``as_dict``, ``principals ls``, the
+console's principals page) and ``acting_as`` accepts it — just as that code could call
+``Gate.approve(..., by="alice")`` itself. Code running in the process is trusted; the proof of
+identity is the token, checked (:func:`authenticate`, :func:`authenticate_row`) where a request
+comes in from outside: the console's sign-in, the MCP server's HTTP bearer token. Never build
+a ``Principal`` from what a caller claims: authenticate its token.
 """
 
 from __future__ import annotations
@@ -279,10 +288,11 @@ class OperatorGate(GateLike, Protocol):
 
 
 class Acting:
-    """The gate as one authenticated principal. Every decision goes through the same Gate API
-    as the CLI, with ``by`` set to the principal's name; before each one the store is asked
-    again (:func:`check_issued`), so a principal revoked since, of another namespace, or never
-    issued is refused (:class:`~effectgate.Unauthenticated`) and an agent is refused
+    """The gate as one principal (authenticated by its token: see the module's note on
+    trust). Every decision goes through the same Gate API as the CLI, with ``by`` set to the
+    principal's name; before each one the store is asked again (:func:`check_issued`), so a
+    principal revoked since, of another namespace, or not as the store holds it is refused
+    (:class:`~effectgate.Unauthenticated`) and an agent is refused
     (:class:`~effectgate.Forbidden`) anything only an operator may do. Nothing is written when
     either is raised."""
 

@@ -144,7 +144,9 @@ class Reporter:
             if self.already(lease, parsed, text):
                 return  # a repeat of a report that landed (its reply was lost): nothing to do
             raise self.stale(lease, f"report {parsed.value}")
-        self.reported(held, lease, parsed, text, done, reason)
+        news = parsed is Outcome.AMBIGUOUS and self.flow.observe is not None and (
+            not done.late or self.unmarked(lease))
+        self.reported(held, lease, parsed, text, done, reason, news)
 
     async def areport(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                       error: str | None, actual_cost_micros: int | None) -> None:
@@ -170,7 +172,9 @@ class Reporter:
             if await to_thread(self.already, lease, parsed, text):
                 return
             raise await to_thread(self.stale, lease, f"report {parsed.value}")
-        self.reported(held, lease, parsed, text, done, reason)
+        news = parsed is Outcome.AMBIGUOUS and self.flow.observe is not None and (
+            not done.late or await to_thread(self.unmarked, lease))
+        self.reported(held, lease, parsed, text, done, reason, news)
 
     def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
         if isinstance(held, Lease):
@@ -219,9 +223,10 @@ class Reporter:
         return lease, parsed, fields
 
     def reported(self, held: BeginDecision | Lease, lease: Lease, parsed: Outcome,
-                 text: str | None, done: Recorded, reason: str | None = None) -> None:
+                 text: str | None, done: Recorded, reason: str | None, news: bool) -> None:
         """Tell of what a report recorded: an overspend (logged and warned), a late report,
-        telemetry, an AMBIGUOUS notice; a committed result is remembered."""
+        telemetry, an AMBIGUOUS notice when ``news`` (this report moved the effect into
+        AMBIGUOUS); a committed result is remembered."""
         if done.overspent is not None:
             log.warning("%s: %s", lease.key, done.overspent,
                         extra={"key": lease.key, "state": parsed.value,
@@ -233,11 +238,27 @@ class Reporter:
                                "reason": "late report"})
         if self.telemetry is not None:
             self.telemetry.outcome(parsed)
-        if parsed is Outcome.AMBIGUOUS and self.flow.observe is not None:
+        if news and self.flow.observe is not None:
             self.flow.observe(reported(held, lease.key, self.namespace, self.store, reason))
         if parsed is Outcome.COMMITTED and isinstance(held, BeginDecision):
             self.flow.remember(held.key, held.payload_hash, held.effect_type, held.effect_id,
                                held.attempt, held.lease_token, text)
+
+    def unmarked(self, lease: Lease) -> bool:
+        """Whether the late report ``lease`` just recorded is what moved the effect into
+        AMBIGUOUS: its lapse was not marked before (a ``begin`` or a sweeper that marks a lapse
+        announces it, in whichever process). Read from the history line the report wrote;
+        True when that cannot be read (people hear of it twice rather than never)."""
+        from .store.lines import parse
+
+        try:
+            row = self.store.get(self.namespace, lease.key)
+        except EffectGateError:
+            return True
+        mine = [line for line in parse(None if row is None else row.history)
+                if line.token == lease.token and line.by is None
+                and (line.note or "").startswith("late report")]
+        return not mine or mine[-1].from_state != State.AMBIGUOUS.value
 
     def already(self, lease: Lease, outcome: Outcome, text: str | None) -> bool:
         """True when this holder already recorded exactly this outcome."""

@@ -5,7 +5,10 @@ POSTs a JSON body on three events (:data:`EVENTS`):
 
 * ``approval_required`` — a new approval request (once per request, not per retry);
 * ``ambiguous`` — an effect became AMBIGUOUS: a lapsed lease observed, or a holder reported
-  ``ambiguous`` (a body error whose outcome is unknown);
+  ``ambiguous`` (a body error whose outcome is unknown). Once per move into AMBIGUOUS, in
+  whichever process made it: a lapse is announced by the one writer that marked it (a
+  ``begin`` or a sweeper), and the lapsed holder's own late ``ambiguous`` report is announced
+  only when nobody had marked the lapse before it;
 * ``budget_warning`` — a spend ceiling applies but the call declared no cost, so it cannot fire
   (once per effect type and namespace per ``budget_warning_every`` seconds).
 
@@ -22,8 +25,12 @@ character of a key, type, id or reason is shown as ``⟨U+202E⟩``
 Every request is signed like Stripe's and Slack's: ``Effectgate-Timestamp`` (Unix seconds) and
 ``Effectgate-Signature: v1=<hex>``, the HMAC-SHA256 of ``f"{timestamp}.{body}"`` with the shared
 secret. A receiver checks it with :func:`verify_signature`, which also refuses a timestamp
-outside its window (a replay). ``Effectgate-Delivery`` stays the same across retries: a
-receiver that may see a delivery twice de-duplicates on it.
+outside its window (a replay). Only the timestamp and the body are signed: the
+``Effectgate-Event`` and ``Effectgate-Delivery`` headers repeat the body's ``event`` and
+``delivery_id`` for convenience, and whoever replays a request inside the window can change
+them. After verifying, route on the body's ``event`` and de-duplicate on the body's
+``delivery_id``, which stays the same across retries (keep each id until its retries and the
+window are over: a replay older than that already fails the timestamp check).
 
 Delivery never blocks or fails a ``begin``: :meth:`Webhooks.notify` appends to a bounded
 in-memory queue (O(1), no I/O; when full the oldest waiting delivery is dropped, counted and
@@ -136,7 +143,10 @@ def verify_signature(secret: str | bytes | Iterable[str | bytes], headers: Any,
     keys = [_secret_bytes(s) for s in secrets]
     if not keys or any(not k for k in keys):
         raise ConfigError("verify_signature needs a non-empty secret")
-    raw = body.encode("utf-8") if isinstance(body, str) else body
+    try:
+        raw = body.encode("utf-8") if isinstance(body, str) else body
+    except UnicodeEncodeError:  # a lone surrogate: no sender's bytes decode to it
+        return False
     if not isinstance(raw, bytes):
         return False
     stamp = _header(headers, TIMESTAMP_HEADER)
@@ -151,12 +161,12 @@ def verify_signature(secret: str | bytes | Iterable[str | bytes], headers: Any,
     if abs(clock - ts) > tolerance:
         return False
     signed = f"{ts}.".encode() + raw
-    candidates = [part.strip()[3:] for part in offered.split(",")
-                  if part.strip().startswith("v1=")]
+    candidates = [part.strip()[3:].lower().encode("ascii") for part in offered.split(",")
+                  if part.strip().startswith("v1=") and part.isascii()]  # hex is ASCII
     for key in keys:
-        expected = hmac.new(key, signed, hashlib.sha256).hexdigest()
+        expected = hmac.new(key, signed, hashlib.sha256).hexdigest().encode("ascii")
         for candidate in candidates:
-            if hmac.compare_digest(expected, candidate.lower()):
+            if hmac.compare_digest(expected, candidate):
                 return True
     return False
 
@@ -299,8 +309,10 @@ class Webhooks:
         return True
 
     def _first_ambiguous(self, notice: Notice) -> bool:
-        """One message per attempt that became AMBIGUOUS (a lapse observed, then the late
-        holder's own ``ambiguous`` report, is one event for people)."""
+        """One message per attempt that became AMBIGUOUS, within this process: a second
+        guard only (the gate already notifies a report's AMBIGUOUS only when that report moved
+        the effect there, so a lapse and the late holder's report are one event across
+        processes too)."""
         if notice.attempt is None:
             return True
         where = (notice.namespace, notice.key, notice.attempt)

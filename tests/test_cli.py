@@ -598,3 +598,25 @@ def test_a_result_nested_too_deeply_is_one_line_and_changes_nothing(
     assert deep.exit_code == 2 and "Traceback" not in deep.output + deep.stderr
     assert "nested too deeply" in deep.stderr
     assert snapshot(gate) == before
+
+
+@pytest.mark.parametrize("key", ["refund:txn\\", "refund:txn\\\\", "refund:\\[b]x\\"])
+def test_a_key_with_backslashes_is_shown_as_stored_so_a_copy_works(
+        make_gate: Any, store_url: str, namespace: str, key: str) -> None:
+    gate = make_gate()
+    d = gate.begin(effect_type="t.x", key=key, payload={}, run_id="run\\")
+    gate.report(d, "ambiguous", error="lost\\")
+    a = ["--url", store_url, "--namespace", namespace]
+    table = cli("ls", *a, env={"COLUMNS": "200"}).stdout.splitlines()
+    assert table[1].split()[0] == key and table[1].split()[-3] == "run\\", table
+    lines = cli("ls", *a, env={"COLUMNS": "40"}).stdout.splitlines()  # one key line each
+    assert lines[0] == key and "run run\\  " in lines[1] + "  ", lines
+    shown = cli("show", key, *a, env={"COLUMNS": "200"}).stdout.splitlines()
+    assert f"key{' ' * 19}{key}" in shown and f"error{' ' * 17}lost\\" in shown, shown
+    copied = table[1].split()[0]
+    done = cli("resolve", copied, "--failed", "--note", "checked\\", "--by", "op\\", *a)
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith(f"resolved {key}: FAILED by op\\"), done.stdout
+    assert gate.get(key).state is eg.State.FAILED
+    history = cli("show", key, *a, env={"COLUMNS": "200"}).stdout
+    assert "by op\\\n" in history and "checked\\\n" in history, history

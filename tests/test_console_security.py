@@ -264,3 +264,63 @@ def test_the_overview_counts_states_ambiguous_age_approvals_and_spend(
     assert "<td>committed</td><td>1</td>" in page
     assert "<td>pending_approval</td><td>1</td>" in page
     assert "*|run|r1" in page and "$2.50" in page
+
+
+def test_a_nul_in_the_approvals_cursor_is_refused_before_the_store(cgate: eg.Gate,
+                                                                   client: TestClient) -> None:
+    from .conftest import snapshot
+
+    _, token = cgate.add_principal("alice", "operator")
+    sign_in(client, token)
+    _ask(cgate)
+    before = snapshot(cgate)
+    for query in ("before=1.0~a%00b", "before=1.0%00~apr_1", "before=" + "1" * 101 + "~a"):
+        r = client.get("/approvals?" + query)
+        assert r.status_code == 400, (query, r.text)
+        assert "before" in r.text and "Traceback" not in r.text
+    assert client.get("/approvals?before=1.0~apr_1").status_code == 200
+    assert snapshot(cgate) == before
+
+
+def test_a_store_that_cannot_answer_is_a_503_page(own_store_url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    with console_gate(own_store_url, "default") as gate:
+        _, token = gate.add_principal("alice", "operator")
+        _ask(gate)
+        with TestClient(build_app(gate), base_url="http://127.0.0.1") as client:
+            sign_in(client, token)
+            broken = create_engine(own_store_url)
+            with broken.begin() as conn:  # the approvals table is gone for a moment
+                conn.execute(text("ALTER TABLE effectgate_approvals RENAME TO eg_away"))
+            try:
+                r = client.get("/approvals")
+            finally:
+                with broken.begin() as conn:
+                    conn.execute(text("ALTER TABLE eg_away RENAME TO effectgate_approvals"))
+                broken.dispose()
+            assert r.status_code == 503 and r.headers["retry-after"] == "5"
+            assert "Store unavailable" in r.text and "Traceback" not in r.text
+            assert "alice" in r.text  # still the console's page, signed in
+            assert client.get("/approvals").status_code == 200
+
+
+def test_acting_as_refuses_a_stale_principal_and_does_not_claim_to_catch_a_forged_one(
+        cgate: eg.Gate) -> None:
+    import datetime
+
+    import effectgate.principals
+
+    alice, _ = cgate.add_principal("alice", "operator")
+    approval_id = _ask(cgate)
+    elsewhere = alice._replace(created_at=alice.created_at + datetime.timedelta(seconds=1))
+    with pytest.raises(eg.Unauthenticated) as refused:  # not the alice this store holds
+        cgate.acting_as(elsewhere).approve(approval_id)
+    assert refused.value.reason == "not as issued" and _pending(cgate, approval_id)
+    cgate.revoke_principal("alice")
+    with pytest.raises(eg.Unauthenticated):
+        cgate.acting_as(alice).approve(approval_id)
+    assert _pending(cgate, approval_id)
+    doc = " ".join((effectgate.principals.__doc__ or "").split())
+    assert "built by hand) is refused" not in doc  # no Principal carries a secret
+    assert "catches a stale principal, not a forged one" in doc

@@ -3,6 +3,7 @@ Slack body; retries after a 500; a dead or sleeping receiver never delays a ``be
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import os
@@ -178,6 +179,52 @@ async def test_async_report_over_a_bare_lease_is_filled_in_off_the_callers_threa
     (body,) = bodies(receiver.wait(1))
     assert (body["event"], body["effect_id"], body["effect_type"]) == (
         "ambiguous", d.effect_id, "payment.refund")
+
+
+def test_one_ambiguous_attempt_is_announced_once_across_processes(
+        make_gate: Any, receiver: Receiver) -> None:
+    from effectgate.sweep import sweep_lapsed
+
+    worker_hooks, console_hooks = hooks(receiver.url), hooks(receiver.url)  # a queue each
+    worker = make_gate(webhooks=worker_hooks)
+    console = make_gate(webhooks=console_hooks)
+    d = worker.begin(effect_type="mail.send", key="mail:dup", payload={}, lease_seconds=0.2)
+    e = worker.begin(effect_type="mail.send", key="mail:quiet", payload={}, lease_seconds=0.2)
+    time.sleep(0.35)
+    assert [n.key for n in sweep_lapsed(console)] == ["mail:dup", "mail:quiet"]
+    worker.report(d, "ambiguous", error="timeout talking to vendor")  # late: already marked
+    worker.report(e.lease, "ambiguous", error="timeout again")  # a bare lease, the same
+    assert (worker.get("mail:dup").history[-1].note or "").startswith("late report")
+    assert worker_hooks.flush(10) and console_hooks.flush(10)
+    got = bodies(receiver.wait(2))
+    time.sleep(0.2)
+    assert len(receiver.got) == 2
+    assert sorted((b["key"], b["reason"]) for b in got) == [
+        ("mail:dup", "lease lapsed"), ("mail:quiet", "lease lapsed")]
+
+
+async def test_a_late_ambiguous_report_announces_only_a_lapse_nobody_marked(
+        make_gate: Any, receiver: Receiver) -> None:
+    from effectgate.sweep import sweep_lapsed
+
+    worker_hooks, console_hooks = hooks(receiver.url), hooks(receiver.url)
+    worker = make_gate(webhooks=worker_hooks)
+    console = make_gate(webhooks=console_hooks)
+    marked = await worker.abegin(effect_type="mail.send", key="mail:marked", payload={},
+                                 lease_seconds=0.2)
+    await asyncio.sleep(0.35)
+    assert [n.key for n in sweep_lapsed(console)] == ["mail:marked"]
+    unmarked = await worker.abegin(effect_type="mail.send", key="mail:unmarked", payload={},
+                                   lease_seconds=0.2)
+    await asyncio.sleep(0.35)  # lapsed, but nobody swept or began: nobody announced it
+    await worker.areport(marked, "ambiguous", error="late, already announced")
+    await worker.areport(unmarked.lease, "ambiguous", error="late, news")
+    assert worker_hooks.flush(10) and console_hooks.flush(10)
+    got = bodies(receiver.wait(2))
+    await asyncio.sleep(0.2)
+    assert len(receiver.got) == 2
+    assert sorted((b["key"], b["reason"]) for b in got) == [
+        ("mail:marked", "lease lapsed"), ("mail:unmarked", "late, news")]
 
 
 def test_budget_warning_is_sent_once_per_type_not_per_call(make_gate: Any,
@@ -383,6 +430,58 @@ def test_verify_signature_refuses_replays_tampering_and_garbage() -> None:
         assert not verify_signature(SECRET, bad, body, now=now)
     with pytest.raises(eg.ConfigError):
         verify_signature("", headers, body)
+
+
+def test_verify_signature_never_raises_on_non_ascii_or_undecodable_input() -> None:
+    from starlette.datastructures import Headers
+
+    body = b'{"event":"ambiguous"}'
+    now = 1_800_000_000
+    stamp = sign(SECRET, body, timestamp=now)["Effectgate-Timestamp"]
+    good = sign(SECRET, body, timestamp=now)["Effectgate-Signature"]
+    for offered in (b"v1=\xe9", b"v1=\xff" * 30, b"v1=" + "é".encode() * 32,
+                    b"v1=\xe9, " + good.encode()):
+        raw = [(b"effectgate-timestamp", stamp.encode()), (b"effectgate-signature", offered)]
+        expected = offered.endswith(good.encode())  # a good signature beside a hostile one
+        assert verify_signature(SECRET, Headers(raw=raw), body, now=now) is expected
+        assert verify_signature(SECRET, raw, body, now=now) is expected
+    for text in ("v1=é", "v1=\udce9", "v1=" + "٣" * 64, "v1=ＡＢ"):
+        headers = {"Effectgate-Timestamp": stamp, "Effectgate-Signature": text}
+        assert verify_signature(SECRET, headers, body, now=now) is False
+    signed = sign(SECRET, body, timestamp=now)
+    assert verify_signature(SECRET, signed, "\udce9", now=now) is False  # a lone surrogate
+
+
+def test_receivers_route_and_de_duplicate_on_the_signed_body_not_the_headers(
+        make_gate: Any) -> None:
+    import effectgate.webhooks
+
+    flaky = Receiver(statuses=(500,))
+    try:
+        wh = hooks(flaky.url)
+        gate = make_gate(webhooks=wh)
+        d = gate.begin(effect_type="payment.refund", key="refund:replay", payload={})
+        gate.report(d, "ambiguous", error="lost reply")
+        assert wh.flush(10)
+        got = flaky.wait(2)
+    finally:
+        flaky.close()
+    assert len(got) == 2 and all(verify_signature(SECRET, h, b) for h, b in got)
+    first, retry = bodies(got)
+    assert first["delivery_id"] and first["delivery_id"] == retry["delivery_id"]
+    assert [h["Effectgate-Delivery"] for h, _ in got] == [first["delivery_id"]] * 2
+    assert [h["Effectgate-Event"] for h, _ in got] == [first["event"]] * 2 == ["ambiguous"] * 2
+    # The headers are outside the signature: a replay with fresh ones still verifies, so a
+    # receiver must take the id and the event from the body it verified.
+    headers, raw = got[0]
+    replay = {**headers, "Effectgate-Delivery": "fresh", "Effectgate-Event": "budget_warning"}
+    assert verify_signature(SECRET, replay, raw)
+    assert json.loads(raw)["delivery_id"] == first["delivery_id"]
+    edited = raw.replace(first["delivery_id"].encode(), b"f" * 32)
+    assert not verify_signature(SECRET, headers, edited)  # the body's id is signed
+    doc = " ".join((effectgate.webhooks.__doc__ or "").split())
+    assert "de-duplicate on the body's ``delivery_id``" in doc
+    assert "route on the body's ``event``" in doc
 
 
 @pytest.mark.parametrize("options", [

@@ -7,7 +7,8 @@ every one of them is hostile. :func:`plain` shows them through the kernel's one 
 and C1 controls (ESC, CSI, BEL, NEL...), DEL, line and paragraph separators, spaces other
 than U+0020, and format characters (zero-width spaces, bidirectional overrides, BOM) — as a
 visible ``⟨U+001B⟩``, ``⟨U+202E⟩``, the same escape the console and webhooks show. Rich markup
-is escaped as well (:func:`safe`). :func:`dumps` is JSON whose strings carry the same
+is escaped as well (:func:`safe`), so what rich prints is that text exactly — a backslash
+included — and can be copied back into a command. :func:`dumps` is JSON whose strings carry the same
 characters as ``\\uXXXX`` escapes (still the same JSON value).
 """
 
@@ -32,10 +33,22 @@ def plain(value: Any) -> str:
 
 
 def safe(value: Any) -> str:
-    """``value`` for a rich console: unsafe characters escaped, then rich markup escaped."""
+    """``value`` as rich markup that prints exactly :func:`plain` of it, wherever it goes in
+    a line: alone, padded in a table cell, or followed by a tag (``f"[dim]{safe(x)}[/]"``).
+
+    Rich reads backslashes as escapes only before a tag, so :func:`rich.markup.escape` must
+    guess whether one follows a trailing backslash (it doubles a single one: shown twice in a
+    cell). Here a trailing run of backslashes is doubled and closed by an empty tag of its own,
+    so it always stands before a tag and each backslash prints once."""
     from rich.markup import escape
 
-    return escape(plain(value))
+    text = plain(value)
+    body = text.rstrip("\\")
+    trailing = len(text) - len(body)
+    return escape(body) + ("\\" * (2 * trailing) + _EMPTY_TAG if trailing else "")
+
+
+_EMPTY_TAG = "[b][/b]"  # no character and no style on screen
 
 
 def _json_escape(ch: str) -> str:

@@ -10,7 +10,9 @@ so reloading never sends it again. Decisions go through :class:`effectgate.princ
 — the same Gate methods the CLI calls, with the operator's name as ``by`` — so no rule is
 written twice; each one that succeeds is appended to the audit (:mod:`effectgate.audit`). The
 pages run no script (CSP ``script-src 'none'``); every value on them is shown through
-:func:`effectgate.redact.visible` (:mod:`.pages`).
+:func:`effectgate.redact.visible` (:mod:`.pages`). A bad query parameter is refused (400)
+before the store is asked; a request the store cannot answer gets a 503 page, never a
+traceback.
 
 The pages themselves are in :mod:`.auth`, :mod:`.approvals`, :mod:`.effects`,
 :mod:`.sagas` and :mod:`.admin`, and their routes in :mod:`.routes`; they build on this
@@ -30,7 +32,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import ConfigError, EffectGateError, Forbidden, Unauthenticated, UnknownEffect
+from ..errors import (
+    ConfigError,
+    EffectGateError,
+    Forbidden,
+    StoreError,
+    Unauthenticated,
+    UnknownEffect,
+)
 from ..principals import OPERATOR, principal_of
 from .pages import CSS, render
 from .session import Signer, session_id
@@ -166,6 +175,22 @@ class Console:
         """A page that says why nothing was done."""
         return self.page(request, "message", status, title=title, message=message,
                          link=link, link_text=link_text)
+
+    async def store_failed(self, request: Request, err: Exception) -> Response:
+        """The page for a request the store could not answer (503, logged without the
+        store's own text): try again, and check before repeating an action whose write may
+        have landed."""
+        unknown = isinstance(err, StoreError) and err.outcome_unknown
+        log.warning("console: the store failed on %s %s: %s", request.method,
+                    request.url.path, err.message if isinstance(err, StoreError)
+                    else type(err).__name__)
+        response = self.refuse(
+            request, 503, "Store unavailable",
+            "The store could not answer this request"
+            + (": the action may or may not have been recorded; check its page before "
+               "repeating it." if unknown else "; nothing was changed. Try again shortly."))
+        response.headers["Retry-After"] = "5"
+        return response
 
     # -- who is asking ---------------------------------------------------------------------
 

@@ -48,11 +48,21 @@ def view_of(a: ApprovalRecord) -> dict[str, Any]:
     }
 
 
+def _checked(name: str, value: str, limit: int) -> str:
+    """A query field as given, refused (:class:`ConfigError`) when longer than ``limit`` or
+    holding a NUL (which no store column can hold: Postgres refuses it)."""
+    if len(value) > limit:
+        raise ConfigError(f"{name} is at most {limit} characters")
+    if "\x00" in value:
+        raise ConfigError(f"{name} must not contain NUL characters")
+    return value
+
+
 def _cursor(text: str | None) -> tuple[float, str] | None:
     """``before=<requested-at>~<id>`` as the page's cursor; None when absent."""
     if not text:
         return None
-    at, sep, ident = text.partition("~")
+    at, sep, ident = _checked("before", text, 100).partition("~")
     try:
         stamp = float(at)
     except ValueError:
@@ -63,12 +73,8 @@ def _cursor(text: str | None) -> tuple[float, str] | None:
 
 
 def _query(request: Request) -> dict[str, str]:
-    q = {name: (request.query_params.get(name) or "").strip() for name in _FIELDS}
-    for name, limit in _FIELDS.items():
-        if len(q[name]) > limit:
-            raise ConfigError(f"{name} is at most {limit} characters")
-        if "\x00" in q[name]:
-            raise ConfigError(f"{name} must not contain NUL characters")
+    q = {name: _checked(name, (request.query_params.get(name) or "").strip(), limit)
+         for name, limit in _FIELDS.items()}
     state = request.query_params.get("state") or "pending"
     if state not in _STATES:
         raise ConfigError(f"state must be one of {', '.join(_STATES)}")

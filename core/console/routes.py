@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from ..errors import StoreError
 from . import admin, approvals, auth, effects, sagas
 from .app import Console, View
 
@@ -55,6 +56,6 @@ def build_app(gate: Gate, *, secure_cookies: bool = False) -> Starlette:
         post("/principals/revoke", admin.revoke_principal),
         get("/audit", admin.audit),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={StoreError: c.store_failed})
     app.state.console = c
     return app
