@@ -12,17 +12,30 @@ confirmation.
 Arguments are validated through the function's own signature (pydantic, as ADK builds the
 declaration from it) before the key and payload hash are computed, so ``"500"`` and ``500``
 are one refund and the function receives ``500``; arguments that fail validation are answered
-``INVALID ARGUMENTS`` and nothing runs. A duplicate gets the stored result, as though the tool
-had just run; two identical calls in one turn run once and both get the result. Every other
-answer is the tool's ``{"error": ...}`` response telling the model what to do (wait, do not
-retry, ask a human). With ``on_refusal="raise"`` refusals and unknown outcomes are raised:
-ADK hands them to the ``on_tool_error`` callbacks and, unanswered, ends the run. The session id
-becomes the effect's ``run_id`` and the agent's name its ``agent_id``. A sync function's
-reservation, call and outcome run on one worker thread (the event loop is never blocked by the
-store); an async one is awaited on the loop. A tool whose own ``run_async`` answers without
-calling its function (an ``AuthenticatedFunctionTool`` asking the user for credentials) has
-done nothing: the effect is recorded FAILED, ADK's answer goes to the model as it would, and
-the call made again runs.
+``INVALID ARGUMENTS`` and nothing runs; so are arguments with no canonical form (a naive
+datetime). A duplicate gets the stored result, as though the tool had just run; two identical
+calls in one turn run once and both get the result. Every other answer is the tool's
+``{"error": ...}`` response telling the model what to do (wait, do not retry, ask a human).
+With ``on_refusal="raise"`` refusals and unknown outcomes are raised: ADK hands them to the
+``on_tool_error`` callbacks and, unanswered, ends the run. The session id becomes the effect's
+``run_id`` and the agent's name its ``agent_id``. A sync function's reservation, call and
+outcome run on one worker thread (the event loop is never blocked by the store); an async one
+is awaited on the loop.
+
+What the tool's answer means: the gated tool's ``func`` is its function wrapped so that every
+call of it is seen, whoever makes it (ADK's ``run_async``, a subclass's own, on ADK's tool
+threads), with the same declaration. The answer is the result (COMMITTED) when the function
+was called and answered. A call that asked the user first (``request_confirmation`` or
+``request_credential``: ADK's own ``require_confirmation``, or the function itself, as ADK's
+confirmation sample does) has done nothing: FAILED, ADK's answer goes to the model as it
+would, and the call ADK makes again once answered runs. An answer with no call of the
+function seen is FAILED for ADK's own tool classes (an ``AuthenticatedFunctionTool`` asking
+for credentials: every path of theirs calls ``func``) and AMBIGUOUS for a subclass's
+``run_async`` (it may have reached the function another way). A function error the tool
+swallowed (``GoogleTool`` answers any exception ``{"status": "ERROR", ...}``) is classified
+as the body's error — AMBIGUOUS unless it says nothing happened (``NotExecuted``, a
+classifier) — and an answer the tool's class flags as an error (it defines its own
+``_detect_error_in_response``, as GoogleTool does) is AMBIGUOUS: the write may have happened.
 
 **Approvals pause the run** through ADK's tool confirmation: a call the policy sends for
 approval calls ``tool_context.request_confirmation(hint=..., payload={"effectgate":
@@ -64,12 +77,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from effectgate import ConfigError, EffectSpec, Gate, NotExecuted
+from effectgate import ConfigError, EffectSpec, Gate, NotExecuted, PayloadError
 
 from ._kernel import (
     Framework,
@@ -91,9 +105,11 @@ from ._kernel.review import review_of
 
 with requires_extra("google_adk", "google-adk"):
     import pydantic
+    from google.adk.tools._function_tool_declarations import get_callable_name
     from google.adk.tools.base_tool import BaseTool
     from google.adk.tools.function_tool import FunctionTool
     from google.adk.tools.tool_context import ToolContext
+    from google.adk.utils._callable_utils import get_callable_doc, unwrap_callable
 
 __all__ = ["DEFAULT_APPROVER", "UngatedToolWarning", "gate_tool", "gate_tools", "is_gated"]
 
@@ -116,7 +132,7 @@ def _arguments_model(tool: FunctionTool) -> type[pydantic.BaseModel] | None:
         if name in ignored or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         annotation = hints.get(name, Any)
-        if annotation is ToolContext or name in ("self", "cls"):
+        if annotation is ToolContext:
             continue
         default = ... if param.default is param.empty else param.default
         fields[name] = (annotation, default)
@@ -132,9 +148,12 @@ class _Gated:
 
     _effectgate_base: type[FunctionTool]
     _effectgate: GatedCall
+    _effectgate_func: Callable[..., Any]
+    _effectgate_watched: Callable[..., Any] | None
     _effectgate_model: type[pydantic.BaseModel] | None
     _effectgate_pause: bool
     _effectgate_approver: str
+    func: Callable[..., Any]  # the tool's function, watched (:func:`_watched`)
 
     @property
     def gated_call(self) -> GatedCall:
@@ -163,9 +182,12 @@ class _Gated:
                     out = await aresume(gated, arguments, answer, run)
                 else:
                     out = await run(gated, arguments)
-            except _NotCalled as unrun:  # (on_refusal="raise" raises a FAILED body's error)
+            except _NothingDone as unrun:  # (on_refusal="raise" raises a FAILED body's error)
                 return unrun.answer
-            if isinstance(out, Refused) and isinstance(out.error, _NotCalled):
+            except PayloadError as err:  # no canonical form: refused before anything was stored
+                refused = Refused("invalid", model_message("invalid", None, err), err, None)
+                return {"error": gated.refuse(refused).message}
+            if isinstance(out, Refused) and isinstance(out.error, _NothingDone):
                 return out.error.answer  # recorded FAILED: the tool's own answer stands
             if isinstance(out, Refused) and out.kind == "approval_required" \
                     and self._effectgate_pause:
@@ -185,31 +207,27 @@ class _Gated:
 
     def _runner(self, tool_context: ToolContext) -> Callable[[GatedCall, Any], Awaitable[Any]]:
         """``run(gated, arguments)``: one gated call of the function with these arguments."""
-        base = self._effectgate_base
         direct = _direct_call(self, tool_context)
 
         async def run(one: GatedCall, arguments: Any) -> Any:
             if direct is not None:
                 return await one.arun_sync(arguments, lambda: direct(arguments))
-            return await one.arun(arguments, lambda: _called(base.run_async(
-                self, args=dict(arguments), tool_context=tool_context)))  # type: ignore[arg-type]
+            return await one.arun(arguments, lambda: self._run_watched(arguments, tool_context))
 
         return run
 
-    async def _invoke_callable(self, target: Callable[..., Any],
-                               args_to_call: dict[str, Any]) -> Any:
-        """ADK's call of a callable: the function itself (where a tool's ``run_async`` gets
-        to it) is noted for :func:`_called`; a ``require_confirmation`` predicate is not."""
-        if target is getattr(self, "func", None):
-            _mark_called()
-        base = self._effectgate_base
-        return await base._invoke_callable(self, target, args_to_call)  # type: ignore[arg-type]
-
-    async def _run_generator_as_node(self, *args: Any, **kwargs: Any) -> Any:
-        """ADK's run of a generator function as a node: the function called, as above."""
-        _mark_called()
-        base = self._effectgate_base
-        return await base._run_generator_as_node(self, *args, **kwargs)  # type: ignore[arg-type]
+    async def _run_watched(self, arguments: Mapping[str, Any], tool_context: ToolContext) -> Any:
+        """The tool's own ``run_async``, its calls of its function watched: its result, or
+        raised when it is not one (see :func:`_outcome`)."""
+        watch = _Watch(self._effectgate_watched)
+        token = _watch.set(watch)
+        try:
+            base = self._effectgate_base
+            answer = await base.run_async(self, args=dict(arguments),  # type: ignore[arg-type]
+                                          tool_context=tool_context)
+        finally:
+            _watch.reset(token)
+        return _outcome(self, watch, answer, tool_context)
 
     async def _pause(self, refused: Refused, arguments: Mapping[str, Any],
                      tool_context: ToolContext) -> Any:
@@ -222,46 +240,178 @@ class _Gated:
         return {"error": refused.message}
 
 
-_calls: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
-    "effectgate_adk_function_called", default=None)
+class _Watch:
+    """What one gated call's ``run_async`` did with the tool's function (``watched``, the
+    wrapper :func:`_watched` put in ``tool.func``): whether it was called, and the error its
+    last call raised, if any."""
+
+    __slots__ = ("called", "raised", "watched")
+
+    def __init__(self, watched: Callable[..., Any] | None) -> None:
+        self.watched = watched
+        self.called = False
+        self.raised: Exception | None = None
 
 
-class _NotCalled(NotExecuted):
-    """A tool's ``run_async`` answered without calling its function (an
-    ``AuthenticatedFunctionTool`` asking the user for credentials, a subclass's own check):
-    nothing happened, so the effect is FAILED and the call, made again, runs."""
+_watch: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar(
+    "effectgate_adk_watch", default=None)
 
-    def __init__(self, answer: Any) -> None:
-        super().__init__("the tool answered without calling its function")
+
+def _watched(func: Callable[..., Any], unwrapped: Any) -> Callable[..., Any]:
+    """``func`` (sync, async, a generator or an async generator, as ``unwrapped`` is, the
+    way ADK tells them apart) with every call noted in the current :class:`_Watch`: whoever
+    calls ``tool.func`` — ADK's ``run_async``, a subclass's own, on any thread ADK runs it
+    on (it copies the context) — is seen."""
+
+    def started() -> _Watch | None:
+        watch = _watch.get()
+        if watch is None or watch.watched is not watched:
+            return None  # another tool's call, or none gated: nothing to note
+        watch.called, watch.raised = True, None
+        return watch
+
+    def failed(watch: _Watch | None, err: Exception) -> None:
+        if watch is not None:
+            watch.raised = err
+
+    watched: Callable[..., Any]
+    if inspect.isasyncgenfunction(unwrapped):
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            watch = started()
+            try:
+                async for item in func(*args, **kwargs):
+                    yield item
+            except Exception as err:
+                failed(watch, err)
+                raise
+    elif inspect.isgeneratorfunction(unwrapped):
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            watch = started()
+            try:
+                return (yield from func(*args, **kwargs))
+            except Exception as err:
+                failed(watch, err)
+                raise
+    elif inspect.iscoroutinefunction(unwrapped):
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            watch = started()
+            try:
+                return await func(*args, **kwargs)
+            except Exception as err:
+                failed(watch, err)
+                raise
+    else:
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            watch = started()
+            try:
+                return func(*args, **kwargs)
+            except Exception as err:
+                failed(watch, err)
+                raise
+    functools.wraps(func)(watched)
+    # Named and described as ADK names and describes ``func`` (a callable object, a partial):
+    # the declaration built from the wrapper is the one built from ``func``.
+    watched.__name__ = watched.__qualname__ = get_callable_name(func)
+    if not inspect.isroutine(func):
+        watched.__doc__ = get_callable_doc(func)
+        try:  # the hints ADK reads, resolved where they were written
+            watched.__annotations__ = typing.get_type_hints(
+                unwrap_callable(func, follow_wrapped=True), include_extras=True)
+        except Exception:  # ADK finds none either
+            watched.__annotations__ = {}
+    return watched
+
+
+class _NothingDone(NotExecuted):
+    """A call that did nothing: the tool's ``run_async`` answered without calling its function
+    (an ``AuthenticatedFunctionTool`` asking the user for credentials), or the call asked the
+    user for a confirmation or a credential and returned, to be called again once answered
+    (ADK's own ``require_confirmation``, a function calling
+    ``tool_context.request_confirmation``). The effect is FAILED, the tool's own answer goes to
+    the model, and the call made again runs."""
+
+    def __init__(self, answer: Any, what: str) -> None:
+        super().__init__(what)
         self.answer = answer
 
 
-def _mark_called() -> None:
-    called = _calls.get()
-    if called is not None:
-        called.append(True)
+class UnseenCall(Exception):
+    """The tool's own ``run_async`` (a subclass's) answered without calling ``tool.func``:
+    it may have reached the function another way, so the outcome is unknown (AMBIGUOUS)."""
 
 
-async def _called(answer: Awaitable[Any]) -> Any:
-    """``answer``, the tool's own ``run_async``, awaited; :class:`_NotCalled` when it never
-    reached the function (its answer is then not a result to store)."""
-    called: list[bool] = []
-    token = _calls.set(called)
-    try:
-        out = await answer
-    finally:
-        _calls.reset(token)
-    if not called:
-        raise _NotCalled(out)
-    return out
+class ErrorAnswer(Exception):
+    """The tool answered in its own error form (its ``_detect_error_in_response`` flags it, as
+    ``GoogleTool``'s ``{"status": "ERROR"}``, the form of an exception it caught): the outcome
+    is unknown (AMBIGUOUS)."""
+
+
+def _asked_user(tool_context: ToolContext) -> bool:
+    """True when this call asked the user for a confirmation or a credential (ADK then ends
+    the turn and calls it again with the answer)."""
+    call_id = getattr(tool_context, "function_call_id", None)
+    actions = getattr(tool_context, "actions", None)
+    return call_id is not None and any(
+        call_id in (getattr(actions, requests, None) or ())
+        for requests in ("requested_tool_confirmations", "requested_auth_configs"))
+
+
+def _outcome(tool: Any, watch: _Watch, answer: Any, tool_context: ToolContext) -> Any:
+    """``answer``, the tool's own answer, as the gate records it: the result (COMMITTED), or
+    raised for a call that is not one:
+
+    * its function's last call raised and the tool answered anyway (``GoogleTool`` turns any
+      exception into ``{"status": "ERROR"}``): that error, classified as a body's (AMBIGUOUS
+      unless it says nothing happened);
+    * the call asked the user (:func:`_asked_user`): :class:`_NothingDone` (FAILED);
+    * the function was not called: :class:`_NothingDone` where that is certain (a tool class
+      of ADK's own, all its paths calling ``tool.func``, still the watched function),
+      :class:`UnseenCall` (AMBIGUOUS) where not;
+    * the tool flags its answer as an error and its class says what one is (it overrides
+      ``_detect_error_in_response``, as ``GoogleTool`` does): :class:`ErrorAnswer` (AMBIGUOUS).
+    """
+    if watch.raised is not None:
+        raise watch.raised
+    if _asked_user(tool_context):
+        raise _NothingDone(answer, "the call asked the user first; it runs once answered")
+    name = tool._effectgate.tool_name
+    if not watch.called:
+        if _adk_own(tool._effectgate_base) and tool.func is tool._effectgate_watched:
+            raise _NothingDone(answer, "the tool answered without calling its function")
+        raise UnseenCall(f"{name} answered, but its function was not seen called")
+    if _flags_errors(tool._effectgate_base) and tool._detect_error_in_response(answer):
+        raise ErrorAnswer(f"{name} answered an error: {_shown(answer)}")
+    return answer
+
+
+def _shown(answer: Any) -> str:
+    text = repr(answer)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _adk_own(cls: type[FunctionTool]) -> bool:
+    """True for ADK's own tool classes (every class from ``cls`` up to ``FunctionTool``
+    defined in ``google.adk``): each path of their ``run_async`` to the function calls
+    ``self.func``, so a call unseen there did not happen."""
+    mro = cls.__mro__
+    return all(c.__module__.startswith("google.adk.")
+               for c in mro[: mro.index(FunctionTool) + 1])
+
+
+def _flags_errors(cls: type[FunctionTool]) -> bool:
+    """True when ``cls`` defines its own error answers (overrides ADK's
+    ``_detect_error_in_response``, whose ``{"error": ...}`` FunctionTool answers only for
+    calls it refused before the function ran)."""
+    return getattr(cls, "_detect_error_in_response", None) \
+        is not FunctionTool._detect_error_in_response
 
 
 def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] | None:
     """The plain sync function called with its arguments (ADK's own context parameter
     injected), to run with the gate on one worker thread; None for anything else (async,
     generators, a subclass's own ``run_async``, a tool confirmation of its own to ask)."""
-    func = getattr(tool, "func", None)
-    if tool._effectgate_base is not FunctionTool or func is None or not inspect.isfunction(func) \
+    func = tool._effectgate_func
+    if tool._effectgate_base is not FunctionTool or not inspect.isfunction(func) \
             or inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func) \
             or inspect.isasyncgenfunction(func) or tool._require_confirmation:
         return None
@@ -270,7 +420,10 @@ def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] |
         return None
 
     def call(arguments: Any) -> Any:
-        return func(**prepare(dict(arguments), tool_context))
+        answer = func(**prepare(dict(arguments), tool_context))
+        if _asked_user(tool_context):
+            raise _NothingDone(answer, "the call asked the user first; it runs once answered")
+        return answer
 
     return call
 
@@ -333,6 +486,12 @@ def gate_tool(tool: Any, key: str, *, gate: Gate | None = None,
         spec.check_names(model.model_fields, f"tool {inner.name!r}")
     gated = copy.copy(inner)
     gated.__class__ = _gated_class(type(inner))
+    gated._effectgate_func = inner.func  # type: ignore[attr-defined]
+    gated._effectgate_watched = None  # type: ignore[attr-defined]
+    if inner.func is not None:
+        unwrapped = getattr(getattr(inner, "_spec", None), "unwrapped_func", None)
+        gated.func = gated._effectgate_watched = _watched(  # type: ignore[attr-defined]
+            inner.func, unwrapped or inner.func)
     gated._effectgate = GatedCall(  # type: ignore[attr-defined]
         spec, inner.name, on_refusal=on_refusal, pause=keep_refusal)
     gated._effectgate_model = model  # type: ignore[attr-defined]

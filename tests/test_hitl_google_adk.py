@@ -17,6 +17,9 @@ import pytest
 
 pytest.importorskip("google.adk")
 
+from google.adk.tools import FunctionTool
+from google.adk.tools.tool_context import ToolContext
+
 import effectgate as eg
 
 from . import hitl_worker as worker
@@ -139,3 +142,70 @@ def test_below_the_threshold_there_is_no_pause_and_no_request(
                                               "refund")]], run_id="small"))
     assert out == {"c1": "refunded 500 on T2"} and len(lines(tmp_path / "ledger")) == 1
     assert hgate.list_approvals(state=None) == []
+
+
+def _transfer_tool(ledger: list[tuple[str, float]]) -> Any:
+    """A tool written as ADK's own confirmation sample writes it: the function asks for the
+    user's confirmation itself and returns; ADK calls it again once the user has answered."""
+    def transfer_funds(amount: float, recipient: str, tool_context: ToolContext) -> dict[str, str]:
+        """Transfer funds."""
+        if amount >= 100:
+            if not tool_context.tool_confirmation:
+                tool_context.request_confirmation(hint=f"Confirm ${amount} to {recipient}.")
+                return {"error": "This tool call requires confirmation, please approve or reject."}
+            if not tool_context.tool_confirmation.confirmed:
+                return {"error": "Transfer rejected by user."}
+        ledger.append((recipient, amount))
+        return {"result": f"Successfully transferred ${amount} to {recipient}"}
+
+    return FunctionTool(transfer_funds)
+
+
+def test_a_tool_that_asks_for_its_own_confirmation_runs_once_confirmed(gate: eg.Gate) -> None:
+    """The early "requires confirmation" answer is no result: the call is FAILED (nothing
+    done), so the confirmed call ADK makes again runs, once."""
+    import asyncio
+
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    from effectgate.integrations.google_adk import gate_tool
+
+    from .adapter_drivers import adk_model
+
+    ledger: list[tuple[str, float]] = []
+    tool = gate_tool(_transfer_tool(ledger), "transfer:{recipient}", gate=gate)
+
+    async def conversation() -> list[Any]:
+        agent = LlmAgent(name="bank", tools=[tool], model=adk_model(
+            [[("c1", {"amount": 200, "recipient": "Bob"}, "transfer_funds")]]))
+        runner = InMemoryRunner(agent=agent, app_name="bank")
+        await runner.session_service.create_session(app_name="bank", user_id="u",
+                                                    session_id="s")
+        answers: list[Any] = []
+        message = types.Content(role="user", parts=[types.Part(text="Send Bob $200")])
+        for _turn in range(2):
+            requests = []
+            async for event in runner.run_async(user_id="u", session_id="s",
+                                                new_message=message):
+                requests += [c for c in event.get_function_calls()
+                             if c.name == "adk_request_confirmation"]
+                answers += [r.response for r in event.get_function_responses()]
+            if not requests:
+                break
+            assert gate.get("transfer:Bob").state is eg.State.FAILED and ledger == []
+            [request] = requests
+            message = types.Content(role="user", parts=[types.Part(
+                function_response=types.FunctionResponse(
+                    id=request.id, name=request.name, response={"confirmed": True}))])
+        await runner.close()
+        return answers
+
+    answers = asyncio.run(conversation())
+    assert answers[0] == {"error": "This tool call requires confirmation, please approve "
+                                   "or reject."}
+    assert answers[-1] == {"result": "Successfully transferred $200.0 to Bob"}
+    assert ledger == [("Bob", 200.0)]
+    record = gate.get("transfer:Bob")
+    assert record.state is eg.State.COMMITTED and record.attempt == 2
