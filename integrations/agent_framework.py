@@ -10,18 +10,29 @@ approval requests.
   store before ``call_next()`` runs the function and its outcome recorded after; a duplicate is
   answered from the store **without calling the function**, as though it had just run; two
   identical calls in one turn run once and both get the result. Every other answer is the
-  tool result the model reads (wait, do not retry, ask a human). Tools are not wrapped, so the
-  model is sent exactly the tool definitions it would be sent without the gate;
+  tool result the model reads (wait, do not retry, ask a human). The outcome is the function's:
+  a call whose function never ran — a later middleware answered for it (a rate limiter, a
+  guardrail), or the framework refused it first (``max_invocations`` reached) — is recorded
+  FAILED and answered as it would be without the gate; to see that, a gated tool's function is
+  wrapped in place, once (as ``agent_framework.security`` wraps functions to label results).
+  The tool definitions are untouched: the model is sent exactly what it would be sent without
+  the gate. Installed twice on one call (at the agent and again at the run) the middleware
+  gates it once; two different ``EffectGateMiddleware`` gating one call are refused
+  (``ConfigError``, raised as ``MiddlewareFailure``: the run stops before the function runs);
 * an **agent middleware** that, as each run starts, reports once by name every function tool of
   the agent (and of the run) that has no effect declared, or with ``strict=True`` (or
   ``policy.strict``) refuses the run with ``ConfigError`` before any tool runs; it also hands the
   agent's name to the function middleware (the effect's ``agent_id``). The session id becomes
   the effect's ``run_id``.
 
-Arguments reach the gate as the framework validated them against the tool's input model
-(``"500"`` is ``500``, defaults filled in; an input model's fields by name or by alias).
-Arguments the input model does not validate are refused (the model is told which, and the
-function never runs): a middleware that repairs arguments goes before this one. So are
+The gate keys, hashes and prices exactly the arguments the function is called with: the
+framework's own preparation of the call (its input model validates the arguments once —
+``"500"`` is ``500``, a validator that changes a value runs once — and only the fields the model
+sent are handed on), with the function's own defaults for the fields left out, as they apply
+when it runs (not the input model's defaults). Arguments the framework would refuse (a value
+the input model does not validate; a field's name where the model takes only its alias) are
+refused before anything is reserved: the model is told which, and the function never runs. A
+middleware that repairs arguments goes before this one. So are
 arguments that name a variable of the experimental ``agent_framework.security`` (untrusted
 content the model sees only as an id, replaced with its value after every function middleware
 has run: an effect is never keyed on the id). The result stored is the function's: a single
@@ -43,7 +54,9 @@ answer to it. Resume with ``agent.run(Message(role="user", contents=[response]),
 session=session)``:
 
 * ``response = gate_mw.approve(request, by="alice")`` records the approval in the store (for the
-  payload hash of the request's arguments, checked) and returns the
+  payload hash of the request's arguments, checked: validated by the tool's input model as the
+  call's are — pass ``tool=`` in a process where this middleware has not gated a call of it
+  and its arguments are not plain JSON) and returns the
   ``function_approval_response``; ``gate_mw.reject(request, by=..., reason=...)`` records the
   denial (it stays denied) and returns the rejecting response. The framework never calls a
   rejected function, nor its middleware: a bare ``request.to_function_approval_response(False)``
@@ -59,13 +72,18 @@ session=session)``:
 
 This is **prevention**: the framework re-validates the approved call's arguments against the
 request it recorded, and the gate binds the approval to their payload hash when the call
-begins. The approval response carries no edit: to change the arguments, reject and let the
-model call again. ``pause=False`` keeps the plain answer (text with the approval id). A tool's
-own ``approval_mode="always_require"`` still applies first.
+begins. The request carries the arguments as JSON, which the framework validates again on the
+resume: a call whose JSON would not validate back to the same arguments (a validator that
+changes its value) is not paused but answered in text with the approval id, to be approved in
+the CLI or the console. The approval response carries no edit: to change the arguments, reject
+and let the model call again. ``pause=False`` keeps the plain answer (text with the approval
+id). A tool's own ``approval_mode="always_require"`` still applies first.
 
 It rests on ``MiddlewareBundle``, which agent-framework-core 1.23 marks experimental; install
 the bundle at the agent (a chat client installs only chat and function middleware and refuses
-a bundle with an agent member).
+a bundle with an agent member). It reads the framework's preparation of a call's arguments
+through private names of ``agent_framework._tools`` (those its own ``agent_framework.security``
+reads), as they are from 1.23 on.
 """
 
 from __future__ import annotations
@@ -73,11 +91,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
+import inspect
 import json
 import re
 import sys
+import threading
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from effectgate import (
@@ -87,6 +110,9 @@ from effectgate import (
     EffectSpec,
     Gate,
     InvalidTransition,
+    NotExecuted,
+    current_effect,
+    payload_hash,
 )
 
 from ._kernel import (
@@ -96,7 +122,7 @@ from ._kernel import (
     UngatedToolWarning,
     framework_context,
     invalid_arguments,
-    model_arguments,
+    model_message,
     read_declarations,
     report_ungated,
     requires_extra,
@@ -116,6 +142,15 @@ with requires_extra("agent_framework", "agent-framework"):
         FunctionTool,
         MiddlewareBundle,
         MiddlewareFailure,
+    )
+
+    # How the framework prepares a call's arguments for the function (its own
+    # agent_framework.security reads the same names): the gate keys on exactly those.
+    from agent_framework._tools import (
+        _PREPARED_ARGUMENTS_CONTEXT_KEY,
+        _argument_comparison_token,
+        _FunctionArgumentValidationError,
+        _PreparedArgumentsState,
     )
 
 __all__ = ["DEFAULT_APPROVER", "EffectGateMiddleware", "UngatedToolWarning"]
@@ -167,6 +202,9 @@ def _given(value: Any, tool: Any) -> Any:
 
 # -- the function middleware ------------------------------------------------------------------
 
+_GATED_BY = "effectgate_gated_by"
+"""The call's ``context.metadata`` key naming the :class:`EffectGateMiddleware` that gates it."""
+
 
 class _FunctionGate(FunctionMiddleware):
     """Gates each call of a declared tool (see the module docstring)."""
@@ -176,11 +214,20 @@ class _FunctionGate(FunctionMiddleware):
 
     async def process(self, context: Any, call_next: Callable[[], Awaitable[None]]) -> None:
         tool = context.function
-        gated = self.owner.gated_call(tool)
-        if gated is None:
+        declared = self.owner._declared(tool)
+        if declared is None:
             await call_next()  # not a declared effect
             return
-        arguments = _arguments(tool, context.arguments)
+        gated = declared.gated
+        holder = context.metadata.get(_GATED_BY)
+        if holder is self.owner:  # installed twice (the agent's and the run's): gated outside
+            await call_next()
+            return
+        if holder is not None:
+            raise _raise_as(ConfigError(
+                f"two EffectGateMiddleware gate this call of {gated.tool_name!r}: install one"))
+        context.metadata[_GATED_BY] = self.owner
+        arguments = _arguments(tool, context.arguments, context.metadata, declared.defaults)
         if not isinstance(arguments, Refused) and (named := _variables(arguments)):
             arguments = invalid_arguments(gated.tool_name, (
                 f"{', '.join(named)} name(s) a variable of agent_framework.security, whose value "
@@ -188,36 +235,61 @@ class _FunctionGate(FunctionMiddleware):
         if isinstance(arguments, Refused):  # never let through a call the gate cannot key
             context.result = gated.refuse(arguments).message
             return
-        session = getattr(context, "session", None)
-        owner = self.owner
+        watched = _watch(tool)
+        invocation = _Invocation()
 
         async def body() -> Any:
-            await call_next()
+            token = _invocation.set(invocation)
+            try:
+                await call_next()
+            except Exception as err:
+                if watched and not invocation.close():
+                    raise FunctionNotRun(gated.tool_name, invocation, err) from err
+                raise
+            finally:
+                _invocation.reset(token)
+            if watched and not invocation.close():
+                raise FunctionNotRun(gated.tool_name, invocation, None)
             return _stored(context.result)
+
+        try:
+            out = await self._gated(gated, arguments, body, context)
+        except FunctionNotRun as not_run:
+            out = not_run
+        if isinstance(out, FunctionNotRun):  # recorded FAILED: the framework answers
+            if out.__cause__ is not None:  # its own refusal, or another middleware's error
+                raise out.__cause__
+            if out.invocation is not invocation:  # a twin of a call whose function never ran
+                context.result = model_message("failed", out.key, out)
+            return  # the answer of the middleware that answered instead of the function
+        if isinstance(out, Refused) and out.kind == "approval_required" and self.owner.pause:
+            context.result = await _approval_request(declared, out, arguments, context)
+        elif isinstance(out, Refused):
+            context.result = gated.refuse(out).message
+        else:
+            context.result = _given(out, tool)
+
+    async def _gated(self, gated: GatedCall, arguments: Mapping[str, Any],
+                     body: Callable[[], Awaitable[Any]], context: Any) -> Any:
+        """The gated call's answer: a result, or a :class:`Refused`; a paused call resumed
+        with the framework's approval response is decided against the store first."""
+        owner = self.owner
 
         async def run(one: GatedCall, args: Any) -> Any:
             return await one.arun(args, body)
 
+        session = getattr(context, "session", None)
         with framework_context(getattr(session, "session_id", None), _agent.get()):
             response = context.metadata.get("approval_response")
-            if response is not None and owner.pause:
-                try:
-                    approval_id, digest = claimed(getattr(response, "additional_properties",
-                                                          None))
-                except ConfigError as err:
-                    raise _raise_as(err) from None
-                answer = Answer(bool(getattr(response, "approved", False)), owner.approver,
-                                approval_id=approval_id, payload_hash=digest)
-                out = await aresume(gated, arguments, answer, run)
-            else:
-                out = await run(gated, arguments)
-            if isinstance(out, Refused) and out.kind == "approval_required" and owner.pause:
-                context.result = await _approval_request(gated, out, arguments, context)
-                return
-        if isinstance(out, Refused):
-            context.result = gated.refuse(out).message
-            return
-        context.result = _given(out, tool)
+            if response is None or not owner.pause:
+                return await run(gated, arguments)
+            try:
+                approval_id, digest = claimed(getattr(response, "additional_properties", None))
+            except ConfigError as err:
+                raise _raise_as(err) from None
+            answer = Answer(bool(getattr(response, "approved", False)), owner.approver,
+                            approval_id=approval_id, payload_hash=digest)
+            return await aresume(gated, arguments, answer, run)
 
 
 _VARIABLE = re.compile(r"\bvar_[0-9a-fA-F]{8,}\b")  # agent_framework.security's variable ids
@@ -233,38 +305,177 @@ def _variables(arguments: Mapping[str, Any]) -> list[str]:
                   if _VARIABLE.search(value if isinstance(value, str) else repr(value)))
 
 
-def _arguments(tool: Any, raw: Any) -> dict[str, Any] | Refused:
-    """The call's arguments by name, validated by the tool's input model: keyed by field
-    name, as the framework hands on the arguments it validated, or by alias, as a provider
-    sent them when the framework could not. Arguments that validate neither way are refused:
-    the function never runs (the framework would refuse them too; a gate that assumed so
-    would let through, ungated, whatever it misread)."""
-    data = raw.model_dump() if isinstance(raw, pydantic.BaseModel) else raw
-    if data is None:  # no arguments, as the framework reads it
-        data = {}
-    name = str(getattr(tool, "name", "tool"))
-    if not isinstance(data, Mapping):
-        return invalid_arguments(name, f"arguments by name expected, not {type(data).__name__}")
-    model = getattr(tool, "input_model", None)
-    if model is None:
-        return dict(data)
+# -- the arguments the function is called with ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    """A declared tool as :class:`EffectGateMiddleware` gates it: its gated call, and the
+    defaults its function gives the fields a call leaves out."""
+
+    gated: GatedCall
+    defaults: Mapping[str, Any]
+
+
+def _function_defaults(tool: Any) -> dict[str, Any]:
+    """The defaults of the tool function's parameters that are fields of its input model: the
+    framework leaves out the fields the model did not send, so that these apply."""
+    func: Any = tool.func.func if isinstance(tool.func, FunctionTool) else tool.func
+    model = tool.input_model
+    fields = model.model_fields if model is not None else tool.parameters().get("properties", {})
     try:
-        return model_arguments(model, data, by_name=True)
-    except pydantic.ValidationError as err:
-        return invalid_arguments(name, err)
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # no function (declaration only), or one inspect cannot read
+        return {}
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p.default for p in parameters
+            if p.name in fields and p.kind in by_name and p.default is not p.empty}
 
 
-async def _approval_request(gated: GatedCall, refused: Refused, arguments: Mapping[str, Any],
-                            context: Any) -> Any:
-    """The framework's function approval request for a call the store holds for approval."""
+def _arguments(tool: Any, raw: Any, metadata: Mapping[str, Any],
+               defaults: Mapping[str, Any]) -> dict[str, Any] | Refused:
+    """The arguments the function will be called with, by name.
+
+    The framework prepares a call's arguments once (its input model validates them, and the
+    fields the model sent are handed on) and reuses that preparation while the arguments are
+    unchanged; otherwise (it could not validate them, or an earlier middleware changed them) it
+    prepares them again just before the function runs. This reads the same preparation, or
+    makes the one the framework will make, then adds the function's own ``defaults`` for the
+    fields left out. Arguments the framework would refuse are refused here: the function never
+    runs, and nothing is reserved.
+    """
+    current = FunctionTool._arguments_as_mapping(raw)
+    state = metadata.get(_PREPARED_ARGUMENTS_CONTEXT_KEY)
+    if (current is not None and isinstance(state, _PreparedArgumentsState)
+            and _argument_comparison_token(current) == state.token):
+        prepared = state.arguments
+    else:
+        try:
+            prepared = tool._prepare_arguments(raw)
+        except _FunctionArgumentValidationError as err:
+            cause = err.__cause__
+            return invalid_arguments(str(tool.name), cause if isinstance(
+                cause, pydantic.ValidationError) else str(err))
+    return dict(prepared) | {name: value for name, value in defaults.items()
+                             if name not in prepared}
+
+
+# -- did the function run? ------------------------------------------------------------------
+
+
+class _Invocation:
+    """A gated call's watch on its function: entered or not. Once the call is settled (closed)
+    the function can no longer be entered under it, so "never entered" stays true."""
+
+    __slots__ = ("_lock", "closed", "entered")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.entered = False
+        self.closed = False
+
+    def enter(self) -> bool:
+        """Mark the function entered; False once the call is settled."""
+        with self._lock:
+            self.entered = self.entered or not self.closed
+            return not self.closed
+
+    def close(self) -> bool:
+        """Settle the call: whether its function was entered."""
+        with self._lock:
+            self.closed = True
+            return self.entered
+
+
+_invocation: contextvars.ContextVar[_Invocation | None] = contextvars.ContextVar(
+    "effectgate_agent_framework_invocation", default=None)
+
+_WATCHING = "__effectgate_watching__"
+
+
+class FunctionNotRun(NotExecuted):
+    """A gated call whose function was never entered: a later middleware answered instead,
+    or the framework refused the call first (that error is the ``__cause__``). Recorded
+    FAILED, then answered as the framework would answer without the gate."""
+
+    def __init__(self, tool_name: str, invocation: _Invocation,
+                 error: BaseException | None) -> None:
+        reason = (f"{type(error).__name__} before it started" if error is not None
+                  else "another middleware answered for it")
+        super().__init__(f"the function of {tool_name!r} did not run: {reason}",
+                         key=current_effect().key)
+        self.invocation = invocation
+
+
+def _enter() -> contextvars.Token[_Invocation | None]:
+    """Mark the current gated call's function entered (refused once that call is settled);
+    the body runs outside the mark (the calls it makes are its own)."""
+    invocation = _invocation.get()
+    if invocation is not None and not invocation.enter():
+        raise NotExecuted("the gate has already recorded this call as not run")
+    return _invocation.set(None)
+
+
+def _watching(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func``, marking the gated call that enters it (:func:`_enter`); a coroutine function
+    when ``func`` is one, so the framework runs it as it would run ``func``."""
+    target = func.func if isinstance(func, FunctionTool) else func
+    watched: Callable[..., Any]
+    if inspect.iscoroutinefunction(target):
+        @functools.wraps(func)
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            token = _enter()
+            try:
+                result = func(*args, **kwargs)
+                return await result if inspect.isawaitable(result) else result
+            finally:
+                _invocation.reset(token)
+    else:
+        @functools.wraps(func)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            token = _enter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _invocation.reset(token)
+    setattr(watched, _WATCHING, True)
+    return watched
+
+
+_RUNS_FUNC = ("invoke", "__call__", "_invoke_function")
+
+
+def _watch(tool: Any) -> bool:
+    """Whether entering ``tool``'s function is seen: its ``func`` wrapped in place, once (as
+    the framework's own security labels wrap it; the tool's definition is untouched). False
+    for a ``FunctionTool`` subclass that may run something else: its outcome is recorded as
+    its call ends, as for any function."""
+    if tool.func is None or any(getattr(type(tool), name) is not getattr(FunctionTool, name)
+                                for name in _RUNS_FUNC):
+        return False
+    if not getattr(tool.func, _WATCHING, False):
+        tool.func = _watching(tool.func)
+    return True
+
+
+async def _approval_request(declared: _Declared, refused: Refused,
+                            arguments: Mapping[str, Any], context: Any) -> Any:
+    """The framework's function approval request for a call the store holds for approval.
+
+    Its function call carries the arguments as JSON, which the framework validates again when
+    the approved call resumes: when that would not give back these arguments (a validator that
+    changes its value), the call is answered in text instead, as with ``pause=False``."""
+    gated = declared.gated
+    shown = pydantic.TypeAdapter(Any).dump_python(dict(arguments), mode="json")
+    again = _arguments(context.function, shown, {}, declared.defaults)
+    if isinstance(again, Refused) or payload_hash(again) != payload_hash(arguments):
+        return gated.refuse(refused).message
     review = await asyncio.to_thread(review_of, gated, refused, arguments)
     call_id = str(context.metadata.get("call_id") or review.approval_id)
     occurrence = context.metadata.get("function_call_occurrence_id")
     request_id = str(occurrence) if occurrence else f"{review.approval_id}:{call_id}"
-    call = Content.from_function_call(
-        call_id=call_id, name=gated.tool_name, id=request_id,
-        arguments=json.dumps(pydantic.TypeAdapter(Any).dump_python(
-            dict(arguments), mode="json")))
+    call = Content.from_function_call(call_id=call_id, name=gated.tool_name, id=request_id,
+                                      arguments=json.dumps(shown))
     return Content.from_function_approval_request(
         id=request_id, function_call=call,
         additional_properties={"effectgate": review.as_dict(), "arguments": review.arguments,
@@ -334,7 +545,7 @@ class EffectGateMiddleware(_Bundle):
         self.on_refusal = on_refusal
         self.pause = pause
         self.approver = approver
-        self._calls: dict[tuple[str, int], GatedCall] = {}
+        self._calls: weakref.WeakKeyDictionary[Any, _Declared] = weakref.WeakKeyDictionary()
         self.function_middleware: FunctionMiddleware = _FunctionGate(self)
         """The bundle's function middleware alone (what gates a call)."""
         super().__init__([_RunScope(self), self.function_middleware])
@@ -349,37 +560,48 @@ class EffectGateMiddleware(_Bundle):
 
     def gated_call(self, tool: Any) -> GatedCall | None:
         """The gated call of a declared tool (None for an undeclared or read-only one)."""
+        declared = self._declared(tool)
+        return None if declared is None else declared.gated
+
+    def _declared(self, tool: Any) -> _Declared | None:
         name = getattr(tool, "name", None)
-        if not isinstance(name, str):
+        if not isinstance(name, str) or not isinstance(tool, FunctionTool):
             return None
         entry = self.declarations.effects.get(name)
         if entry is None:
             return None
-        slot = (name, id(tool))
-        gated = self._calls.get(slot)
-        if gated is None:
+        declared = self._calls.get(tool)
+        if declared is None or declared.gated.tool_name != name:
             spec = entry.spec or entry.build(self.gate)
-            model = getattr(tool, "input_model", None)
+            model = tool.input_model
             if model is not None and entry.spec is None:
                 spec.check_names(model.model_fields, f"tool {name!r}")
             on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
             gated = GatedCall(spec, name, on_refusal=on_refusal, raise_as=_raise_as,
-                              pause=keep_refusal)
-            self._calls[slot] = gated
-        return gated
+                              reraise_failed=(FunctionNotRun,), pause=keep_refusal)
+            declared = self._calls[tool] = _Declared(gated, _function_defaults(tool))
+        return declared
+
+    def _tool_named(self, name: str) -> Any:
+        """The last tool of that name this middleware gated a call of (None if none)."""
+        return next((t for t in reversed(list(self._calls.keys())) if t.name == name), None)
 
     # -- deciding a paused run's requests -----------------------------------------------------
 
-    def approve(self, request: Any, *, by: str = DEFAULT_APPROVER,
-                note: str | None = None) -> Any:
+    def approve(self, request: Any, *, by: str = DEFAULT_APPROVER, note: str | None = None,
+                tool: Any = None) -> Any:
         """Approve a paused call: recorded in the store (``gate.approve``, for the payload
         hash of the request's arguments, checked), then the framework's approving response.
 
-        A request already decided in the store stays as decided. ``ConfigError`` when
-        ``request`` is not a pending request of a gated tool; ``InvalidTransition`` when ``by``
-        may not approve it (a self-approval the policy forbids).
+        The request's arguments are validated as the call's are, by the tool's input model:
+        ``tool`` is the ``FunctionTool`` the request is for, needed only when this middleware
+        has not gated a call of it in this process and its arguments are not plain JSON (a
+        ``Decimal``, a date). A request already decided in the store stays as decided.
+        ``ConfigError`` when ``request`` is not a pending request of a gated tool;
+        ``InvalidTransition`` when ``by`` may not approve it (a self-approval the policy
+        forbids).
         """
-        record = self._record(request)
+        record = self._record(request, tool)
         if record is not None and record.state is ApprovalState.PENDING:
             try:
                 self.gate.approve(record.approval_id, by=by, note=note)
@@ -388,20 +610,22 @@ class EffectGateMiddleware(_Bundle):
                     raise
         return request.to_function_approval_response(True)
 
-    def reject(self, request: Any, *, by: str = DEFAULT_APPROVER,
-               reason: str | None = None) -> Any:
+    def reject(self, request: Any, *, by: str = DEFAULT_APPROVER, reason: str | None = None,
+               tool: Any = None) -> Any:
         """Reject a paused call: denied in the store (``gate.deny``; it stays denied), then the
-        framework's rejecting response (the function never runs)."""
-        record = self._record(request)
+        framework's rejecting response (the function never runs). ``tool`` as for
+        :meth:`approve`."""
+        record = self._record(request, tool)
         if record is not None:
             with contextlib.suppress(InvalidTransition):  # decided meanwhile: it stands
                 self.gate.deny(record.approval_id, by=by, reason=reason)
         return request.to_function_approval_response(False)
 
-    def _record(self, request: Any) -> Any:
+    def _record(self, request: Any, tool: Any) -> Any:
         """The store's approval request ``request`` names, checked against its call: the
-        tool's effect type, and the key and payload hash of its arguments. None for a request
-        the gate did not make (a tool's own ``approval_mode``)."""
+        tool's effect type, and the key and payload hash of its arguments as the call
+        validates them. None for a request the gate did not make (a tool's own
+        ``approval_mode``)."""
         if getattr(request, "type", None) != "function_approval_request":
             raise ConfigError("approve / reject take a function_approval_request content")
         approval_id, digest = claimed(getattr(request, "additional_properties", None))
@@ -409,14 +633,21 @@ class EffectGateMiddleware(_Bundle):
             return None
         call = getattr(request, "function_call", None)
         name = getattr(call, "name", None)
-        entry = self.declarations.effects.get(name) if isinstance(name, str) else None
-        if entry is None:
+        if not isinstance(name, str) or (entry := self.declarations.effects.get(name)) is None:
             raise ConfigError(f"the request is for {name!r}, which is not a gated tool")
+        tool = self._tool_named(name) if tool is None else tool
+        declared = None if tool is None else self._declared(tool)
+        if tool is not None and (declared is None or tool.name != name):
+            raise ConfigError(f"tool= must be the gated FunctionTool {name!r}, not {tool!r}")
         try:
             raw = getattr(call, "arguments", None)
             args = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
             if not isinstance(args, dict):
                 raise ValueError("not an object")
+            if declared is not None:
+                args = _arguments(tool, args, {}, declared.defaults)
+                if isinstance(args, Refused):
+                    raise args.error
             spec: EffectSpec = entry.spec or entry.build(self.gate)
             wanted = spec.request(args)
             record = self.gate.approval(approval_id)
@@ -425,5 +656,8 @@ class EffectGateMiddleware(_Bundle):
         if (record.effect_type, record.key, record.payload_hash) != (
                 spec.effect_type, wanted.key, wanted.payload_hash) or \
                 (digest is not None and digest != record.payload_hash):
-            raise ConfigError(f"approval {record.approval_id} is for other arguments")
+            hint = "" if declared is not None else (
+                f" (read as plain JSON: pass tool=, the FunctionTool {name!r}, to validate "
+                "them as the call does)")
+            raise ConfigError(f"approval {record.approval_id} is for other arguments{hint}")
         return record

@@ -10,14 +10,15 @@ ran on every retry with no record. Real ``Agent`` loop, scripted chat client, bo
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from decimal import Decimal
+from typing import Annotated, Any
 
 import pytest
 
 pytest.importorskip("agent_framework")
 
 from agent_framework import Agent, FunctionTool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 import effectgate as eg
 from effectgate.integrations.agent_framework import EffectGateMiddleware
@@ -176,3 +177,97 @@ def test_a_variable_of_the_security_middleware_is_never_a_key(gate: eg.Gate) -> 
         out = asyncio.run(one(f"run-{n}"))
         assert "variable of agent_framework.security" in out["c2"], out
     assert ledger == [] and snapshot(gate) == before
+
+
+# -- the arguments the function runs with, not a second validation of them -----------------
+
+APPROVE_FROM_1000_USD = {"effects": {"refund": {"approval": {
+    "at_or_above_micros": 1_000 * 1_000_000}}}}
+
+DollarsFromCents = Annotated[Decimal, BeforeValidator(lambda v: Decimal(v) / 100)]
+"""An amount the API takes in cents and the function works with in dollars."""
+
+
+def _paused(gate: eg.Gate, tool: Any, args: dict[str, Any], cost: Any) -> tuple[Any, Any]:
+    """Run one call of ``tool`` through a middleware pricing it with ``cost``: (the run's
+    approval requests, the function results)."""
+    middleware = EffectGateMiddleware({"refund": {"key": "refund:{txn_id}",
+                                                  "cost_micros": cost}}, gate=gate)
+
+    async def one() -> tuple[Any, Any]:
+        agent = Agent(client=af_client([[("c1", args)]]), name="billing", tools=[tool],
+                      middleware=[middleware])
+        response = await agent.run("refund T1", session=agent.create_session(session_id="s1"))
+        return response.user_input_requests, af_results(response.messages)
+
+    return asyncio.run(one())
+
+
+def test_a_value_changing_validator_runs_once_for_the_key_the_hash_and_the_price(
+        make_gate: Any) -> None:
+    """The framework validates the arguments once and calls the function with the result.
+    Validating that result again applied a cents-to-dollars validator twice: a $50,000 refund
+    was priced, hashed and approved as $500, under the $1,000 approval rule."""
+    from agent_framework import tool
+
+    gate = make_gate(policy=APPROVE_FROM_1000_USD)
+    ledger: list[tuple[str, Decimal]] = []
+
+    @tool
+    def refund(txn_id: str, amount: DollarsFromCents) -> str:
+        """Refund a transaction; ``amount`` in cents."""
+        ledger.append((txn_id, amount))
+        return f"refunded ${amount} on {txn_id}"
+
+    requests, results = _paused(gate, refund, {"txn_id": "T1", "amount": 5_000_000},
+                                lambda amount: int(amount * 1_000_000))
+    assert ledger == []
+    [approval] = gate.list_approvals()
+    assert approval.estimated_cost_micros == 50_000 * 1_000_000
+    assert approval.payload_hash == eg.payload_hash({"txn_id": "T1", "amount": Decimal(50000)})
+    # Shown as JSON (50000), the framework would validate the request back to $500 when it
+    # resumes: the run is not paused on it; the model is told to wait for the approval.
+    assert requests == [] and approval.approval_id in results["c1"]
+    gate.approve(approval.approval_id, by="alice")
+    _, results = _paused(gate, refund, {"txn_id": "T1", "amount": 5_000_000},
+                         lambda amount: int(amount * 1_000_000))
+    assert results["c1"] == "refunded $50000 on T1" and ledger == [("T1", Decimal(50000))]
+
+
+def test_the_functions_own_defaults_are_what_is_keyed_and_priced(make_gate: Any) -> None:
+    """The framework leaves out the fields the model did not send, so the function's own
+    defaults apply; the gate keyed and priced the input model's default instead (a full
+    $50,000 refund priced as $0)."""
+    gate = make_gate(policy=APPROVE_FROM_1000_USD)
+    ledger: list[tuple[str, int]] = []
+
+    class RefundArgs(BaseModel):
+        txn_id: str
+        amount_cents: int = Field(0, description="cents; leave out for a full refund")
+
+    def refund(txn_id: str, amount_cents: int = 5_000_000) -> str:
+        ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id}"
+
+    tool = FunctionTool(func=refund, name="refund", description="Refund.",
+                        input_model=RefundArgs)
+    requests, _ = _paused(gate, tool, {"txn_id": "T1"},
+                          lambda amount_cents: amount_cents * 10_000)
+    assert ledger == [] and len(requests) == 1
+    [approval] = gate.list_approvals()
+    assert approval.estimated_cost_micros == 50_000 * 1_000_000
+    assert approval.payload_hash == eg.payload_hash({"txn_id": "T1", "amount_cents": 5_000_000})
+
+
+def test_field_names_the_framework_refuses_are_refused_before_the_store(gate: eg.Gate) -> None:
+    """An input model with aliases only: the framework refuses the fields' names inside
+    ``call_next``, before the function runs. The gate accepted them, reserved the key, and
+    recorded the refusal AMBIGUOUS, blocking the refund for good."""
+    ledger: list[tuple[str, int]] = []
+    tool = _refund_tool(ledger, AliasedArgs)
+    before = snapshot(gate)
+    out = _run(gate, tool, "run-names", [("c1", {"txn_id": "T1", "amount_cents": 500})])
+    assert "invalid argument" in out["c1"] and ledger == [] and snapshot(gate) == before
+    again = _run(gate, tool, "run-aliases", [("c1", {"txnId": "T1", "amountCents": 500})])
+    assert again["c1"] == "refunded 500 on T1" and ledger == [("T1", 500)]
+    assert gate.get("refund:T1").state is eg.State.COMMITTED

@@ -153,3 +153,49 @@ def test_below_the_threshold_there_is_no_pause_and_no_request(
                                run_id="small")
     assert out == {"c1": "refunded 500 on T2"} and len(lines(tmp_path / "ledger")) == 1
     assert hgate.list_approvals(state=None) == []
+
+
+def test_approve_validates_the_requests_arguments_as_the_call_does(make_gate: Any) -> None:
+    """``approve`` hashed the request's JSON arguments without the tool's input model, so a
+    legitimate request with a ``Decimal`` argument ("12.50") was refused as being for other
+    arguments. Validated as the call is (by the tool this middleware gated, or ``tool=``),
+    it is approved, and the resumed call runs once."""
+    from decimal import Decimal
+
+    from agent_framework import Agent, Message, tool
+
+    from effectgate.integrations.agent_framework import EffectGateMiddleware
+
+    from .adapter_drivers import af_client, af_results
+
+    gate = make_gate(policy={"effects": {"refund": {"approval": {"always": True}}}})
+    paid: list[Decimal] = []
+
+    @tool
+    def refund(txn_id: str, amount: Decimal) -> str:
+        """Refund ``amount`` dollars."""
+        paid.append(amount)
+        return f"refunded {amount} on {txn_id}"
+
+    effects = {"refund": "refund:{txn_id}"}
+    middleware = EffectGateMiddleware(effects, gate=gate)
+
+    async def run(turns: Any, message: Any, session: Any = None) -> Any:
+        agent = Agent(client=af_client(turns), name="billing", tools=[refund],
+                      middleware=[middleware])
+        session = session or agent.create_session(session_id="s1")
+        return await agent.run(message, session=session), session
+
+    paused, session = asyncio.run(run([[("c1", {"txn_id": "T1", "amount": "12.50"})]],
+                                      "refund T1"))
+    [request] = paused.user_input_requests
+    reply = middleware.approve(request, by="alice")
+    # Another process's middleware, which has never gated the tool, is given it.
+    with pytest.raises(eg.ConfigError, match="tool="):
+        EffectGateMiddleware(effects, gate=gate).approve(request, by="alice")
+    EffectGateMiddleware(effects, gate=gate).approve(request, by="alice", tool=refund)
+    [approval] = gate.list_approvals(state=None)
+    assert approval.state is eg.ApprovalState.APPROVED and approval.decided_by == "alice"
+    resumed, _ = asyncio.run(run([], Message(role="user", contents=[reply]), session))
+    assert af_results(resumed.messages) == {"c1": "refunded 12.50 on T1"}
+    assert paid == [Decimal("12.50")]
