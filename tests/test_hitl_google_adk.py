@@ -104,6 +104,29 @@ def test_a_rejection_executes_nothing_and_stays_denied(store_url: str, namespace
     assert lines(tmp_path / "ledger") == []
 
 
+def test_a_confirmation_arriving_after_its_request_expired_approves_nothing(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    """The resumed call opens a new request in the expired one's place, which nobody was
+    shown: the late yes approves nothing, and the model is told the new request waits (ADK
+    opens no second confirmation from a confirmed call; a call made again pauses on it)."""
+    from sqlalchemy import text
+
+    here(hgate, tmp_path, "start")
+    [shown] = hgate.list_approvals()
+    with hgate.store.engine.begin() as conn:
+        conn.execute(text("UPDATE effectgate_approvals SET expires_at = expires_at - 1000000 "
+                          "WHERE namespace = :ns AND id = :id"),
+                     {"ns": hgate.namespace, "id": shown.approval_id})
+    out = here(hgate, tmp_path, "resume", {"confirmed": True})
+    assert lines(tmp_path / "ledger") == []
+    [pending] = hgate.list_approvals()
+    assert pending.approval_id != shown.approval_id
+    [said] = out["tool_results"]
+    assert said["error"].startswith("WAITING FOR APPROVAL") and pending.approval_id in \
+        said["error"]
+    assert pending.state is eg.ApprovalState.PENDING
+
+
 @pytest.mark.parametrize("named", [
     {"effectgate": {"approval_id": "apr_forged"}},
     {"effectgate": {"payload_hash": "0" * 64}},

@@ -30,6 +30,7 @@ from effectgate import (
     EffectRefused,
     EffectSpec,
     Outcome,
+    PayloadError,
     PayloadMismatch,
     classify_body,
     current_effect,
@@ -236,7 +237,7 @@ class GatedCall:
                 if kind == "approval_required" or (kind == "denied" and self.pause is not None):
                     return self.approval(refused)
                 return self._refuse(refused)
-            if isinstance(exc, (EffectKeyError, PayloadMismatch)):
+            if isinstance(exc, (EffectKeyError, PayloadError, PayloadMismatch)):
                 key = exc.key or self._key(arguments)
                 kind = "conflict" if isinstance(exc, PayloadMismatch) else "invalid"
                 return self._refuse(Refused(kind, model_message(kind, key, exc), exc, key))
