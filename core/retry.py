@@ -20,7 +20,9 @@ Retried by default:
 Never retried, whatever ``retry=`` says (the veto wraps any predicate you pass, and survives
 ``copy()`` / ``retry_with``): :class:`EffectAmbiguous` (nobody knows whether it happened),
 :class:`ApprovalRequired`, :class:`EffectDenied`, and the errors no retry can fix
-(:class:`PayloadMismatch`, :class:`EffectKeyError`, :class:`ConfigError`, :class:`StaleLease`).
+(:class:`PayloadMismatch`, :class:`EffectKeyError`, :class:`ConfigError`, :class:`StaleLease`)
+— also when one of them, or an error a gate recorded AMBIGUOUS, is the cause or context of
+the error raised, or a leaf of an exception group (:func:`never_retry`).
 The error is re-raised as is (``reraise=True`` by default), not wrapped in ``RetryError``.
 An exception the classifiers call AMBIGUOUS is not retried by default either; if you widen
 ``retry=`` to include it, the next attempt is refused by the gate with :class:`EffectAmbiguous`,
@@ -56,6 +58,7 @@ __all__ = [
     "AsyncEffectRetrying",
     "EffectRetrying",
     "is_retryable",
+    "never_retry",
     "retry_effect",
     "retry_if_retryable",
     "wait_retry_after",
@@ -73,9 +76,35 @@ NEVER_RETRY: tuple[type[BaseException], ...] = (
 DEFAULT_ATTEMPTS = 5
 
 
+_MAX_LINKS = 64
+
+
+def never_retry(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or carries, an error no retry may follow: one of
+    :data:`NEVER_RETRY`, or an error a gate recorded AMBIGUOUS — itself, in its cause or
+    context chain (``raise ToolError(...) from err``), or among an exception group's leaves
+    (a ``TaskGroup`` that wrapped a blocked call)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo and len(seen) < _MAX_LINKS:
+        one = todo.pop()
+        if id(one) in seen:
+            continue
+        seen.add(id(one))
+        if isinstance(one, NEVER_RETRY) or recorded_outcome(one) is Outcome.AMBIGUOUS:
+            return True
+        if isinstance(one, BaseExceptionGroup):
+            todo.extend(one.exceptions)
+        if one.__cause__ is not None:
+            todo.append(one.__cause__)
+        if one.__context__ is not None and not one.__suppress_context__:
+            todo.append(one.__context__)
+    return False
+
+
 def is_retryable(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> bool:
     """True when retrying after ``exc`` is safe and may help (see the module docstring)."""
-    if isinstance(exc, NEVER_RETRY):
+    if never_retry(exc):
         return False
     if isinstance(exc, (EffectInFlight, StoreError)):
         return True
@@ -103,8 +132,10 @@ class retry_if_retryable(tenacity.retry_base):
 
 def _vetoed(retry_state: RetryCallState) -> bool:
     outcome = retry_state.outcome
-    return bool(outcome is not None and outcome.failed
-                and isinstance(outcome.exception(), NEVER_RETRY))
+    if outcome is None or not outcome.failed:
+        return False
+    exc = outcome.exception()
+    return exc is not None and never_retry(exc)
 
 
 class _Veto(tenacity.retry_base):

@@ -85,6 +85,55 @@ def test_never_retried_errors_survive_any_retry_predicate(error: BaseException) 
     assert len(fn.calls) == 2  # one call per policy: never a second attempt
 
 
+def _wrapped(inner: BaseException, how: str) -> BaseException:
+    """``inner`` as a framework or a TaskGroup hands it on."""
+    if how == "group":
+        return ExceptionGroup("unhandled errors in a TaskGroup", [ValueError("sibling"), inner])
+    try:
+        try:
+            raise inner
+        except BaseException as err:
+            if how == "cause":
+                raise RuntimeError("tool failed") from err
+            raise RuntimeError("while handling it")  # noqa: B904 - the implicit context is the case
+    except RuntimeError as outer:
+        return outer
+
+
+@pytest.mark.parametrize("how", ["group", "cause", "context"])
+def test_a_never_retried_error_inside_a_group_or_a_chain_is_not_retried(gate: eg.Gate,
+                                                                         how: str) -> None:
+    """A blocked call wrapped by a TaskGroup, or by a framework's ``raise ... from``, stops the
+    loop: sibling work around it is not done again and again."""
+    ambiguous = eg.EffectAmbiguous("unknown", key="k")
+    fn = flaky([_wrapped(ambiguous, how), _wrapped(ambiguous, how)])
+    for policy in (EffectRetrying(retry=tenacity.retry_always, wait=wait_none()),
+                   EffectRetrying(wait=wait_none())):
+        with pytest.raises((ExceptionGroup, RuntimeError)):  # re-raised as it was
+            policy(fn)
+    assert len(fn.calls) == 2
+
+    @gate.effect("charge:{n}", effect_type="payment.charge")
+    def charge(n: int) -> None:
+        raise TimeoutError("the reply was lost")  # recorded AMBIGUOUS by the gate
+
+    def workflow() -> None:
+        try:
+            charge(1)
+        except TimeoutError as err:
+            raise RuntimeError("the step failed") from err
+
+    calls: list[int] = []
+
+    def counted() -> None:
+        calls.append(1)
+        workflow()
+
+    with pytest.raises(RuntimeError):
+        EffectRetrying(retry=tenacity.retry_always, wait=wait_none())(counted)
+    assert calls == [1]
+
+
 def test_in_flight_waits_its_retry_after_seconds_then_gets_the_stored_result(
         gate: eg.Gate) -> None:
     holder = gate.begin(effect_type="payment.refund", key="refund:T1", payload=REFUND,
