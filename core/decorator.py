@@ -168,7 +168,11 @@ class EffectSpec:
                 raise ConfigError(f"cost_micros for {key!r} raised {err!r}", key=key) from err
         compensation = self.compensation
         if callable(compensation):
-            compensation = compensation(**arguments)
+            try:
+                compensation = compensation(**arguments)
+            except Exception as err:
+                raise ConfigError(f"compensation for {key!r} raised {type(err).__name__}",
+                                  key=key) from err
         return self.gate._checked_request(
             self.kind, key, self.template.normalise(arguments),
             group_key=self.group_template.render(arguments) if self.group_template else None,

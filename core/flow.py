@@ -36,7 +36,7 @@ from ._commands import (
     Write,
 )
 from .decide import Answer, Move, ReadApproval
-from .errors import ConfigError, InvalidTransition, PayloadError, StoreError
+from .errors import PayloadError, StoreError
 from .memo import CommittedMemo, MemoEntry
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
 from .payload import canonical_json, result_json
@@ -264,7 +264,7 @@ def reconcile_steps(parts: Parts, row: EffectHead, *,
             outcome is Outcome.COMMITTED and found.result is not None) else None
         note = parts.redact(validate.text(found.note, "note", validate.MAX_TEXT))
         res = decide.resolution(row, outcome)
-    except (ConfigError, PayloadError, InvalidTransition) as err:
+    except Exception as err:  # junk the hook returned, a redactor that raised: it failed
         yield _hook_failed(parts, fn, row, err)
         return None
     name = ((f"{by} via " if by else "") + f"reconciler:{_name(fn)}")[:256]

@@ -317,6 +317,44 @@ def test_the_default_grace_is_the_lapsed_holders_lease_not_the_askers(gate: eg.G
     assert late.vendor_idempotency_key == held.vendor_idempotency_key
 
 
+class _LowerRaises(str):
+    def lower(self) -> str:
+        raise ValueError("boom")
+
+
+class _EqRaises:
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("junk", [_LowerRaises("committed"), eg.Reconciled(_EqRaises())],
+                         ids=["lower raises", "eq raises"])
+def test_a_reconcile_hook_whose_answer_raises_leaves_the_effect_blocked(
+        make_gate: Any, junk: Any) -> None:
+    gate = make_gate()
+    gate.reconciler("payment.*")(lambda record: junk)
+    d = begin(gate)
+    gate.report(d, "ambiguous", error="reply lost")
+    assert begin(gate).decision is eg.Decision.BLOCKED
+    assert gate.get(d.key).state is eg.State.AMBIGUOUS
+
+
+def test_a_compensation_callable_that_raises_is_a_config_error_and_runs_nothing(
+        gate: eg.Gate) -> None:
+    ran: list[str] = []
+
+    @gate.effect("book:{trip}", effect_type="booking.car", group_key="trip:{trip}",
+                 compensation=lambda trip: ["undo"][5])
+    def book(trip: str) -> None:
+        ran.append(trip)
+
+    with pytest.raises(eg.ConfigError, match="compensation for 'book:t1' raised IndexError"):
+        book("t1")
+    assert ran == [] and gate.list_effects() == []
+
+
 def test_resolve_rules(gate: eg.Gate) -> None:
     d = begin(gate)
     gate.report(d, "committed", result=1)
