@@ -515,8 +515,8 @@ class Gate:
         try:
             count = self._store.prune(self.namespace, seconds)
         finally:  # a prune whose reply was lost may have pruned: forget either way
-            for gate in list(_GATES):  # every gate of this process on this store and namespace
-                if gate.namespace == self.namespace and gate._store.url == self._store.url:
+            for gate in list(_GATES):  # this process's gates on this store, by any URL
+                if gate.namespace == self.namespace and gate._store.secret == self._store.secret:
                     gate._memo.clear()
         log.info("pruned %d effects older than %s", count, older_than)
         return count

@@ -216,6 +216,19 @@ def test_prune_makes_every_gate_of_the_process_forget_its_memo(make_gate: Any) -
         assert again.decision is eg.Decision.DUPLICATE and again.result is None
 
 
+def test_prune_forgets_the_memo_of_a_gate_on_the_same_file_by_another_url(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with eg.Gate(f"sqlite:///{tmp_path}/e.db", policy=False) as a, \
+            eg.Gate("sqlite:///e.db", policy=False) as b:
+        d = a.begin(effect_type="t", key="m:1", payload={})
+        a.report(d, "committed", result={"to": "alice@example.com"})
+        assert b.begin(effect_type="t", key="m:1", payload={}).result == {
+            "to": "alice@example.com"}  # remembered by b
+        assert a.prune(datetime.timedelta(0)) == 1
+        assert b.begin(effect_type="t", key="m:1", payload={}).result is None
+
+
 def test_a_prune_whose_reply_is_lost_still_forgets_the_memo(make_gate: Any) -> None:
     """The store pruned, the reply never came: the memo must not keep serving what the
     store no longer holds."""
