@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import validate
 from .context import run_context
-from .errors import ConfigError
+from .errors import ConfigError, PayloadError
 from .governance import evaluate
 from .payload import canonical_json, payload_hash
 from .request import Request
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .governance import Governance
     from .policy import Policy
 
-__all__ = ["EffectKind", "build_request", "effect_kind"]
+__all__ = ["MAX_COMPENSATION", "EffectKind", "build_request", "effect_kind"]
 
 
 class EffectKind(NamedTuple):
@@ -110,9 +110,21 @@ def build_request(
         None if run_id is None else text(run_id, "run_id", 256),
         None if agent_id is None else text(agent_id, "agent_id", 256),
         None if group_key is None else text(group_key, "group_key", 512),
-        None if compensation is None else canonical_json(compensation, "compensation"),
+        None if compensation is None else _compensation(compensation),
         compensates_effect_id, cost, gov, payload, kind.redact_arguments,
     ))
 
 
 _new_request = tuple.__new__
+
+MAX_COMPENSATION = 65_536
+"""The most characters an undo's description (``compensation``, canonical JSON) may hold: it
+is kept in the effect's row for as long as the effect is."""
+
+
+def _compensation(value: Any) -> str:
+    text = canonical_json(value, "compensation")
+    if len(text) > MAX_COMPENSATION:
+        raise PayloadError(f"compensation is at most {MAX_COMPENSATION} characters of JSON; "
+                           f"this one has {len(text)}: store a reference to the undo instead")
+    return text

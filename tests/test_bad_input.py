@@ -455,6 +455,8 @@ CASES += [
                               force=True), E.PayloadError),
     ("compensation nested 5,000 deep", lambda s: s.begin(compensation=_nested(5_000)),
      E.PayloadError),
+    ("compensation of 10 MB", lambda s: s.begin(compensation={"undo": "x" * 10_000_000}),
+     E.PayloadError),
     # -- key templates that walk into the program ---------------------------------------------
     ("template reads a dunder attribute",
      lambda s: s.run("refund:{order.__class__}", {"order": _Order()}), E.EffectKeyError),
