@@ -570,9 +570,12 @@ def from_env() -> Webhooks | None:
 
 
 def _filled(notice: Notice) -> Notice:
-    """A notice from a bare-lease report lacks the effect's id and type: read them (on the
-    delivery thread)."""
-    if notice.effect_id is not None or notice.store is None:
+    """What a notice's maker did not know, read (on the delivery thread): a bare-lease
+    report's effect id and type; an AMBIGUOUS notice's run and agent (a lapse is observed from
+    the effect's head, a report from the holder's decision: neither carries them)."""
+    bare = notice.effect_id is None
+    if notice.store is None or not (bare or (
+            notice.event == AMBIGUOUS and notice.run_id is None and notice.agent_id is None)):
         return notice
     try:
         row = notice.store.get(notice.namespace, notice.key)
@@ -580,6 +583,8 @@ def _filled(notice: Notice) -> Notice:
         return notice
     if row is None:
         return notice
+    if not bare:
+        return notice._replace(run_id=row.run_id, agent_id=row.agent_id)
     return notice._replace(effect_id=row.id, effect_type=row.effect_type, attempt=row.attempt,
                            run_id=row.run_id, agent_id=row.agent_id)
 

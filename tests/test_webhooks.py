@@ -137,7 +137,7 @@ def test_a_lapsed_lease_posts_ambiguous_with_the_effect_page(make_gate: Any,
     wh = hooks(receiver.url)
     gate = make_gate(webhooks=wh)
     d = gate.begin(effect_type="payment.refund", key="refund:lapse", payload={},
-                   lease_seconds=0.2)
+                   lease_seconds=0.2, run_id="run-7", agent_id="bot-2")
     time.sleep(0.35)
     blocked = gate.begin(effect_type="payment.refund", key="refund:lapse", payload={})
     assert blocked.decision is eg.Decision.BLOCKED
@@ -146,6 +146,7 @@ def test_a_lapsed_lease_posts_ambiguous_with_the_effect_page(make_gate: Any,
     assert body["event"] == "ambiguous" and body["reason"] == "lease lapsed"
     assert body["url"] == f"https://console.example.com/eg/effects/{d.effect_id}"
     assert body["state"] == "ambiguous" and body["attempt"] == 1
+    assert (body["run_id"], body["agent_id"]) == ("run-7", "bot-2")  # the lapsed attempt's
     gate.report(d, "ambiguous", error="the late holder does not know either")
     assert wh.flush(10) and len(receiver.got) == 1  # one event for people, not two
 
@@ -166,6 +167,7 @@ def test_a_body_error_of_unknown_outcome_posts_ambiguous_with_a_redacted_error(
     assert body["event"] == "ambiguous" and body["key"] == "refund:t9"
     assert "TimeoutError" in body["reason"] and "SECRET42" not in json.dumps(body)
     assert body["effect_type"] == "payment.refund"
+    assert body["run_id"] is None and body["agent_id"] is None  # none were given
 
 
 async def test_async_report_over_a_bare_lease_is_filled_in_off_the_callers_thread(
