@@ -420,6 +420,9 @@ async def test_gateway_over_http_says_where_it_listens_and_gates_the_same(
             served.lines)
     assert [decision(a) for a in seen] == ["execute", "duplicate"]
     assert upstream.lines() == ["sms:+6:hi"]
+    with open_gate(store_url, namespace) as gate:  # recorded for the agent its token proves
+        [effect] = gate.list_effects()
+        assert effect.agent_id == "gw-agent"
 
 
 def test_gateway_no_auth_only_on_localhost(upstream: Upstream, store_url: str) -> None:

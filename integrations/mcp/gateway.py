@@ -48,6 +48,7 @@ from pydantic import BaseModel
 
 import effectgate as eg
 
+from .._kernel.context import framework_context
 from .._kernel.twins import registry as twins
 from .._kernel.vocabulary import UPSTREAM_AMBIGUOUS, UPSTREAM_FAILED, gateway_hint
 from .identity import UpstreamIdentity, choose_rule
@@ -66,6 +67,7 @@ from .relay import (
 )
 from .results import stored_result
 from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
+from .transport import caller
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
 from .upstream_tasks import TaskCall, UpstreamTasks, task_ref
 from .writes import Kind, Verdict, classify
@@ -581,7 +583,8 @@ class Gateway:
 
         async def attempt() -> Any:
             try:
-                return await spec.arun(keyed, body)
+                with framework_context(agent_id=_agent_name()):
+                    return await spec.arun(keyed, body)
             except eg.ApprovalRequired as err:
                 asked = await self.rounds.answer(ctx, retry, tool=tool.name,
                                                  arguments=arguments, key=err.key or "",
@@ -590,7 +593,8 @@ class Gateway:
                     raise AskClient(asked) from err
                 if not asked and not await self._elicit(ctx, err):
                     raise
-                return await spec.arun(keyed, body)  # decided on the console: ask again
+                with framework_context(agent_id=_agent_name()):  # decided on the console
+                    return await spec.arun(keyed, body)
 
         async def answer() -> types.CallToolResult:
             return await self._answer(spec, keyed, lease, attempt, ran, modern=(
@@ -850,6 +854,14 @@ def _short(text: str, limit: int = 80) -> str:
 
 def _text(result: types.CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+
+def _agent_name() -> str | None:
+    """The agent a gated call is recorded for: the authenticated caller over HTTP (its bearer
+    token's principal); None over stdio or ``--no-auth``, where nobody proved a name."""
+    who = caller()
+    return None if who is None else who.name
 
 
 def _error(answer: Mapping[str, Any]) -> types.CallToolResult:
