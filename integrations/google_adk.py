@@ -53,8 +53,11 @@ name and arguments against the session history and calls the tool again with
 * otherwise ``confirmed=True`` records the approval (by ``approver=``, default
   :data:`DEFAULT_APPROVER`) for the payload hash of the arguments the call brings and executes
   them once; ``confirmed=False`` records the denial (``gate.deny``), and it stays denied;
-* a confirmation payload that echoes an ``effectgate`` approval id or payload hash must name
-  the store's pending request for these arguments, or nothing is approved;
+* the answer is bound to the request its pause showed, as the session recorded it (the
+  ``adk_request_confirmation`` call's payload, kept server-side): a pending request other than
+  that one (opened after the shown one expired, by this resume or a replay of it) is not
+  approved, and the model is told it waits; a confirmation payload that echoes an
+  ``effectgate`` approval id or payload hash must name that request too;
 * a replayed resume (the same session snapshot restored elsewhere: ADK drops a consumed
   confirmation only within one session) gets the stored result, not a second refund.
 
@@ -175,10 +178,14 @@ class _Gated:
                 if confirmation is not None and self._effectgate_pause:
                     try:
                         approval_id, digest = claimed(confirmation.payload)
+                        shown_id, shown_digest = claimed(_paused_on(tool_context))
                     except ConfigError as err:
                         return {"error": model_message("invalid", None, err)}
+                    if approval_id is not None and shown_id not in (None, approval_id):
+                        shown_id = approval_id  # the client names another: refused as such
                     answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
-                                    approval_id=approval_id, payload_hash=digest)
+                                    approval_id=shown_id or approval_id,
+                                    payload_hash=digest or shown_digest)
                     out = await aresume(gated, arguments, answer, run)
                 else:
                     out = await run(gated, arguments)
@@ -238,6 +245,23 @@ class _Gated:
             payload={"effectgate": review.as_dict(), "arguments": review.arguments})
         tool_context.actions.skip_summarization = True
         return {"error": refused.message}
+
+
+def _paused_on(tool_context: ToolContext) -> Any:
+    """The payload of the confirmation this call paused on, as the session recorded it (the
+    ``adk_request_confirmation`` call ADK made for this function call id: written by the
+    pause, kept server-side, never the client's say); None when there is none."""
+    call_id = getattr(tool_context, "function_call_id", None)
+    session = getattr(tool_context, "session", None)
+    for event in reversed(getattr(session, "events", None) or ()):
+        for call in event.get_function_calls() or ():
+            args = call.args if call.name == "adk_request_confirmation" else None
+            original = args.get("originalFunctionCall") if isinstance(args, dict) else None
+            if isinstance(original, dict) and call_id is not None and \
+                    original.get("id") == call_id:
+                shown = args.get("toolConfirmation")  # type: ignore[union-attr]
+                return shown.get("payload") if isinstance(shown, dict) else None
+    return None
 
 
 class _Watch:

@@ -112,6 +112,7 @@ def test_a_confirmation_arriving_after_its_request_expired_approves_nothing(
     from sqlalchemy import text
 
     here(hgate, tmp_path, "start")
+    shutil.copy(tmp_path / "state.json", tmp_path / "paused.db")
     [shown] = hgate.list_approvals()
     with hgate.store.engine.begin() as conn:
         conn.execute(text("UPDATE effectgate_approvals SET expires_at = expires_at - 1000000 "
@@ -125,6 +126,13 @@ def test_a_confirmation_arriving_after_its_request_expired_approves_nothing(
     assert said["error"].startswith("WAITING FOR APPROVAL") and pending.approval_id in \
         said["error"]
     assert pending.state is eg.ApprovalState.PENDING
+    # The paused session answered again (a replay, a racing resumer): the answer is bound to
+    # the request the session recorded showing, never to the new one.
+    shutil.copy(tmp_path / "paused.db", tmp_path / "state.json")
+    again = here(hgate, tmp_path, "resume", {"confirmed": True})
+    assert again["tool_results"][-1]["error"].startswith("DENIED")
+    assert lines(tmp_path / "ledger") == []
+    assert hgate.approval(pending.approval_id).state is eg.ApprovalState.PENDING
 
 
 @pytest.mark.parametrize("named", [

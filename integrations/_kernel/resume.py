@@ -11,9 +11,10 @@ the pause showed, the approval id and payload hash. :func:`aresume`:
 2. only while the request is still pending is the answer applied (:func:`.review.aapply`),
    and only when what it names is the store's own request for these arguments: an approval id
    or payload hash other than the pending request's is refused and changes nothing;
-3. a request the resumed call's own begin opened (the one shown expired meanwhile, or none
-   was shown) was never seen by whoever answered: the answer is not applied, and the call
-   answers ``approval_required`` for the adapter to pause on it again.
+3. an answer is bound to the request its pause showed: one that names no approval id, or
+   meets a request the resumed call's own begin opened (the one shown expired meanwhile), was
+   not given to this request; it is not applied, and the call answers ``approval_required``
+   (the request waits; the adapter pauses on it again where the framework can).
 
 The arguments the approval binds are the ones the call brings (their payload hash), so what
 executes is what was approved: prevention, not attribution.
@@ -82,8 +83,8 @@ async def aresume(gated: GatedCall, arguments: Mapping[str, Any], answer: Answer
     out = await run(gated, arguments)
     if not (isinstance(out, Refused) and out.kind == "approval_required"):
         return out
-    if getattr(out.error, "reason", None) == APPROVAL_REQUESTED:
-        return out  # this resume's own begin opened the request: the answer was to another
+    if answer.approval_id is None or getattr(out.error, "reason", None) == APPROVAL_REQUESTED:
+        return out  # it names no request, or this resume's own begin opened this one
     review = await asyncio.to_thread(review_of, gated, out, arguments)
     if answer.approval_id is not None and answer.approval_id != review.approval_id:
         return _other_request(review.key)
