@@ -393,7 +393,13 @@ def _outcome(tool: Any, watch: _Watch, answer: Any, tool_context: ToolContext) -
       :class:`UnseenCall` (AMBIGUOUS) where not;
     * the tool flags its answer as an error and its class says what one is (it overrides
       ``_detect_error_in_response``, as ``GoogleTool`` does): :class:`ErrorAnswer` (AMBIGUOUS).
+
+    A generator not run yet (a streaming tool in live mode, which ADK iterates after
+    ``run_async`` returned) is handed on as it is: work that would run outside the gate, which
+    the gate records AMBIGUOUS and refuses (never FAILED: it would run on every repeat).
     """
+    if inspect.isgenerator(answer) or inspect.isasyncgen(answer):
+        return answer  # a stream not run yet (live mode): the gate refuses unfinished work
     if watch.raised is not None:
         raise watch.raised
     if _asked_user(tool_context):

@@ -23,6 +23,7 @@ backends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -255,3 +256,46 @@ def test_a_google_tool_success_commits_once(gate: eg.Gate) -> None:
     tool = gate_tool(_google_tool(ledger, None), "insert:{table}:{row_id}", gate=gate)
     assert _insert(tool, "c1", "s1") == _insert(tool, "c2", "s2") == '{"status": "SUCCESS"}'
     assert ledger == ["r1"] and gate.get("insert:t:r1").state is eg.State.COMMITTED
+
+
+def test_a_streaming_tool_in_live_mode_is_never_failed_and_run_again(gate: eg.Gate) -> None:
+    """In live mode ADK iterates an async-generator tool after ``run_async`` returned, outside
+    the gate: that is refused as unfinished work (AMBIGUOUS), never recorded FAILED while the
+    stream runs anyway, again on every repeat."""
+    from google.adk.agents import LlmAgent
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.agents.live_request_queue import LiveRequestQueue
+    from google.adk.flows.llm_flows.tools._live_caller import _process_function_live_helper
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
+
+    ledger: list[str] = []
+
+    async def refund_stream(txn_id: str, amount_cents: int) -> Any:
+        """Refund, streaming progress."""
+        ledger.append(txn_id)
+        yield f"refunded {amount_cents} on {txn_id}"
+
+    tool = gate_tool(FunctionTool(refund_stream), "refund:{txn_id}", gate=gate)
+
+    async def live_call(call_id: str) -> None:
+        service = InMemorySessionService()
+        session = await service.create_session(app_name="a", user_id="u", session_id=call_id)
+        agent = LlmAgent(name="billing", model="gemini-2.0-flash", tools=[tool])
+        ic = InvocationContext(session_service=service, invocation_id="inv-" + call_id,
+                               agent=agent, session=session,
+                               live_request_queue=LiveRequestQueue())
+        call = types.FunctionCall(id=call_id, name=tool.name,
+                                  args={"txn_id": "T1", "amount_cents": 500})
+        with contextlib.suppress(Exception):  # how ADK answers the refusal is its business
+            await _process_function_live_helper(
+                tool, ToolContext(ic, function_call_id=call_id), call, dict(call.args), ic)
+        for entry in list((ic._active_background_tools or {}).values()):
+            with contextlib.suppress(BaseException):
+                await entry.task
+
+    for n in range(3):
+        asyncio.run(live_call(f"c{n}"))
+    record = gate.get("refund:T1")
+    assert record.state is eg.State.AMBIGUOUS and record.attempt == 1
+    assert ledger == []
