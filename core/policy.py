@@ -9,8 +9,6 @@
     per_day_micros = 500_000_000
 
     [effects."payment.*"]                # glob patterns allowed; the most specific one wins
-                                         # (an undo's type, "….compensate", only by a pattern
-                                         # ending in ".compensate")
     key = "refund:{txn_id}"              # template for tools with no decorator
     tools = ["refund"]                   # tool names it covers (gate_tools, the MCP gateway)
     vendor = "stripe"
@@ -64,7 +62,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .discovery import find_policy
 from .errors import EffectKeyError, PolicyError
 from .keys import KeyTemplate
-from .registry import type_matches
 from .validate import MAX_INT
 from .vendors import VENDOR_RULES
 
@@ -363,7 +360,7 @@ class Policy(_Strict):
         rule = self.effects.get(effect_type)
         if rule is None:
             for candidate in self._ordered:  # type: ignore[attr-defined]
-                if type_matches(effect_type, candidate.effect_type):
+                if fnmatch.fnmatchcase(effect_type, candidate.effect_type):
                     rule = candidate
                     break
         cache[effect_type] = rule

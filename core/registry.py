@@ -1,6 +1,6 @@
 """Hooks registered per effect type (reconcilers, compensators): an exact name, else the most
-specific glob pattern that matches (:func:`type_matches`, the one glob rule for effect types,
-which policy rules follow too)."""
+specific glob pattern that matches (:func:`type_matches`: a hook for a saga's steps never
+answers for their undos)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ UNDO_SUFFIX = ".compensate"
 
 
 def type_matches(effect_type: str, pattern: str) -> bool:
-    """Whether the glob ``pattern`` covers ``effect_type``. An undo's type is covered only by
-    a pattern written for undos (ending in :data:`UNDO_SUFFIX`): ``booking.*`` is the steps'
-    rule or hook, and must not deny an unwind or answer for an undo (a booking reconciler asked
-    about a cancellation says the opposite)."""
+    """Whether the hook pattern ``pattern`` covers ``effect_type``. An undo's type is covered
+    only by a pattern written for undos (ending in :data:`UNDO_SUFFIX`): ``booking.*``'s
+    reconciler asks "does the booking exist?", the opposite of what an undo's needs answered.
+    (Policy rules are plain globs: ``*`` and ``booking.*`` govern undos too, so naming a type
+    ``….compensate`` never escapes an approval or a ceiling.)"""
     return fnmatch.fnmatchcase(effect_type, pattern) and (
         not effect_type.endswith(UNDO_SUFFIX) or pattern.endswith(UNDO_SUFFIX))
 

@@ -412,12 +412,11 @@ def test_g10_unwind_compensates_each_step_once_in_reverse(make_gate: Any) -> Non
     gate.report(pending, "committed")
 
 
-def test_a_glob_for_the_steps_never_answers_for_or_denies_their_undos(make_gate: Any) -> None:
+def test_a_reconciler_for_the_steps_never_answers_for_their_undos(make_gate: Any) -> None:
     """``booking.*`` is the steps' pattern: its reconciler (asked "does the booking exist?")
-    must not settle an AMBIGUOUS undo, and its deny must not stop an unwind; a pattern written
-    for undos (``*.compensate``) does reach them."""
-    gate = make_gate(policy=eg.Policy.from_dict({"effects": {"booking.*": {"deny": "frozen"},
-                                                             "booking.car": {}}}))
+    must not settle an AMBIGUOUS undo (the compensator ran twice); a pattern written for undos
+    (``*.compensate``) does reach them."""
+    gate = make_gate()
     vendor: dict[str, str] = {}
     cancels: list[str] = []
 
@@ -436,7 +435,7 @@ def test_a_glob_for_the_steps_never_answers_for_or_denies_their_undos(make_gate:
                    group_key="trip:9", compensation={"cancel": "car"})
     vendor["car:trip_9"] = "confirmed"
     gate.report(d, "committed")
-    first = gate.unwind("trip:9")  # not denied by booking.*: the undo ran, its reply lost
+    first = gate.unwind("trip:9")  # the undo ran, its reply lost
     assert cancels == ["car:trip_9"] and [s.key for s in first.unresolved] == ["car:trip_9"]
     again = gate.unwind("trip:9")
     assert cancels == ["car:trip_9"] and not again.complete  # the booking hook was not asked
@@ -450,6 +449,15 @@ def test_a_glob_for_the_steps_never_answers_for_or_denies_their_undos(make_gate:
 
     assert gate.unwind("trip:9").complete and asked == ["compensate:car:trip_9"]
     assert cancels == ["car:trip_9"]
+
+
+def test_a_catch_all_policy_rule_governs_types_named_as_undos_too(make_gate: Any) -> None:
+    """Naming an effect type ``….compensate`` (an MCP agent chooses its type) never escapes an
+    approval rule or a ceiling written as a glob."""
+    gate = make_gate(policy=eg.Policy.from_dict({"effects": {"*": {"approval": "always"}}}))
+    for effect_type in ("payment.refund", "payment.refund.compensate", "hr.compensate"):
+        d = gate.begin(effect_type=effect_type, key=f"k:{effect_type}", payload={})
+        assert d.decision is eg.Decision.APPROVAL_REQUIRED, effect_type
 
 
 def test_a_retried_step_keeps_the_group_and_undo_its_attempt_declared(make_gate: Any) -> None:
