@@ -23,7 +23,7 @@ from ._drive import to_thread
 from .decorator import gate_function
 from .errors import ConfigError, UnknownEffect
 from .flow import BeginFlow
-from .keys import check_key
+from .keys import check_key, lookup_key
 from .memo import CommittedMemo
 from .policy_in_force import load_policy, note_policy
 from .reconcile import Reconciled, Reconciler
@@ -381,7 +381,7 @@ class Gate:
         """The effect stored under ``key``, with its history; :class:`UnknownEffect` if none.
 
         An IN_FLIGHT effect past its lease reads as AMBIGUOUS at once."""
-        key = check_key(key)
+        key = lookup_key(key)
         row = self._store.get(self.namespace, key)
         if row is None:
             raise UnknownEffect(f"no effect with key {key!r}", key=key)

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from uuid import UUID
 
 __all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "filter_names", "is_utf8",
-           "register_filter"]
+           "lookup_key", "register_filter"]
 
 MAX_KEY_LENGTH = 512
 _FORMATTER = string.Formatter()
@@ -83,6 +83,17 @@ _MAX_WALK = 8  # attribute and item steps in one field
 
 def check_key(key: object) -> str:
     """Validate and NFC-normalise a literal key; raise :class:`EffectKeyError` if it is unusable."""
+    return _checked(key, refuse_blank=True)
+
+
+def lookup_key(key: object) -> str:
+    """:func:`check_key` for a key to find, report on or resolve rather than make: a key
+    holding a character that prints as nothing (refused in new keys, once accepted) may name an
+    effect stored before that, which must stay readable, reportable and resolvable."""
+    return _checked(key, refuse_blank=False)
+
+
+def _checked(key: object, *, refuse_blank: bool) -> str:
     if type(key) is not str:
         if not isinstance(key, str):
             raise EffectKeyError(f"an effect key must be a str, not {type(key).__name__}")
@@ -93,7 +104,7 @@ def check_key(key: object) -> str:
             raise EffectKeyError(
                 "an effect key must be valid Unicode (it has a lone surrogate)", key=repr(key)
             )
-        blank = next((ch for ch in key if ch in BLANK), None)
+        blank = next((ch for ch in key if ch in BLANK), None) if refuse_blank else None
         if blank is not None:
             raise EffectKeyError(
                 f"an effect key must be printable; it has a character that shows as nothing "

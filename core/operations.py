@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import decide, validate
 from .errors import ConfigError, InvalidTransition, StoreError, UnknownEffect
-from .keys import check_key
+from .keys import lookup_key
 from .payload import result_json
 from .reporting import kept
 from .states import ApprovalState, Outcome, State
@@ -40,7 +40,7 @@ def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: A
     ``expected``: the record the operator reviewed; refused unless the effect is still in its
     state at its fencing token when the verdict is written (the write is compare-and-set on
     that token)."""
-    key = check_key(key)
+    key = lookup_key(key)
     actor = validate.text(by, "by", 256, required=True) or ""
     parsed = validate.parse_outcome(outcome, (Outcome.COMMITTED, Outcome.FAILED))
     if not isinstance(force, bool):
@@ -124,7 +124,7 @@ def reconcile(store: Store, namespace: str, flow: BeginFlow, hooks: Registry[Rec
               key: str, *, by: str) -> str:
     """Ask the registered hook about the AMBIGUOUS ``key`` now, as ``by`` (see
     :meth:`Gate.reconcile`); the checked key."""
-    key = check_key(key)
+    key = lookup_key(key)
     actor = validate.text(by, "by", 256, required=True) or ""
     row = store.fetch(namespace, key)
     if row is None:

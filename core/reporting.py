@@ -29,7 +29,7 @@ from .errors import (
     StoreError,
     UnknownEffect,
 )
-from .keys import check_key
+from .keys import lookup_key
 from .notices import reported
 from .payload import result_json
 from .records import BeginDecision
@@ -116,7 +116,7 @@ class Reporter:
                     f"{self.namespace!r}", key=held.key)
             return lease, (False if not held.spends else None)
         if isinstance(held, Lease):
-            key = check_key(held.key)
+            key = lookup_key(held.key)
             token = validate.whole(held.token, "lease token", minimum=0)
             secret = validate.text(held.secret, "lease secret", 128, required=True) or ""
             return Lease(key, token, secret), None
@@ -153,7 +153,7 @@ class Reporter:
         """:meth:`report`, the store awaited (natively on Postgres)."""
         if result is not None and self.result_rules:
             if isinstance(held, Lease):
-                row = await self.flow.astore.fetch(self.namespace, check_key(held.key))
+                row = await self.flow.astore.fetch(self.namespace, lookup_key(held.key))
                 effect_type = None if row is None else row.effect_type
             else:
                 effect_type = held.effect_type
@@ -178,7 +178,7 @@ class Reporter:
 
     def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
         if isinstance(held, Lease):
-            row = self.store.fetch(self.namespace, check_key(held.key))
+            row = self.store.fetch(self.namespace, lookup_key(held.key))
             return None if row is None else row.effect_type
         return held.effect_type if isinstance(held, BeginDecision) else None
 

@@ -355,6 +355,30 @@ def test_a_compensation_callable_that_raises_is_a_config_error_and_runs_nothing(
     assert ran == [] and gate.list_effects() == []
 
 
+def test_a_key_stored_before_blank_characters_were_refused_stays_readable_and_settleable(
+        gate: eg.Gate) -> None:
+    """New keys may not hold a character that prints as nothing; an effect stored under one
+    before can still be read, reported by its holder and resolved."""
+    from sqlalchemy import text
+
+    old = "email:thanks-\u2764\ufe0f-T1"
+    with pytest.raises(eg.EffectKeyError):
+        gate.begin(effect_type="email.send", key=old, payload={})
+    for n, settle in enumerate(("report", "resolve")):
+        d = gate.begin(effect_type="email.send", key=f"email:plain-{n}", payload={})
+        stored = f"{old}-{n}"
+        with gate.store.engine.begin() as conn:  # as an earlier version stored it
+            conn.execute(text("UPDATE effectgate_effects SET key = :k WHERE id = :id"),
+                         {"k": stored, "id": d.effect_id})
+        assert gate.get(stored).state is eg.State.IN_FLIGHT
+        if settle == "report":
+            assert d.lease is not None
+            gate.report(eg.Lease(stored, d.lease.token, d.lease.secret), "committed")
+        else:
+            gate.resolve(stored, "failed", by="ops", force=True)
+        assert gate.get(stored).state in (eg.State.COMMITTED, eg.State.FAILED)
+
+
 def test_resolve_rules(gate: eg.Gate) -> None:
     d = begin(gate)
     gate.report(d, "committed", result=1)
