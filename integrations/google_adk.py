@@ -443,7 +443,8 @@ def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] |
     func = tool._effectgate_func
     if tool._effectgate_base is not FunctionTool or not inspect.isfunction(func) \
             or inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func) \
-            or inspect.isasyncgenfunction(func) or tool._require_confirmation:
+            or inspect.isasyncgenfunction(func) or tool._require_confirmation \
+            or _positional_only(func):
         return None
     prepare = getattr(tool, "_prepare_invocation_args", None)
     if prepare is None:
@@ -456,6 +457,12 @@ def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] |
         return answer
 
     return call
+
+
+def _positional_only(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` has a positional-only parameter (ADK's own call path makes it take a
+    keyword; a call by keywords here would raise before the body ran)."""
+    return any(p.kind is p.POSITIONAL_ONLY for p in inspect.signature(func).parameters.values())
 
 
 _classes: dict[type[FunctionTool], type[FunctionTool]] = {}

@@ -71,3 +71,20 @@ def test_a_naive_datetime_is_invalid_and_changes_nothing(gate: eg.Gate,
     aware = {"job": "J1", "at": "2027-01-01T09:00:00Z"}
     assert _call(tool, "c2", aware, "s2").startswith("scheduled J1 at 2027-01-01 09:00:00")
     assert len(ran) == 1
+
+
+def test_a_function_with_a_positional_only_parameter_runs_once(gate: eg.Gate) -> None:
+    """ADK calls it with the parameter as a keyword (it makes it keyword-compatible); the
+    gate's own call path must too, or the call raised before the body and was AMBIGUOUS."""
+    ledger: list[str] = []
+
+    def refund(txn_id: str, /, amount_cents: int) -> str:
+        """Refund a card transaction."""
+        ledger.append(txn_id)
+        return f"refunded {amount_cents} on {txn_id}"
+
+    tool = gate_tool(FunctionTool(refund), "refund:{txn_id}", gate=gate)
+    args = {"txn_id": "T1", "amount_cents": 500}
+    assert _call(tool, "c1", args, "s1") == "refunded 500 on T1"
+    assert _call(tool, "c2", args, "s2") == "refunded 500 on T1"  # the stored result
+    assert ledger == ["T1"] and gate.get("refund:T1").state is eg.State.COMMITTED
