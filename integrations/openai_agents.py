@@ -50,7 +50,10 @@ read) and, when the call needs a human, records the approval request in the stor
 True, so ``Runner.run`` returns with ``result.interruptions``. Decide each with
 :func:`approve` / :func:`reject` (not bare ``state.approve``): they record the decision in
 the store (``gate.approve`` for the payload hash of the call's arguments, checked;
-``gate.deny``) and then tell the ``RunState``. The
+``gate.deny``) and then tell the ``RunState``. They decide only the request the pause
+recorded, while it waits: once it expired (or an attempt failed since) :func:`approve` raises
+:class:`RequestGone` and records nothing (resume the run: the call asks again, showing a new
+request), and :func:`reject` tells the state only. The
 state survives ``to_json`` / ``RunState.from_json`` in another process; ``Runner.run(agent,
 state)`` executes the approved call once. A human who decided in the CLI or the console
 instead: :func:`apply_store_decisions` moves those decisions into the state (an interruption
@@ -120,6 +123,7 @@ __all__ = [
     "EffectGateAgentsError",
     "EffectGateRunHooks",
     "GatedFunctionTool",
+    "RequestGone",
     "UngatedToolWarning",
     "apply_store_decisions",
     "approve",
@@ -462,13 +466,27 @@ def _record_request(gate: GateLike, request: Any) -> str | None:
     return begun.approval_id if begun.decision is Decision.APPROVAL_REQUIRED else None
 
 
+class RequestGone(InvalidTransition):
+    """The approval request an interruption stood for is no longer waiting (it expired, or an
+    attempt failed since and the next needs its own): a decision now would be about a request
+    nobody was shown. Nothing was recorded and the state was not told; resume the run (the
+    call asks again, showing the new request) or decide in the console."""
+
+
 def _approval_of(spec: EffectSpec, request: Any) -> Any:
-    """The approval request for these arguments, recorded if the policy needs one (None when
-    it needs none, or the effect is already settled)."""
+    """The pending approval request for these arguments (None when the policy needs none, or
+    the effect is already decided or settled). Never opens one: :class:`RequestGone` when the
+    policy asks for approval but no request waits."""
     gate = spec.gate
-    approval_id = _record_request(gate, request)
-    if approval_id is None:
+    preview = gate.preview(request)
+    if preview.decision is not Decision.APPROVAL_REQUIRED:
         return None
+    if preview.approval_id is None:
+        raise RequestGone(
+            f"no approval request waits for {request.key!r}: the one this interruption stood "
+            "for expired, or an attempt failed since; nothing was approved. Resume the run to "
+            "ask again", key=request.key, reason="the request shown is no longer waiting")
+    approval_id = preview.approval_id
     record = gate.approval(approval_id)
     if record.payload_hash != request.payload_hash:  # bound to other arguments: never approve
         raise ConfigError(f"approval {record.approval_id} is for other arguments")
@@ -497,7 +515,9 @@ def approve(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
 
     A request already decided in the store stays as decided (an approval there executes, a
     denial is what the model hears when the run resumes). ``ConfigError`` when ``item`` is not
-    a call of a gated tool; ``InvalidTransition`` when ``by`` may not approve (self-approval).
+    a call of a gated tool; ``InvalidTransition`` when ``by`` may not approve (self-approval);
+    :class:`RequestGone` when no request waits any more (expired, or a failed attempt since):
+    nothing is approved, the state is not told.
     """
     pending = _pending(item)
     if pending is not None:
@@ -516,11 +536,15 @@ def approve(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
 def reject(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
            reason: str | None = None) -> None:
     """Reject an interruption: denied in the store (``gate.deny``; it stays denied), then
-    ``state.reject(item, rejection_message=...)``: the tool never runs."""
+    ``state.reject(item, rejection_message=...)``: the tool never runs. A request no longer
+    waiting is left alone in the store (denying a new one would deny the effect for good)."""
     pending = _pending(item)
     if pending is not None:
         _, spec, request = pending
-        record = _approval_of(spec, request)
+        try:
+            record = _approval_of(spec, request)
+        except RequestGone:
+            record = None
         if record is not None:
             with contextlib.suppress(InvalidTransition):  # decided meanwhile: it stands
                 spec.gate.deny(record.approval_id, by=by, reason=reason)

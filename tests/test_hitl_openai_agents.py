@@ -135,6 +135,47 @@ def test_a_self_approval_the_policy_forbids_is_refused_and_the_state_is_not_told
     assert hgate.list_approvals()[0].state is eg.ApprovalState.PENDING
 
 
+def _expire(gate: eg.Gate) -> None:
+    from sqlalchemy import text
+
+    with gate.store.engine.begin() as conn:
+        conn.execute(text("UPDATE effectgate_approvals SET expires_at = expires_at - 1000000 "
+                          "WHERE namespace = :ns"), {"ns": gate.namespace})
+
+
+@pytest.mark.parametrize("decide", ["approve", "reject"])
+def test_a_decision_on_an_interruption_whose_request_expired_records_nothing(
+        hgate: eg.Gate, tmp_path: Path, decide: str) -> None:
+    """approve()/reject() never open a request: a late yes would approve one nobody was shown
+    (RequestGone, the state not told: resuming asks again, showing a new request), a late no
+    would deny the effect for good (the SDK is told no, the store is left alone)."""
+    from agents import RunState
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    in_process(hgate, tmp_path, "start")
+    [shown] = hgate.list_approvals()
+    _expire(hgate)
+    agent = worker.openai_agent(hgate, tmp_path / "ledger", "resume")
+
+    async def late() -> list[Any]:
+        state = await RunState.from_json(agent, json.loads((tmp_path / "state.json")
+                                                           .read_text()))
+        [item] = state.get_interruptions()
+        if decide == "approve":
+            with pytest.raises(eg_oa.RequestGone):
+                eg_oa.approve(state, item, by="alice")
+        else:  # the SDK is told no; the store's new request is not opened to be denied
+            eg_oa.reject(state, item, by="alice")
+        return list(state.get_interruptions())
+
+    asyncio.run(late())
+    assert [a.approval_id for a in hgate.list_approvals(state=None)] == [shown.approval_id]
+    assert hgate.approval(shown.approval_id).state is eg.ApprovalState.EXPIRED
+    assert lines(tmp_path / "ledger") == [] and hgate.get("refund:T1").state is \
+        eg.State.PENDING_APPROVAL
+
+
 def test_below_the_threshold_there_is_no_pause_and_no_request(
         hgate: eg.Gate, tmp_path: Path) -> None:
     from agents import Agent, Runner, function_tool, set_tracing_disabled
