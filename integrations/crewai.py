@@ -26,7 +26,10 @@ CrewAI's loop makes one tool call per model turn, and it refuses an immediate re
 same tool and input itself ("I tried reusing the same input…") before the tool is called; a
 repeat after another step reaches the gate, which answers it from the store. A CrewAI tool is
 called with its arguments only: no run or agent reaches it. To record them, wrap the kickoff:
-``with eg.effect_context(run_id=..., agent_id=...): crew.kickoff()``.
+``with eg.effect_context(run_id=..., agent_id=...): crew.kickoff()``. The context does not
+reach a ``Task(async_execution=True)`` or an agent with ``max_execution_time``: CrewAI runs
+those on threads of its own without copying it, so their calls record no run or agent, and a
+per-run or per-agent ceiling cannot count them (each logs and warns its ``budget_warning``).
 
 **Approvals**: CrewAI 1.6 has no pause that survives a process: ``Task(human_input=True)`` asks
 for feedback on a task's final answer at the console (``input()``), and a tool hook's
