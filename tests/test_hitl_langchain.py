@@ -424,4 +424,9 @@ def test_an_answer_arriving_after_its_request_expired_approves_nothing(
     assert lines(run.ledger) == []
     assert pending.approval_id != shown and pending.state is eg.ApprovalState.PENDING
     assert hgate.get("refund:T1").state is eg.State.PENDING_APPROVAL
+    # The paused checkpoint resumed again (a replay, a racing resumer): its answer is bound to
+    # the request the checkpoint recorded showing, never to the one opened since.
+    [again] = results(run.resume(APPROVE, run.paused_checkpoint()))
+    assert again.startswith("WAITING FOR APPROVAL") and lines(run.ledger) == []
+    assert hgate.approval(pending.approval_id).state is eg.ApprovalState.PENDING
 

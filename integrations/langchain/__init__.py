@@ -59,11 +59,13 @@ as approver, default the ``approver=`` option, else :data:`DEFAULT_APPROVER`),
 
 The store is the one source of truth: the resumed call is gated again *before* the answer is
 read, so a request already approved (or denied) with ``effectgate approve`` or the console
-executes (or stays refused) whatever the resume says. An answer to a request that expired
-before it arrived approves nothing: the resumed call opens a new request in its place, which
-nobody was shown, so the model is told that it waits (a call made again pauses on it). A second
-resume of the paused checkpoint would find that new request pending; only an answer that names
-its ``approval_id`` is refused then, one that names none is bound to the payload hash alone.
+executes (or stays refused) whatever the resume says. An answer is bound to the request its
+pause showed, as the checkpoint being resumed recorded it (the task's pending interrupt): one
+whose request expired before it arrived approves nothing — the resumed call opens a new
+request in its place, which nobody was shown, so the model is told that it waits (a call made
+again pauses on it) — and so does a second resume of the paused checkpoint, which finds that
+new request pending. (A checkpointer that cannot be read from inside the run falls back to
+refusing only a request the resumed call's own begin opened.)
 A malformed answer (``respond`` is not
 offered: no human may stand in for an effect) is asked again with a second ``interrupt()``
 whose value carries ``"error"``; nothing is recorded. Without a checkpointer (nothing could
@@ -188,6 +190,8 @@ DEFAULT_APPROVER = "langgraph-resume"
 the adapter (``approver=``) names the reviewer."""
 
 _CHECKPOINTER = "__pregel_checkpointer"  # langgraph's CONFIG_KEY_CHECKPOINTER
+_TASK_ID = "__pregel_task_id"  # langgraph's CONFIG_KEY_TASK_ID
+_INTERRUPT = "__interrupt__"  # the channel of a task's pending interrupts in a checkpoint
 _EDITED = (
     "Note: a human reviewer replaced this tool call before it ran. The call recorded in your "
     "message is the one you produced, not the one that executed. Do not re-issue your original "
@@ -271,6 +275,58 @@ def _noted(out: Any, note: str | None) -> Any:
     return out
 
 
+def _paused_checkpoint(config: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any], Any]:
+    """(checkpointer, the config of the checkpoint this task resumes from, the task's id);
+    Nones where LangGraph did not say."""
+    conf = (config or {}).get("configurable") or {}
+    ns = str(conf.get("checkpoint_ns") or "")
+    parent = ns.rsplit("|", 1)[0] if "|" in ns else ""
+    checkpoint_id = (conf.get("checkpoint_map") or {}).get(parent)
+    at = {"configurable": {"thread_id": conf.get("thread_id"), "checkpoint_ns": parent,
+                           "checkpoint_id": checkpoint_id}}
+    return conf.get(_CHECKPOINTER), at, conf.get(_TASK_ID)
+
+
+def _shown(saved: Any, task_id: Any) -> frozenset[str] | None:
+    """The approval ids the task's pending interrupts showed, as the checkpoint keeps them
+    (written by its pause, never the resumer's say); None when they cannot be read."""
+    if saved is None or task_id is None:
+        return None
+    shown = set()
+    for task, channel, value in getattr(saved, "pending_writes", None) or ():
+        if task != task_id or channel != _INTERRUPT:
+            continue
+        for pause in value if isinstance(value, (list, tuple)) else (value,):
+            ours = getattr(pause, "value", None)
+            ours = ours.get("effectgate") if isinstance(ours, Mapping) else None
+            if isinstance(ours, Mapping) and isinstance(ours.get("approval_id"), str):
+                shown.add(ours["approval_id"])
+    return frozenset(shown) or None
+
+
+def _shown_sync(config: Mapping[str, Any] | None) -> frozenset[str] | None:
+    saver, at, task_id = _paused_checkpoint(config)
+    try:
+        return None if saver is None else _shown(saver.get_tuple(at), task_id)
+    except Exception:  # a saver that reads only asynchronously, or none to read: no binding
+        return None
+
+
+async def _shown_async(config: Mapping[str, Any] | None) -> frozenset[str] | None:
+    saver, at, task_id = _paused_checkpoint(config)
+    try:
+        return None if saver is None else _shown(await saver.aget_tuple(at), task_id)
+    except Exception:
+        return None
+
+
+def _unseen(out: Refused, review: Review, shown: frozenset[str] | None) -> bool:
+    """Whether the answer ``interrupt()`` handed over was given to another request than
+    ``review``'s: one the paused task's checkpoint shows it did not show, or (where the
+    checkpoint cannot say) one the resumed call's own begin opened (:func:`_opened`)."""
+    return _opened(out) or (shown is not None and review.approval_id not in shown)
+
+
 def _opened(out: Refused) -> bool:
     """Whether the begin that answered ``out`` opened its approval request. ``interrupt()``
     returning then hands over an answer given before that request existed: to a request that
@@ -310,7 +366,7 @@ class _Pauser:
 
         review = review_of(gated, out, arguments)
         verdict = self._ask(review, interrupt)
-        if _opened(out):
+        if _unseen(out, review, _shown_sync(config)):
             return gated.refuse(out)
         answer = apply(gated, review, verdict, arguments, run, validate=validate)
         return self._finish(gated, answer, verdict)
@@ -329,7 +385,7 @@ class _Pauser:
 
         review = await asyncio.to_thread(review_of, gated, out, arguments)
         verdict = self._ask(review, interrupt)
-        if _opened(out):
+        if _unseen(out, review, await _shown_async(config)):
             return gated.refuse(out)
         answer = await aapply(gated, review, verdict, arguments, run, validate=validate)
         return self._finish(gated, answer, verdict)
