@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import effectgate as eg
+from tests.callables import AsyncRefund, Refund
 from tests.conftest import snapshot
 
 dbos_module = pytest.importorskip("dbos")
@@ -254,25 +255,6 @@ def test_bad_options_are_refused_before_anything_runs(gate: eg.Gate, dbos_app: N
         effect_step(gate, "refund:{order}")(refund)
     assert snapshot(gate) == before
 
-
-class Refund:
-    """A callable object as a step's body: ``gate.effect`` names its effect type after its
-    class."""
-
-    def __init__(self, ledger: list[str]) -> None:
-        self.ledger = ledger
-
-    def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:
-        self.ledger.append(txn_id)
-        return {"refunded": amount_cents}
-
-
-class AsyncRefund(Refund):
-    """A callable object whose ``__call__`` is a coroutine function."""
-
-    async def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:  # type: ignore[override]
-        self.ledger.append(txn_id)
-        return {"refunded": amount_cents}
 
 
 def test_a_callable_object_or_a_partial_gets_the_effect_type_gate_effect_gives_it(

@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from effectgate.integrations.durable.temporal import effect_activity
+from tests.callables import AsyncRefund, Refund
 from tests.test_cancelled_begins import write_lock
 
 
@@ -301,25 +302,6 @@ def test_bad_options_are_refused_before_anything_runs(gate: eg.Gate) -> None:
     assert snapshot(gate) == before
 
 
-class Refund:
-    """A callable object as an activity's body: ``gate.effect`` names its effect type after
-    its class."""
-
-    def __init__(self, ledger: list[str]) -> None:
-        self.ledger = ledger
-
-    def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:
-        self.ledger.append(txn_id)
-        return {"refunded": amount_cents}
-
-
-class AsyncRefund(Refund):
-    """A callable object whose ``__call__`` is a coroutine function."""
-
-    async def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:  # type: ignore[override]
-        self.ledger.append(txn_id)
-        return {"refunded": amount_cents}
-
 
 def test_a_callable_object_or_a_partial_gets_the_effect_type_gate_effect_gives_it(
         make_gate: Any) -> None:
@@ -347,12 +329,12 @@ def test_a_callable_object_or_a_partial_gets_the_effect_type_gate_effect_gives_i
 
 def test_a_partials_heartbeats_extend_the_lease_of_its_effect_type(make_gate: Any) -> None:
     """The lease the heartbeat keeps is the policy's lease for the effect's own type."""
-    gate = make_gate(policy={"effects": {"deploy": {"lease_seconds": 0.4}}})
+    gate = make_gate(policy={"effects": {"deploy": {"lease_seconds": 1.2}}})
     held: list[float] = []
 
     def deploy(region: str, name: str) -> str:
-        for step in range(4):
-            time.sleep(0.15)  # 0.6 s in all: past the first lease, kept by the heartbeats
+        for step in range(5):
+            time.sleep(0.3)  # 1.5 s in all: past the first lease, kept by the heartbeats
             activity.heartbeat(step)
             expiry = gate.get(f"deploy:{name}").lease_expires_at
             assert expiry is not None
@@ -363,7 +345,7 @@ def test_a_partials_heartbeats_extend_the_lease_of_its_effect_type(make_gate: An
     assert environment().run(gated_deploy, "api") == "api in eu"
     record = gate.get("deploy:api")
     assert record.effect_type == "deploy" and record.state is eg.State.COMMITTED
-    assert max(held) <= 0.45  # the policy's 0.4 s lease, not the gate's default
+    assert max(held) <= 1.25  # the policy's 1.2 s lease, not the gate's default
 
 
 async def test_an_async_callable_object_is_gated_as_async(gate: eg.Gate) -> None:
