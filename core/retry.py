@@ -21,8 +21,8 @@ Never retried, whatever ``retry=`` says (the veto wraps any predicate you pass, 
 ``copy()`` / ``retry_with``): :class:`EffectAmbiguous` (nobody knows whether it happened),
 :class:`ApprovalRequired`, :class:`EffectDenied`, and the errors no retry can fix
 (:class:`PayloadMismatch`, :class:`EffectKeyError`, :class:`ConfigError`, :class:`StaleLease`)
-— also when one of them, or an error a gate recorded AMBIGUOUS, is the cause or context of
-the error raised, or a leaf of an exception group (:func:`never_retry`).
+— also when one of them, or an error a gate recorded AMBIGUOUS, is the cause the error
+was raised from, or a leaf of an exception group (:func:`never_retry`).
 The error is re-raised as is (``reraise=True`` by default), not wrapped in ``RetryError``.
 An exception the classifiers call AMBIGUOUS is not retried by default either; if you widen
 ``retry=`` to include it, the next attempt is refused by the gate with :class:`EffectAmbiguous`,
@@ -81,12 +81,16 @@ _MAX_LINKS = 64
 
 def never_retry(exc: BaseException) -> bool:
     """Whether ``exc`` is, or carries, an error no retry may follow: one of
-    :data:`NEVER_RETRY`, or an error a gate recorded AMBIGUOUS — itself, in its cause or
-    context chain (``raise ToolError(...) from err``), or among an exception group's leaves
-    (a ``TaskGroup`` that wrapped a blocked call)."""
+    :data:`NEVER_RETRY`, or an error a gate recorded AMBIGUOUS — itself, as the cause it was
+    raised from (``raise ToolError(...) from err``), or among an exception group's leaves (a
+    ``TaskGroup`` that wrapped a blocked call). An error merely raised while another was being
+    handled (its implicit ``__context__``) is judged on its own. Past :data:`_MAX_LINKS`
+    errors the answer is yes: never retry what could not be looked through."""
     seen: set[int] = set()
     todo = [exc]
-    while todo and len(seen) < _MAX_LINKS:
+    while todo:
+        if len(seen) >= _MAX_LINKS:
+            return True
         one = todo.pop()
         if id(one) in seen:
             continue
@@ -97,8 +101,6 @@ def never_retry(exc: BaseException) -> bool:
             todo.extend(one.exceptions)
         if one.__cause__ is not None:
             todo.append(one.__cause__)
-        if one.__context__ is not None and not one.__suppress_context__:
-            todo.append(one.__context__)
     return False
 
 
