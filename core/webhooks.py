@@ -583,8 +583,9 @@ def _filled(notice: Notice) -> Notice:
         return notice
     if row is None:
         return notice
-    if not bare:
-        return notice._replace(run_id=row.run_id, agent_id=row.agent_id)
+    if not bare:  # the same attempt still, or its run and agent are no longer on the row
+        same = row.id == notice.effect_id and row.attempt == notice.attempt
+        return notice._replace(run_id=row.run_id, agent_id=row.agent_id) if same else notice
     return notice._replace(effect_id=row.id, effect_type=row.effect_type, attempt=row.attempt,
                            run_id=row.run_id, agent_id=row.agent_id)
 

@@ -528,3 +528,24 @@ def test_repr_hides_the_url_path_and_the_secret() -> None:
     wh = Webhooks("https://hooks.slack.com/services/T1/B2/sekrit", SECRET)
     assert "sekrit" not in repr(wh) and SECRET not in repr(wh)
     assert "hooks.slack.com" in repr(wh)
+
+
+def test_a_notice_is_filled_with_its_own_attempts_run_and_agent_or_none(
+        make_gate: Any) -> None:
+    """Run and agent are read when the notice is delivered, maybe much later: only while the
+    row is still at the notice's attempt, never attempt 2's for attempt 1's notice."""
+    from effectgate.notices import AMBIGUOUS, Notice
+    from effectgate.webhooks import _filled
+
+    gate = make_gate(webhooks=False)
+    d = gate.begin(effect_type="t", key="k", payload={}, run_id="run-A", agent_id="agent-A")
+    gate.report(d, "ambiguous", error="lost")
+    lapse = Notice(AMBIGUOUS, gate.namespace, "k", "t", d.effect_id, 1, "ambiguous",
+                   store=gate.store)
+    filled = _filled(lapse)
+    assert (filled.run_id, filled.agent_id) == ("run-A", "agent-A")
+    gate.resolve("k", "failed", by="op")
+    again = gate.begin(effect_type="t", key="k", payload={}, run_id="run-B", agent_id="agent-B")
+    assert again.attempt == 2
+    late = _filled(lapse)
+    assert (late.run_id, late.agent_id) == (None, None)
