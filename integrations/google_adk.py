@@ -64,8 +64,10 @@ name and arguments against the session history and calls the tool again with
 This is **prevention**: the approval binds the payload hash of the arguments that execute.
 ADK's confirmation carries no edit: to change the arguments, reject and let the model call
 again. ``pause=False`` keeps the plain answer (text with the approval id). A tool's own
-``require_confirmation`` still applies (ADK asks first; that confirmation then also answers the
-gate's approval for the same call).
+``require_confirmation`` still applies: ADK asks first, before the gate can show its request,
+so that yes answers the gate's request only if the request was already waiting when ADK asked
+(the session records when): the first yes meets the request its own call opens, which waits
+(the model is told so); the call made again is asked again, and that yes approves it.
 
 Not offered, and why: ``before_tool_callback`` can answer a duplicate from the store, and
 ``after_tool_callback`` / ``on_tool_error_callback`` can record the outcome, but between the
@@ -103,7 +105,7 @@ from ._kernel import (
 )
 from ._kernel import gate_tools as _gate_tools
 from ._kernel.call import keep_refusal
-from ._kernel.resume import Answer, aresume, claimed
+from ._kernel.resume import Answer, aresume, claimed, other_request
 from ._kernel.review import review_of
 
 with requires_extra("google_adk", "google-adk"):
@@ -176,17 +178,21 @@ class _Gated:
             confirmation = getattr(tool_context, "tool_confirmation", None)
             try:
                 if confirmation is not None and self._effectgate_pause:
+                    shown, asked_at = _paused_on(tool_context)
                     try:
                         approval_id, digest = claimed(confirmation.payload)
-                        shown_id, shown_digest = claimed(_paused_on(tool_context))
+                        shown_id, shown_digest = claimed(shown)
                     except ConfigError as err:
                         return {"error": model_message("invalid", None, err)}
-                    if approval_id is not None and shown_id not in (None, approval_id):
-                        shown_id = approval_id  # the client names another: refused as such
-                    answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
-                                    approval_id=shown_id or approval_id,
-                                    payload_hash=digest or shown_digest)
-                    out = await aresume(gated, arguments, answer, run)
+                    if (shown_id is not None and approval_id not in (None, shown_id)) or (
+                            shown_digest is not None and digest not in (None, shown_digest)):
+                        out = other_request(None)  # the session showed another request
+                    else:  # the session's record of what was shown binds the answer
+                        answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
+                                        approval_id=shown_id or approval_id,
+                                        payload_hash=shown_digest or digest,
+                                        asked_at=None if shown_id else asked_at)
+                        out = await aresume(gated, arguments, answer, run)
                 else:
                     out = await run(gated, arguments)
             except _NothingDone as unrun:  # (on_refusal="raise" raises a FAILED body's error)
@@ -247,10 +253,12 @@ class _Gated:
         return {"error": refused.message}
 
 
-def _paused_on(tool_context: ToolContext) -> Any:
-    """The payload of the confirmation this call paused on, as the session recorded it (the
-    ``adk_request_confirmation`` call ADK made for this function call id: written by the
-    pause, kept server-side, never the client's say); None when there is none."""
+def _paused_on(tool_context: ToolContext) -> tuple[Any, float | None]:
+    """(the payload of the confirmation this call paused on, when it was asked), as the
+    session recorded them: the ``adk_request_confirmation`` call ADK made for this function
+    call id, written by the pause and kept server-side, never the client's say. (None, None)
+    when there is none. A confirmation ADK asked for itself (a tool's own
+    ``require_confirmation``) carries no effectgate payload: only when it was asked."""
     call_id = getattr(tool_context, "function_call_id", None)
     session = getattr(tool_context, "session", None)
     for event in reversed(getattr(session, "events", None) or ()):
@@ -260,8 +268,10 @@ def _paused_on(tool_context: ToolContext) -> Any:
             if isinstance(original, dict) and call_id is not None and \
                     original.get("id") == call_id:
                 shown = args.get("toolConfirmation")  # type: ignore[union-attr]
-                return shown.get("payload") if isinstance(shown, dict) else None
-    return None
+                stamp = getattr(event, "timestamp", None)
+                return (shown.get("payload") if isinstance(shown, dict) else None,
+                        float(stamp) if isinstance(stamp, (int, float)) else None)
+    return None, None
 
 
 class _Watch:

@@ -405,7 +405,8 @@ def pydantic_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
 # -- Google ADK ----------------------------------------------------------------------------------
 
 
-def adk_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None) -> Any:
+def adk_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None, *,
+              require_confirmation: bool = False) -> Any:
     from google.adk.agents import LlmAgent
     from google.adk.models.base_llm import BaseLlm
     from google.adk.models.llm_response import LlmResponse
@@ -434,8 +435,8 @@ def adk_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None) -
         """Refund a card transaction. Irreversible."""
         return book(ledger, txn_id, amount_cents)
 
-    gated = eg_adk.gate_tool(FunctionTool(refund), "refund:{txn_id}", gate=gate,
-                             cost_micros=cost)
+    gated = eg_adk.gate_tool(FunctionTool(refund, require_confirmation=require_confirmation),
+                             "refund:{txn_id}", gate=gate, cost_micros=cost)
     return LlmAgent(name="billing", model=Scripted(), tools=[gated])
 
 

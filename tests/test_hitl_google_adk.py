@@ -6,6 +6,7 @@ scripted ``BaseLlm``, both backends; the refund is counted in an O_APPEND ledger
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -126,6 +127,13 @@ def test_a_confirmation_arriving_after_its_request_expired_approves_nothing(
     assert said["error"].startswith("WAITING FOR APPROVAL") and pending.approval_id in \
         said["error"]
     assert pending.state is eg.ApprovalState.PENDING
+    # A client that names the new request (the model's text gave its id) cannot stand in for
+    # the session's record of what the pause showed.
+    shutil.copy(tmp_path / "paused.db", tmp_path / "state.json")
+    named = here(hgate, tmp_path, "resume", {
+        "confirmed": True, "payload": {"effectgate": {"approval_id": pending.approval_id}}})
+    assert named["tool_results"][-1]["error"].startswith("DENIED")
+    assert lines(tmp_path / "ledger") == []
     # The paused session answered again (a replay, a racing resumer): the answer is bound to
     # the request the session recorded showing, never to the new one.
     shutil.copy(tmp_path / "paused.db", tmp_path / "state.json")
@@ -133,6 +141,50 @@ def test_a_confirmation_arriving_after_its_request_expired_approves_nothing(
     assert again["tool_results"][-1]["error"].startswith("DENIED")
     assert lines(tmp_path / "ledger") == []
     assert hgate.approval(pending.approval_id).state is eg.ApprovalState.PENDING
+
+
+def test_the_tools_own_confirmation_approves_a_request_that_waited_when_it_was_asked(
+        hgate: eg.Gate, tmp_path: Path) -> None:
+    """A tool with ADK's own ``require_confirmation`` is confirmed before the gate can show
+    its request: the first yes meets a request the resumed call opened (nobody was asked
+    about it), so it waits; the model calls again, ADK asks again, and that yes — asked while
+    the request waited — approves it, once."""
+    from google.adk.runners import Runner
+    from google.adk.sessions import DatabaseSessionService
+    from google.genai import types
+
+    ledger = tmp_path / "ledger"
+
+    async def turns() -> list[str]:
+        service = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
+        await service.create_session(app_name="h", user_id="u", session_id="s")
+        message = types.Content(role="user", parts=[types.Part(text="refund T1")])
+        said: list[str] = []
+        for _ in range(6):
+            runner = Runner(agent=worker.adk_agent(hgate, ledger, require_confirmation=True),
+                            app_name="h", session_service=service)
+            asked = []
+            async for event in runner.run_async(user_id="u", session_id="s",
+                                                new_message=message):
+                asked += [fc for fc in event.get_function_calls()
+                          if fc.name == "adk_request_confirmation"]
+                said += [str(fr.response) for fr in event.get_function_responses()]
+            await runner.close()
+            if asked:
+                message = types.Content(role="user", parts=[types.Part(
+                    function_response=types.FunctionResponse(
+                        id=asked[-1].id, name=asked[-1].name, response={"confirmed": True}))])
+            elif "refunded" in said[-1]:
+                break
+            else:
+                message = types.Content(role="user", parts=[types.Part(text="try again")])
+        return said
+
+    said = asyncio.run(turns())
+    assert any("WAITING FOR APPROVAL" in s for s in said) and "refunded 50000" in said[-1]
+    assert len(lines(ledger)) == 1
+    [approval] = hgate.list_approvals(state=None)
+    assert approval.state is eg.ApprovalState.CONSUMED
 
 
 @pytest.mark.parametrize("named", [

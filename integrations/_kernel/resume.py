@@ -11,8 +11,9 @@ the pause showed, the approval id and payload hash. :func:`aresume`:
 2. only while the request is still pending is the answer applied (:func:`.review.aapply`),
    and only when what it names is the store's own request for these arguments: an approval id
    or payload hash other than the pending request's is refused and changes nothing;
-3. an answer is bound to the request its pause showed: one that names no approval id, or
-   meets a request the resumed call's own begin opened (the one shown expired meanwhile), was
+3. an answer is bound to the request its pause showed: one that meets a request the resumed
+   call's own begin opened (the one shown expired meanwhile), or names no approval id and
+   was asked (``Answer.asked_at``) before this request was made — or cannot say when — was
    not given to this request; it is not applied, and the call answers ``approval_required``
    (the request waits; the adapter pauses on it again where the framework can).
 
@@ -31,10 +32,10 @@ from effectgate import ConfigError, EffectRefused
 from effectgate.decide import APPROVAL_REQUESTED
 
 from .call import GatedCall, Refused
-from .review import Verdict, aapply, review_of
+from .review import Review, Verdict, aapply, review_of
 from .vocabulary import model_message
 
-__all__ = ["Answer", "aresume", "claimed"]
+__all__ = ["Answer", "aresume", "claimed", "other_request"]
 
 Run = Callable[[GatedCall, Mapping[str, Any]], Awaitable[Any]]
 
@@ -48,6 +49,10 @@ class Answer:
     message: str | None = None
     approval_id: str | None = None
     payload_hash: str | None = None
+    asked_at: float | None = None
+    """When the framework put the question to the human (its own server-side record, Unix
+    seconds), for an answer that names no approval: it answers a request that was waiting
+    then — made at or before that moment — and none opened since."""
 
 
 def claimed(payload: Any) -> tuple[str | None, str | None]:
@@ -65,11 +70,18 @@ def claimed(payload: Any) -> tuple[str | None, str | None]:
     return approval_id, digest
 
 
-def _other_request(key: str | None) -> Refused:
+def other_request(key: str | None) -> Refused:
     text = ("the answer names another approval request than this call's; nothing was "
             "approved")
     error = EffectRefused(text, key=key, decision="denied", reason=text)
     return Refused("denied", model_message("denied", key, error), error, key)
+
+
+def _waiting_when_asked(gated: GatedCall, review: Review, asked_at: float | None) -> bool:
+    """Whether ``review``'s request already waited when the human was asked (``asked_at``)."""
+    if asked_at is None:
+        return False
+    return gated.spec.gate.approval(review.approval_id).created_at.timestamp() <= asked_at
 
 
 async def aresume(gated: GatedCall, arguments: Mapping[str, Any], answer: Answer,
@@ -83,11 +95,14 @@ async def aresume(gated: GatedCall, arguments: Mapping[str, Any], answer: Answer
     out = await run(gated, arguments)
     if not (isinstance(out, Refused) and out.kind == "approval_required"):
         return out
-    if answer.approval_id is None or getattr(out.error, "reason", None) == APPROVAL_REQUESTED:
-        return out  # it names no request, or this resume's own begin opened this one
+    if getattr(out.error, "reason", None) == APPROVAL_REQUESTED:
+        return out  # this resume's own begin opened the request: the answer was to another
     review = await asyncio.to_thread(review_of, gated, out, arguments)
+    if answer.approval_id is None and not await asyncio.to_thread(_waiting_when_asked, gated,
+                                                                   review, answer.asked_at):
+        return out  # it names no request, and this one was not waiting when it was asked
     if answer.approval_id is not None and answer.approval_id != review.approval_id:
-        return _other_request(review.key)
+        return other_request(review.key)
     verdict = Verdict("approve" if answer.approved else "reject", by=answer.by,
                       message=answer.message, payload_hash=answer.payload_hash)
     return await aapply(gated, review, verdict, arguments, run)
