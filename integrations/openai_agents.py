@@ -52,8 +52,8 @@ True, so ``Runner.run`` returns with ``result.interruptions``. Decide each with
 the store (``gate.approve`` for the payload hash of the call's arguments, checked;
 ``gate.deny``) and then tell the ``RunState``. They decide only the request the pause
 recorded, while it waits: once it expired (or an attempt failed since) :func:`approve` raises
-:class:`RequestGone` and records nothing (resume the run: the call asks again, showing a new
-request), and :func:`reject` tells the state only. The
+:class:`RequestGone` and records nothing (:func:`ask_again` then lets the model call again,
+which records a new request for a human), and :func:`reject` tells the state only. The
 state survives ``to_json`` / ``RunState.from_json`` in another process; ``Runner.run(agent,
 state)`` executes the approved call once. A human who decided in the CLI or the console
 instead: :func:`apply_store_decisions` moves those decisions into the state (an interruption
@@ -119,6 +119,7 @@ with requires_extra("openai_agents", "openai-agents"):
     from pydantic import ValidationError
 
 __all__ = [
+    "ASK_AGAIN",
     "DEFAULT_APPROVER",
     "EffectGateAgentsError",
     "EffectGateRunHooks",
@@ -127,6 +128,7 @@ __all__ = [
     "UngatedToolWarning",
     "apply_store_decisions",
     "approve",
+    "ask_again",
     "gate_tool",
     "gate_tools",
     "is_gated",
@@ -469,8 +471,9 @@ def _record_request(gate: GateLike, request: Any) -> str | None:
 class RequestGone(InvalidTransition):
     """The approval request an interruption stood for is no longer waiting (it expired, or an
     attempt failed since and the next needs its own): a decision now would be about a request
-    nobody was shown. Nothing was recorded and the state was not told; resume the run (the
-    call asks again, showing the new request) or decide in the console."""
+    nobody was shown. Nothing was recorded and the state was not told: :func:`ask_again`
+    answers the interruption so that the model calls again, which records a new request for a
+    human to see and decide."""
 
 
 def _approval_of(spec: EffectSpec, request: Any) -> Any:
@@ -484,8 +487,9 @@ def _approval_of(spec: EffectSpec, request: Any) -> Any:
     if preview.approval_id is None:
         raise RequestGone(
             f"no approval request waits for {request.key!r}: the one this interruption stood "
-            "for expired, or an attempt failed since; nothing was approved. Resume the run to "
-            "ask again", key=request.key, reason="the request shown is no longer waiting")
+            "for expired, or an attempt failed since; nothing was approved. ask_again(state, "
+            "item) lets the model ask again", key=request.key,
+            reason="the request shown is no longer waiting")
     approval_id = preview.approval_id
     record = gate.approval(approval_id)
     if record.payload_hash != request.payload_hash:  # bound to other arguments: never approve
@@ -551,6 +555,21 @@ def reject(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
     why = f"DENIED: rejected by {by}" + (f": {reason}" if reason else "") + \
         ". It has not been carried out. Do not retry it; tell the user why."
     state.reject(item, rejection_message=why)
+
+
+ASK_AGAIN = (
+    "NOT DONE: the approval request for this call expired (or an attempt failed since) before "
+    "anyone decided it, so it has not been carried out. If it is still wanted, call this tool "
+    "again with the same arguments: that asks a human again."
+)
+"""What the model is told by :func:`ask_again`."""
+
+
+def ask_again(state: Any, item: Any) -> None:
+    """Answer an interruption whose request no longer waits (:class:`RequestGone`): the SDK is
+    told no with :data:`ASK_AGAIN`, so the model may call again — that call records a new
+    request, for a human to see and decide. Nothing is written to the store."""
+    state.reject(item, rejection_message=ASK_AGAIN)
 
 
 def apply_store_decisions(state: Any) -> list[Any]:

@@ -158,18 +158,25 @@ def test_a_decision_on_an_interruption_whose_request_expired_records_nothing(
     _expire(hgate)
     agent = worker.openai_agent(hgate, tmp_path / "ledger", "resume")
 
-    async def late() -> list[Any]:
+    async def late() -> list[str]:
+        from agents import Runner, ToolCallOutputItem
+
         state = await RunState.from_json(agent, json.loads((tmp_path / "state.json")
                                                            .read_text()))
         [item] = state.get_interruptions()
         if decide == "approve":
             with pytest.raises(eg_oa.RequestGone):
                 eg_oa.approve(state, item, by="alice")
+            eg_oa.ask_again(state, item)  # the model is told to call again, if still wanted
         else:  # the SDK is told no; the store's new request is not opened to be denied
             eg_oa.reject(state, item, by="alice")
-        return list(state.get_interruptions())
+        result = await Runner.run(agent, state)
+        return [str(i.output) for i in result.new_items if isinstance(i, ToolCallOutputItem)]
 
-    asyncio.run(late())
+    said = asyncio.run(late())
+    assert said == ([eg_oa.ASK_AGAIN] if decide == "approve" else
+                    ["DENIED: rejected by alice. It has not been carried out. Do not retry it; "
+                     "tell the user why."])
     assert [a.approval_id for a in hgate.list_approvals(state=None)] == [shown.approval_id]
     assert hgate.approval(shown.approval_id).state is eg.ApprovalState.EXPIRED
     assert lines(tmp_path / "ledger") == [] and hgate.get("refund:T1").state is \
