@@ -38,6 +38,9 @@ class Notice(NamedTuple):
     run_id: str | None = None
     agent_id: str | None = None
     estimated_cost_micros: int | None = None
+    token: int | None = None
+    """The fencing token of the attempt it is about, where the maker knew no attempt (a bare
+    lease's report): what is read later is read only while the effect is still at it."""
     store: Any = None
 
 
@@ -61,4 +64,5 @@ def reported(held: Any, key: str, namespace: str, store: Any, reason: str | None
     if hasattr(held, "effect_type"):
         return Notice(AMBIGUOUS, namespace, key, held.effect_type, held.effect_id, held.attempt,
                       "ambiguous", reason, store=store)
-    return Notice(AMBIGUOUS, namespace, key, state="ambiguous", reason=reason, store=store)
+    return Notice(AMBIGUOUS, namespace, key, state="ambiguous", reason=reason,
+                  token=getattr(held, "token", None), store=store)

@@ -586,6 +586,8 @@ def _filled(notice: Notice) -> Notice:
     if not bare:  # the same attempt still, or its run and agent are no longer on the row
         same = row.id == notice.effect_id and row.attempt == notice.attempt
         return notice._replace(run_id=row.run_id, agent_id=row.agent_id) if same else notice
+    if notice.token is not None and row.token != notice.token:  # moved on since the report
+        return notice._replace(effect_id=row.id, effect_type=row.effect_type)
     return notice._replace(effect_id=row.id, effect_type=row.effect_type, attempt=row.attempt,
                            run_id=row.run_id, agent_id=row.agent_id)
 

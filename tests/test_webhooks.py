@@ -549,3 +549,22 @@ def test_a_notice_is_filled_with_its_own_attempts_run_and_agent_or_none(
     assert again.attempt == 2
     late = _filled(lapse)
     assert (late.run_id, late.agent_id) == (None, None)
+
+
+def test_a_bare_lease_notice_read_late_names_no_later_attempt(make_gate: Any) -> None:
+    """A report made with a bare lease (the MCP form) tells only the key: what is read at
+    delivery is read only while the effect is still at that lease's token."""
+    from effectgate.notices import reported
+    from effectgate.webhooks import _filled
+
+    gate = make_gate(webhooks=False)
+    d = gate.begin(effect_type="t", key="k", payload={}, run_id="run-A", agent_id="agent-A")
+    assert d.lease is not None
+    gate.report(d.lease, "ambiguous", error="reply lost")
+    notice = reported(d.lease, "k", gate.namespace, gate.store, "reply lost")
+    assert (_filled(notice).agent_id, _filled(notice).attempt) == ("agent-A", 1)
+    gate.resolve("k", "failed", by="op")
+    gate.begin(effect_type="t", key="k", payload={}, run_id="run-B", agent_id="agent-B")
+    late = _filled(notice)
+    assert (late.effect_id, late.attempt, late.run_id, late.agent_id) == (
+        d.effect_id, None, None, None)
