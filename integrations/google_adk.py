@@ -65,9 +65,11 @@ This is **prevention**: the approval binds the payload hash of the arguments tha
 ADK's confirmation carries no edit: to change the arguments, reject and let the model call
 again. ``pause=False`` keeps the plain answer (text with the approval id). A tool's own
 ``require_confirmation`` still applies: ADK asks first, before the gate can show its request,
-so that yes answers the gate's request only if the request was already waiting when ADK asked
-(the session records when): the first yes meets the request its own call opens, which waits
-(the model is told so); the call made again is asked again, and that yes approves it.
+so that yes answers the gate's request only if the run had been told of that request before
+ADK asked (a "WAITING FOR APPROVAL … approval id …" answer earlier in the same session, in the
+session's own order: no clock is compared, and the client's payload is not asked): the first
+yes meets the request its own call opens, which waits (the model is told so); the call made
+again is asked again, and that yes approves it.
 
 Not offered, and why: ``before_tool_callback`` can answer a duplicate from the store, and
 ``after_tool_callback`` / ``on_tool_error_callback`` can record the outcome, but between the
@@ -84,6 +86,7 @@ import contextvars
 import copy
 import functools
 import inspect
+import re
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -178,7 +181,7 @@ class _Gated:
             confirmation = getattr(tool_context, "tool_confirmation", None)
             try:
                 if confirmation is not None and self._effectgate_pause:
-                    shown, asked_at = _paused_on(tool_context)
+                    shown, told = _paused_on(tool_context)
                     try:
                         approval_id, digest = claimed(confirmation.payload)
                         shown_id, shown_digest = claimed(shown)
@@ -187,11 +190,10 @@ class _Gated:
                     if (shown_id is not None and approval_id not in (None, shown_id)) or (
                             shown_digest is not None and digest not in (None, shown_digest)):
                         out = other_request(None)  # the session showed another request
-                    else:  # the session's record of what was shown binds the answer
+                    else:  # the session's record binds the answer, never the client's say
                         answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
-                                        approval_id=shown_id or approval_id,
-                                        payload_hash=shown_digest or digest,
-                                        asked_at=None if shown_id else asked_at)
+                                        approval_id=shown_id, payload_hash=shown_digest,
+                                        told=None if shown_id else told)
                         out = await aresume(gated, arguments, answer, run)
                 else:
                     out = await run(gated, arguments)
@@ -253,25 +255,34 @@ class _Gated:
         return {"error": refused.message}
 
 
-def _paused_on(tool_context: ToolContext) -> tuple[Any, float | None]:
-    """(the payload of the confirmation this call paused on, when it was asked), as the
-    session recorded them: the ``adk_request_confirmation`` call ADK made for this function
-    call id, written by the pause and kept server-side, never the client's say. (None, None)
-    when there is none. A confirmation ADK asked for itself (a tool's own
-    ``require_confirmation``) carries no effectgate payload: only when it was asked."""
+_APPROVAL_ID = re.compile(r"\bapr_[0-9a-f]{20}\b")
+
+
+def _paused_on(tool_context: ToolContext) -> tuple[Any, frozenset[str] | None]:
+    """(the payload of the confirmation this call paused on, the approval ids the run was
+    told of before it was asked), as the session recorded them: the ``adk_request_confirmation``
+    call ADK made for this function call id — written by the pause and kept server-side,
+    never the client's say — and the tool answers before it. (None, None) when there is none.
+    A confirmation ADK asked for itself (a tool's own ``require_confirmation``) carries no
+    effectgate payload: what the run had been told (a "WAITING FOR APPROVAL … approval id …"
+    answer) is then all that ties the human's yes to a request — in the session's own order,
+    no clock compared."""
     call_id = getattr(tool_context, "function_call_id", None)
     session = getattr(tool_context, "session", None)
-    for event in reversed(getattr(session, "events", None) or ()):
+    found: tuple[Any, frozenset[str]] | None = None
+    told: set[str] = set()
+    for event in getattr(session, "events", None) or ():
         for call in event.get_function_calls() or ():
             args = call.args if call.name == "adk_request_confirmation" else None
             original = args.get("originalFunctionCall") if isinstance(args, dict) else None
             if isinstance(original, dict) and call_id is not None and \
                     original.get("id") == call_id:
                 shown = args.get("toolConfirmation")  # type: ignore[union-attr]
-                stamp = getattr(event, "timestamp", None)
-                return (shown.get("payload") if isinstance(shown, dict) else None,
-                        float(stamp) if isinstance(stamp, (int, float)) else None)
-    return None, None
+                found = (shown.get("payload") if isinstance(shown, dict) else None,
+                         frozenset(told))
+        for response in event.get_function_responses() or ():
+            told.update(_APPROVAL_ID.findall(str(getattr(response, "response", ""))))
+    return found if found is not None else (None, None)
 
 
 class _Watch:

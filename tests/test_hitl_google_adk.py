@@ -143,41 +143,65 @@ def test_a_confirmation_arriving_after_its_request_expired_approves_nothing(
     assert hgate.approval(pending.approval_id).state is eg.ApprovalState.PENDING
 
 
-def test_the_tools_own_confirmation_approves_a_request_that_waited_when_it_was_asked(
+async def _own_turn(gate: eg.Gate, ledger: Path, service: Any, session_id: str,
+                    message: Any) -> tuple[list[Any], list[str]]:
+    """One run of a session whose tool has ADK's own ``require_confirmation``: (the
+    confirmations ADK asked for, the tool answers)."""
+    from google.adk.runners import Runner
+
+    runner = Runner(agent=worker.adk_agent(gate, ledger, require_confirmation=True),
+                    app_name="h", session_service=service)
+    asked: list[Any] = []
+    said: list[str] = []
+    async for event in runner.run_async(user_id="u", session_id=session_id,
+                                        new_message=message):
+        asked += [fc for fc in event.get_function_calls()
+                  if fc.name == "adk_request_confirmation"]
+        said += [str(fr.response) for fr in event.get_function_responses()]
+    await runner.close()
+    return asked, said
+
+
+def _yes(asked: Any, payload: Any = None) -> Any:
+    from google.genai import types
+
+    response: dict[str, Any] = {"confirmed": True}
+    if payload is not None:
+        response["payload"] = payload
+    return types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+        id=asked.id, name=asked.name, response=response))])
+
+
+def _ask(text: str) -> Any:
+    from google.genai import types
+
+    return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+def test_the_tools_own_confirmation_approves_a_request_the_run_was_told_of(
         hgate: eg.Gate, tmp_path: Path) -> None:
     """A tool with ADK's own ``require_confirmation`` is confirmed before the gate can show
     its request: the first yes meets a request the resumed call opened (nobody was asked
-    about it), so it waits; the model calls again, ADK asks again, and that yes — asked while
-    the request waited — approves it, once."""
-    from google.adk.runners import Runner
+    about it), so it waits and the model is told so; the model calls again, ADK asks again,
+    and that yes — given after the run was told of the request, in the session's own order —
+    approves it, once."""
     from google.adk.sessions import DatabaseSessionService
-    from google.genai import types
 
     ledger = tmp_path / "ledger"
 
     async def turns() -> list[str]:
         service = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
         await service.create_session(app_name="h", user_id="u", session_id="s")
-        message = types.Content(role="user", parts=[types.Part(text="refund T1")])
-        said: list[str] = []
+        message, said = _ask("refund T1"), []
         for _ in range(6):
-            runner = Runner(agent=worker.adk_agent(hgate, ledger, require_confirmation=True),
-                            app_name="h", session_service=service)
-            asked = []
-            async for event in runner.run_async(user_id="u", session_id="s",
-                                                new_message=message):
-                asked += [fc for fc in event.get_function_calls()
-                          if fc.name == "adk_request_confirmation"]
-                said += [str(fr.response) for fr in event.get_function_responses()]
-            await runner.close()
+            asked, answers = await _own_turn(hgate, ledger, service, "s", message)
+            said += answers
             if asked:
-                message = types.Content(role="user", parts=[types.Part(
-                    function_response=types.FunctionResponse(
-                        id=asked[-1].id, name=asked[-1].name, response={"confirmed": True}))])
+                message = _yes(asked[-1])
             elif "refunded" in said[-1]:
                 break
             else:
-                message = types.Content(role="user", parts=[types.Part(text="try again")])
+                message = _ask("try again")
         return said
 
     said = asyncio.run(turns())
@@ -185,6 +209,34 @@ def test_the_tools_own_confirmation_approves_a_request_that_waited_when_it_was_a
     assert len(lines(ledger)) == 1
     [approval] = hgate.list_approvals(state=None)
     assert approval.state is eg.ApprovalState.CONSUMED
+
+
+@pytest.mark.parametrize("naming", [False, True])
+def test_the_tools_own_confirmation_never_approves_another_sessions_request(
+        hgate: eg.Gate, tmp_path: Path, naming: bool) -> None:
+    """Session A is asked; then session B's call opens the request. A's yes came before A's
+    run was told of that request, so it approves nothing — even when A's client names the
+    request's id (the model's text of another run may carry it): no clock compared."""
+    from google.adk.sessions import DatabaseSessionService
+
+    ledger = tmp_path / "ledger"
+
+    async def race() -> list[str]:
+        service = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
+        for sid in ("A", "B"):
+            await service.create_session(app_name="h", user_id="u", session_id=sid)
+        asked_a, _ = await _own_turn(hgate, ledger, service, "A", _ask("refund T1"))
+        asked_b, _ = await _own_turn(hgate, ledger, service, "B", _ask("refund T1"))
+        await _own_turn(hgate, ledger, service, "B", _yes(asked_b[-1]))  # opens the request
+        [request] = hgate.list_approvals()
+        named = {"effectgate": {"approval_id": request.approval_id}} if naming else None
+        _, said = await _own_turn(hgate, ledger, service, "A", _yes(asked_a[-1], named))
+        return said
+
+    said = asyncio.run(race())
+    assert "WAITING FOR APPROVAL" in said[-1] and lines(ledger) == []
+    [request] = hgate.list_approvals()
+    assert request.state is eg.ApprovalState.PENDING
 
 
 @pytest.mark.parametrize("named", [

@@ -13,9 +13,9 @@ the pause showed, the approval id and payload hash. :func:`aresume`:
    or payload hash other than the pending request's is refused and changes nothing;
 3. an answer is bound to the request its pause showed: one that meets a request the resumed
    call's own begin opened (the one shown expired meanwhile), or names no approval id and
-   was asked (``Answer.asked_at``) before this request was made — or cannot say when — was
-   not given to this request; it is not applied, and the call answers ``approval_required``
-   (the request waits; the adapter pauses on it again where the framework can).
+   came before the run was told of this request (``Answer.told``), was not given to this
+   request; it is not applied, and the call answers ``approval_required`` (the request
+   waits; the adapter pauses on it again where the framework can).
 
 The arguments the approval binds are the ones the call brings (their payload hash), so what
 executes is what was approved: prevention, not attribution.
@@ -32,7 +32,7 @@ from effectgate import ConfigError, EffectRefused
 from effectgate.decide import APPROVAL_REQUESTED
 
 from .call import GatedCall, Refused
-from .review import Review, Verdict, aapply, review_of
+from .review import Verdict, aapply, review_of
 from .vocabulary import model_message
 
 __all__ = ["Answer", "aresume", "claimed", "other_request"]
@@ -49,10 +49,10 @@ class Answer:
     message: str | None = None
     approval_id: str | None = None
     payload_hash: str | None = None
-    asked_at: float | None = None
-    """When the framework put the question to the human (its own server-side record, Unix
-    seconds), for an answer that names no approval: it answers a request that was waiting
-    then — made at or before that moment — and none opened since."""
+    told: frozenset[str] | None = None
+    """For an answer that names no approval: the approval ids the run had been told of before
+    the question was put (the framework's own server-side record, in its own order). It
+    answers one of those requests, never one opened since."""
 
 
 def claimed(payload: Any) -> tuple[str | None, str | None]:
@@ -77,13 +77,6 @@ def other_request(key: str | None) -> Refused:
     return Refused("denied", model_message("denied", key, error), error, key)
 
 
-def _waiting_when_asked(gated: GatedCall, review: Review, asked_at: float | None) -> bool:
-    """Whether ``review``'s request already waited when the human was asked (``asked_at``)."""
-    if asked_at is None:
-        return False
-    return gated.spec.gate.approval(review.approval_id).created_at.timestamp() <= asked_at
-
-
 async def aresume(gated: GatedCall, arguments: Mapping[str, Any], answer: Answer,
                   run: Run) -> Any:
     """The answer of a paused call resumed with ``answer`` (see the module docstring).
@@ -98,9 +91,8 @@ async def aresume(gated: GatedCall, arguments: Mapping[str, Any], answer: Answer
     if getattr(out.error, "reason", None) == APPROVAL_REQUESTED:
         return out  # this resume's own begin opened the request: the answer was to another
     review = await asyncio.to_thread(review_of, gated, out, arguments)
-    if answer.approval_id is None and not await asyncio.to_thread(_waiting_when_asked, gated,
-                                                                   review, answer.asked_at):
-        return out  # it names no request, and this one was not waiting when it was asked
+    if answer.approval_id is None and review.approval_id not in (answer.told or ()):
+        return out  # it names no request, and the run was not told of this one before
     if answer.approval_id is not None and answer.approval_id != review.approval_id:
         return other_request(review.key)
     verdict = Verdict("approve" if answer.approved else "reject", by=answer.by,
