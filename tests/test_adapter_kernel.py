@@ -219,8 +219,9 @@ PINNED = {
         "ToolReportedError", "UngatedToolWarning", "classify_tool_exception", "gate_tool",
         "gate_tools", "hitl_request"},
     "effectgate.integrations.openai_agents": {
-        "DEFAULT_APPROVER", "EffectGateAgentsError", "EffectGateRunHooks", "GatedFunctionTool",
-        "UngatedToolWarning", "apply_store_decisions", "approve", "gate_tool", "gate_tools",
+        "ASK_AGAIN", "DEFAULT_APPROVER", "EffectGateAgentsError", "EffectGateRunHooks",
+        "GatedFunctionTool", "RequestGone", "UngatedToolWarning", "apply_store_decisions",
+        "approve", "ask_again", "gate_tool", "gate_tools",
         "is_gated", "reject"},
     "effectgate.integrations.llama_index": {
         "DEFAULT_APPROVER", "EffectGateAgentMixin", "EffectGateFunctionAgent", "GatedFunctionTool",
