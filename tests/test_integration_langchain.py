@@ -436,6 +436,48 @@ def test_middleware_reports_ungated_tools_at_the_first_model_call(
         run(agent)
 
 
+@pytest.mark.parametrize("how", ["shared", "dynamic"])
+@pytest.mark.parametrize("declared", ["mapping", "policy"])
+def test_middleware_gates_a_declared_tool_it_did_not_see_first(
+        make_gate: Any, refund: Any, ledger: list[Any], how: str, declared: str) -> None:
+    """A tool is resolved the first time it is seen, never from a set frozen at the first
+    model call: a middleware shared by two agents, or one behind a dynamic-tools middleware
+    that offers fewer tools first, still gates the refund (it had run twice, unrecorded)."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    @tool
+    def lookup(txn_id: str) -> str:
+        """Look a transaction up (read only)."""
+        return "found"
+
+    if declared == "policy":
+        effects: Any = eg.Policy.from_dict({"effects": {"payment.refund": {
+            "key": "refund:{txn_id}", "tools": ["refund"]}}})
+        gate = make_gate(policy=effects)
+    else:
+        effects, gate = {"refund": "refund:{txn_id}"}, make_gate()
+    middleware = eg_lc.EffectGateMiddleware(effects, gate=gate, read_only=["lookup"])
+    lookup_call = call("c0", {"txn_id": "T1"}, name="lookup")
+    stack: list[Any] = [middleware]
+    if how == "shared":  # a triage agent that has only the lookup uses it first
+        run(create_agent(script(lookup_call), tools=[lookup], middleware=[middleware]))
+        scripted = script(call("c1"), call("c2"))
+    else:
+        class ReadFirst(AgentMiddleware):  # type: ignore[type-arg]
+            def wrap_model_call(self, request: Any, handler: Any) -> Any:
+                if len(request.messages) <= 1:
+                    request = request.override(
+                        tools=[t for t in request.tools if t.name == "lookup"])
+                return handler(request)
+
+        stack = [ReadFirst(), middleware]
+        scripted = script(lookup_call, call("c1"), call("c2"))
+    answers = run(create_agent(scripted, tools=[lookup, refund], middleware=stack))
+    assert ledger == [("T1", 500)]
+    assert gate.get("refund:T1").state is eg.State.COMMITTED
+    assert answers[-1].content == answers[-2].content  # the repeat got the stored result
+
+
 # -- two processes -------------------------------------------------------------------------
 
 

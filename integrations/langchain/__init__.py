@@ -9,8 +9,10 @@ Two forms, one guarantee — the same consequence executes at most once:
   list and reports every tool left ungated.
 * ``EffectGateMiddleware(effects, gate=gate)`` (LangChain v1 agents) sees every tool call of
   ``create_agent``: it answers a repeat without running the tool and records the outcome of a
-  call it let through. It reports ungated tools at the first model call, when it first sees
-  them. It covers only tools called through that agent.
+  call it let through. It resolves each tool the first time it sees it (at a model call, or
+  at a call of it: a middleware shared by agents, or behind one that changes the tool list,
+  gates every declared tool) and reports each ungated one then. It covers only tools called
+  through the agents it is installed in.
 
 Either way: arguments are validated through the tool's schema before the key and payload hash
 are computed (``"500"`` and ``500`` are one refund) — its own ``args_schema``, with its
@@ -84,6 +86,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -738,7 +741,7 @@ def _middleware_class() -> type:
         """Gate the tool calls of a ``create_agent`` agent by tool name.
 
         ``effects`` as for :func:`gate_tools` (mapping or Policy). Tools it does not name run
-        ungated and are reported once at the first model call; ``strict=True`` refuses to
+        ungated and are reported once, when first seen; ``strict=True`` refuses to
         start the agent instead. Tools already wrapped by :func:`gate_tool` pass through.
         """
 
@@ -754,40 +757,51 @@ def _middleware_class() -> type:
             self.strict = strict
             self.read_only = tuple(read_only)
             self.on_refusal = on_refusal
-            self._calls: dict[str, GatedCall] | None = None
-            # Check the shape now, the names when the tools are first seen.
-            read_declarations(effects, gate=self.gate, read_only=self.read_only)
+            # Every tool is resolved by name the first time it is seen (a model call's tools,
+            # or a call of it): never a set frozen at the first sight, which a middleware
+            # shared by two agents, a dynamic tool list or a run resumed at its tools would
+            # leave without the tools it did not see then.
+            self._calls: dict[str, GatedCall | None] = {}  # by tool name; None: not gated
+            self._lock = threading.Lock()
+            self._declared = read_declarations(effects, gate=self.gate, read_only=self.read_only)
 
         # -- seeing the tools --------------------------------------------------------------
 
-        def _setup(self, tools: Sequence[Any]) -> dict[str, GatedCall]:
-            if self._calls is not None:
-                return self._calls
-            by_name = {t.name: t for t in tools if isinstance(t, BaseTool)}
-            declared = read_declarations(self.effects, gate=self.gate, tool_names=list(by_name),
-                                         read_only=self.read_only)
-            calls: dict[str, GatedCall] = {}
-            ungated: list[str] = []
-            for name, tool in by_name.items():
-                if isinstance(tool, GatedTool) or name in declared.read_only:
-                    continue
-                entry = declared.effects.get(name)
-                if entry is None:
-                    ungated.append(name)
-                    continue
-                on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
-                redact = _store_form(entry.effect_options().get("redact"))
-                spec = entry.build(self.gate, redact=redact)
-                visible = _visible_fields(tool)
-                if visible is not None:
-                    spec.check_names(visible, f"tool {name!r}")
-                calls[name] = GatedCall(spec, name, on_refusal=on_refusal,
-                                        reraise_failed=(ToolException,), pause=keep_refusal)
-                self._validators[name] = _validator(tool, visible)
-                self._visible[name] = visible
-            report_ungated("langchain", ungated, strict=self.strict or declared.strict)
-            self._calls = calls
-            return calls
+        def _setup(self, tools: Sequence[Any]) -> None:
+            """Resolve each tool not seen before: gated as declared, passed through (read
+            only, already gated), or reported ungated once (refused with ``strict``)."""
+            new = [t for t in tools if isinstance(t, BaseTool) and t.name not in self._calls]
+            if not new:
+                return
+            with self._lock:
+                resolved: dict[str, GatedCall | None] = {}
+                ungated: list[str] = []
+                for tool in new:
+                    if tool.name in self._calls or tool.name in resolved:
+                        continue
+                    resolved[tool.name] = gated = self._gated_call(tool)
+                    if gated is None and not isinstance(tool, GatedTool) and \
+                            tool.name not in self._declared.read_only:
+                        ungated.append(tool.name)
+                report_ungated("langchain", ungated,
+                               strict=self.strict or self._declared.strict)
+                self._calls.update(resolved)  # only once reported: strict refuses it again
+
+        def _gated_call(self, tool: BaseTool) -> GatedCall | None:
+            name = tool.name
+            entry = self._declared.effects.get(name)
+            if isinstance(tool, GatedTool) or name in self._declared.read_only or entry is None:
+                return None
+            on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
+            redact = _store_form(entry.effect_options().get("redact"))
+            spec = entry.build(self.gate, redact=redact)
+            visible = _visible_fields(tool)
+            if visible is not None:
+                spec.check_names(visible, f"tool {name!r}")
+            self._validators[name] = _validator(tool, visible)
+            self._visible[name] = visible
+            return GatedCall(spec, name, on_refusal=on_refusal,
+                             reraise_failed=(ToolException,), pause=keep_refusal)
 
         def wrap_model_call(self, request: Any, handler: Any) -> Any:
             self._setup(request.tools)
@@ -805,8 +819,8 @@ def _middleware_class() -> type:
             tool = request.tool
             if tool is None or isinstance(tool, GatedTool):
                 return None
-            calls = self._setup([tool]) if self._calls is None else self._calls
-            gated = calls.get(tool.name)
+            self._setup([tool])
+            gated = self._calls.get(tool.name)
             if gated is None:
                 return None
             try:
