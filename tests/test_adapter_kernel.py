@@ -129,6 +129,62 @@ def test_a_call_with_other_arguments_is_not_a_twin(gate: eg.Gate) -> None:
     assert isinstance(other.error, eg.PayloadMismatch)
 
 
+def test_a_body_that_changes_its_arguments_makes_no_later_call_its_twin(gate: eg.Gate) -> None:
+    """The leader's payload hash is pinned as its body begins: a body that changes its
+    argument objects in place does not make a call with those changed arguments a twin."""
+    call = GatedCall(eg.EffectSpec(gate, "order:{order_id}", effect_type="order"), "order")
+    started, out = threading.Event(), []
+
+    def place() -> str:
+        items.append("bread")  # the body changes the list it was given
+        started.set()
+        time.sleep(0.3)
+        return "placed"
+
+    items = ["milk"]
+    leader = threading.Thread(target=lambda: out.append(
+        call.run({"order_id": "O1", "items": items}, place)))
+    leader.start()
+    started.wait(5)
+    other = call.run({"order_id": "O1", "items": ["milk", "bread"]}, lambda: "other ran")
+    leader.join()
+    assert out == ["placed"]
+    assert isinstance(other, Refused) and other.kind == "conflict"
+
+
+def test_a_twin_of_another_run_is_not_handed_the_leaders_denial(make_gate: Any) -> None:
+    """A denial may be the leader's own (its run's ceiling): a twin asks the store for its own
+    answer instead of being told "do not retry"."""
+    gate = make_gate(policy=eg.Policy.from_dict({"effects": {"refund": {"budget": {
+        "per_run_micros": 1_000_000}}}}))
+    call = GatedCall(eg.EffectSpec(gate, "refund:{txn_id}", effect_type="refund",
+                                   cost_micros=lambda txn_id, amount_cents: 800_000), "refund")
+    with eg.effect_context(run_id="A"):
+        assert call.run({"txn_id": "T0", "amount_cents": 1}, lambda: "T0") == "T0"
+    held, out = threading.Event(), {}
+
+    def as_run(run: str) -> None:
+        with eg.effect_context(run_id=run):
+            if run == "A":  # A's call leads, and is denied by A's ceiling after a pause
+                real = gate.store.move
+
+                def slow(*args: Any, **kwargs: Any) -> Any:
+                    held.set()
+                    time.sleep(0.4)
+                    return real(*args, **kwargs)
+
+                gate.store.move = slow  # type: ignore[method-assign]
+            out[run] = call.run({"txn_id": "T1", "amount_cents": 1}, lambda: f"ran for {run}")
+
+    a = threading.Thread(target=as_run, args=("A",))
+    a.start()
+    held.wait(5)
+    as_run("B")
+    a.join()
+    assert isinstance(out["A"], Refused) and out["A"].kind == "denied"
+    assert out["B"] == "ran for B"  # its own run's ceiling has room
+
+
 async def test_a_cancelled_leader_leaves_its_twin_to_the_store(gate: eg.Gate) -> None:
     call = gated(gate)
 

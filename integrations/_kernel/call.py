@@ -26,6 +26,7 @@ from effectgate import (
     BeginDecision,
     ConfigError,
     EffectAmbiguous,
+    EffectDenied,
     EffectKeyError,
     EffectRefused,
     EffectSpec,
@@ -156,7 +157,7 @@ class GatedCall:
         slot, leading = self._claim(arguments)
         if slot is not None:
             if leading:
-                return twins.lead(slot, lambda: self._call(arguments, body))
+                return twins.lead(slot, lambda: self._call(arguments, body, slot), _shared)
             answer = slot.wait(self._lease)
             if answer is not None:
                 return answer.give()
@@ -168,7 +169,8 @@ class GatedCall:
         slot, leading = self._claim(arguments)
         if slot is not None:
             if leading:
-                return await twins.alead(slot, lambda: self._acall(arguments, body))
+                return await twins.alead(slot, lambda: self._acall(arguments, body, slot),
+                                         _shared)
             answer = await slot.await_answer(self._lease)
             if answer is not None:
                 return answer.give()
@@ -187,7 +189,7 @@ class GatedCall:
         if slot is not None:
             if leading:
                 return await run_off_loop(lambda: twins.lead(slot, lambda: self._call(
-                    arguments, body)))
+                    arguments, body, slot), _shared))
             answer = await slot.await_answer(self._lease)
             if answer is not None:
                 return answer.give()
@@ -203,11 +205,12 @@ class GatedCall:
 
     # -- one call --------------------------------------------------------------------------
 
-    def _call(self, arguments: Mapping[str, Any], body: Callable[[], Any]) -> Any:
+    def _call(self, arguments: Mapping[str, Any], body: Callable[[], Any],
+              slot: Slot | None = None) -> Any:
         attempt = _Attempt()
 
         def started() -> Any:
-            attempt.decision = current_effect()
+            attempt.decision = _began(slot)
             return body()
 
         try:
@@ -216,11 +219,11 @@ class GatedCall:
             return self._settle(exc, attempt, arguments)
 
     async def _acall(self, arguments: Mapping[str, Any],
-                     body: Callable[[], Awaitable[Any]]) -> Any:
+                     body: Callable[[], Awaitable[Any]], slot: Slot | None = None) -> Any:
         attempt = _Attempt()
 
         async def started() -> Any:
-            attempt.decision = current_effect()
+            attempt.decision = _began(slot)
             return await body()
 
         try:
@@ -287,3 +290,19 @@ class GatedCall:
             return self.spec.template.render(arguments)
         except Exception:
             return None
+
+
+def _began(slot: Slot | None) -> Any:
+    """The running body's decision; its payload hash pinned on the twins' slot first."""
+    decision = current_effect()
+    if slot is not None and decision is not None:
+        slot.pin(decision.payload_hash)
+    return decision
+
+
+def _shared(answer: Any) -> bool:
+    """Whether a leader's answer is its twins' too: not a denial, which may be the leader's
+    own (a per-run or per-agent ceiling): a twin of another run asks the store."""
+    if isinstance(answer, Refused):
+        return answer.kind != "denied"
+    return not isinstance(answer, EffectDenied)

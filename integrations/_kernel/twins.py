@@ -65,10 +65,16 @@ class Slot:
         self._done = False
 
     def digest(self) -> str:
-        """The leader's payload hash (computed on first need)."""
+        """The leader's payload hash (computed on first need, or pinned as its body began)."""
         if self._digest is None:
             self._digest = payload_hash(self.arguments)
         return self._digest
+
+    def pin(self, digest: str) -> None:
+        """The payload hash the store recorded for the leader, as its body begins: a body that
+        changes its argument objects in place must not make a later call look like a twin."""
+        if self._digest is None:
+            self._digest = digest
 
     def finish(self, answer: Answer | None) -> None:
         """Record the answer and wake every waiter."""
@@ -153,30 +159,33 @@ class TwinRegistry:
                 del self._slots[slot.key]
         slot.finish(answer)
 
-    def lead(self, slot: Slot, call: Callable[[], Any]) -> Any:
-        """Run ``call`` as the slot's leader; its answer (value or exception) goes to twins."""
+    def lead(self, slot: Slot, call: Callable[[], Any],
+             shared: Callable[[Any], bool] | None = None) -> Any:
+        """Run ``call`` as the slot's leader; its answer (value or exception) goes to twins,
+        unless ``shared(answer)`` says it is the leader's own (then they ask the store)."""
         token = _held.set(_held.get() | {slot.key})
         try:
             out = call()
         except BaseException as exc:
-            self.release(slot, _ended(exc))
+            self.release(slot, _ended(exc) if shared is None or shared(exc) else None)
             raise
         finally:
             _held.reset(token)
-        self.release(slot, Answer(out))
+        self.release(slot, Answer(out) if shared is None or shared(out) else None)
         return out
 
-    async def alead(self, slot: Slot, call: Callable[[], Any]) -> Any:
+    async def alead(self, slot: Slot, call: Callable[[], Any],
+                    shared: Callable[[Any], bool] | None = None) -> Any:
         """:meth:`lead` for a coroutine function."""
         token = _held.set(_held.get() | {slot.key})
         try:
             out = await call()
         except BaseException as exc:
-            self.release(slot, _ended(exc))
+            self.release(slot, _ended(exc) if shared is None or shared(exc) else None)
             raise
         finally:
             _held.reset(token)
-        self.release(slot, Answer(out))
+        self.release(slot, Answer(out) if shared is None or shared(out) else None)
         return out
 
 
