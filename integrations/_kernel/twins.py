@@ -7,7 +7,10 @@ returns the same answer, as though it had run.
 
 Two calls are twins when they propose the same effect — same store, namespace, effect type and
 key — with the same payload hash. A call that differs in payload is not a twin: it goes to the
-store, which refuses it (``PayloadMismatch``). A call made *inside* the call it repeats (a body
+store, which refuses it (``PayloadMismatch``); the leader's payload hash is pinned as its body
+begins, so a body that changes its arguments in place makes no later call its twin. A denial
+is not handed on (it may be the leader's own: its run's or agent's ceiling): a twin then asks
+the store. A call made *inside* the call it repeats (a body
 that calls its own tool again) is not a twin either: waiting would deadlock, so it goes to the
 store too (``in_flight``).
 
