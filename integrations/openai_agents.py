@@ -7,7 +7,8 @@
   ``gate_tools(tools, effects)`` wraps a list and reports every tool left ungated.
   ``tool.__wrapped__`` is still the Python function behind it.
 * ``EffectGateRunHooks(strict=...)``, passed as ``Runner.run(..., hooks=...)``, looks at each
-  agent's tools when the agent starts: ungated function tools are reported once by name, or,
+  agent's tools when the agent starts (its MCP servers' tools too, as the SDK lists them):
+  ungated function tools are reported once by name, or,
   strict, the run stops before any tool is called. Hooks can only abort, so they enforce
   coverage; they do not gate a call themselves.
 
@@ -408,8 +409,12 @@ class EffectGateRunHooks(RunHooks[Any]):
         self.read_only = frozenset(read_only)
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
+        tools = getattr(agent, "tools", ())
+        every = getattr(agent, "get_all_tools", None)
+        if every is not None:  # with the tools of its MCP servers, as the SDK runs them
+            tools = await every(context)
         names = [
-            t.name for t in getattr(agent, "tools", ())
+            t.name for t in tools
             if isinstance(t, FunctionTool) and not is_gated(t) and t.name not in self.read_only
         ]
         try:

@@ -249,6 +249,51 @@ def test_gate_tools_reports_ungated_once_and_hooks_refuse_them(
         hooks=EffectGateRunHooks(strict=True, read_only=["oa_send_mail_1"]))
 
 
+def test_strict_hooks_see_the_tools_of_an_agents_mcp_servers() -> None:
+    """The SDK turns an agent's MCP servers' tools into function tools as it runs: strict
+    hooks check those too, before any tool is called (an ungated MCP write ran, unreported)."""
+    from agents.mcp import MCPServer
+    from mcp.types import CallToolResult, GetPromptResult, ListPromptsResult, TextContent
+    from mcp.types import Tool as MCPTool
+
+    refunds: list[Any] = []
+
+    class Payments(MCPServer):  # type: ignore[misc]
+        """An offline MCP server with one write tool."""
+
+        async def connect(self) -> None:
+            return None
+
+        @property
+        def name(self) -> str:
+            return "payments"
+
+        async def cleanup(self) -> None:
+            return None
+
+        async def list_tools(self, run_context: Any = None, agent: Any = None) -> list[MCPTool]:
+            return [MCPTool(name="mcp_refund", description="Refund. Irreversible.",
+                            inputSchema={"type": "object",
+                                         "properties": {"txn_id": {"type": "string"}}})]
+
+        async def call_tool(self, tool_name: str, arguments: Any,
+                            meta: Any = None) -> CallToolResult:
+            refunds.append(arguments)
+            return CallToolResult(content=[TextContent(type="text", text="refunded")])
+
+        async def list_prompts(self) -> ListPromptsResult:
+            return ListPromptsResult(prompts=[])
+
+        async def get_prompt(self, name: str, arguments: Any = None) -> GetPromptResult:
+            raise NotImplementedError
+
+    model = script(call("call_1", {"txn_id": "T1"}, name="mcp_refund"))
+    agent = Agent(name="billing", model=model, mcp_servers=[Payments()])
+    with pytest.raises(EffectGateAgentsError, match="mcp_refund"):
+        run(agent, hooks=EffectGateRunHooks(strict=True))
+    assert refunds == [] and len(model.calls) == 0
+
+
 @pytest.mark.slow
 def test_two_agents_in_two_processes_execute_the_refund_once(
         tmp_path: Path, namespace: str) -> None:
