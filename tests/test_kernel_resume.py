@@ -57,9 +57,10 @@ def test_a_yes_executes_once_and_a_replayed_yes_gets_the_stored_result(
 def test_a_no_denies_and_a_later_yes_is_still_denied(gated: GatedCall) -> None:
     record = paused(gated)
     done: list[Any] = []
-    first = resume(gated, Answer(False, "bob", message="no"), done)
+    first = resume(gated, Answer(False, "bob", message="no", approval_id=record.approval_id),
+                   done)
     assert isinstance(first, Refused) and first.kind == "denied"
-    later = resume(gated, Answer(True, "alice"), done)
+    later = resume(gated, Answer(True, "alice", approval_id=record.approval_id), done)
     assert isinstance(later, Refused) and later.kind == "denied" and done == []
     assert gated.spec.gate.approval(record.approval_id).state is eg.ApprovalState.DENIED
 
@@ -67,12 +68,30 @@ def test_a_no_denies_and_a_later_yes_is_still_denied(gated: GatedCall) -> None:
 @pytest.mark.parametrize("named", [{"approval_id": "apr_other"}, {"payload_hash": "f" * 64}])
 def test_an_answer_naming_another_request_changes_nothing(gated: GatedCall,
                                                           named: dict[str, str]) -> None:
-    paused(gated)
+    record = paused(gated)
     before = snapshot(gated.spec.gate)
     done: list[Any] = []
-    out = resume(gated, Answer(True, "alice", **named), done)
+    out = resume(gated, Answer(True, "alice", **{"approval_id": record.approval_id, **named}),
+                 done)
     assert isinstance(out, Refused) and out.kind == "denied" and done == []
     assert snapshot(gated.spec.gate) == before
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_an_answer_naming_no_request_decides_nothing(gated: GatedCall,
+                                                     approved: bool) -> None:
+    """A yes or a no that names no request (and no record of what the run was told) was not
+    given to this one: it waits (a no given to an unseen request would deny it for good)."""
+    record = paused(gated)
+    before = snapshot(gated.spec.gate)
+    done: list[Any] = []
+    out = resume(gated, Answer(approved, "alice"), done)
+    assert isinstance(out, Refused) and out.kind == "approval_required" and done == []
+    assert snapshot(gated.spec.gate) == before
+    told = Answer(approved, "alice", told=frozenset({record.approval_id}))
+    after = resume(gated, told, done)  # the run had been told of it: the answer stands
+    assert (after == "ok") if approved else (isinstance(after, Refused)
+                                             and after.kind == "denied")
 
 
 def test_a_decision_in_the_store_wins_over_the_answer(gated: GatedCall) -> None:
