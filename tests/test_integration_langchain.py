@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import effectgate as eg
@@ -476,6 +478,36 @@ def test_middleware_gates_a_declared_tool_it_did_not_see_first(
     assert ledger == [("T1", 500)]
     assert gate.get("refund:T1").state is eg.State.COMMITTED
     assert answers[-1].content == answers[-2].content  # the repeat got the stored result
+
+
+@pytest.mark.parametrize("returns", ["command", "tool_message"])
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_a_twin_of_a_tool_that_addresses_its_own_answer_gets_one_of_its_own(
+        gate: eg.Gate, form: str, returns: str) -> None:
+    """Two identical calls in one turn to a tool that answers with a ``Command`` or a
+    ``ToolMessage`` addressed through its ``ToolRuntime``: the refund runs once, and each call
+    gets an answer with its own id (the twin got its leader's, which left a call unanswered or
+    crashed the run)."""
+    made: list[str] = []
+
+    @tool
+    def refund(txn_id: str, runtime: ToolRuntime) -> Any:
+        """Refund a card transaction. Irreversible."""
+        made.append(txn_id)
+        time.sleep(0.3)  # the twin arrives while this runs
+        answer = ToolMessage(f"refunded #{len(made)}", tool_call_id=runtime.tool_call_id)
+        return Command(update={"messages": [answer]}) if returns == "command" else answer
+
+    two = AIMessage("", tool_calls=[{"name": "refund", "args": {"txn_id": "T1"}, "id": c,
+                                     "type": "tool_call"} for c in ("c1", "c2")])
+    if form == "tool":
+        agent = create_agent(script(two), tools=[gate_tool(refund, "refund:{txn_id}", gate=gate)])
+    else:
+        agent = create_agent(script(two), tools=[refund], middleware=[
+            eg_lc.EffectGateMiddleware({"refund": "refund:{txn_id}"}, gate=gate)])
+    answers = {m.tool_call_id: m.content for m in run(agent)}
+    assert made == ["T1"]
+    assert answers == {"c1": "refunded #1", "c2": "refunded #1"}
 
 
 # -- two processes -------------------------------------------------------------------------

@@ -489,7 +489,7 @@ class GatedTool(BaseTool):
     _sync_extra: tuple[bool, str | None] = PrivateAttr(default=(False, None))
     _async_extra: tuple[bool, str | None] = PrivateAttr(default=(False, None))
     _sync_only: bool = PrivateAttr(default=False)
-    _call_id: str | None = PrivateAttr(default=None)
+    _call_id: tuple[str, bool] | None = PrivateAttr(default=None)
     _pauser: _Pauser = PrivateAttr(default_factory=lambda: _Pauser(None, None))
     _validate: Any = PrivateAttr(default=None)
 
@@ -542,8 +542,9 @@ class GatedTool(BaseTool):
     def _output(self, out: Any, kwargs: Mapping[str, Any]) -> Any:
         if isinstance(out, Refused):
             raise EffectRefusedToolError(out)
-        if isinstance(out, ToolMessage) and self._call_id is not None:
-            out = _addressed(out, kwargs.get(self._call_id))  # a twin's answer
+        call_id = _call_id_of(self._call_id, kwargs)
+        if call_id is not None:
+            out = _readdressed(out, call_id)  # a twin's answer, its leader's
         if self.response_format == "content_and_artifact" and isinstance(out, list):
             return tuple(out) if len(out) == 2 else (out, None)
         return out
@@ -591,15 +592,43 @@ def _addressed(message: ToolMessage, call_id: Any) -> ToolMessage:
     return message
 
 
-def _call_id_parameter(tool: BaseTool) -> str | None:
-    """The argument a tool takes its ``InjectedToolCallId`` in, if any."""
+def _readdressed(out: Any, call_id: Any) -> Any:
+    """A tool's answer as the answer of the call ``call_id``: a twin's copy of its leader's
+    ``ToolMessage`` re-addressed; of its leader's ``Command``, the command's tool message
+    alone, re-addressed (its other state updates were the leader's, applied once)."""
+    if isinstance(out, ToolMessage):
+        return _addressed(out, call_id)
+    update = getattr(out, "update", None)
+    messages = update.get("messages") if isinstance(update, Mapping) else None
+    if not isinstance(call_id, str) or not isinstance(messages, list):
+        return out
+    answers = [m for m in messages if isinstance(m, ToolMessage)]
+    if not answers or any(m.tool_call_id == call_id for m in answers):
+        return out  # the call's own command
+    return _addressed(answers[0], call_id)
+
+
+def _call_id_parameter(tool: BaseTool) -> tuple[str, bool] | None:
+    """The argument a tool learns its call's id from, if any: (its name, whether it is a
+    ``ToolRuntime``, whose ``tool_call_id`` holds it, rather than an ``InjectedToolCallId``)."""
     fields = getattr(tool.args_schema, "model_fields", None) or {}
     for name, info in fields.items():
+        annotation = getattr(info, "annotation", None)
+        if isinstance(annotation, type) and annotation.__name__ == "ToolRuntime":
+            return str(name), True
         for mark in getattr(info, "metadata", ()):
             kind = mark if isinstance(mark, type) else type(mark)
             if issubclass(kind, InjectedToolCallId):
-                return str(name)
+                return str(name), False
     return None
+
+
+def _call_id_of(parameter: tuple[str, bool] | None, kwargs: Mapping[str, Any]) -> Any:
+    """The id of the call a tool was given ``kwargs`` for (None when it is not told)."""
+    if parameter is None:
+        return None
+    value = kwargs.get(parameter[0])
+    return getattr(value, "tool_call_id", None) if parameter[1] else value
 
 
 def _runs_on_a_thread(tool: BaseTool) -> bool:
@@ -834,10 +863,8 @@ def _middleware_class() -> type:
             if isinstance(out, Refused):
                 return ToolMessage(content=out.message, tool_call_id=call["id"],
                                    name=call["name"], status="error")
-            if isinstance(out, ToolMessage):
-                return _addressed(out, call["id"])  # the tool's own (or a twin's leader's)
             if not isinstance(out, (str, list)) and out is not None:
-                return out  # the tool's own Command
+                return _readdressed(out, call["id"])  # its own (or a twin's leader's)
             content = out if out is not None else TOOL_TEXTS["stored_none"]
             return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
