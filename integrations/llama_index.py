@@ -513,6 +513,7 @@ class UngatedToolAudit(BaseSpanHandler[Any]):
     read_only: frozenset[str] = frozenset()
     _calls: dict[str, int] = PrivateAttr(default_factory=dict)
     _gated_spans: set[str] = PrivateAttr(default_factory=set)
+    _tool_spans: dict[str, int] = PrivateAttr(default_factory=dict)  # open span -> tool's id
 
     @property
     def calls(self) -> Mapping[str, int]:
@@ -542,6 +543,11 @@ class UngatedToolAudit(BaseSpanHandler[Any]):
             return None
         if parent_span_id in self._gated_spans:
             return None
+        inside = parent_span_id is not None and \
+            self._tool_spans.get(parent_span_id) == id(instance)
+        self._tool_spans[id_] = id(instance)
+        if inside:  # the same tool's acall running its call: one call, counted once
+            return None
         name = instance.metadata.get_name()
         if name in self.read_only:
             return None
@@ -552,9 +558,11 @@ class UngatedToolAudit(BaseSpanHandler[Any]):
     def prepare_to_exit_span(self, id_: str, bound_args: Any, instance: Any = None,
                              result: Any = None, **kwargs: Any) -> None:
         self._gated_spans.discard(id_)
+        self._tool_spans.pop(id_, None)
         return None
 
     def prepare_to_drop_span(self, id_: str, bound_args: Any, instance: Any = None,
                              err: BaseException | None = None, **kwargs: Any) -> None:
         self._gated_spans.discard(id_)
+        self._tool_spans.pop(id_, None)
         return None

@@ -257,6 +257,37 @@ def test_gate_tools_reports_ungated_once_and_the_audit_sees_their_calls(
     assert dict(audit.calls) == {"li_send_mail_1": 1}  # the gated refund is not reported
 
 
+def test_the_audit_counts_a_tool_whose_acall_runs_its_call_once() -> None:
+    """An ``acall`` that runs the same tool's ``call`` is one call (its two spans had counted
+    two)."""
+    from llama_index.core.tools import ToolMetadata, ToolOutput
+    from llama_index.core.tools.types import AsyncBaseTool
+
+    sent: list[str] = []
+
+    class Mailer(AsyncBaseTool):  # type: ignore[misc]
+        @property
+        def metadata(self) -> ToolMetadata:
+            return ToolMetadata(name="li_audit_mailer", description="Send mail.")
+
+        def call(self, input: str) -> ToolOutput:
+            sent.append(input)
+            return ToolOutput(content="sent", tool_name="li_audit_mailer", raw_input={},
+                              raw_output="sent")
+
+        async def acall(self, input: str) -> ToolOutput:
+            return self.call(input)
+
+    audit = UngatedToolAudit().install()
+    try:
+        with pytest.warns(UngatedToolWarning, match="li_audit_mailer"):
+            Mailer().call("a")
+        asyncio.run(Mailer().acall("b"))
+    finally:
+        audit.uninstall()
+    assert sent == ["a", "b"] and dict(audit.calls) == {"li_audit_mailer": 2}
+
+
 @pytest.mark.slow
 def test_two_agents_in_two_processes_execute_the_refund_once(
         tmp_path: Path, namespace: str) -> None:
