@@ -573,7 +573,23 @@ ASK_AGAIN = (
 def ask_again(state: Any, item: Any) -> None:
     """Answer an interruption whose request no longer waits (:class:`RequestGone`): the SDK is
     told no with :data:`ASK_AGAIN`, so the model may call again — that call records a new
-    request, for a human to see and decide. Nothing is written to the store."""
+    request, for a human to see and decide. Nothing is written to the store.
+    ``InvalidTransition`` (the state not told) while the request still waits (decide it with
+    :func:`approve` / :func:`reject`) or was decided in the store (:func:`apply_store_decisions`
+    carries that decision): the model must not hear "expired" then."""
+    pending = _pending(item)
+    if pending is not None:
+        _, spec, request = pending
+        if store_decision(spec.gate, request) is not None:
+            raise InvalidTransition(f"{request.key!r} was decided in the store: "
+                                    "apply_store_decisions(state) carries it", key=request.key)
+        try:
+            waiting = _approval_of(spec, request)
+        except RequestGone:
+            waiting = None
+        if waiting is not None:
+            raise InvalidTransition(f"approval {waiting.approval_id} still waits: approve() or "
+                                    "reject() it", key=request.key)
     state.reject(item, rejection_message=ASK_AGAIN)
 
 

@@ -183,6 +183,31 @@ def test_a_decision_on_an_interruption_whose_request_expired_records_nothing(
         eg.State.PENDING_APPROVAL
 
 
+def test_ask_again_refuses_while_the_request_waits_or_was_decided(hgate: eg.Gate,
+                                                                   tmp_path: Path) -> None:
+    """The model must not hear "expired" about a request that still waits, or one a human
+    decided in the console."""
+    from agents import RunState
+
+    from effectgate.integrations import openai_agents as eg_oa
+
+    in_process(hgate, tmp_path, "start")
+    agent = worker.openai_agent(hgate, tmp_path / "ledger", "resume")
+
+    async def ask(match: str) -> None:
+        state = await RunState.from_json(agent, json.loads((tmp_path / "state.json")
+                                                           .read_text()))
+        [item] = state.get_interruptions()
+        with pytest.raises(eg.InvalidTransition, match=match):
+            eg_oa.ask_again(state, item)
+
+    asyncio.run(ask("still waits"))
+    [request] = hgate.list_approvals()
+    hgate.approve(request.approval_id, by="bob")
+    asyncio.run(ask("decided in the store"))
+    assert lines(tmp_path / "ledger") == []
+
+
 def test_below_the_threshold_there_is_no_pause_and_no_request(
         hgate: eg.Gate, tmp_path: Path) -> None:
     from agents import Agent, Runner, function_tool, set_tracing_disabled
