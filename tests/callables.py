@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AsyncRefund", "Refund"]
+__all__ = ["APPROVE_BOTH", "AsyncRefund", "Refund", "wire"]
 
 
 class Refund:
@@ -25,3 +25,13 @@ class AsyncRefund(Refund):
     async def __call__(self, txn_id: str, amount_cents: int) -> dict[str, Any]:  # type: ignore[override]
         self.ledger.append(txn_id)
         return {"refunded": amount_cents}
+
+
+APPROVE_BOTH = {"effects": {"Refund": {"approval": "always"}, "wire": {"approval": "always"}}}
+"""A policy whose approval rule names the effect types of :class:`Refund` and :func:`wire`."""
+
+
+def wire(ledger: list[str], currency: str, txn_id: str, amount_cents: int) -> dict[str, Any]:
+    """A function to gate through a ``functools.partial`` (its effect type is ``wire``)."""
+    ledger.append(txn_id)
+    return {"wired": amount_cents, "currency": currency}

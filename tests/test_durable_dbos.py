@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import effectgate as eg
-from tests.callables import AsyncRefund, Refund
+from tests.callables import APPROVE_BOTH, AsyncRefund, Refund, wire
 from tests.conftest import snapshot
 
 dbos_module = pytest.importorskip("dbos")
@@ -260,16 +260,11 @@ def test_bad_options_are_refused_before_anything_runs(gate: eg.Gate, dbos_app: N
 def test_a_callable_object_or_a_partial_gets_the_effect_type_gate_effect_gives_it(
         make_gate: Any, dbos_app: None) -> None:
     """The policy's rule for that type (here: approval) applies to the step."""
-    gate = make_gate(policy={"effects": {"Refund": {"approval": "always"},
-                                         "wire": {"approval": "always"}}})
+    gate = make_gate(policy=APPROVE_BOTH)
     ledger: list[str] = []
 
-    def wire(currency: str, txn_id: str, amount_cents: int) -> dict[str, Any]:
-        ledger.append(txn_id)
-        return {"wired": amount_cents, "currency": currency}
-
     refund = effect_step(gate, "refund:{txn_id}")(Refund(ledger))
-    wire_eur = effect_step(gate, "wire:{txn_id}")(functools.partial(wire, "EUR"))
+    wire_eur = effect_step(gate, "wire:{txn_id}")(functools.partial(wire, ledger, "EUR"))
 
     @DBOS.workflow()
     def settle(txn_id: str) -> dict[str, Any]:

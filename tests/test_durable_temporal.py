@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from effectgate.integrations.durable.temporal import effect_activity
-from tests.callables import AsyncRefund, Refund
+from tests.callables import APPROVE_BOTH, AsyncRefund, Refund, wire
 from tests.test_cancelled_begins import write_lock
 
 
@@ -307,18 +307,14 @@ def test_a_callable_object_or_a_partial_gets_the_effect_type_gate_effect_gives_i
         make_gate: Any) -> None:
     """The policy's rule for that type (here: approval) applies; the adapter's own wrapper
     never names the effect."""
-    gate = make_gate(policy={"effects": {"Refund": {"approval": "always"},
-                                         "wire": {"approval": "always"}}})
+    gate = make_gate(policy=APPROVE_BOTH)
     ledger: list[str] = []
-
-    def wire(currency: str, txn_id: str, amount_cents: int) -> dict[str, Any]:
-        ledger.append(txn_id)
-        return {"wired": amount_cents, "currency": currency}
 
     with pytest.raises(eg.ApprovalRequired):  # what gate.effect does with the same callable
         gate.effect("refund:{txn_id}")(Refund(ledger))("T0", 500)
+    wire_eur = functools.partial(wire, ledger, "EUR")
     for body, key, effect_type in ((Refund(ledger), "refund:{txn_id}", "Refund"),
-                                   (functools.partial(wire, "EUR"), "wire:{txn_id}", "wire")):
+                                   (wire_eur, "wire:{txn_id}", "wire")):
         with pytest.raises(ApplicationError) as caught:
             environment().run(effect_activity(gate, key)(body), "T1", 500)
         assert caught.value.type == "ApprovalRequired" and caught.value.non_retryable
