@@ -480,23 +480,49 @@ def test_middleware_gates_a_declared_tool_it_did_not_see_first(
     assert answers[-1].content == answers[-2].content  # the repeat got the stored result
 
 
+def test_a_shared_middleware_gates_a_plain_tool_named_as_another_agents_wrapped_one(
+        gate: eg.Gate, refund: Any, ledger: list[Any]) -> None:
+    """Agent A has ``gate_tool(refund)`` (it passes through), agent B the plain ``refund``: B's
+    is gated by name all the same (it had run twice, unrecorded, even under strict)."""
+    middleware = eg_lc.EffectGateMiddleware({"refund": "refund:{txn_id}"}, gate=gate,
+                                            strict=True)
+    wrapped = gate_tool(refund, "refund:{txn_id}", gate=gate)
+    run(create_agent(script(call("c0")), tools=[wrapped], middleware=[middleware]))
+    ledger.clear()
+    answers = run(create_agent(script(call("c1", {"txn_id": "T2", "amount_cents": 500}),
+                                      call("c2", {"txn_id": "T2", "amount_cents": 500})),
+                               tools=[refund], middleware=[middleware]))
+    assert ledger == [("T2", 500)] and answers[0].content == answers[1].content
+    assert gate.get("refund:T2").state is eg.State.COMMITTED
+
+
+@pytest.mark.parametrize("typed", [False, True])
 @pytest.mark.parametrize("returns", ["command", "tool_message"])
 @pytest.mark.parametrize("form", ["tool", "middleware"])
 def test_a_twin_of_a_tool_that_addresses_its_own_answer_gets_one_of_its_own(
-        gate: eg.Gate, form: str, returns: str) -> None:
+        gate: eg.Gate, form: str, returns: str, typed: bool) -> None:
     """Two identical calls in one turn to a tool that answers with a ``Command`` or a
     ``ToolMessage`` addressed through its ``ToolRuntime``: the refund runs once, and each call
     gets an answer with its own id (the twin got its leader's, which left a call unanswered or
     crashed the run)."""
     made: list[str] = []
 
-    @tool
-    def refund(txn_id: str, runtime: ToolRuntime) -> Any:
-        """Refund a card transaction. Irreversible."""
+    def body(txn_id: str, runtime: Any) -> Any:
         made.append(txn_id)
         time.sleep(0.3)  # the twin arrives while this runs
         answer = ToolMessage(f"refunded #{len(made)}", tool_call_id=runtime.tool_call_id)
         return Command(update={"messages": [answer]}) if returns == "command" else answer
+
+    if typed:  # the documented way to type a context: ToolRuntime[Ctx]
+        @tool
+        def refund(txn_id: str, runtime: ToolRuntime[None, dict[str, Any]]) -> Any:
+            """Refund a card transaction. Irreversible."""
+            return body(txn_id, runtime)
+    else:
+        @tool
+        def refund(txn_id: str, runtime: ToolRuntime) -> Any:
+            """Refund a card transaction. Irreversible."""
+            return body(txn_id, runtime)
 
     two = AIMessage("", tool_calls=[{"name": "refund", "args": {"txn_id": "T1"}, "id": c,
                                      "type": "tool_call"} for c in ("c1", "c2")])

@@ -613,14 +613,27 @@ def _call_id_parameter(tool: BaseTool) -> tuple[str, bool] | None:
     ``ToolRuntime``, whose ``tool_call_id`` holds it, rather than an ``InjectedToolCallId``)."""
     fields = getattr(tool.args_schema, "model_fields", None) or {}
     for name, info in fields.items():
-        annotation = getattr(info, "annotation", None)
-        if isinstance(annotation, type) and annotation.__name__ == "ToolRuntime":
+        if _is_runtime(getattr(info, "annotation", None)):
             return str(name), True
         for mark in getattr(info, "metadata", ()):
             kind = mark if isinstance(mark, type) else type(mark)
             if issubclass(kind, InjectedToolCallId):
                 return str(name), False
     return None
+
+
+def _is_runtime(annotation: Any) -> bool:
+    """Whether ``annotation`` is LangGraph's ``ToolRuntime``, bare or parametrised
+    (``ToolRuntime[Ctx]``), also inside ``Annotated`` or ``Optional``."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_runtime(typing.get_args(annotation)[0])
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        return any(_is_runtime(arg) for arg in typing.get_args(annotation))
+    base = origin or annotation
+    return isinstance(base, type) and any(
+        c.__name__ == "ToolRuntime" and c.__module__.startswith("langgraph")
+        for c in base.__mro__)
 
 
 def _call_id_of(parameter: tuple[str, bool] | None, kwargs: Mapping[str, Any]) -> Any:
@@ -792,6 +805,8 @@ def _middleware_class() -> type:
             # leave without the tools it did not see then.
             self._calls: dict[str, GatedCall | None] = {}  # by tool name; None: not gated
             self._lock = threading.Lock()
+            # A tool the caller wrapped itself (gate_tool) passes through by what it is, never
+            # by its name: another agent's plain tool of that name is still gated or reported.
             self._declared = read_declarations(effects, gate=self.gate, read_only=self.read_only)
 
         # -- seeing the tools --------------------------------------------------------------
@@ -799,7 +814,8 @@ def _middleware_class() -> type:
         def _setup(self, tools: Sequence[Any]) -> None:
             """Resolve each tool not seen before: gated as declared, passed through (read
             only, already gated), or reported ungated once (refused with ``strict``)."""
-            new = [t for t in tools if isinstance(t, BaseTool) and t.name not in self._calls]
+            new = [t for t in tools if isinstance(t, BaseTool) and not isinstance(t, GatedTool)
+                   and t.name not in self._calls]
             if not new:
                 return
             with self._lock:
@@ -809,8 +825,7 @@ def _middleware_class() -> type:
                     if tool.name in self._calls or tool.name in resolved:
                         continue
                     resolved[tool.name] = gated = self._gated_call(tool)
-                    if gated is None and not isinstance(tool, GatedTool) and \
-                            tool.name not in self._declared.read_only:
+                    if gated is None and tool.name not in self._declared.read_only:
                         ungated.append(tool.name)
                 report_ungated("langchain", ungated,
                                strict=self.strict or self._declared.strict)
@@ -819,7 +834,7 @@ def _middleware_class() -> type:
         def _gated_call(self, tool: BaseTool) -> GatedCall | None:
             name = tool.name
             entry = self._declared.effects.get(name)
-            if isinstance(tool, GatedTool) or name in self._declared.read_only or entry is None:
+            if name in self._declared.read_only or entry is None:
                 return None
             on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
             redact = _store_form(entry.effect_options().get("redact"))
