@@ -152,6 +152,25 @@ def test_a_body_that_changes_its_arguments_makes_no_later_call_its_twin(gate: eg
     assert isinstance(other, Refused) and other.kind == "conflict"
 
 
+def test_a_twin_under_a_normalising_template_still_gets_the_answer(gate: eg.Gate) -> None:
+    """The pinned hash is the store's (over the template's normal form): a same-argument call
+    arriving after the body began is still a twin, not told "in flight"."""
+    call = GatedCall(eg.EffectSpec(gate, "mail:{to|lower}", effect_type="mail"), "mail")
+    started, out = threading.Event(), []
+
+    def send() -> str:
+        started.set()
+        time.sleep(0.3)
+        return "sent"
+
+    leader = threading.Thread(target=lambda: out.append(call.run({"to": "Bob@X.com"}, send)))
+    leader.start()
+    started.wait(5)
+    twin = call.run({"to": "Bob@X.com"}, lambda: "twin ran")
+    leader.join()
+    assert out == ["sent"] and twin == "sent"
+
+
 def test_a_twin_of_another_run_is_not_handed_the_leaders_denial(make_gate: Any) -> None:
     """A denial may be the leader's own (its run's ceiling): a twin asks the store for its own
     answer instead of being told "do not retry"."""

@@ -201,7 +201,9 @@ class GatedCall:
         except Exception:  # the gated call itself reports it
             return None, False
         identity: Hashable = (*self._identity, key)
-        return twins.claim(identity, arguments)
+        # The arguments as the store hashes them (a normalising template's form), so a slot's
+        # digest pinned from the store's hash compares like with like.
+        return twins.claim(identity, self.spec.template.normalise(arguments))
 
     # -- one call --------------------------------------------------------------------------
 
