@@ -409,10 +409,10 @@ class EffectGateRunHooks(RunHooks[Any]):
         self.read_only = frozenset(read_only)
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
-        tools = getattr(agent, "tools", ())
-        every = getattr(agent, "get_all_tools", None)
-        if every is not None:  # with the tools of its MCP servers, as the SDK runs them
-            tools = await every(context)
+        tools = list(getattr(agent, "tools", ()))  # every one, enabled now or not
+        mcp = getattr(agent, "get_mcp_tools", None)
+        if mcp is not None:  # and its MCP servers' tools, as the SDK lists them
+            tools += await mcp(context)
         names = [
             t.name for t in tools
             if isinstance(t, FunctionTool) and not is_gated(t) and t.name not in self.read_only

@@ -294,6 +294,23 @@ def test_strict_hooks_see_the_tools_of_an_agents_mcp_servers() -> None:
     assert refunds == [] and len(model.calls) == 0
 
 
+def test_strict_hooks_see_a_tool_disabled_when_the_agent_starts() -> None:
+    """A tool whose ``is_enabled`` turns on later is checked too (the SDK lists it each turn;
+    the hooks run once, as the agent starts)."""
+    enabled = [False]
+
+    @function_tool(is_enabled=lambda ctx, agent: enabled[0])
+    def oa_late_refund(txn_id: str) -> str:
+        """Refund a card transaction. Irreversible."""
+        return "refunded"
+
+    model = script(call("call_1", {"txn_id": "T1"}, name="oa_late_refund"))
+    with pytest.raises(EffectGateAgentsError, match="oa_late_refund"):
+        run(Agent(name="billing", model=model, tools=[oa_late_refund]),
+            hooks=EffectGateRunHooks(strict=True))
+    assert len(model.calls) == 0
+
+
 @pytest.mark.slow
 def test_two_agents_in_two_processes_execute_the_refund_once(
         tmp_path: Path, namespace: str) -> None:
