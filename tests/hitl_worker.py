@@ -256,7 +256,8 @@ def llama_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None)
 
 LLAMA_FIELDS = ("approval_id", "payload_hash", "key", "tool", "arguments", "allowed_decisions",
                 "prefix")
-SETTLE_SECONDS = 5.0  # how long the resume waits for one answer's effect before the next
+SETTLE_SECONDS = 20.0  # how long the resume waits for one answer's effect before the next
+# (it goes on as soon as the answer shows; a loaded CI machine needed more than 5 s)
 
 
 async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
