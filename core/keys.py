@@ -81,19 +81,16 @@ _ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _MAX_WALK = 8  # attribute and item steps in one field
 
 
-def check_key(key: object) -> str:
-    """Validate and NFC-normalise a literal key; raise :class:`EffectKeyError` if it is unusable."""
-    return _checked(key, refuse_blank=True)
-
-
 def lookup_key(key: object) -> str:
     """:func:`check_key` for a key to find, report on or resolve rather than make: a key
     holding a character that prints as nothing (refused in new keys, once accepted) may name an
     effect stored before that, which must stay readable, reportable and resolvable."""
-    return _checked(key, refuse_blank=False)
+    return check_key(key, refuse_blank=False)
 
 
-def _checked(key: object, *, refuse_blank: bool) -> str:
+def check_key(key: object, *, refuse_blank: bool = True) -> str:
+    """Validate and NFC-normalise a literal key; raise :class:`EffectKeyError` if it is
+    unusable (``refuse_blank=False``: see :func:`lookup_key`)."""
     if type(key) is not str:
         if not isinstance(key, str):
             raise EffectKeyError(f"an effect key must be a str, not {type(key).__name__}")

@@ -18,7 +18,7 @@ one thread hop instead of three).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -198,12 +198,12 @@ class GatedCall:
     def _claim(self, arguments: Mapping[str, Any]) -> tuple[Slot | None, bool]:
         try:
             key = self.spec.template.render(arguments)
+            # The arguments as the store hashes them (a normalising template's form), so a
+            # slot's digest pinned from the store's hash compares like with like.
+            normal = self.spec.template.normalise(arguments)
         except Exception:  # the gated call itself reports it
             return None, False
-        identity: Hashable = (*self._identity, key)
-        # The arguments as the store hashes them (a normalising template's form), so a slot's
-        # digest pinned from the store's hash compares like with like.
-        return twins.claim(identity, self.spec.template.normalise(arguments))
+        return twins.claim((*self._identity, key), normal)
 
     # -- one call --------------------------------------------------------------------------
 
