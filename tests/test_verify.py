@@ -168,6 +168,23 @@ def test_verify_refuses_a_namespace_that_holds_data(gate: eg.Gate, store_url: st
     assert gate.get("k").state is eg.State.COMMITTED
 
 
+
+def test_verify_refuses_a_namespace_whose_only_row_is_its_recorded_policy(
+        make_gate: Any, store_url: str, namespace: str) -> None:
+    """A namespace that ran with a policy (its effects pruned, or none yet) is not empty:
+    verify would delete the recorded policy with its scratch rows, and a later gate there
+    with another policy would no longer be warned."""
+    from effectgate.store.version import policy_meta_name
+
+    policy = {"effects": {"payment.*": {"approval": "always"}}}
+    make_gate(policy=policy)
+    name = policy_meta_name(namespace)
+    recorded = make_gate(policy=False).store.meta.get(name)
+    assert recorded is not None
+    with pytest.raises(eg.ConfigError, match="recorded policy"):
+        run_checks(store_url, only="G1", namespace=namespace)
+    assert make_gate(policy=False).store.meta.get(name) == recorded
+
 def test_verify_in_a_chosen_namespace_never_touches_its_neighbours_or_its_principals(
         make_gate: Any, store_url: str, namespace: str) -> None:
     """A namespace holding only principals is not empty; and the further namespaces a check

@@ -74,9 +74,9 @@ def run_checks(url: str | None, only: str | Iterable[str] | None = None, *,
     probe = Gate(target, namespace=scratch, policy=False)  # opens (and migrates) the store
     try:
         if _holds_rows(probe):
-            raise ConfigError(f"namespace {scratch!r} already holds effects, approvals, spend or "
-                              "principals; verify writes and then deletes everything in its "
-                              "namespace, so it needs an empty one")
+            raise ConfigError(f"namespace {scratch!r} already holds effects, approvals, spend, "
+                              "principals or a recorded policy; verify writes and then deletes "
+                              "everything in its namespace, so it needs an empty one")
     finally:
         probe.close()
     table = all_checks()
@@ -152,7 +152,8 @@ _OF_EFFECTS = "SELECT id FROM effectgate_effects WHERE namespace = :ns"
 
 def _holds_rows(gate: Gate) -> bool:
     """Whether the gate's namespace holds any row at all (effects, approvals, spend,
-    principals, sessions ...)."""
+    principals, sessions ...), or a policy recorded for it (which the clean-up deletes too:
+    a later gate with another policy would then not be warned)."""
     from sqlalchemy import text
 
     with gate.store.engine.connect() as conn:
@@ -162,7 +163,8 @@ def _holds_rows(gate: Gate) -> bool:
             if conn.execute(text(f"SELECT 1 FROM {table} WHERE {where} LIMIT 1"),
                             {"ns": gate.namespace}).first() is not None:
                 return True
-    return False
+        return conn.execute(text("SELECT 1 FROM effectgate_meta WHERE name = :name"),
+                            {"name": policy_meta_name(gate.namespace)}).first() is not None
 
 
 def _delete_namespace(url: str, namespace: str) -> None:
