@@ -10,10 +10,11 @@
   ``on_refusal="raise"``, put this mixin in front of the agent class to stop the run on a
   refusal or an ambiguous outcome (awaiting the handler raises it). It also makes the agent's
   name the effect's ``agent_id``.
-* ``UngatedToolAudit``: an instrumentation span handler that sees every tool call and reports
-  each ungated tool once by name, when it is first called. Instrumentation can only observe
-  (the dispatcher swallows a handler's exceptions): it cannot stop a call, answer it, or record
-  its outcome. Use it to find tools you forgot, not to gate them.
+* ``UngatedToolAudit``: an instrumentation span handler that sees every tool call LlamaIndex
+  instruments (every call an agent makes; see the class for the one direct call it cannot
+  see) and reports each ungated tool once by name, when it is first called. Instrumentation
+  can only observe (the dispatcher swallows a handler's exceptions): it cannot stop a call,
+  answer it, or record its outcome. Use it to find tools you forgot, not to gate them.
 
 **Approvals pause the run** (``acall`` inside a workflow agent): a call the policy sends for
 approval waits with ``ctx.wait_for_event(HumanResponseEvent, waiter_event=InputRequiredEvent(
@@ -58,8 +59,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from effectgate import ConfigError, EffectSpec, Gate
 
@@ -94,6 +97,7 @@ with requires_extra("llama_index", "llama-index"):
     from llama_index.core.base.llms.types import ContentBlock, TextBlock
     from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
     from llama_index.core.tools import BaseTool, FunctionTool, ToolOutput
+    from llama_index.core.tools.types import BaseToolAsyncAdapter
     from llama_index_instrumentation import get_dispatcher
     from pydantic import PrivateAttr, TypeAdapter, ValidationError
 
@@ -503,17 +507,61 @@ class EffectGateFunctionAgent(EffectGateAgentMixin, FunctionAgent):
     """A ``FunctionAgent`` that stops its run on a refused or ambiguous effect."""
 
 
+class _OpenCall(NamedTuple):
+    """An open tool span: the tool that runs (an adapter's base tool, a gated tool's inner
+    tool), whether a gated tool covers it, and a weak reference to the span's arguments."""
+
+    tool: int
+    gated: bool
+    alive: Any
+
+
+_SPANNED = frozenset({"__call__", "call", "acall"})
+
+
+def _runs(instance: BaseTool) -> BaseTool:
+    """The tool a span's instance runs: through ``BaseToolAsyncAdapter`` (how an agent calls
+    a plain ``BaseTool``) to the tool it adapts."""
+    while isinstance(instance, BaseToolAsyncAdapter):
+        instance = instance.base_tool
+    return instance
+
+
+def _forget(open_calls: dict[str, _OpenCall], id_: str, _ref: Any) -> None:
+    open_calls.pop(id_, None)
+
+
 class UngatedToolAudit(BaseSpanHandler[Any]):
     """Instrumentation: report each ungated tool once by name, when it is first called.
 
     Register with :meth:`install` (the root dispatcher). ``calls`` counts calls per ungated
     tool name. It observes only: it cannot stop a call.
+
+    **What it sees** is what LlamaIndex instruments: ``call``, ``acall`` and ``__call__`` of
+    a ``FunctionTool`` and of every ``AsyncBaseTool`` subclass, but only ``__call__`` of a
+    direct ``BaseTool`` subclass (LlamaIndex spans the abstract methods a subclass implements,
+    and ``BaseTool``'s only one is ``__call__``). So it sees every call an agent makes (an agent
+    calls ``acall``, through an adapter for a plain ``BaseTool``) and ``tool(...)`` on any
+    tool; it does **not** see ``tool.call(...)`` / ``tool.acall(...)`` called directly on a
+    direct ``BaseTool`` subclass, which opens no span, unless that method goes through
+    ``tool(...)``. Make such a tool an ``AsyncBaseTool``, or call it as ``tool(...)``.
+
+    A call is counted once: spans opened inside a span of the same tool (``acall`` running
+    ``call``, ``__call__`` running ``call``, an override calling ``super()``) are that call,
+    and the inner tool's spans inside a gated tool's span are the gated call. Another tool the
+    gated function calls is a call of its own, reported if ungated. A tool without a name is
+    reported by its class name.
+
+    It holds one entry per open tool span, dropped when the span ends or when the span's
+    arguments are freed: a span LlamaIndex never closes (an ``acall`` that is not
+    ``async def`` and returns a future that never completes) is not kept. Such an ``acall``
+    also leaves its span current in the caller's context: another call of the same tool there,
+    while that future is pending, is taken for part of it.
     """
 
     read_only: frozenset[str] = frozenset()
     _calls: dict[str, int] = PrivateAttr(default_factory=dict)
-    _gated_spans: set[str] = PrivateAttr(default_factory=set)
-    _tool_spans: dict[str, int] = PrivateAttr(default_factory=dict)  # open span -> tool's id
+    _open: dict[str, _OpenCall] = PrivateAttr(default_factory=dict)  # open span -> its call
 
     @property
     def calls(self) -> Mapping[str, int]:
@@ -535,34 +583,40 @@ class UngatedToolAudit(BaseSpanHandler[Any]):
                  parent_span_id: str | None = None, tags: Any = None, **kwargs: Any) -> None:
         if not isinstance(instance, BaseTool):
             return None
-        method = id_.split("-")[0].rsplit(".", 1)[-1]
-        if method not in ("call", "acall"):
+        if id_.split("-")[0].rsplit(".", 1)[-1] not in _SPANNED:
             return None
-        if isinstance(instance, GatedFunctionTool):
-            self._gated_spans.add(id_)  # its inner tool's span is a child: not ungated
+        tool = _runs(instance)
+        if isinstance(tool, GatedFunctionTool):  # its inner tool's spans are not ungated
+            self._remember(id_, bound_args, id(tool.inner), gated=True)
             return None
-        if parent_span_id in self._gated_spans:
+        parent = self._open.get(parent_span_id) if parent_span_id is not None else None
+        if parent is not None and parent.tool == id(tool):  # the same call, counted once
+            self._remember(id_, bound_args, id(tool), gated=parent.gated)
             return None
-        inside = parent_span_id is not None and \
-            self._tool_spans.get(parent_span_id) == id(instance)
-        self._tool_spans[id_] = id(instance)
-        if inside:  # the same tool's acall running its call: one call, counted once
-            return None
-        name = instance.metadata.get_name()
+        self._remember(id_, bound_args, id(tool), gated=False)
+        name = tool.metadata.name or type(tool).__name__
         if name in self.read_only:
             return None
-        self._calls[name] = self._calls.get(name, 0) + 1
+        with self.lock:
+            self._calls[name] = self._calls.get(name, 0) + 1
         report_ungated("llama_index", [name], strict=False)
         return None
 
+    def _remember(self, id_: str, bound_args: Any, tool: int, *, gated: bool) -> None:
+        """Keep an open tool span until it ends, or until its arguments are freed (a span
+        LlamaIndex never ends: this handler must not keep it forever)."""
+        try:
+            alive = weakref.ref(bound_args, partial(_forget, self._open, id_))
+        except TypeError:  # pragma: no cover - LlamaIndex always passes BoundArguments
+            alive = None
+        self._open[id_] = _OpenCall(tool, gated, alive)
+
     def prepare_to_exit_span(self, id_: str, bound_args: Any, instance: Any = None,
                              result: Any = None, **kwargs: Any) -> None:
-        self._gated_spans.discard(id_)
-        self._tool_spans.pop(id_, None)
+        self._open.pop(id_, None)
         return None
 
     def prepare_to_drop_span(self, id_: str, bound_args: Any, instance: Any = None,
                              err: BaseException | None = None, **kwargs: Any) -> None:
-        self._gated_spans.discard(id_)
-        self._tool_spans.pop(id_, None)
+        self._open.pop(id_, None)
         return None

@@ -352,3 +352,162 @@ def test_a_denial_is_answered_as_the_mode_says_sync_and_async(
             out = one()
             assert out.is_error and out.content.startswith("DENIED")
     assert ledger == []
+
+
+def _audited(action: Any) -> dict[str, int]:
+    audit = UngatedToolAudit().install()
+    try:
+        action()
+    finally:
+        audit.uninstall()
+    return dict(audit.calls)
+
+
+def test_the_audit_does_not_keep_a_span_llamaindex_never_closes() -> None:
+    """An ``acall`` that is not ``async def`` and returns a future that never completes: its
+    span never ends (LlamaIndex closes it in the future's done callback). The audit forgot it
+    only at the end, so a worker calling it held one entry per call forever; each call went
+    on being counted as part of the first (LlamaIndex leaves the span current)."""
+    import gc
+
+    from llama_index.core.tools import ToolMetadata, ToolOutput
+    from llama_index.core.tools.types import AsyncBaseTool
+
+    class Pending(AsyncBaseTool):  # type: ignore[misc]
+        @property
+        def metadata(self) -> ToolMetadata:
+            return ToolMetadata(name="li_audit_pending", description="Never answers.")
+
+        def call(self, input: str) -> ToolOutput:
+            return ToolOutput(content="x", tool_name="li_audit_pending", raw_input={},
+                              raw_output="x")
+
+        def acall(self, input: str) -> Any:  # not async: a future LlamaIndex waits on
+            return asyncio.get_running_loop().create_future()
+
+    tool = Pending()
+    audit = UngatedToolAudit().install()
+
+    async def abandon() -> None:
+        for n in range(50):
+            tool.acall(str(n))  # dropped, never completed
+
+    try:
+        with pytest.warns(UngatedToolWarning, match="li_audit_pending"):
+            asyncio.run(abandon())
+        gc.collect()
+    finally:
+        audit.uninstall()
+    assert len(audit._open) == 0
+    assert dict(audit.calls) == {"li_audit_pending": 50}
+
+
+def test_a_gated_function_tool_subclass_calling_super_is_not_reported(
+        sqlite_gate: eg.Gate) -> None:
+    """A ``FunctionTool`` subclass whose ``call`` / ``acall`` call ``super()``: each opens a
+    second span of the same tool inside the first. Gated, it was reported as ungated (with a
+    warning), from ``call``, ``acall`` and an agent alike."""
+    class Logged(FunctionTool):  # type: ignore[misc]
+        def call(self, *args: Any, **kwargs: Any) -> Any:
+            return super().call(*args, **kwargs)
+
+        async def acall(self, *args: Any, **kwargs: Any) -> Any:
+            return await super().acall(*args, **kwargs)
+
+    ran: list[str] = []
+
+    def li_audit_super_refund(txn_id: str) -> str:
+        """Refund."""
+        ran.append(txn_id)
+        return f"refunded {txn_id}"
+
+    gated = gate_tool(Logged.from_defaults(fn=li_audit_super_refund), "refund:{txn_id}",
+                      gate=sqlite_gate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UngatedToolWarning)
+        seen = _audited(lambda: (
+            gated.call(txn_id="T1"), asyncio.run(gated.acall(txn_id="T2")),
+            run(agent([gated], call("c1", {"txn_id": "T3"}, name="li_audit_super_refund")))))
+    assert ran == ["T1", "T2", "T3"] and seen == {}
+
+
+def test_the_audit_sees_a_plain_basetool_called_but_not_its_own_call_method() -> None:
+    """A direct ``BaseTool`` subclass: LlamaIndex spans only its ``__call__``. ``tool(...)``
+    was not seen (the audit ignored ``__call__`` spans); an agent's call is seen once (through
+    the adapter's ``acall``, ``call`` and the tool's ``__call__``); its own ``call`` called
+    directly opens no span and is not seen — the documented limit."""
+    from llama_index.core.tools import BaseTool, ToolMetadata, ToolOutput
+
+    sent: list[str] = []
+
+    class Mailer(BaseTool):  # type: ignore[misc]
+        @property
+        def metadata(self) -> ToolMetadata:
+            return ToolMetadata(name="li_audit_plain_mailer", description="Send mail.")
+
+        def __call__(self, input: str) -> ToolOutput:
+            return self.call(input)
+
+        def call(self, input: str) -> ToolOutput:
+            sent.append(input)
+            return ToolOutput(content="sent", tool_name="li_audit_plain_mailer",
+                              raw_input={}, raw_output="sent")
+
+    mailer = Mailer()
+    with pytest.warns(UngatedToolWarning, match="li_audit_plain_mailer"):
+        assert _audited(lambda: mailer("a")) == {"li_audit_plain_mailer": 1}
+    assert _audited(lambda: mailer.call("b")) == {}  # no span: not seen
+    by_agent = _audited(lambda: run(agent(
+        [mailer], call("c1", {"input": "c"}, name="li_audit_plain_mailer"))))
+    assert by_agent == {"li_audit_plain_mailer": 1} and sent == ["a", "b", "c"]
+
+
+def test_the_audit_reports_a_tool_without_a_name_by_its_class() -> None:
+    """``metadata.get_name()`` raises for a nameless tool; the dispatcher swallowed it and the
+    call went unreported."""
+    from llama_index.core.tools import ToolMetadata, ToolOutput
+    from llama_index.core.tools.types import AsyncBaseTool
+
+    class LiAuditNameless(AsyncBaseTool):  # type: ignore[misc]
+        @property
+        def metadata(self) -> ToolMetadata:
+            return ToolMetadata(description="Send mail.")
+
+        def call(self, input: str) -> ToolOutput:
+            return ToolOutput(content="sent", tool_name="", raw_input={}, raw_output="sent")
+
+        async def acall(self, input: str) -> ToolOutput:
+            return self.call(input)
+
+    with pytest.warns(UngatedToolWarning, match="LiAuditNameless"):
+        assert _audited(lambda: LiAuditNameless().call("a")) == {"LiAuditNameless": 1}
+
+
+def test_the_audit_counts_every_call_from_many_threads() -> None:
+    """``calls`` was incremented without a lock: threads calling tools lost counts."""
+    import sys
+    import threading
+
+    def li_audit_ping(n: int) -> int:
+        """Ping."""
+        return n
+
+    ping = FunctionTool.from_defaults(fn=li_audit_ping)
+
+    def calls_from_threads() -> None:
+        threads = [threading.Thread(target=lambda: [ping.call(n=n) for n in range(400)])
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: a lost update shows in a few rounds
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UngatedToolWarning)
+            rounds = [_audited(calls_from_threads) for _ in range(3)]
+    finally:
+        sys.setswitchinterval(interval)
+    assert rounds == [{"li_audit_ping": 3200}] * 3
