@@ -12,7 +12,11 @@ Two forms, one guarantee — the same consequence executes at most once:
   call it let through. It resolves each tool the first time it sees it (at a model call, or
   at a call of it: a middleware shared by agents, or behind one that changes the tool list,
   gates every declared tool) and reports each ungated one then. It covers only tools called
-  through the agents it is installed in.
+  through the agents it is installed in. A declaration is found by the tool's name; the
+  arguments by the tool object itself, so two agents sharing one middleware may each have a
+  tool of that name with its own arguments (each validated, hashed and checked against the
+  key template by its own schema). They share the declaration, hence its keys: tools of one
+  name whose consequences differ need different names or different middlewares.
 
 Either way: arguments are validated through the tool's schema before the key and payload hash
 are computed (``"500"`` and ``500`` are one refund) — its own ``args_schema``, with its
@@ -28,6 +32,20 @@ the run. The LangGraph ``thread_id`` becomes the effect's ``run_id`` and the age
 
 Identical calls in one turn (a ``ToolNode`` running parallel tool calls) execute once: the second
 waits for the first and answers with its result (a ``ToolMessage`` re-addressed to its own call).
+
+**A tool that answers with a ``Command``** (``update`` holding its ``ToolMessage`` and other
+state keys): the store keeps ``{"effectgate.langchain.Command": {"tool_call_id", "content",
+"update"}}`` — the message's call id and content, and the other state updates when they are
+plain JSON that reads back equal (else ``"update": None``; also when the command carries more
+than its one tool message: other messages, ``goto``, ``graph``). A ``redact=`` receives that
+form. A repeat (a twin waiting on its leader, or one answered from the store) gets its message
+re-addressed to its own call, plus the updates where its run's state lacks them: a twin in
+another run, a later run, a replay of the very call from a checkpoint taken before it ran. In
+the run that applied them (a twin in the same turn, a later turn of the same thread, a repeat
+of a repeat) it gets the message alone, so an appending channel holds the effect once. That is
+read from the run's state (the original call among its tool calls, or a tool message that
+answers it or repeats it, marked ``response_metadata["effectgate_answer_of"]``); a
+``gate_tool`` tool that has no ``ToolRuntime`` cannot see the state and gets the message alone.
 
 The tool's ``handle_tool_error``: honoured for a ``ToolException`` recorded FAILED (nothing
 happened — declare that with ``classifiers=(classify_tool_exception,)``): it is re-raised, and the
@@ -84,10 +102,12 @@ it with the stored result, nor record its outcome.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import threading
 import typing
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +144,7 @@ from .._kernel.review import (
 from .._kernel.vocabulary import TOOL_TEXTS
 
 with requires_extra("langchain", "langchain"):
-    from langchain_core.messages import ToolMessage
+    from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.messages.tool import ToolOutputMixin
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
@@ -460,6 +480,40 @@ def _by_alias(schema: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _Shape(typing.NamedTuple):
+    """What a gate reads of one tool object once: the argument names the model sends, and the
+    validator of a reviewer's edited arguments."""
+
+    visible: frozenset[str] | None
+    validate: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+class _Shapes:
+    """The :class:`_Shape` of each tool object a middleware gates, found by the object, never by
+    its name: two agents sharing a middleware may each have a tool of one name with other
+    arguments (the second was validated, and its payload hashed, by the first one's names).
+    Tools are held weakly: an agent built per request does not keep its tools alive here."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, list[tuple[weakref.ref[BaseTool], _Shape]]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, tool: BaseTool, spec: EffectSpec) -> _Shape:
+        """``tool``'s shape, read on first sight (``EffectKeyError`` when ``spec``'s key
+        template names an argument the tool does not take, as :func:`gate_tool` raises)."""
+        for ref, shape in self._by_name.get(tool.name, ()):
+            if ref() is tool:
+                return shape
+        visible = _visible_fields(tool)
+        if visible is not None:
+            spec.check_names(visible, f"tool {tool.name!r}")
+        shape = _Shape(visible, _validator(tool, visible))
+        with self._lock:
+            alive = [(r, s) for r, s in self._by_name.get(tool.name, ()) if r() is not None]
+            self._by_name[tool.name] = [*alive, (weakref.ref(tool), shape)]
+        return shape
+
+
 def _validator(tool: BaseTool, visible: frozenset[str] | None,
                ) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
     """Check a reviewer's edited arguments against the schema the model sees."""
@@ -543,8 +597,8 @@ class GatedTool(BaseTool):
         if isinstance(out, Refused):
             raise EffectRefusedToolError(out)
         call_id = _call_id_of(self._call_id, kwargs)
-        if call_id is not None:
-            out = _readdressed(out, call_id)  # a twin's answer, its leader's
+        # A twin's answer (its leader's), or a stored one, as this call's own.
+        out = _readdressed(out, call_id, _state_of(self._call_id, kwargs), self.name)
         if self.response_format == "content_and_artifact" and isinstance(out, list):
             return tuple(out) if len(out) == 2 else (out, None)
         return out
@@ -584,28 +638,136 @@ class GatedTool(BaseTool):
         return self._output(out, kwargs)
 
 
+_ANSWER_OF = "effectgate_answer_of"
+"""A re-addressed tool message's ``response_metadata`` entry: the call whose answer it repeats
+(whose ``Command`` updates a run holding this message holds too: :func:`_applied`)."""
+
+
 def _addressed(message: ToolMessage, call_id: Any) -> ToolMessage:
     """``message`` answering the call ``call_id`` (a twin gets its leader's message, as a new
-    message: LangGraph keeps one message per id, so a shared id would erase one answer)."""
+    message: LangGraph keeps one message per id, so a shared id would erase one answer),
+    marked with the call it first answered (:data:`_ANSWER_OF`)."""
     if isinstance(call_id, str) and message.tool_call_id != call_id:
-        return message.model_copy(update={"tool_call_id": call_id, "id": None})
+        metadata = {_ANSWER_OF: _origin(message), **message.response_metadata}
+        return message.model_copy(update={"tool_call_id": call_id, "id": None,
+                                          "response_metadata": metadata})
     return message
 
 
-def _readdressed(out: Any, call_id: Any) -> Any:
-    """A tool's answer as the answer of the call ``call_id``: a twin's copy of its leader's
-    ``ToolMessage`` re-addressed; of its leader's ``Command``, the command's tool message
-    alone, re-addressed (its other state updates were the leader's, applied once)."""
+def _origin(message: ToolMessage) -> Any:
+    """The call whose answer ``message`` is: its own, or the one it repeats."""
+    return message.response_metadata.get(_ANSWER_OF, message.tool_call_id)
+
+
+def _readdressed(out: Any, call_id: Any, state: Any, name: str) -> Any:
+    """A tool's answer as the answer of the call ``call_id``, in a run whose state is ``state``.
+
+    A twin's copy of its leader's ``ToolMessage`` is re-addressed. Of its leader's ``Command``:
+    in the leader's own run (the leader's call is one of ``state``'s, so its updates are applied
+    there once) the command's tool message alone, re-addressed; in another run the whole
+    command, its tool message re-addressed, since that run's state has none of its updates. A
+    stored ``Command`` (:func:`_command_form`) is rebuilt the same way (:func:`_rebuilt`).
+    Where ``state`` is unknown, a twin or a repeat gets the tool message alone.
+    """
     if isinstance(out, ToolMessage):
         return _addressed(out, call_id)
-    update = getattr(out, "update", None)
+    stored = _stored_command(out)
+    if stored is not None:
+        return _rebuilt(stored, call_id, state, name)
+    update: Any = getattr(out, "update", None)
     messages = update.get("messages") if isinstance(update, Mapping) else None
     if not isinstance(call_id, str) or not isinstance(messages, list):
         return out
     answers = [m for m in messages if isinstance(m, ToolMessage)]
     if not answers or any(m.tool_call_id == call_id for m in answers):
         return out  # the call's own command
-    return _addressed(answers[0], call_id)
+    leader = answers[0]
+    if _applied(state, leader.tool_call_id, call_id) is not False:
+        return _addressed(leader, call_id)
+    own = [_addressed(m, call_id) if m is leader else m for m in messages]
+    return dataclasses.replace(out, update={**update, "messages": own})
+
+
+_COMMAND = "effectgate.langchain.Command"
+"""The one key of a stored ``Command``'s form (:func:`_command_form`)."""
+
+
+def _command_form(out: Any) -> dict[str, Any] | None:
+    """What is stored of a ``Command`` a tool returned: ``{_COMMAND: {"tool_call_id",
+    "content", "update"}}`` — its tool message's call id and content, and its other state
+    updates where they are plain JSON that reads back equal (``None`` when they are not, or the
+    command carries more than its one tool message: other messages, ``goto``, ``graph``,
+    ``resume``). None for a command with no single tool message."""
+    update: Any = getattr(out, "update", None)
+    messages = update.get("messages") if isinstance(update, Mapping) else None
+    if not isinstance(messages, list):
+        return None
+    answers = [m for m in messages if isinstance(m, ToolMessage)]
+    if len(answers) != 1:
+        return None
+    rest = {k: v for k, v in update.items() if k != "messages"}
+    plain = (len(messages) == 1 and getattr(out, "graph", None) is None
+             and not getattr(out, "goto", None) and getattr(out, "resume", None) is None
+             and _reads_back(rest))
+    return {_COMMAND: {"tool_call_id": _origin(answers[0]),
+                       "content": answers[0].content, "update": rest if plain else None}}
+
+
+def _reads_back(value: Any) -> bool:
+    """Whether ``value`` is plain JSON that a repeat reads back equal (no tuple, model, date,
+    non-string key): what it stores is what a later run's state gets."""
+    try:
+        return bool(json.loads(json.dumps(value, allow_nan=False)) == value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+def _stored_command(out: Any) -> Mapping[str, Any] | None:
+    """The fields of a stored ``Command``'s form (a repeat's stored result), else None."""
+    if not isinstance(out, Mapping) or set(out) != {_COMMAND}:
+        return None
+    fields = out[_COMMAND]
+    return fields if isinstance(fields, Mapping) and "content" in fields else None
+
+
+def _rebuilt(stored: Mapping[str, Any], call_id: Any, state: Any, name: str) -> Any:
+    """A stored ``Command`` as the answer of the call ``call_id``: its tool message, re-addressed,
+    plus its stored state updates where ``state`` does not hold them yet (a later run, or a
+    replay of the very call whose updates were never applied). Without a call id to answer, the
+    content alone (the tool's output)."""
+    content = stored["content"]
+    if not isinstance(call_id, str):
+        return content
+    origin = stored.get("tool_call_id")
+    message = ToolMessage(content=content if content is not None else TOOL_TEXTS["stored_none"],
+                          tool_call_id=call_id, name=name,
+                          response_metadata={_ANSWER_OF: origin} if origin != call_id else {})
+    update = stored.get("update")
+    if not isinstance(update, Mapping) or _applied(state, origin, call_id) is not False:
+        return message
+    from langgraph.types import Command  # only a tool that returned one stored this form
+
+    return Command(update={**update, "messages": [message]})
+
+
+def _applied(state: Any, origin: Any, call_id: str) -> bool | None:
+    """Whether ``state`` (the state the call ``call_id`` runs against) holds, or is about to
+    hold, the updates of the call ``origin``: its answer (or a repeat of it, marked
+    :data:`_ANSWER_OF`) is in the messages, or (another call) it is one of their tool calls,
+    answered in this very step. A replay of ``call_id`` itself finds its answer missing where
+    its updates were never applied. None where ``state`` has no messages to read."""
+    messages = (state.get("messages") if isinstance(state, Mapping)
+                else getattr(state, "messages", None))
+    if not isinstance(messages, list) or not isinstance(origin, str):
+        return None
+    for message in messages:
+        if isinstance(message, ToolMessage) and origin in (message.tool_call_id,
+                                                          _origin(message)):
+            return True
+        if origin != call_id and isinstance(message, AIMessage) and any(
+                c.get("id") == origin for c in message.tool_calls):
+            return True
+    return False
 
 
 def _call_id_parameter(tool: BaseTool) -> tuple[str, bool] | None:
@@ -634,6 +796,13 @@ def _is_runtime(annotation: Any) -> bool:
     return isinstance(base, type) and any(
         c.__name__ == "ToolRuntime" and c.__module__.startswith("langgraph")
         for c in base.__mro__)
+
+
+def _state_of(parameter: tuple[str, bool] | None, kwargs: Mapping[str, Any]) -> Any:
+    """The graph state a tool was given with its ``ToolRuntime`` (None without one)."""
+    if parameter is None or not parameter[1]:
+        return None
+    return getattr(kwargs.get(parameter[0]), "state", None)
 
 
 def _call_id_of(parameter: tuple[str, bool] | None, kwargs: Mapping[str, Any]) -> Any:
@@ -696,12 +865,16 @@ def _handler(inner: BaseTool) -> Any:
 
 
 def _store_form(user_redact: Any) -> Any:
-    """What the gate stores: a ToolMessage's content rather than the message, nothing for a
-    ``Command`` (then the user's ``redact``)."""
+    """What the gate stores: a ToolMessage's content rather than the message, a ``Command``'s
+    form (:func:`_command_form`: its tool message's content, and its other state updates where
+    they are plain JSON), then the user's ``redact`` of that."""
 
     def redact(out: Any) -> Any:
-        if isinstance(out, ToolOutputMixin):
-            value = out.content if isinstance(out, ToolMessage) else None
+        value: Any
+        if isinstance(out, ToolMessage):
+            value = out.content
+        elif isinstance(out, ToolOutputMixin):
+            value = _command_form(out)
         else:
             value = out
         return user_redact(value) if user_redact is not None else value
@@ -792,8 +965,8 @@ def _middleware_class() -> type:
                      pause: bool | None = None, approver: str | None = None) -> None:
             super().__init__()
             self._pauser = _Pauser(pause, approver)
-            self._validators: dict[str, Callable[[Mapping[str, Any]], Mapping[str, Any]]] = {}
-            self._visible: dict[str, frozenset[str] | None] = {}  # by tool name, from _setup
+            # A declaration is found by the tool's name; what a tool takes, by the tool itself.
+            self._shapes = _Shapes()
             self.effects = effects
             self.gate = resolve_gate(gate)
             self.strict = strict
@@ -814,8 +987,15 @@ def _middleware_class() -> type:
         def _setup(self, tools: Sequence[Any]) -> None:
             """Resolve each tool not seen before: gated as declared, passed through (read
             only, already gated), or reported ungated once (refused with ``strict``)."""
-            new = [t for t in tools if isinstance(t, BaseTool) and not isinstance(t, GatedTool)
-                   and t.name not in self._calls]
+            plain = [t for t in tools if isinstance(t, BaseTool) and not isinstance(t, GatedTool)]
+            self._resolve([t for t in plain if t.name not in self._calls])
+            for tool in plain:  # each tool object by its own arguments (ConfigError on a miss)
+                gated = self._calls.get(tool.name)
+                if gated is not None:
+                    self._shapes.of(tool, gated.spec)
+
+        def _resolve(self, new: Sequence[BaseTool]) -> None:
+            """Find each new tool name's declaration (once per name); report the ungated."""
             if not new:
                 return
             with self._lock:
@@ -839,11 +1019,7 @@ def _middleware_class() -> type:
             on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
             redact = _store_form(entry.effect_options().get("redact"))
             spec = entry.build(self.gate, redact=redact)
-            visible = _visible_fields(tool)
-            if visible is not None:
-                spec.check_names(visible, f"tool {name!r}")
-            self._validators[name] = _validator(tool, visible)
-            self._visible[name] = visible
+            self._shapes.of(tool, spec)  # the first tool of this name must fit the template too
             return GatedCall(spec, name, on_refusal=on_refusal,
                              reraise_failed=(ToolException,), pause=keep_refusal)
 
@@ -857,9 +1033,10 @@ def _middleware_class() -> type:
 
         # -- gating a call --------------------------------------------------------------------
 
-        def _prepare(self, request: Any) -> tuple[GatedCall, dict[str, Any] | Refused] | None:
-            """The gated call and its arguments (or their refusal: a call the gate cannot key
-            never runs); None for a call this middleware does not gate."""
+        def _prepare(self, request: Any,
+                     ) -> tuple[GatedCall, _Shape, dict[str, Any] | Refused] | None:
+            """The gated call, the tool's shape and its arguments (or their refusal: a call
+            the gate cannot key never runs); None for a call this middleware does not gate."""
             tool = request.tool
             if tool is None or isinstance(tool, GatedTool):
                 return None
@@ -867,11 +1044,12 @@ def _middleware_class() -> type:
             gated = self._calls.get(tool.name)
             if gated is None:
                 return None
+            shape = self._shapes.of(tool, gated.spec)
             try:
-                return gated, _call_arguments(tool, request.tool_call.get("args") or {},
-                                              self._visible.get(tool.name))
+                return gated, shape, _call_arguments(
+                    tool, request.tool_call.get("args") or {}, shape.visible)
             except (ValidationError, V1ValidationError) as err:
-                return gated, invalid_arguments(tool.name, err)
+                return gated, shape, invalid_arguments(tool.name, err)
 
         def _answer(self, out: Any, request: Any) -> Any:
             call = request.tool_call
@@ -879,7 +1057,9 @@ def _middleware_class() -> type:
                 return ToolMessage(content=out.message, tool_call_id=call["id"],
                                    name=call["name"], status="error")
             if not isinstance(out, (str, list)) and out is not None:
-                return _readdressed(out, call["id"])  # its own (or a twin's leader's)
+                # its own, a twin's leader's or a stored Command
+                return _readdressed(out, call["id"], getattr(request, "state", None),
+                                    call["name"])
             content = out if out is not None else TOOL_TEXTS["stored_none"]
             return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
@@ -900,7 +1080,7 @@ def _middleware_class() -> type:
             prepared = self._prepare(request)
             if prepared is None:
                 return handler(request)
-            gated, arguments = prepared
+            gated, shape, arguments = prepared
             if isinstance(arguments, Refused):
                 return self._answer(gated.refuse(arguments), request)
             config = getattr(request.runtime, "config", None)
@@ -911,14 +1091,14 @@ def _middleware_class() -> type:
 
             with framework_context(*_context(config)):
                 out = self._pauser.settle(gated, run(gated, arguments), arguments, config,
-                                          run, self._validators.get(gated.tool_name))
+                                          run, shape.validate)
             return self._answer(out, request)
 
         async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
             prepared = self._prepare(request)
             if prepared is None:
                 return await handler(request)
-            gated, arguments = prepared
+            gated, shape, arguments = prepared
             if isinstance(arguments, Refused):
                 return self._answer(gated.refuse(arguments), request)
             config = getattr(request.runtime, "config", None)
@@ -933,8 +1113,7 @@ def _middleware_class() -> type:
 
             with framework_context(*_context(config)):
                 out = await self._pauser.asettle(gated, await run(gated, arguments), arguments,
-                                                 config, run,
-                                                 self._validators.get(gated.tool_name))
+                                                 config, run, shape.validate)
             return self._answer(out, request)
 
     EffectGateMiddleware.__module__ = __name__
