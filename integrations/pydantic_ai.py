@@ -13,9 +13,11 @@ Two forms, one guarantee — the same consequence executes at most once:
   ``Agent(tools=[...])`` or a ``FunctionToolset`` like the original.
 
 Arguments reach the gate as pydantic-ai validated them against the tool's schema (``"500"`` is
-``500``, defaults filled in), so the key and payload hash see what the function sees. A
-duplicate gets the stored result, as though the tool had just run; two identical calls in one
-turn run once and both get the result. Every other answer is a failed tool result the model
+``500``, defaults filled in), so the key and payload hash see what the function sees; a key
+template names them as the function does (an aliased parameter by its Python name, a function
+taking one model by that parameter: ``"refund:{order.txn_id}"``). A duplicate gets the
+stored result, as though the tool had just run; two identical calls in one turn run once and
+both get the result. Every other answer is a failed tool result the model
 reads (``ToolFailed``: it does not spend the tool's retries): wait, do not retry, ask a human —
 the same words as every other adapter; arguments that cannot name an effect are a
 ``ModelRetry`` (correct them). With ``on_refusal="raise"`` refusals and ambiguous outcomes are
@@ -25,9 +27,13 @@ agent's name its ``agent_id``.
 Errors the body raises are the gate's to record: one the outcome of which is unknown is never
 handed back to pydantic-ai as a ``ModelRetry`` (a retry is what must not happen); ``ModelRetry``
 and ``ToolFailed`` raised by the body itself are FAILED only when a declared classifier says so
-(``classifiers=``), AMBIGUOUS otherwise.
+(``classifiers=``), AMBIGUOUS otherwise. pydantic-ai's own deferrals are handed back to it, so
+the run defers the call as the tool asked: ``ApprovalRequired`` (the tool's own check, or a
+wrapped ``toolset.approval_required()``) is FAILED — it asked before it acted, and pydantic-ai
+calls it again once approved; ``CallDeferred`` (the call handed to an executor outside the run)
+is recorded as classified, AMBIGUOUS by default, so a repeat is never handed off again.
 
-**Approvals pause the run** through pydantic-ai's deferred tools: when the agent's output
+**Approvals pause the run** through pydantic-ai's deferred tools: when the run's output
 types include ``DeferredToolRequests`` (or ``pause=True``), a call the policy sends for
 approval raises ``ApprovalRequired`` with ``metadata={"effectgate": {approval_id,
 payload_hash, key, ...}, "arguments": <the normalised arguments that would execute>}``, so the
@@ -47,16 +53,20 @@ metadata={call_id: <that metadata>})`` (in any process: the pause is message his
   arguments). The original request is denied ("replaced by an edit"). Approving that second
   pause — resume it with the same ``override_args``, or ``effectgate approve`` / the console,
   then resume with them — executes the edited arguments once. A replayed resume of the first
-  pause gets what the edit's effect answers (its stored result once it ran).
+  pause gets what the edit's effect answers (its stored result once it ran). A request decided
+  already (approved and run, rejected, expired, or replaced by an edit) takes no new edit:
+  other arguments are denied, never run under a fresh edit key; of two resumes editing one
+  request at once, only the edit its denial names runs.
 * a rejection — pydantic-ai never calls a denied tool, so record it through the adapter:
   ``DeferredToolResults(approvals={call_id: reject(metadata[call_id], by=..., reason=...)})``
   (:func:`reject` returns the ``ToolDenied``). A replayed rejection is the same answer and
   writes nothing.
 
 Who approves: ``approver=`` (default :data:`DEFAULT_APPROVER`). The store comes first: a
-request approved or denied in the CLI or the console meanwhile is executed or refused. This is
-**prevention**: the arguments that execute are the ones whose payload hash a human's approval
-binds.
+request approved or denied in the CLI or the console meanwhile is executed or refused (an
+edit resumed just as the original was approved runs nothing: the tool would get the edited
+arguments). This is **prevention**: the arguments that execute are the ones whose payload hash
+a human's approval binds.
 
 A sync function tool's reservation, body and outcome run in one hop off the event loop, through
 pydantic-ai's own executor (so its thread settings hold), where pydantic-ai would run the body
@@ -68,6 +78,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import inspect
+import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,11 +87,14 @@ from typing import Any
 from effectgate import (
     ApprovalState,
     ConfigError,
+    EffectAmbiguous,
     EffectGateError,
     EffectRefused,
     EffectSpec,
     Gate,
     InvalidTransition,
+    NotExecuted,
+    payload_hash,
     validate,
 )
 
@@ -96,6 +111,7 @@ from ._kernel import (
 )
 from ._kernel.call import keep_refusal
 from ._kernel.review import (
+    _REPLACED_PATTERN,
     Review,
     Verdict,
     aapply,
@@ -109,6 +125,7 @@ from ._kernel.vocabulary import model_message
 with requires_extra("pydantic_ai", "pydantic-ai"):
     from pydantic_ai import (
         ApprovalRequired,
+        CallDeferred,
         ModelRetry,
         RunContext,
         Tool,
@@ -150,22 +167,61 @@ def _answer(refused: Refused) -> Exception:
 def _direct(schema: FunctionSchema, args: dict[str, Any],
             ctx: RunContext[Any]) -> Callable[[], Any] | None:
     """The sync function called with its arguments, to run on one thread with the gate; None
-    when the function is async or the schema does not offer its argument binding."""
+    when the function is async or the schema does not offer its argument binding.
+
+    A plain ``def`` may return an awaitable (a sync decorator around an async function):
+    pydantic-ai awaits it, so the body does too — on the run's event loop, from the worker
+    thread, before the gate records the outcome (closed unawaited, the work never ran and was
+    recorded AMBIGUOUS)."""
     bind = getattr(schema, "_call_args", None)
     if schema.is_async or bind is None:
         return None
     positional, named = bind(args, ctx)
     function = schema.function
-    return lambda: function(*positional, **named)
+    loop = asyncio.get_running_loop()
+
+    def call() -> Any:
+        value = function(*positional, **named)
+        if inspect.isawaitable(value) and not _on_a_loop():
+            return asyncio.run_coroutine_threadsafe(_awaited(value), loop).result()
+        return value  # no thread (pydantic-ai's disable_threads): the gate refuses it
+
+    return call
+
+
+def _on_a_loop() -> bool:
+    """Whether this thread runs an event loop (the body then cannot wait for the run's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 def _defers(ctx: RunContext[Any], pause: bool | None) -> bool:
-    """Pause through ``ApprovalRequired``? ``None``: when the agent's output types include
-    ``DeferredToolRequests`` (else pydantic-ai would fail the run)."""
+    """Pause through ``ApprovalRequired``? ``None``: when the run's output types include
+    ``DeferredToolRequests`` (else pydantic-ai would fail the run) — the run's, which
+    ``run(..., output_type=...)`` may set apart from the agent's."""
     if pause is not None:
         return pause
-    schema = getattr(getattr(ctx, "agent", None), "_output_schema", None)
+    schema = _run_output_schema(ctx)
+    if schema is None:
+        schema = getattr(getattr(ctx, "agent", None), "_output_schema", None)
     return bool(getattr(schema, "allows_deferred_tools", False))
+
+
+def _run_output_schema(ctx: RunContext[Any]) -> Any:
+    """The output schema of the run ``ctx`` belongs to (None where it cannot be read): held by
+    the run's output submitter, read through ``__dict__`` as pydantic-ai reads it (a durable
+    run's context raises for fields that do not cross its boundary)."""
+    submitter = getattr(ctx, "__dict__", {}).get("_output_submitter")
+    deps = getattr(submitter, "deps", None)
+    run = deps() if callable(deps) else None
+    return getattr(run, "output_schema", None)
 
 
 def _paused_approval(ctx: RunContext[Any]) -> str | None:
@@ -216,7 +272,11 @@ async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
     approved call (approved now, by ``approver``, if still pending). Other arguments — a
     ``ToolApproved(override_args=...)`` edit, or the call's arguments changed in the history:
     pydantic-ai cannot tell them apart — are an edit no human has approved: their own request,
-    left pending (the run pauses again on it), and the original denied, replaced."""
+    left pending (the run pauses again on it), and the original denied, replaced.
+
+    A request decided already takes no new edit: only a replay of the edit that replaced it
+    runs (under that edit's key). A new edit of a request that was approved and ran, rejected,
+    expired or replaced would be the same call's effect again under a fresh key."""
     gate = gated.spec.gate
     try:
         record = await asyncio.to_thread(gate.approval, approval_id)
@@ -235,14 +295,66 @@ async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
         return await run(gated, args)  # arguments that name no effect: the call says so
     if record.state is not ApprovalState.PENDING:
         # Decided already (the CLI, the console, an earlier resume): the store answers — the
-        # edited arguments under their own key, the original under its own.
-        return await run(own if same else edited_call(gated, record.key), args)
+        # approved arguments under their key, the edit that replaced the request under its own.
+        if same:
+            return await run(own, args)
+        edit = edited_call(gated, record.key)
+        if await asyncio.to_thread(_replaced_by, record, edit, args):
+            return await run(edit, args)
+        return _decided(record)
     review = Review(approval_id=record.approval_id, payload_hash=record.payload_hash,
                     key=record.key, effect_type=record.effect_type, tool_name=gated.tool_name,
                     arguments=original)
     verdict = Verdict("approve" if same else "edit", by=approver,
                       arguments=None if same else args, approves_edit=False)
-    return await aapply(own, review, verdict, original, run)
+    return await aapply(own, review, verdict, original, _only_its_edit(run, own, approval_id))
+
+
+def _replaced_by(record: Any, edit: GatedCall, args: dict[str, Any]) -> bool:
+    """Whether the approval request ``record`` was denied as replaced by the edit ``args``
+    make (named by its key, or by its effect id in an earlier version's reason)."""
+    if record.state is not ApprovalState.DENIED:
+        return False
+    found = _REPLACED_PATTERN.fullmatch(record.reason or "")
+    if found is None:
+        return False
+    try:
+        key = edit.spec.request(args).key
+        if found[2] is not None:
+            return bool(found[2] == key)
+        return bool(edit.spec.gate.get(key).effect_id == int(found[1]))
+    except (EffectGateError, ValueError):
+        return False
+
+
+def _decided(record: Any) -> Refused:
+    """The answer to arguments other than the ones a decided request binds: nothing runs."""
+    text = (f"approval {record.approval_id} was already decided ({record.state.value}); "
+            "arguments other than the ones it showed are not carried out")
+    error = EffectRefused(text, key=record.key, decision="denied", reason=text,
+                          approval_id=record.approval_id)
+    return Refused("denied", model_message("denied", record.key, error), error, record.key)
+
+
+def _only_its_edit(run: Callable[[GatedCall, Any], Awaitable[Any]], own: GatedCall,
+                   approval_id: str) -> Callable[[GatedCall, Any], Awaitable[Any]]:
+    """``run`` for :func:`aapply`: an edit runs only when the denial of the request it replaces
+    names it. Two resumes editing one pending request at once both find it pending and both
+    deny it; the denial that lands names its edit, and the other edit must not run beside it
+    (two refunds of one transaction, each under a fresh edit key)."""
+    gate = own.spec.gate
+
+    async def guarded(one: GatedCall, arguments: Any) -> Any:
+        if one is not own:
+            try:
+                record = await asyncio.to_thread(gate.approval, approval_id)
+            except EffectGateError:  # the request is gone: nothing says the edit replaced it
+                return _not_carried()
+            if not await asyncio.to_thread(_replaced_by, record, one, arguments):
+                return _decided(record)
+        return await run(one, arguments)
+
+    return guarded
 
 
 def _pause(review: Review) -> ApprovalRequired:
@@ -252,23 +364,105 @@ def _pause(review: Review) -> ApprovalRequired:
                                       "description": review.description()})
 
 
+class _AskedFirst(NotExecuted):
+    """The body raised pydantic-ai's ``ApprovalRequired`` (the tool's own check, or a wrapped
+    ``ApprovalRequiredToolset``): it asked before it acted, and pydantic-ai calls it again
+    once approved, so the attempt is FAILED (AMBIGUOUS would block the approved call for
+    good) and the run pauses on the tool's request."""
+
+    def __init__(self, deferral: ApprovalRequired) -> None:
+        super().__init__("the tool asked for approval before it ran")
+        self.deferral = deferral
+
+
+def _asking(body: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        try:
+            return body()
+        except ApprovalRequired as exc:
+            raise _AskedFirst(exc) from exc
+
+    return call
+
+
+def _aasking(body: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+    async def call() -> Any:
+        try:
+            return await body()
+        except ApprovalRequired as exc:
+            raise _AskedFirst(exc) from exc
+
+    return call
+
+
+def _deferral(error: BaseException | None) -> BaseException | None:
+    """The pydantic-ai deferral a gated body raised, found in the gate's answer (its recorded
+    error, or the error raise mode raised): ``ApprovalRequired`` (recorded FAILED) or
+    ``CallDeferred`` (the call handed to an executor outside the run: recorded as classified,
+    AMBIGUOUS by default). pydantic-ai is handed it back, so the run defers the call as the
+    tool asked, instead of the model reading "outcome unknown"."""
+    if isinstance(error, _AskedFirst):
+        return error.deferral
+    if isinstance(error, CallDeferred):
+        return error
+    if isinstance(error, EffectAmbiguous) and isinstance(error.__cause__, CallDeferred):
+        return error.__cause__  # raise mode
+    return None
+
+
+def _carries(gated: GatedCall, keyed: Any, given: Mapping[str, Any]) -> bool:
+    """Whether a body handed ``given`` does what the gate keys as ``keyed``: one payload."""
+    if keyed is given:
+        return True
+    template = gated.spec.template
+    try:
+        return bool(payload_hash(template.normalise(keyed))
+                    == payload_hash(template.normalise(given)))
+    except EffectGateError:
+        return False
+
+
+def _not_carried() -> Refused:
+    """The answer when the arguments the gate would key are not the ones the tool would get
+    (a request approved meanwhile for the arguments it showed, the call edited since)."""
+    text = ("the call's arguments are not the ones the approval binds; nothing was carried "
+            "out")
+    error = EffectRefused(text, decision="denied", reason=text)
+    return Refused("denied", model_message("denied", None, error), error, None)
+
+
 async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
                  forward: Callable[[], Awaitable[Any]],
                  direct: Callable[[], Any] | None, *, pause: bool | None = None,
                  approver: str = DEFAULT_APPROVER) -> Any:
+    forward = _aasking(forward)
+    direct = None if direct is None else _asking(direct)
+
     async def run(one: GatedCall, arguments: Any) -> Any:
         if one is gated and arguments is args:
             if direct is not None:
                 return await one.arun_sync(arguments, direct, hop=_hop)
             return await one.arun(arguments, forward)
+        if not _carries(gated, arguments, args):
+            return _not_carried()  # the body would get pydantic-ai's args, not these
         return await one.arun(arguments, forward)  # an edit: pydantic-ai passed its args
 
     with framework_context(*_context(ctx)):
         approval_id = _paused_approval(ctx)
-        if approval_id is not None:
-            out = await _resumed(gated, approval_id, args, run, approver, _called_with(ctx))
-        else:
-            out = await run(gated, args)
+        try:
+            if approval_id is not None:
+                out = await _resumed(gated, approval_id, args, run, approver,
+                                     _called_with(ctx))
+            else:
+                out = await run(gated, args)
+        except EffectGateError as exc:  # raise mode: a body's deferral, recorded
+            deferral = _deferral(exc)
+            if deferral is None:
+                raise
+            raise deferral from None
+        deferral = _deferral(out.error) if isinstance(out, Refused) else None
+        if deferral is not None:
+            raise deferral
         edit = await areplacement(gated, out, args)  # a request a reviewer's edit replaced
         if edit is not None:
             out = edit.answer
@@ -321,13 +515,42 @@ def reject(metadata: Any, *, by: str, reason: str | None = None,
 
 
 def _spec(gate: Gate, key: str, name: str, parameters: Mapping[str, Any],
-          options: Mapping[str, Any]) -> EffectSpec:
+          options: Mapping[str, Any], schema: Any = None) -> EffectSpec:
     options = dict(options)
+    if isinstance(schema, FunctionSchema) and options.get("result_type") is None:
+        options["result_type"] = _returns(schema.function)
     spec = EffectSpec(gate, key, effect_type=options.pop("effect_type", None) or name, **options)
     props = parameters.get("properties")
     if isinstance(props, dict):
-        spec.check_names(props, f"tool {name!r}")
+        spec.check_names(_argument_names(props, schema), f"tool {name!r}")
     return spec
+
+
+def _returns(function: Callable[..., Any]) -> Any:
+    """A function tool's return annotation (None when it cannot be resolved): a duplicate's
+    stored JSON is rebuilt as it, as the tool returned it. A ``ToolReturn`` stays one, so its
+    ``metadata`` (never sent to the model) is not dumped into the tool result the model reads."""
+    try:
+        annotation = inspect.signature(function).return_annotation
+        if isinstance(annotation, str):
+            annotation = typing.get_type_hints(function).get("return")
+    except Exception:  # a callable without a signature, a name that does not resolve
+        return None
+    return annotation
+
+
+def _argument_names(props: Mapping[str, Any], schema: Any) -> list[str]:
+    """The names a tool's validated arguments carry — what the key is rendered from. A
+    function's (``schema``, its ``FunctionSchema``) are its parameters' Python names: an
+    aliased parameter's, not the alias its JSON schema shows; a function taking one model,
+    that parameter (``{order.txn_id}``), not the model's fields. Otherwise the JSON schema's
+    properties, as the model sends them (an MCP tool's)."""
+    if not isinstance(schema, FunctionSchema):
+        return list(props)
+    if schema.single_arg_name is not None:
+        return [schema.single_arg_name]
+    aliases = getattr(schema, "parameter_names", {})
+    return [aliases.get(name, name) for name in props]
 
 
 # -- gate_tool -----------------------------------------------------------------------------------
@@ -373,7 +596,7 @@ def gate_tool(tool: Tool[Any], key: str, *, gate: Gate | None = None,
         raise ConfigError(f"tool {tool.name!r} is already gated")
     schema = tool.function_schema
     spec = _spec(resolve_gate(gate), key, tool.name, schema.json_schema,
-                 {"effect_type": effect_type, **effect_options})
+                 {"effect_type": effect_type, **effect_options}, schema)
     values = {f.name: getattr(schema, f.name) for f in dataclasses.fields(FunctionSchema)}
     gated = copy.copy(tool)
     gated.function_schema = _GatedSchema(
@@ -454,7 +677,8 @@ class EffectGateToolset(WrapperToolset[Any]):
                 continue
             on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
             spec = _spec(gate, entry.key, name, tool.tool_def.parameters_json_schema,
-                         entry.effect_options()) if entry.spec is None else entry.spec
+                         entry.effect_options(), _function_schema(tool)) \
+                if entry.spec is None else entry.spec
             calls[name] = GatedCall(spec, name, on_refusal=on_refusal, pause=keep_refusal)
         report_ungated("pydantic_ai", ungated, strict=self.strict or declared.strict)
         self._seen.calls = calls
@@ -486,6 +710,14 @@ class EffectGateToolset(WrapperToolset[Any]):
                 FunctionSchema.call:
             return None
         return _direct(schema, args, ctx)
+
+
+def _function_schema(tool: ToolsetTool[Any]) -> FunctionSchema | None:
+    """The function schema behind a ``FunctionToolset`` tool (None for any other tool)."""
+    if not isinstance(tool, FunctionToolsetTool):
+        return None
+    schema = getattr(tool.call_func, "__self__", None)
+    return schema if isinstance(schema, FunctionSchema) else None
 
 
 def _gated_function(tool: ToolsetTool[Any]) -> bool:
