@@ -111,13 +111,14 @@ from ._kernel import (
 )
 from ._kernel.call import keep_refusal
 from ._kernel.review import (
-    _REPLACED_PATTERN,
     Review,
     Verdict,
     aapply,
     areplacement,
+    decided,
     edited_call,
     keyed_as,
+    replaced_by,
     review_of,
 )
 from ._kernel.vocabulary import model_message
@@ -299,62 +300,19 @@ async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
         if same:
             return await run(own, args)
         edit = edited_call(gated, record.key)
-        if await asyncio.to_thread(_replaced_by, record, edit, args):
+        try:
+            key = edit.spec.request(args).key
+        except EffectGateError:
+            return decided(record)
+        if await asyncio.to_thread(replaced_by, gate, record, key):
             return await run(edit, args)
-        return _decided(record)
+        return decided(record)
     review = Review(approval_id=record.approval_id, payload_hash=record.payload_hash,
                     key=record.key, effect_type=record.effect_type, tool_name=gated.tool_name,
                     arguments=original)
     verdict = Verdict("approve" if same else "edit", by=approver,
                       arguments=None if same else args, approves_edit=False)
-    return await aapply(own, review, verdict, original, _only_its_edit(run, own, approval_id))
-
-
-def _replaced_by(record: Any, edit: GatedCall, args: dict[str, Any]) -> bool:
-    """Whether the approval request ``record`` was denied as replaced by the edit ``args``
-    make (named by its key, or by its effect id in an earlier version's reason)."""
-    if record.state is not ApprovalState.DENIED:
-        return False
-    found = _REPLACED_PATTERN.fullmatch(record.reason or "")
-    if found is None:
-        return False
-    try:
-        key = edit.spec.request(args).key
-        if found[2] is not None:
-            return bool(found[2] == key)
-        return bool(edit.spec.gate.get(key).effect_id == int(found[1]))
-    except (EffectGateError, ValueError):
-        return False
-
-
-def _decided(record: Any) -> Refused:
-    """The answer to arguments other than the ones a decided request binds: nothing runs."""
-    text = (f"approval {record.approval_id} was already decided ({record.state.value}); "
-            "arguments other than the ones it showed are not carried out")
-    error = EffectRefused(text, key=record.key, decision="denied", reason=text,
-                          approval_id=record.approval_id)
-    return Refused("denied", model_message("denied", record.key, error), error, record.key)
-
-
-def _only_its_edit(run: Callable[[GatedCall, Any], Awaitable[Any]], own: GatedCall,
-                   approval_id: str) -> Callable[[GatedCall, Any], Awaitable[Any]]:
-    """``run`` for :func:`aapply`: an edit runs only when the denial of the request it replaces
-    names it. Two resumes editing one pending request at once both find it pending and both
-    deny it; the denial that lands names its edit, and the other edit must not run beside it
-    (two refunds of one transaction, each under a fresh edit key)."""
-    gate = own.spec.gate
-
-    async def guarded(one: GatedCall, arguments: Any) -> Any:
-        if one is not own:
-            try:
-                record = await asyncio.to_thread(gate.approval, approval_id)
-            except EffectGateError:  # the request is gone: nothing says the edit replaced it
-                return _not_carried()
-            if not await asyncio.to_thread(_replaced_by, record, one, arguments):
-                return _decided(record)
-        return await run(one, arguments)
-
-    return guarded
+    return await aapply(own, review, verdict, original, run)
 
 
 def _pause(review: Review) -> ApprovalRequired:

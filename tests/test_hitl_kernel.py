@@ -86,6 +86,60 @@ def _append(done: list[dict[str, Any]], arguments: Any) -> Any:
     return body
 
 
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_an_edit_of_a_request_decided_otherwise_meanwhile_runs_nothing(
+        gated: GatedCall, caller: str) -> None:
+    """The request found pending when the resume began is decided before its edit lands: by
+    a human's rejection in the CLI, or by another resume's edit (two resumes editing one
+    request at once). The edit ran anyway under its own fresh key: a refund the human
+    rejected, or two refunds of one transaction. Only a replay of the edit that replaced
+    the request runs (its effect answers)."""
+    import asyncio
+
+    from effectgate.integrations._kernel.review import aapply
+
+    gate = gated.spec.gate
+    done: list[dict[str, Any]] = []
+
+    def resume(review: Any, verdict: Verdict) -> Any:
+        if caller == "sync":
+            return apply(gated, review, verdict, ARGS, run_with(done))
+
+        async def arun(one: GatedCall, arguments: Any) -> Any:
+            return await one.arun(arguments, _append(done, arguments))
+
+        return asyncio.run(aapply(gated, review, verdict, ARGS, arun))
+
+    refused = gated.run(ARGS, lambda: None)
+    review = review_of(gated, refused, ARGS)
+    gate.deny(review.approval_id, by="bob", reason="no")  # lands after the resume read it
+    edit = Verdict("edit", by="alice", arguments={**review.arguments, "amount_cents": 300})
+    out = resume(review, edit)
+    assert isinstance(out, Refused) and out.kind == "denied" and done == []
+    assert gate.approval(review.approval_id).reason == "no"
+    assert [a.key for a in gate.list_approvals(state=None)] == ["refund:T1"]  # no edit opened
+
+    args2 = {**ARGS, "txn_id": "T2"}
+    second = review_of(gated, gated.run(args2, lambda: None), args2)
+
+    def resume2(verdict: Verdict) -> Any:
+        if caller == "sync":
+            return apply(gated, second, verdict, args2, run_with(done))
+
+        async def arun(one: GatedCall, arguments: Any) -> Any:
+            return await one.arun(arguments, _append(done, arguments))
+
+        return asyncio.run(aapply(gated, second, verdict, args2, arun))
+
+    alice = Verdict("edit", by="alice", arguments={**second.arguments, "amount_cents": 200})
+    carol = Verdict("edit", by="carol", arguments={**second.arguments, "amount_cents": 100})
+    assert resume2(alice) == "ok"
+    out = resume2(carol)  # found pending too, but alice's edit replaced it first
+    assert isinstance(out, Refused) and out.kind == "denied"
+    assert [d["amount_cents"] for d in done] == [200]
+    assert resume2(alice) == "ok" and len(done) == 1  # a replay of alice's: its stored result
+
 def test_an_edit_denies_the_original_before_it_runs(gated: GatedCall) -> None:
     """The original is decided (denied, naming the edit's key) before the edit runs, so no
     approval of the original can land between the edit running and the denial."""

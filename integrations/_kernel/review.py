@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from effectgate import (
+    ApprovalRecord,
     ApprovalState,
     ConfigError,
     Decision,
@@ -82,8 +83,10 @@ __all__ = [
     "apply",
     "areplacement",
     "astore_decision",
+    "decided",
     "edited_call",
     "keyed_as",
+    "replaced_by",
     "replacement",
     "review_of",
     "store_decision",
@@ -266,11 +269,16 @@ def _deny(gated: GatedCall, approval_id: str, by: str, reason: str) -> None:
 
 
 def _replace(gated: GatedCall, approval_id: str, by: str, other: GatedCall,
-             edited: Mapping[str, Any]) -> bool:
+             edited: Mapping[str, Any]) -> bool | Refused:
     """Deny the original request, replaced by the edit (named by its key, so a replayed call
     of the original finds what ran instead: :func:`replacement`) — before the edit runs.
-    False when a human approved the original meanwhile (the CLI, the console): the store's
-    decision wins, and the edit must not run beside it."""
+
+    When the request was no longer pending: False if a human approved the original meanwhile
+    (the CLI, the console: the store's decision wins, and the edit must not run beside it);
+    True if its denial names this very edit (a replayed resume: the edit's effect answers);
+    otherwise — rejected, expired, or replaced by *another* edit (two resumes editing one
+    request at once) — the refusal to answer with: an edit of a decided request would be the
+    same call's effect again under a fresh key."""
     try:
         key = other.spec.request(edited).key
     except EffectGateError:
@@ -282,11 +290,38 @@ def _replace(gated: GatedCall, approval_id: str, by: str, other: GatedCall,
     except UnknownEffect:
         return True
     except InvalidTransition:
-        with contextlib.suppress(EffectGateError):
-            if gate.approval(approval_id).state in (ApprovalState.APPROVED,
-                                                    ApprovalState.CONSUMED):
-                return False
+        record = gate.approval(approval_id)
+        if record.state in (ApprovalState.APPROVED, ApprovalState.CONSUMED):
+            return False
+        if key is not None and replaced_by(gate, record, key):
+            return True
+        return decided(record)
     return True
+
+
+def replaced_by(gate: GateLike, record: ApprovalRecord, key: str) -> bool:
+    """Whether the approval request ``record`` was denied as replaced by the edit whose effect
+    key is ``key`` (named by that key, or, in an earlier version's reason, by its effect id)."""
+    if record.state is not ApprovalState.DENIED:
+        return False
+    found = _REPLACED_PATTERN.fullmatch(record.reason or "")
+    if found is None:
+        return False
+    if found[2] is not None:
+        return bool(found[2] == key)
+    try:
+        return bool(gate.get(key).effect_id == int(found[1]))
+    except (EffectGateError, ValueError):
+        return False
+
+
+def decided(record: ApprovalRecord) -> Refused:
+    """The answer to arguments other than the ones a decided request binds: nothing runs."""
+    text = (f"approval {record.approval_id} was already decided ({record.state.value}); "
+            "arguments other than the ones it showed are not carried out")
+    error = EffectRefused(text, key=record.key, decision="denied", reason=text,
+                          approval_id=record.approval_id)
+    return Refused("denied", model_message("denied", record.key, error), error, record.key)
 
 
 Run = Callable[[GatedCall, Mapping[str, Any]], Any]
@@ -339,7 +374,10 @@ def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping
         _approve(gated, review.approval_id, verdict.by, verdict.message)
         return run(gated, arguments)
     other = edited_call(gated, review.key)
-    if not _replace(gated, review.approval_id, verdict.by, other, edited):
+    replaced = _replace(gated, review.approval_id, verdict.by, other, edited)
+    if isinstance(replaced, Refused):
+        return replaced  # decided otherwise meanwhile
+    if not replaced:
         return run(gated, arguments)  # approved meanwhile: that decision stands
     out = run(other, edited)
     wanted = _approval_id(out)
@@ -365,8 +403,11 @@ async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
                                 verdict.message)
         return await run(gated, arguments)
     other = edited_call(gated, review.key)
-    if not await asyncio.to_thread(_replace, gated, review.approval_id, verdict.by, other,
-                                   edited):
+    replaced = await asyncio.to_thread(_replace, gated, review.approval_id, verdict.by, other,
+                                       edited)
+    if isinstance(replaced, Refused):
+        return replaced  # decided otherwise meanwhile
+    if not replaced:
         return await run(gated, arguments)  # approved meanwhile: that decision stands
     out = await run(other, edited)
     wanted = _approval_id(out)
