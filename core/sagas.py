@@ -5,6 +5,11 @@ Every undo is itself an effect (key ``compensate:<step key>``, ``compensates_eff
 so it runs at most once even when unwind is re-run or runs in two processes at once. Unwind
 never guesses: a step whose outcome is unknown (AMBIGUOUS, IN_FLIGHT, waiting for approval) is
 listed as unresolved, a committed step with no compensation as irreversible.
+
+Undos run newest first, and never out of that order: once a step's undo is left unsettled
+(AMBIGUOUS, IN_FLIGHT — e.g. a racing unwind or an agent performing it — or waiting for
+approval), so that the step may still stand, unwind begins no undo of an older step. Those are
+listed as unresolved ("held back") until that undo is settled and unwind is run again.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from . import validate
 from .classify import classify_body
 from .context import current_effect_scope
-from .errors import EffectGateError, PayloadError
+from .errors import EffectGateError, PayloadError, UnknownEffect
 from .keys import MAX_KEY_LENGTH
+from .payload import payload_hash
 from .redact import describe
 from .registry import UNDO_SUFFIX
 from .states import Decision, Outcome, State
@@ -108,19 +114,28 @@ class UnwindReport:
                 f"<tr><th>outcome</th><th>key</th><th>state</th><th>detail</th></tr>{rows}</table>")
 
 
+_UNSETTLED = (State.AMBIGUOUS, State.IN_FLIGHT, State.PENDING_APPROVAL)
+# What ``begin`` answers for an undo whose outcome is not known yet (AMBIGUOUS, another holder
+# running it, waiting for a person): it may still happen, or may have happened.
+_WAITING = (Decision.BLOCKED, Decision.IN_FLIGHT, Decision.APPROVAL_REQUIRED)
+
+
 def unwind(gate: GateLike, group_key: str, by: str) -> UnwindReport:
     """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`).
-    Every step lands in the report, even when one of them fails. ``group_key`` and ``by`` are
-    checked first (:class:`~effectgate.ConfigError`)."""
+    Every step lands in the report, even when one of them fails. Once a step's undo is left
+    unsettled (AMBIGUOUS, IN_FLIGHT, waiting for approval), no older step's undo is begun: each
+    is listed as unresolved (held back), or as compensated if its undo committed earlier.
+    ``group_key`` and ``by`` are checked first (:class:`~effectgate.ConfigError`)."""
     group_key = validate.text(group_key, "group_key", 512, required=True) or ""
     by = validate.text(by, "by", 256, required=True) or ""
     report = UnwindReport(group_key)
+    held: str | None = None  # why older steps are not undone now, once a newer undo is unsettled
     for record in gate.group_steps(group_key):
         state = record.state.value
         step: dict[str, Any] = {"effect_id": record.effect_id, "key": record.key,
                                  "effect_type": record.effect_type, "state": state}
         try:
-            _unwind_step(gate, record, by, report, step)
+            held = _unwind_step(gate, record, by, report, step, held)
         except EffectGateError as err:
             report.failed.append(UnwindStep(**step, detail=_text(
                 gate, f"{type(err).__name__}: {err.message}")))
@@ -128,25 +143,74 @@ def unwind(gate: GateLike, group_key: str, by: str) -> UnwindReport:
 
 
 def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindReport,
-                 step: dict[str, Any]) -> None:
+                 step: dict[str, Any], held: str | None) -> str | None:
+    """List ``record`` (undoing it unless ``held``); return why older steps are held back."""
     state = record.state.value
-    if record.state in (State.AMBIGUOUS, State.IN_FLIGHT, State.PENDING_APPROVAL):
+    if record.state in _UNSETTLED:
         report.unresolved.append(UnwindStep(**step, detail=f"the step is {state}: "
                                             "resolve it before it can be undone"))
-        return
+        return held
     if record.state is not State.COMMITTED:
         report.skipped.append(UnwindStep(**step, detail=f"the step is {state}: "
                                          "nothing happened to undo"))
-        return
+        return held
     if record.compensation is None:
         report.irreversible.append(UnwindStep(**step, detail="no compensation declared"))
-        return
-    compensator = gate.compensator_for(record.effect_type)
+        return held
+    compensator = None if held is not None else gate.compensator_for(record.effect_type)
     if compensator is None:
-        report.failed.append(UnwindStep(
-            **step, detail=f"no compensator registered for {record.effect_type}"))
-        return
-    _compensate(gate, record, compensator, by, report, step)
+        return _not_begun(gate, record, report, step, held)
+    return _compensate(gate, record, compensator, by, report, step)
+
+
+def _not_begun(gate: GateLike, record: EffectRecord, report: UnwindReport,
+               step: dict[str, Any], held: str | None) -> str | None:
+    """A step whose undo this unwind does not begin (held back, or no compensator here): what
+    its undo says if one was begun elsewhere (an earlier unwind, an agent over MCP)."""
+    undo = _undo_of(gate, record)
+    undo_id = None if undo is None else undo.effect_id
+    if undo is not None and undo.state is State.COMMITTED:
+        report.compensated.append(UnwindStep(**step, detail="compensated earlier",
+                                             compensation_effect_id=undo_id,
+                                             result=undo.result, earlier=True))
+        return held
+    if undo is not None and undo.state in _UNSETTLED:
+        report.unresolved.append(UnwindStep(
+            **step, detail=f"compensation {undo.state.value}: settle it before anything older "
+            "is undone", compensation_effect_id=undo_id))
+        return held or _holding(record, undo.state.value)
+    if held is not None:
+        report.unresolved.append(UnwindStep(**step, detail=held, compensation_effect_id=undo_id))
+        return held
+    report.failed.append(UnwindStep(
+        **step, detail=f"no compensator registered for {record.effect_type}"))
+    return None
+
+
+def _undo_of(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
+    """The effect at ``record``'s undo key, if it is that undo: begun for this step, with the
+    type and payload :func:`compensation_request` gives (any other effect merely took the key,
+    and the begin of the undo itself refuses it)."""
+    request = compensation_request(record)
+    try:
+        found = gate.get(request["key"])
+    except UnknownEffect:
+        return None
+    own = (found.compensates_effect_id == record.effect_id
+           and found.effect_type == request["effect_type"]
+           and found.payload_hash == payload_hash(request["payload"]))
+    return found if own else None
+
+
+_AS_SAID = {"blocked": "ambiguous", "in_flight": "in flight",
+            "approval_required": "waiting for approval", "pending_approval": "waiting for approval"}
+
+
+def _holding(record: EffectRecord, what: str) -> str:
+    """Why the steps older than ``record`` are not undone now (``what``: its undo's state, or
+    what its ``begin`` answered)."""
+    return (f"held back: the undo of the newer step {record.key} is {_AS_SAID.get(what, what)};"
+            " settle it, then unwind again (undos run newest first)")
 
 
 def compensation_key(key: str) -> str:
@@ -173,18 +237,20 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
 
 
 def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, by: str,
-                report: UnwindReport, step: dict[str, Any]) -> None:
+                report: UnwindReport, step: dict[str, Any]) -> str | None:
+    """Begin and run ``record``'s undo; return why older steps are held back, if it is left
+    unsettled."""
     d = gate.begin(**compensation_request(record), agent_id=by)
     if d.decision is Decision.DUPLICATE:
         report.compensated.append(UnwindStep(**step, detail="compensated earlier",
                                              compensation_effect_id=d.effect_id,
                                              result=d.result, earlier=True))
-        return
+        return None
     if d.decision is not Decision.EXECUTE:
         report.unresolved.append(UnwindStep(
             **step, detail=f"compensation {d.decision.value}: {d.reason or ''}".rstrip(": "),
             compensation_effect_id=d.effect_id))
-        return
+        return _holding(record, d.decision.value) if d.decision in _WAITING else None
     try:
         with current_effect_scope(d):
             result = compensator(record, record.compensation)
@@ -200,7 +266,7 @@ def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, 
         target.append(UnwindStep(
             **step, detail=_text(gate, f"compensation {outcome.value}: {describe(exc)}"),
             compensation_effect_id=d.effect_id))
-        return
+        return None if outcome is Outcome.FAILED else _holding(record, outcome.value)
     detail = "compensated"
     try:
         gate.report(d, Outcome.COMMITTED, result=result)
@@ -209,6 +275,7 @@ def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, 
         detail, result = "compensated (its result has no JSON form and was not stored)", None
     report.compensated.append(UnwindStep(**step, detail=detail,
                                          compensation_effect_id=d.effect_id, result=result))
+    return None
 
 
 def _text(gate: GateLike, text: str) -> str:

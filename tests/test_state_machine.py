@@ -677,6 +677,7 @@ class GateMachine(RuleBasedStateMachine):
             name: [] for name in ("compensated", "unresolved", "irreversible", "failed",
                                   "skipped")}
         undone: list[str] = []
+        held = False  # a newer undo left AMBIGUOUS: no older undo is begun (newest first)
         steps = [e for e in self.effects.values() if e.compensates is None]
         for e in sorted(steps, key=lambda e: -(e.effect_id or 0)):
             state = e.effective
@@ -686,10 +687,15 @@ class GateMachine(RuleBasedStateMachine):
                 expected["skipped"].append(e.key)
             elif e.compensation is None:
                 expected["irreversible"].append(e.key)
+            elif held:  # read, not begun: compensated only if its undo committed earlier
+                c = self.effects.get(f"compensate:{e.key}")
+                done = c is not None and c.state == COMMITTED
+                expected["compensated" if done else "unresolved"].append(e.key)
             elif e.effect_type == PAY:  # no compensator registered for it
                 expected["failed"].append(e.key)
             else:
                 expected[self._compensation(e, mode, undone)].append(e.key)
+                held = self.effects[f"compensate:{e.key}"].state == AMBIGUOUS
         report = self.gate.unwind(GROUP)
         got = {name: [s.key for s in getattr(report, name)] for name in expected}
         assert got == expected, (got, expected)
