@@ -497,3 +497,72 @@ def test_sqlite_binds_by_position_what_sqlalchemy_names() -> None:
     for name in NAMES:
         text = getattr(statements, name).text
         assert ":" not in text.replace("':'", ""), name  # every name became a number
+
+
+async def test_postgres_reserves_a_bare_request_by_its_bare_function(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Postgres reserves a request with none of the optional fields by the generated bare
+    function (six binds by position), from a sync and from an async caller: column for
+    column the row the full function writes for it; a repeat is refused from it unchanged. A
+    request with any optional field takes the full function."""
+    import uuid
+
+    import psycopg as pg
+
+    from effectgate.request import LeaseSecret
+    from effectgate.store.binds import BARE_OMITS, is_bare
+
+    from .conftest import PG_URL, TEST_PREFIX, require_postgres
+
+    require_postgres()
+    gate = eg.Gate(PG_URL, namespace=f"{TEST_PREFIX}{uuid.uuid4().hex[:12]}", policy=False)
+    store = gate.store
+    texts: list[str] = []
+    real, areal = store._conns.run, store.async_face().run  # type: ignore[union-attr]
+
+    def spy(sql: Any, binds: Any, sync: str | None = None, *, count: bool = False) -> Any:
+        texts.append(sql.text)
+        return real(sql, binds, sync, count=count)  # type: ignore[call-overload]
+
+    async def aspy(sql: Any, binds: Any, **options: Any) -> Any:
+        texts.append(sql.text)
+        return await areal(sql, binds, **options)
+
+    monkeypatch.setattr(store._conns, "run", spy)
+    monkeypatch.setattr(store.async_face(), "run", aspy)
+    try:
+        bare = gate.request(effect_type="t.bare", key="k:bare", payload={"a": 1})
+        assert is_bare(bare)
+        assert gate.begin(bare).decision is eg.Decision.EXECUTE
+        assert texts == [store.sql.reserve_bare.text]
+        texts.clear()
+        assert (await gate.abegin(bare._replace(key="k:abare"))).decision is eg.Decision.EXECUTE
+        assert texts == [store.sql.reserve_bare.text]
+        texts.clear()
+        again = gate.begin(bare)  # the repeat: read, nothing written
+        assert again.decision is eg.Decision.IN_FLIGHT
+        assert texts == [store.sql.reserve_bare.text]
+        monkeypatch.setattr("effectgate.store.is_bare", lambda req: False)  # the full one
+        assert store.reserve(bare._replace(key="k:full"), LeaseSecret()).inserted
+        assert texts[-1] == store.sql.reserve.text
+        monkeypatch.setattr("effectgate.store.is_bare", is_bare)
+        texts.clear()
+        gate.begin(effect_type="t.bare", key="k:agent", payload={"a": 1}, agent_id="bot")
+        assert texts == [store.sql.reserve.text]
+        with pg.connect(PG_URL.replace("+psycopg", ""), autocommit=True) as conn:
+            cur = conn.execute("SELECT * FROM effectgate_effects WHERE namespace = %s "
+                               "AND key IN ('k:bare', 'k:abare', 'k:full')", (gate.namespace,))
+            names = [c.name for c in cur.description or ()]
+            rows = {r[names.index("key")]: dict(zip(names, r, strict=True)) for r in cur}
+    finally:
+        gate.close()
+    varying = {"id", "key", "lease_expires_at", "attempt_started_at", "created_at",
+               "updated_at", "vendor_since", "lease_secret", "history"}
+    assert {k: v for k, v in rows["k:bare"].items() if k not in varying} == {
+        k: v for k, v in rows["k:full"].items() if k not in varying} == {
+        k: v for k, v in rows["k:abare"].items() if k not in varying}
+    assert all(rows["k:bare"][c] is None for c in BARE_OMITS)
+    for row in rows.values():  # the history line: one arrival in flight, by nobody
+        fields = row["history"].split("\t")
+        assert fields[1:2] + fields[3:] == ["in_flight", "1", "null", "null\n"]
+        assert row["vendor_since"] == row["created_at"] == row["attempt_started_at"]

@@ -150,14 +150,17 @@ class Store:
         self._conns.watch = self.version_watch
         self.secret = bytes.fromhex(self.meta["vendor_secret"])
         self.sql = statements_for(self.dialect_name, durability)
+        functions = (self.sql.reserve_function, self.sql.bare_function,
+                     self.sql.governed_function)
         if self.sql.reserve_function is not None and not read_only:
-            assert self.sql.governed_function is not None
             try:
                 with self._conns.connection() as conn:
-                    install(conn, (self.sql.reserve_function, self.sql.governed_function))
+                    install(conn, tuple(f for f in functions if f is not None))
             except Exception as err:
-                raise StoreError("cannot install the reserve function: "
-                                 f"{driver_text(err)}") from err
+                raise StoreError(
+                    "cannot install the reservation functions of this version of effectgate "
+                    f"({driver_text(err)}): open the store once as a role that may create "
+                    "functions in its schema (its owner), then start the workers") from err
         self._reserve_sync = self._conns.sync_reserve
         self._outcome_sync = self._conns.sync_outcome
         self._async_face: ThreadedStore | AsyncPostgres | None = None
@@ -281,8 +284,12 @@ class Store:
                     effect_id, lease, now = new[0]
                     return _inserted(req, effect_id, lease, now, secret.hash)
             else:
-                rows = run(self.sql.reserve, begin_binds(req, State.IN_FLIGHT, secret.hash),
-                           self._reserve_sync)
+                if is_bare(req):
+                    sql = self.sql.reserve_bare
+                    rows = run(sql, bare_binds(sql, req, secret.hash), self._reserve_sync)
+                else:
+                    rows = run(self.sql.reserve, begin_binds(req, State.IN_FLIGHT, secret.hash),
+                               self._reserve_sync)
                 if rows:
                     return effect_head(rows[0])
         raise StoreError("could not reserve or read the key after 8 tries", key=req.key)
@@ -346,6 +353,8 @@ class Store:
                 if move.forget_approval is not None:
                     tx.all(self.sql.approval_forget, {"namespace": req.namespace,
                                                       "approval_id": move.forget_approval})
+                if move.charges and row is not None and not self.is_sqlite:
+                    tx.all(self.sql.lock_row, {"namespace": req.namespace, "id": row.id})
                 charged: list[str] = []
                 for charge in move.charges:
                     got = None if move.cost > charge.limit else tx.one(

@@ -33,8 +33,10 @@ from ..errors import StoreError
 from ..states import State
 from .abandoned import abandonable, release_lost
 from .binds import (
+    bare_binds,
     begin_binds,
     extend_binds,
+    is_bare,
     late_binds,
     move_binds,
     outcome_binds,
@@ -206,7 +208,8 @@ class AsyncPostgres:
         self._pool().free()
         await _close(conn)
 
-    async def run(self, sql: Sql, binds: Mapping[str, Any], *, writing: bool = False,
+    async def run(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...], *,
+                  writing: bool = False,
                   sent: tuple[Request, LeaseSecret] | None = None) -> list[Any]:
         """One statement in autocommit on this loop's connection. ``sent``: the request and
         lease secret of a reservation: cancelled once sent, it may have committed before the
@@ -263,10 +266,13 @@ class AsyncPostgres:
 
     async def reserve(self, req: Request, secret: LeaseSecret) -> EffectHead:
         """:meth:`Store.reserve`: one call of the generated reserve function."""
+        sql = self._store.sql
+        bare = is_bare(req)
         for _ in range(8):
-            rows = await self.run(self._store.sql.reserve,
-                                  begin_binds(req, State.IN_FLIGHT, secret.hash), writing=True,
-                                  sent=(req, secret))
+            rows = await self.run(
+                sql.reserve_bare if bare else sql.reserve,
+                bare_binds(sql.reserve_bare, req, secret.hash) if bare else begin_binds(
+                    req, State.IN_FLIGHT, secret.hash), writing=True, sent=(req, secret))
             if rows:
                 return effect_head(rows[0])
         raise StoreError("could not reserve or read the key after 8 tries", key=req.key)

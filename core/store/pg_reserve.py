@@ -47,11 +47,15 @@ class ReserveFunction:
     charge raises ``SQLSTATE EGOVR`` with the ceiling's position, which rolls back the charges
     already made (the caller then writes the refusal); an insert that finds the key taken by
     another writer since the read raises ``SQLSTATE EGDUP``, which rolls its charges back
-    too (the caller reads the key again)."""
+    too (the caller reads the key again).
+
+    With ``order`` (the names of its binds), the call takes them by position in that order
+    (``%s``): the driver binds a tuple without looking each name up in a mapping."""
 
     def __init__(self, fetch: ClauseElement, insert: ClauseElement, dialect: Any,
                  columns: list[tuple[str, str]], *, prefix: str = "effectgate_reserve_",
-                 charges: tuple[ClauseElement, ClauseElement] | None = None) -> None:
+                 charges: tuple[ClauseElement, ClauseElement] | None = None,
+                 order: tuple[str, ...] | None = None) -> None:
         compiled: list[Any] = [fetch.compile(dialect=dialect), insert.compile(dialect=dialect)]
         if charges is not None:
             compiled += [charges[0].compile(dialect=dialect), charges[1].compile(dialect=dialect)]
@@ -123,7 +127,12 @@ class ReserveFunction:
         )
         self.name = prefix + hashlib.sha256(source.encode()).hexdigest()[:12]
         self.ddl = f"CREATE OR REPLACE FUNCTION {self.name}{source}"
-        args = [f"CAST(%({name})s AS {kind})" for name, kind in params.items()]
+        if order is not None:  # called with positional binds, in that order
+            if set(order) != set(params):
+                raise AssertionError(f"the order {order} does not name {list(params)}")
+            args = [f"CAST(%s AS {params[name]})" for name in order]
+        else:
+            args = [f"CAST(%({name})s AS {kind})" for name, kind in params.items()]
         if charges is not None:
             args += ["%(scope_keys)s", "%(limits)s", "%(per_day)s"]
         self.call = f"SELECT * FROM {self.name}({', '.join(args)})"

@@ -51,7 +51,7 @@ from ..states import State
 from .version import SCHEMA_VERSION, VERSION_SQL, newer_schema, version_of
 
 __all__ = [
-    "ambiguous_since", "approvals", "audit", "budgets", "db_day", "db_now", "effects",
+    "ambiguous_since", "approvals", "audit", "budgets", "db_clock", "db_day", "db_now", "effects",
     "ensure_schema", "in_flight_lapsed", "in_flight_live", "literal", "metadata", "principals",
     "read_schema", "reads_ambiguous", "sessions",
 ]
@@ -227,6 +227,29 @@ def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
 @compiles(db_now, "postgresql")
 def _now_postgres(element: db_now, compiler: Any, **kw: Any) -> str:
     return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)"
+
+
+class db_clock(FunctionElement[float]):
+    """The database's clock as epoch seconds when the expression is evaluated: where a lease
+    starts. On Postgres a statement may wait for a lock after it started (a migration's or an
+    index build's table lock, a counter row a frozen transaction holds), and a lease counted
+    from the statement's start (:class:`db_now`) would be that much shorter, or over before
+    its holder was told to run. SQLite evaluates ``'now'`` once per statement, after its lock
+    is taken (``BEGIN IMMEDIATE``): the same as :class:`db_now` there."""
+
+    type = Double()
+    inherit_cache = True
+    name = "db_clock"
+
+
+@compiles(db_clock, "sqlite")
+def _clock_sqlite(element: db_clock, compiler: Any, **kw: Any) -> str:
+    return _now_sqlite(db_now(), compiler, **kw)
+
+
+@compiles(db_clock, "postgresql")
+def _clock_postgres(element: db_clock, compiler: Any, **kw: Any) -> str:
+    return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 
 
 def in_flight_live(now: ColumnElement[float]) -> ColumnElement[bool]:

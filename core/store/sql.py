@@ -17,6 +17,8 @@ from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .binds import BARE_NAMES
+
 if TYPE_CHECKING:
     from sqlalchemy.sql import ClauseElement
 
@@ -26,7 +28,8 @@ __all__ = ["NAMES", "Sql", "Statements", "StoredFunction", "dialect_key", "insta
 NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
     "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_brief", "fetch_row",
-    "fetch_row_id", "insert", "insert_bare", "insert_lean", "lapse", "note_reason", "now",
+    "fetch_row_id", "insert", "insert_bare", "insert_lean", "lapse", "lock_row", "note_reason",
+    "now",
     "prune", "prune_approvals", "prune_arguments", "prune_count", "report",
     "report_committed", "report_late", "report_plain", "resolve", "take",
 )
@@ -43,7 +46,8 @@ class Sql:
     def __init__(self, stmt: ClauseElement | str, dialect: Any = None,
                  names: tuple[str, ...] | None = None) -> None:
         self.names = names
-        """The bind parameters' names in the order of their numbers (``?1``...), or None."""
+        """The bind parameters' names in the order the text takes them by position (SQLite's
+        ``?1``..., Postgres's ``%s``), or None for a text that takes them by name."""
         self.order: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
         if names is not None:
             self.order = _ordered(names)
@@ -97,7 +101,8 @@ class StoredFunction(NamedTuple):
     ddl: str
     """The statement that creates it."""
     call: str
-    """The statement that calls it (psycopg's named placeholders)."""
+    """The statement that calls it (psycopg's placeholders: by name, or for the bare function
+    by position, ``%s``)."""
 
 
 _INSTALLED = ("SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -145,6 +150,7 @@ class Statements:
     insert_bare: Sql
     insert_lean: Sql
     lapse: Sql
+    lock_row: Sql
     note_reason: Sql
     now: Sql
     prune: Sql
@@ -160,13 +166,19 @@ class Statements:
 
     def __init__(self, lazy: Mapping[str, Callable[[], Sql]], *,
                  reserve_function: StoredFunction | None = None,
+                 bare_function: StoredFunction | None = None,
                  governed_function: StoredFunction | None = None) -> None:
         self._lazy = lazy
         self.reserve_function = reserve_function
         """Postgres: the generated read-else-insert function (None elsewhere)."""
+        self.bare_function = bare_function
+        """Postgres: the same for a request with none of the optional fields, bound by
+        position (None elsewhere)."""
         self.governed_function = governed_function
         """Postgres: the generated read-else-charge-and-insert function (None elsewhere)."""
         self.reserve = Sql(reserve_function.call if reserve_function else "")
+        self.reserve_bare = Sql(bare_function.call if bare_function else "",
+                                names=BARE_NAMES)
         self.reserve_governed = Sql(governed_function.call if governed_function else "")
 
     def __getattr__(self, name: str) -> Sql:
@@ -231,4 +243,5 @@ def rendered_postgres(durability: str) -> Statements:
     texts = TEXTS if durability == "reserve" else {**TEXTS, **STEADY}
     return Statements({name: partial(Sql, text) for name, text in texts.items()},
                       reserve_function=StoredFunction(*FUNCTIONS["reserve_function"]),
+                      bare_function=StoredFunction(*FUNCTIONS["bare_function"]),
                       governed_function=StoredFunction(*FUNCTIONS["governed_function"]))

@@ -33,12 +33,13 @@ from sqlalchemy.sql.expression import ColumnElement
 from ..states import ApprovalState, State
 from ..validate import MAX_INT
 from . import history
-from .binds import BARE_OMITS, NULL_NOTE
+from .binds import BARE_NAMES, BARE_OMITS, NULL_NOTE
 from .pg_reserve import ReserveFunction
 from .rows import BRIEF_COLUMNS, FOUND_COLUMNS, HEAD_COLUMNS, ROW_COLUMNS
 from .schema import (
     approvals,
     budgets,
+    db_clock,
     db_day,
     db_now,
     effects,
@@ -68,6 +69,7 @@ class _Definitions:
     """Every per-call statement, written once; ``lazy`` maps each name to its definition."""
 
     reserve_function: ReserveFunction | None
+    bare_function: ReserveFunction | None
     governed_function: ReserveFunction | None
 
     def __init__(self, dialect: Any, dialect_name: str, durability: str = "reserve") -> None:
@@ -100,7 +102,7 @@ class _Definitions:
             "state": p("state"),
             "attempt": literal_column("1"),
             "token": literal_column("1"),
-            "lease_expires_at": now + p("lease_seconds"),
+            "lease_expires_at": db_clock() + p("lease_seconds"),  # after any lock wait
             "attempt_started_at": now,
             "created_at": now,
             "updated_at": now,
@@ -144,6 +146,11 @@ class _Definitions:
         lazy["fetch_brief"] = lambda: select(*brief).where(by_key)
         lazy["fetch_row"] = lambda: select(*full).where(by_key)
         lazy["fetch_row_id"] = lambda: select(*full).where(in_ns & (t.id == p("id")))
+        # Postgres: a governed move of an existing effect locks its row before it charges the
+        # counters, in the order every report and resolve takes them (row, then counters):
+        # the other order deadlocked against an operator's resolve (SQLSTATE 40P01).
+        lazy["lock_row"] = lambda: (
+            select(t.id).where(in_ns & (t.id == p("id"))).with_for_update())
         lazy["insert"] = lambda: insert.returning(*head, true().label("inserted"))
         # The reservation of a new key only needs what the store decided: id, lease, clock.
         lazy["insert_lean"] = lambda: insert.returning(t.id, t.lease_expires_at, now)
@@ -169,6 +176,16 @@ class _Definitions:
             insert.returning(*head, true().label("inserted")),
             dialect, reserve_columns,
         ) if pg else None
+        # The same for a bare request (is_bare): its six binds by position, the rest in its
+        # text. A refusal sends every bind of the reservation it might have been, and each one
+        # costs the driver and the server: a third of the gap to a plain read.
+        self.bare_function = ReserveFunction(
+            select(*head, false().label("inserted")).where(by_key),
+            dialect_insert(effects).values(bare)
+            .on_conflict_do_nothing(index_elements=[t.namespace, t.key])
+            .returning(*head, true().label("inserted")),
+            dialect, reserve_columns, prefix="effectgate_bare_", order=BARE_NAMES,
+        ) if pg else None
 
         cas = in_ns & (t.id == p("id")) & (t.token == p("token"))
         live = in_flight_live(now)
@@ -188,7 +205,7 @@ class _Definitions:
                 budget_keys=p("budget_keys"),
                 attempt=t.attempt + p("attempt_increment"),
                 token=t.token + _ONE,
-                lease_expires_at=now + p("lease_seconds"),
+                lease_expires_at=db_clock() + p("lease_seconds"),
                 attempt_started_at=now,
                 updated_at=now,
                 result=null(),
@@ -270,7 +287,7 @@ class _Definitions:
         lazy["extend"] = lambda: (
             effects.update()
             .where(holder & live & ride)
-            .values(lease_expires_at=now + p("lease_seconds"), updated_at=now,
+            .values(lease_expires_at=db_clock() + p("lease_seconds"), updated_at=now,
                     vendor_ref=func.coalesce(p("vendor_ref"), t.vendor_ref))
             .returning(t.lease_expires_at)
         )
@@ -412,6 +429,7 @@ class _Definitions:
         return Statements(
             {name: partial(_compiled, define, dialect) for name, define in self.lazy.items()},
             reserve_function=_stored(self.reserve_function),
+            bare_function=_stored(self.bare_function),
             governed_function=_stored(self.governed_function))
 
 
@@ -457,7 +475,7 @@ def sqlite_texts_source() -> str:
 def render_postgres() -> tuple[dict[str, str], dict[str, str], dict[str, StoredFunction]]:
     """Every statement's text on Postgres (psycopg), compiled now: at the default durability,
     the ones that differ at ``"all"`` and ``"relaxed"`` (the same at both: an outcome rides
-    on the next synchronous commit only at the default), and the two generated functions
+    on the next synchronous commit only at the default), and the three generated functions
     (the same at every durability). What ``pg_texts`` must hold."""
     from sqlalchemy.dialects.postgresql import psycopg
 
@@ -468,7 +486,7 @@ def render_postgres() -> tuple[dict[str, str], dict[str, str], dict[str, StoredF
     steady = {name: text for name, text in texts["all"].items()
               if text != texts["reserve"][name]}
     functions = {}
-    for which in ("reserve_function", "governed_function"):
+    for which in ("reserve_function", "bare_function", "governed_function"):
         found = {getattr(sql, which) for sql in made.values()}
         assert len(found) == 1, which
         functions[which] = found.pop()
