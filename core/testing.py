@@ -32,14 +32,14 @@ def lapse_leases(gate: Gate, key: str | None = None, *,
     """Make the lease of every IN_FLIGHT effect (or just ``key``) lapse, as if its holder had
     stopped long ago; a lease that already lapsed (an AMBIGUOUS effect its holder may still
     report on) moves further into the past, as time passing would move it. ``seconds_ago``:
-    the lease lapsed that many seconds before now (inside a reconcile grace period, say);
-    default: a million seconds earlier than it was. Returns how many leases moved. For tests
+    the lease lapsed that many seconds before now (inside a reconcile grace period, say), or
+    earlier if it already had; default: a million seconds earlier than it was. Returns how many leases moved. For tests
     only."""
     params: dict[str, Any] = {"ns": gate.namespace}
     if seconds_ago is None:
         change = "lease_expires_at - 1000000"
-    else:
-        change = ":at"
+    else:  # never later than it was: time passing only moves a lapse further back
+        change = "CASE WHEN lease_expires_at < :at THEN lease_expires_at ELSE :at END"
         params["at"] = gate.store.now() - float(seconds_ago)
     sql = (
         f"UPDATE effectgate_effects SET lease_expires_at = {change} "

@@ -130,6 +130,24 @@ def test_a_grace_period_per_effect_type_from_the_policy(make_gate: Any) -> None:
     assert begin(gate).decision is eg.Decision.EXECUTE and asked == ["refund:txn_1"]
 
 
+
+def test_lapse_leases_never_moves_a_lapse_later(make_gate: Any) -> None:
+    """The test helper moves a lease that lapsed long ago no later when asked for "a minute
+    ago" (time passing only moves a lapse back): it brought such a lease into the grace
+    period, and the state-machine test's model (which knows time runs one way) then saw the
+    hook not asked where it expected it."""
+    gate = make_gate(policy={"effects": {"payment.*": {"reconcile_grace_seconds": 3600}}})
+    asked: list[str] = []
+    gate.reconciler("payment.refund")(lambda record: asked.append(record.key) or "unknown")
+    begin(gate, lease_seconds=30)
+    lapse_leases(gate)  # long ago
+    long_ago = gate.get("refund:txn_1").lease_expires_at
+    assert begin(gate).decision is eg.Decision.BLOCKED and asked == ["refund:txn_1"]
+    assert lapse_leases(gate, seconds_ago=60) == 1
+    assert gate.get("refund:txn_1").lease_expires_at == long_ago
+    assert begin(gate).decision is eg.Decision.BLOCKED
+    assert asked == ["refund:txn_1", "refund:txn_1"]  # past the grace: asked again
+
 def test_an_operators_failed_keeps_the_vendor_key_and_a_holders_failed_moves_it(
     gate: eg.Gate,
 ) -> None:
