@@ -137,12 +137,45 @@ def test_a_direct_connection_is_set_up_as_the_engines(scratch_url: str, durabili
         assert store._conns.conninfo is not None  # the direct way
         with store.connection() as own:
             mine = own.execute("SHOW synchronous_commit").fetchone()[0]
+            idle = own.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0]
             assert own.autocommit
         with store.engine.connect() as pooled:
             theirs = pooled.exec_driver_sql("SHOW synchronous_commit").scalar()
+            pooled_idle = pooled.exec_driver_sql(
+                "SHOW idle_in_transaction_session_timeout").scalar()
         assert mine == theirs == expected
+        assert idle == pooled_idle == "1min"
     finally:
         store.close()
+
+
+def test_a_worker_frozen_inside_a_transaction_holds_no_lock_past_the_servers_limit(
+        scratch_url: str) -> None:
+    """A worker stopped inside one of the store's transactions (here: it holds the effect
+    row's lock) is ended by the server once the idle-in-transaction limit passes, so another
+    worker's write goes ahead instead of waiting for TCP to give up. The store sets 60 s
+    where the server has no limit (above); a limit the server or the URL sets is kept, as
+    here, 1 s."""
+    import time
+
+    url = scratch_url.replace("csearch_path",
+                              "cidle_in_transaction_session_timeout%3D1s%20-csearch_path")
+    gate = eg.Gate(url, namespace="frozen", policy=False)
+    other = eg.Gate(url, namespace="frozen", policy=False)
+    try:
+        d = gate.begin(effect_type="t.x", key="k", payload={})
+        with gate.store.connection() as own:
+            assert own.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "1s"
+            own.execute("BEGIN")
+            own.execute("SELECT id FROM effectgate_effects WHERE key = 'k' FOR UPDATE")
+            started = time.monotonic()  # then it stops: no COMMIT, no ROLLBACK
+            other.report(d, "committed", result={"ok": 1})  # waits for the lock
+            waited = time.monotonic() - started
+        assert 0.5 < waited < 20, waited
+        assert other.get("k").state is eg.State.COMMITTED
+    finally:
+        gate.close()
+        other.close()
 
 
 @pytest.mark.parametrize("change", [

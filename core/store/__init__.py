@@ -225,6 +225,7 @@ class Store:
 
             return ThreadedStore(self)
         from .async_pg import AsyncPostgres
+        from .pg_direct import session_sql
 
         if self._conninfo is not None:
             conninfo, options = self._conninfo, {}
@@ -232,8 +233,8 @@ class Store:
             cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
             conninfo = cargs[0] if cargs else ""
             options = {**cparams, **self._connect_args}
-        synchronous = "SET synchronous_commit = off" if self.durability == "relaxed" else None
-        return AsyncPostgres(self, conninfo, options, synchronous, self.async_pool_size)
+        return AsyncPostgres(self, conninfo, options, session_sql(self.durability),
+                             self.async_pool_size)
 
     # -- for tools and tests ------------------------------------------------------------------
 

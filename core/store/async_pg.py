@@ -121,11 +121,11 @@ class AsyncPostgres:
     """The async face of a Postgres :class:`~effectgate.store.Store`."""
 
     def __init__(self, store: Store, conninfo: str, connect_options: Mapping[str, Any],
-                 synchronous: str | None, pool_size: int = DEFAULT_ASYNC_POOL_SIZE) -> None:
+                 session: str, pool_size: int = DEFAULT_ASYNC_POOL_SIZE) -> None:
         self._store = store
         self._conninfo = conninfo
         self._options = dict(connect_options)
-        self._synchronous = synchronous
+        self._session = session  # pg_direct.session_sql: the sync store's session settings
         self.pool_size = pool_size
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPool] = (
             weakref.WeakKeyDictionary())
@@ -180,12 +180,7 @@ class AsyncPostgres:
         try:
             conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True,
                                                          **self._options)
-            if self._synchronous is not None:
-                await conn.execute(self._synchronous)
-            else:
-                row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
-                if row is not None and row[0] == "off":  # as the sync store does
-                    await conn.execute("SET synchronous_commit = on")
+            await conn.execute(self._session)
             watch = self._store.version_watch
             if watch is not None:  # a new connection: was the store migrated meanwhile?
                 row = await (await conn.execute(VERSION_SQL)).fetchone()

@@ -15,7 +15,8 @@ from typing import Any
 
 from .version import SCHEMA_VERSION
 
-__all__ = ["connect", "conninfo_of", "hidden", "read_meta", "set_up"]
+__all__ = ["IDLE_IN_TRANSACTION", "connect", "conninfo_of", "hidden", "read_meta",
+           "session_sql", "set_up"]
 
 # postgresql[+psycopg]://[user[:password]@]host[:port]/database[?key=value&...], in the
 # characters where libpq's URI parser and SQLAlchemy's make_url read the same: a '%' only as
@@ -69,19 +70,33 @@ def hidden(url: str) -> str | None:
     return url[:start] + "***" + url[end:]
 
 
+IDLE_IN_TRANSACTION = "60s"
+"""How long the server lets one of the store's connections sit idle inside a transaction
+before it ends the session (where the server sets no limit of its own): the store's
+transactions last milliseconds, and a worker frozen inside one (stopped, paused, cut off)
+would otherwise hold its locks — a spend counter every governed begin of the namespace
+needs — until TCP gives up."""
+
+
+def session_sql(durability: str) -> str:
+    """The one statement that gives a new connection the store's session settings (the sync
+    and the async store both run it). A reservation must be durable before the body runs,
+    whatever the server's default: ``off`` is raised to ``on`` (a stronger setting, e.g.
+    ``remote_apply``, is kept); ``durability="relaxed"`` is the explicit opt-in to commit
+    nothing synchronously. And :data:`IDLE_IN_TRANSACTION`, where the server has no limit."""
+    sync = ("set_config('synchronous_commit', 'off', false)" if durability == "relaxed" else
+            "CASE WHEN current_setting('synchronous_commit') = 'off' "
+            "THEN set_config('synchronous_commit', 'on', false) END")
+    return (f"SELECT {sync}, CASE WHEN current_setting('idle_in_transaction_session_timeout')"
+            f" = '0' THEN set_config('idle_in_transaction_session_timeout', "
+            f"'{IDLE_IN_TRANSACTION}', false) END")
+
+
 def set_up(conn: Any, durability: str) -> None:
-    """Give a new connection the store's durability (the engine's connect hook calls this
-    too). A reservation must be durable before the body runs, whatever the server's default:
-    ``off`` is raised to ``on`` (a stronger setting, e.g. ``remote_apply``, is kept);
-    ``durability="relaxed"`` is the explicit opt-in to commit nothing synchronously."""
+    """Give a new connection the store's session settings (:func:`session_sql`; the
+    engine's connect hook calls this too)."""
     with conn.cursor() as cur:
-        if durability == "relaxed":
-            cur.execute("SET synchronous_commit = off")
-            return
-        cur.execute("SHOW synchronous_commit")
-        row = cur.fetchone()
-        if row is not None and row[0] == "off":
-            cur.execute("SET synchronous_commit = on")
+        cur.execute(session_sql(durability))
 
 
 def connect(conninfo: str, durability: str) -> Any:
