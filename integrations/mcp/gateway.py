@@ -21,9 +21,14 @@ upstream's identity as configured — its command line or URL — never from the
 reports (:mod:`.identity`).
 
 Outcomes of a gated call: the upstream's result → COMMITTED; an upstream that cannot be reached
-before the call is sent → FAILED; one that dies, disconnects or times out after it, or a client
-that cancels it → AMBIGUOUS; a tool error reported by the upstream → AMBIGUOUS (it may have
-acted), or FAILED with ``tool_errors="failed"``.
+before the call is sent, or a call cancelled before it left → FAILED; an upstream that answers
+the call "method not found" (``-32601``) without having asked the client anything during it →
+FAILED; any other error answer (``-32602`` included: the arguments were validated against the
+tool's input schema before sending, and an SDK server answers a tool's own validation error
+so), an upstream that dies, disconnects, times out or sends what cannot be read after the call
+left, or a client that cancels it then → AMBIGUOUS; a tool error reported by the upstream →
+AMBIGUOUS (it may have acted), or FAILED with ``tool_errors="failed"``. A repeat of an
+identical call in flight (a twin) gets the answer the store would give it.
 
 ::
 
@@ -34,6 +39,7 @@ acted), or FAILED with ``tool_errors="failed"``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -69,7 +75,7 @@ from .results import stored_result
 from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
 from .transport import caller
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
-from .upstream_tasks import TaskCall, UpstreamTasks, task_ref
+from .upstream_tasks import UpstreamTasks, task_ref
 from .writes import Kind, Verdict, classify
 
 try:
@@ -89,14 +95,34 @@ log = logging.getLogger("effectgate")
 _DISCOVER_SECONDS = 10.0
 R = TypeVar("R", bound=BaseModel)
 
-# The upstream's answers that it did not run the call. Not PARSE_ERROR or INVALID_REQUEST:
-# the gateway sends well-formed requests, and the mcp client makes those two up itself when
-# it cannot read a reply (an unreadable body, an unexpected content type), after the upstream
-# may have run the call.
-_REJECTED_BEFORE_RUN = {types.METHOD_NOT_FOUND, types.INVALID_PARAMS}
+# The one upstream answer to a gated ``tools/call`` taken as "it did not run": the method is
+# not served (``-32601``), and only when the upstream asked the client nothing during the call
+# (a request of its own means the tool had started, and an error the client answered it with
+# may come back as the call's). Not INVALID_PARAMS: the gateway has validated the arguments
+# against the tool's input schema before sending, and the Python SDK answers any pydantic
+# ValidationError a tool raises (after acting, reading a vendor's reply) with ``-32602``. Not
+# PARSE_ERROR or INVALID_REQUEST: the gateway sends well-formed requests, and the mcp client
+# makes those two up itself when it cannot read a reply. A task's failure proves nothing
+# either: the upstream had taken the call.
+_REJECTED_BEFORE_RUN = frozenset({types.METHOD_NOT_FOUND})
+_NOT_RUN = "__effectgate_gateway_not_run__"
 _AMBIGUOUS_HINT = UPSTREAM_AMBIGUOUS
 _FAILED_HINT = UPSTREAM_FAILED
 _LINK = "effectgate.gateway.link"
+
+
+def _not_run(exc: BaseException, why: Literal["refused", "unsent"]) -> None:
+    """Note on ``exc`` that the gated call it ends provably did not run upstream (FAILED,
+    :meth:`Gateway._classify`): ``refused`` (the upstream's :data:`_REJECTED_BEFORE_RUN`) or
+    ``unsent`` (it ended before the call left, e.g. a client's cancellation while the
+    upstream was being reached)."""
+    with contextlib.suppress(AttributeError, TypeError):  # an exception without a __dict__
+        setattr(exc, _NOT_RUN, why)
+
+
+def _why_not_run(exc: BaseException) -> str | None:
+    why = getattr(exc, _NOT_RUN, None)
+    return why if isinstance(why, str) else None
 
 
 def _still_held(beat: asyncio.Task[None]) -> None:
@@ -280,9 +306,7 @@ class Gateway:
             spec = by_type.get(effect_type)
             return spec.redact(result) if spec is not None and spec.redact else result
 
-        tasks = UpstreamTasks(
-            self.target, rejected_before_run=frozenset(_REJECTED_BEFORE_RUN),
-            tool_errors=self.tool_errors, redact=redact)
+        tasks = UpstreamTasks(self.target, tool_errors=self.tool_errors, redact=redact)
         try:
             with anyio.fail_after(_DISCOVER_SECONDS):
                 async with tasks.session():
@@ -598,7 +622,8 @@ class Gateway:
 
         async def answer() -> types.CallToolResult:
             return await self._answer(spec, keyed, lease, attempt, ran, modern=(
-                run is None and is_modern(getattr(ctx, "protocol_version", None))))
+                run is None and is_modern(getattr(ctx, "protocol_version", None))),
+                structured=tool.output_schema is not None)
 
         if run is not None:  # a task once it holds the lease (.tasks); else answered at once
             assert self._tg is not None
@@ -613,9 +638,10 @@ class Gateway:
 
     async def _answer(self, spec: eg.EffectSpec, keyed: dict[str, Any], lease: float,
                       attempt: Callable[[], Awaitable[Any]], ran: list[eg.BeginDecision], *,
-                      modern: bool) -> types.CallToolResult:
+                      modern: bool, structured: bool = False) -> types.CallToolResult:
         """The gated call's answer: its result (recorded), or the refusal or error a model
-        reads. ``AskClient`` for an approval round."""
+        reads. ``AskClient`` for an approval round. ``structured``: the tool declares an
+        output schema (a result without structured content is then an error to a client)."""
         try:
             if self._tg is not None and modern:
                 # a broken 2026-07-28 stream cancels the request, not the call (.reissue)
@@ -635,20 +661,25 @@ class Gateway:
             return _error(_refused(err))
         except Exception as err:
             key = ran[0].key if ran else None
-            if self._classify(err) is eg.Outcome.FAILED:
-                return _error({"error": "UpstreamRefused", "key": key, "message": (
-                    f"the upstream refused the call before running it: {_describe(err)}"),
-                    "what_to_do": "Fix the call; nothing happened."})
+            why = _why_not_run(err)
+            if why is not None:
+                said = ("the upstream refused the call before running it" if why == "refused"
+                        else "the call was not sent to the upstream")
+                return _error({"error": "UpstreamRefused" if why == "refused" else "NotSent",
+                               "key": key, "message": f"{said}: {_describe(err)}",
+                               "what_to_do": "Nothing happened; fix the call or try again."})
             return _error({"error": "UpstreamLost", "key": key, "message": (
                 f"the upstream failed during the call: {_describe(err)}"),
                 "what_to_do": _AMBIGUOUS_HINT})
-        result = types.CallToolResult.model_validate(stored)
-        out_meta = dict(result.meta or {})
-        out_meta["effectgate"] = (
-            {"decision": "execute", "key": ran[0].key, "effect_id": ran[0].effect_id,
-             "attempt": ran[0].attempt} if ran
-            else {"decision": "duplicate", "key": spec.template.render(keyed)})
-        return result.model_copy(update={"meta": out_meta})
+        if ran:
+            result = types.CallToolResult.model_validate(stored)
+            note = {"decision": "execute", "key": ran[0].key, "effect_id": ran[0].effect_id,
+                    "attempt": ran[0].attempt}
+        else:
+            key = spec.template.render(keyed)
+            result = _duplicate(stored, key, structured=structured)
+            note = {"decision": "duplicate", "key": key}
+        return result.model_copy(update={"meta": {**(result.meta or {}), "effectgate": note}})
 
     async def _once(self, spec: eg.EffectSpec, keyed: dict[str, Any], lease: float,
                     attempt: Callable[[], Awaitable[Any]]) -> Any:
@@ -665,7 +696,7 @@ class Gateway:
         if slot is None:
             return await attempt()
         if leading:
-            return await twins.alead(slot, attempt)
+            return await twins.alead(slot, attempt, _shared_with(spec))
         answer = await slot.await_answer(lease)
         return answer.give() if answer is not None else await attempt()
 
@@ -717,16 +748,26 @@ class Gateway:
         # call would leave after an operator may have resolved the lapsed effect.
         beat = asyncio.create_task(self._heartbeat(eg.current_effect(), lease))
         try:
-            if run is None:
-                session = await link.upstream.ready()  # NotExecuted: the call was never sent
-            else:  # a task: a tasks/cancel before the request leaves releases it (.tasks)
-                with run.pre_send:
-                    session = await link.upstream.ready()
-                if not run.may_send():
-                    raise NotSent
-            _still_held(beat)
-            result = await session.send_request(request, types.CallToolResult,
-                                                progress_callback=progress_relay(ctx))
+            try:
+                if run is None:
+                    session = await link.upstream.ready()  # NotExecuted: never sent
+                else:  # a task: a tasks/cancel before the request leaves releases it (.tasks)
+                    with run.pre_send:
+                        session = await link.upstream.ready()
+                    if not run.may_send():
+                        raise NotSent
+                _still_held(beat)
+            except BaseException as exc:  # cancelled or failed before the call left
+                _not_run(exc, "unsent")
+                raise
+            asked = link.upstream.asked
+            try:
+                result = await session.send_request(request, types.CallToolResult,
+                                                    progress_callback=progress_relay(ctx))
+            except MCPError as err:
+                if err.code in _REJECTED_BEFORE_RUN and link.upstream.asked == asked:
+                    _not_run(err, "refused")
+                raise
         finally:
             beat.cancel()
         if result.is_error:
@@ -757,6 +798,11 @@ class Gateway:
             else:  # a tasks/cancel before the request leaves releases it (.tasks)
                 with run.pre_send:
                     result = await tasks.call(request.params, sending, started)
+        except MCPError as err:  # the call's own answer (a task's end is a TaskCall); on
+            # 2026-07-28 the upstream cannot have asked the client anything during it
+            if err.code in _REJECTED_BEFORE_RUN:
+                _not_run(err, "refused")
+            raise
         finally:
             beat.cancel()
         if result is None:
@@ -777,14 +823,11 @@ class Gateway:
                 return
 
     def _classify(self, exc: BaseException) -> eg.Outcome | None:
+        if _why_not_run(exc) is not None:
+            return eg.Outcome.FAILED  # provably never ran upstream (:func:`_not_run`)
         if isinstance(exc, UpstreamToolError):
             return eg.Outcome.FAILED if self.tool_errors == "failed" else eg.Outcome.AMBIGUOUS
-        if isinstance(exc, MCPError) and exc.code in _REJECTED_BEFORE_RUN:
-            return eg.Outcome.FAILED  # the upstream answered that it did not run the call
-        if isinstance(exc, TaskCall) and isinstance(code := (exc.error or {}).get("code"), int) \
-                and exc.status == "failed" and code in _REJECTED_BEFORE_RUN:
-            return eg.Outcome.FAILED  # its task failed before running the call
-        return None
+        return None  # AMBIGUOUS: whatever else the upstream said, it may have acted
 
     async def _forward(self, link: Link, ctx: Ctx | None,
                        request: types.CallToolRequest) -> types.CallToolResult:
@@ -824,6 +867,45 @@ def _resource_not_found(err: MCPError, ctx: Ctx, params: Any) -> MCPError:
     if err.code == types.INVALID_PARAMS and data is not None:
         return err  # an invalid-params error about something else
     return MCPError(types.INVALID_PARAMS, err.message, {"uri": str(uri)})
+
+
+def _shared_with(spec: eg.EffectSpec) -> Callable[[Any], bool]:
+    """Which of a leader's answers its twins get as theirs (:mod:`.._kernel.twins`): what the
+    store would give them. A twin may be another agent's call: not the leader's own denial
+    (its run's or agent's ceiling) or approval round with its client, and not the upstream's
+    answer when the store keeps another form of it (``redact_result``, ``redact``) or none
+    (``store_result = false``): then the twin asks the store, as any repeat does."""
+    verbatim = spec.store_result and spec.redact is None and not spec.redact_result
+
+    def shared(answer: Any) -> bool:
+        if isinstance(answer, (eg.EffectDenied, AskClient)):
+            return False
+        if isinstance(answer, UpstreamToolError) or not isinstance(answer, BaseException):
+            return verbatim
+        return True
+
+    return shared
+
+
+def _duplicate(stored: Any, key: str, *, structured: bool) -> types.CallToolResult:
+    """A repeat's answer from what the store keeps of the call's result: the result itself;
+    a note that it ran when nothing was kept (``store_result = false``, or a result with no
+    stored form), marked ``isError`` when the tool declares an output schema (a client
+    refuses a result without the structured content it promises); what was kept, as JSON,
+    when a ``redact`` function made it something else than a tool result."""
+    if stored is not None:
+        try:
+            return types.CallToolResult.model_validate(stored)
+        except ValueError:
+            text = json.dumps(stored, ensure_ascii=False, default=str)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=text)],
+                structured_content=stored if isinstance(stored, dict) else None)
+    note = {"effectgate": "duplicate", "key": key, "message": (
+        "this call already ran; its result was not kept"),
+        "what_to_do": "Do NOT call it again: it is done. Its result is not available."}
+    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(note))],
+                                is_error=structured)
 
 
 def _refused(err: eg.EffectGateError) -> dict[str, Any]:

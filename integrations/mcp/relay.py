@@ -155,8 +155,13 @@ def clean_params(params: Any) -> Any:
 
 
 def progress_relay(ctx: Ctx | None) -> Any:
-    """A progress callback relaying the upstream's progress to the client, when it asked."""
-    if ctx is None or not ctx.meta or "progress_token" not in ctx.meta:
+    """A progress callback relaying the upstream's progress to the client, when it asked (on
+    2026-07-28 the request's token is not in ``ctx.meta``: the callback is always made, and
+    the SDK's ``report_progress`` does nothing for a request that asked for none)."""
+    if ctx is None:
+        return None
+    asked = bool(ctx.meta) and "progress_token" in (ctx.meta or {})
+    if not asked and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return None
 
     async def relay(progress: float, total: float | None, message: str | None) -> None:

@@ -9,12 +9,16 @@ notifications (log messages, list changes, resource updates).
 
 :meth:`Upstream.ready` is what the gateway calls just before sending a gated call: it proves the
 upstream is there (a ping, or a fresh connection) and raises :class:`~effectgate.NotExecuted`
-when it is not, because then the call was never sent. Anything that goes wrong after the call
-is sent is left to the caller to treat as AMBIGUOUS.
+when it is not, because then the call was never sent. A connection with requests in flight is
+never replaced because a ping was slow (that would stop the upstream under them). Anything that
+goes wrong after the call is sent is left to the caller to treat as AMBIGUOUS; an answer the
+connection cannot read (not JSON, nested too deep, not UTF-8) while requests are pending drops
+it, so those requests end at once instead of waiting forever.
 """
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import shlex
@@ -82,14 +86,67 @@ class StartupPeer:
 
 
 class _Session(ClientSession):
-    """A client session that declares exactly the capabilities it is given."""
+    """A client session that declares exactly the capabilities it is given, and counts the
+    requests it has sent and not yet had answered (pings aside): :attr:`busy`."""
 
     def __init__(self, *args: Any, capabilities: types.ClientCapabilities, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._forwarded = capabilities
+        self.busy = 0
 
     def _build_capabilities(self, version: str) -> types.ClientCapabilities:
         return self._forwarded
+
+    async def send_request(self, request: Any, result_type: Any, *args: Any,
+                           **kw: Any) -> Any:
+        if isinstance(request, types.PingRequest):
+            return await super().send_request(request, result_type, *args, **kw)
+        self.busy += 1
+        try:
+            return await super().send_request(request, result_type, *args, **kw)
+        finally:
+            self.busy -= 1
+
+
+# A stdio upstream's output is read as UTF-8 with every invalid byte sequence made a NUL
+# character, which no JSON text may hold unescaped: the line is then unparseable, and reaches
+# the session as a parse error (:meth:`Upstream._on_message`) instead of ending the SDK's
+# reader in a decode error (which leaves every pending call unanswered).
+_UNREADABLE_BYTES = "effectgate.mcp.unreadable"
+_STDIO_ENCODING = "effectgate_mcp_utf8"
+
+
+def _unreadable(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    return "\x00", err.end
+
+
+class _MarkingDecoder(codecs.IncrementalDecoder):
+    """UTF-8, incrementally, with invalid sequences decoded as NUL (see above)."""
+
+    def __init__(self, errors: str = "strict") -> None:
+        super().__init__(errors)
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(_UNREADABLE_BYTES)
+
+    def decode(self, input: Any, final: bool = False) -> str:
+        return self._utf8.decode(input, final)
+
+    def reset(self) -> None:
+        self._utf8.reset()
+
+
+def _find_codec(name: str) -> codecs.CodecInfo | None:
+    if name != _STDIO_ENCODING:
+        return None
+    utf8 = codecs.lookup("utf-8")
+    return codecs.CodecInfo(utf8.encode, utf8.decode, name=_STDIO_ENCODING,
+                            incrementalencoder=utf8.incrementalencoder,
+                            incrementaldecoder=_MarkingDecoder)
+
+
+codecs.register_error(_UNREADABLE_BYTES, _unreadable)
+codecs.register(_find_codec)
 
 
 class Upstream:
@@ -119,7 +176,8 @@ class Upstream:
             if not argv:
                 raise eg.ConfigError("the upstream command is empty")
             self._params = StdioServerParameters(
-                command=argv[0], args=argv[1:], env={**os.environ, **(env or {})})
+                command=argv[0], args=argv[1:], env={**os.environ, **(env or {})},
+                encoding=_STDIO_ENCODING)
         self.errlog = errlog if errlog is not None else sys.stderr
         self.connect_timeout = connect_timeout
         self.ping_timeout = ping_timeout
@@ -127,7 +185,10 @@ class Upstream:
         self.peer = peer
         self.init: types.InitializeResult | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._session: ClientSession | None = None
+        self._session: _Session | None = None
+        self.asked = 0
+        """How many requests the upstream has sent this client (roots, sampling, elicitation):
+        one sent during a call means the call had started."""
         self._stop: anyio.Event | None = None
         self._done: anyio.Event | None = None
         self._lock = anyio.Lock()
@@ -159,16 +220,23 @@ class Upstream:
             return streamable_http_client(self.target)
         return stdio_client(self._params, errlog=self.errlog)
 
-    def _client(self, streams: Any) -> ClientSession:
+    def _client(self, streams: Any) -> _Session:
         caps = self.capabilities
-        return _Session(
-            streams[0], streams[1], capabilities=caps, message_handler=self._on_message,
+        made: list[_Session] = []
+
+        async def on_message(message: Any) -> None:
+            await self._on_message(message, made[0] if made else None)
+
+        session = _Session(
+            streams[0], streams[1], capabilities=caps, message_handler=on_message,
             list_roots_callback=self._roots if caps.roots is not None else None,
             sampling_callback=self._sample if caps.sampling is not None else None,
             elicitation_callback=self._elicit if caps.elicitation is not None else None)
+        made.append(session)
+        return session
 
     async def _hold(self, *, task_status: anyio.abc.TaskStatus[
-            tuple[ClientSession, anyio.Event, anyio.Event]]) -> None:
+            tuple[_Session, anyio.Event, anyio.Event]]) -> None:
         stop, done = anyio.Event(), anyio.Event()
         started = False
         try:
@@ -199,7 +267,7 @@ class Upstream:
         """The session open now, if any (no connecting)."""
         return self._session
 
-    async def _connect(self) -> ClientSession:
+    async def _connect(self) -> _Session:
         assert self._tg is not None, "Upstream.start() first"
         self.close()
         try:
@@ -217,13 +285,25 @@ class Upstream:
 
     async def ready(self) -> ClientSession:
         """A session proven alive just now: a ping answered, else a fresh connection.
-        :class:`~effectgate.NotExecuted` when neither works (the call was never sent)."""
+        :class:`~effectgate.NotExecuted` when neither works (the call was never sent).
+
+        A ping that times out while the session has requests in flight (a single-threaded
+        upstream busy with another call) proves only that it is busy: the session is kept
+        and returned, since reconnecting would stop the upstream under those calls."""
         async with self._lock:
-            if self._session is not None:
+            session = self._session
+            if session is not None:
                 try:
                     with anyio.fail_after(self.ping_timeout):
-                        await self._session.send_ping()
-                    return self._session
+                        await session.send_ping()
+                    return session
+                except TimeoutError as err:
+                    if session.busy and session is self._session:
+                        log.warning("upstream %s is slow to answer a ping while it runs %d "
+                                    "request(s); not reconnecting", self.target, session.busy)
+                        return session
+                    log.warning("upstream %s did not answer a ping (%s); reconnecting",
+                                self.target, _describe(err))
                 except Exception as err:
                     log.warning("upstream %s did not answer a ping (%s); reconnecting",
                                 self.target, _describe(err))
@@ -264,6 +344,7 @@ class Upstream:
     # -- what the upstream asks and announces ----------------------------------------------
 
     async def _ask(self, request: types.ServerRequest, result_type: type[R]) -> R | types.ErrorData:
+        self.asked += 1
         if self.peer is None:
             return types.ErrorData(code=types.INVALID_REQUEST, message="no client to ask")
         try:
@@ -294,8 +375,18 @@ class Upstream:
                       params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         return await self._ask(types.ElicitRequest(params=params), types.ElicitResult)
 
-    async def _on_message(self, message: Any) -> None:
+    async def _on_message(self, message: Any, session: _Session | None = None) -> None:
         if isinstance(message, Exception):
+            if session is not None and session is self._session and session.busy:
+                # An answer the session cannot read may be the answer to a pending call,
+                # which would then wait forever (its heartbeat keeping the effect in flight):
+                # the connection is dropped, so every pending call ends (AMBIGUOUS: the
+                # upstream may have acted) and the next one reconnects.
+                log.warning("upstream %s sent what cannot be read while %d request(s) were "
+                            "pending (%s); dropping the connection", self.target, session.busy,
+                            _describe(message))
+                self.close()
+                return
             log.debug("upstream transport error: %r", message)
             return
         if self.peer is not None:

@@ -15,8 +15,9 @@ gated effect types, so a repeat of the call in a new gateway process asks it, as
 
 * ``completed`` → COMMITTED with the task's result (a tool error, ``isError``, is FAILED only
   where the gateway counts tool errors as failed, else unknown);
-* ``failed`` → FAILED only when its error says the upstream refused the call before running it
-  (the codes the gateway counts so for a direct answer), else unknown;
+* ``failed`` → FAILED only when its error carries one of ``rejected_before_run`` (the gateway
+  gives none: a task exists only once the upstream took the call, and its error may come from
+  a tool that had acted), else unknown;
 * ``cancelled``, ``working``, ``input_required``, an id the upstream does not know (or no
   longer keeps), a record without a task id of this attempt, or no answer → unknown: the
   effect stays AMBIGUOUS (the extension does not say a cancelled task never acted).
@@ -103,6 +104,15 @@ async def _unresolved(handle: TaskHandle, ctx: ClaimContext) -> types.CallToolRe
     raise RuntimeError("a task handle is resolved by UpstreamTasks.call")  # allow_claimed
 
 
+class _AsAnswered(ClientSession):
+    """A session that hands back a tool's result as the upstream answered it, as the
+    gateway's plain path does: no check of its structured content against the tool's output
+    schema (which lists the tools again, and raises after the tool acted)."""
+
+    async def validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
+        """Nothing to check: the gateway forwards (and records) the answer as it came."""
+
+
 class UpstreamTasks:
     """The Tasks extension of the upstream at ``url`` (streamable HTTP), on 2026-07-28 requests
     that declare it: each use opens its own connection (so it works in any event loop, e.g. a
@@ -129,7 +139,7 @@ class UpstreamTasks:
         """A 2026-07-28 session that declares the extension (``server/discover`` answered)."""
         claim = ResultClaim(result_type="task", model=TaskHandle, resolve=_unresolved)
         failure: Exception | None = None
-        async with streamable_http_client(self.url) as streams, ClientSession(
+        async with streamable_http_client(self.url) as streams, _AsAnswered(
                 streams[0], streams[1], extensions={TASKS_EXTENSION: {}},
                 result_claims={TASKS_EXTENSION: [claim]}) as session:
             with anyio.fail_after(self.connect_timeout):
