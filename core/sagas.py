@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Compensator", "UnwindReport", "UnwindStep", "compensation_key", "compensation_request",
-    "unwind",
+    "is_undo", "unwind",
 ]
 
 Compensator = Callable[["EffectRecord", Any], Any]
@@ -120,30 +120,44 @@ _UNSETTLED = (State.AMBIGUOUS, State.IN_FLIGHT, State.PENDING_APPROVAL)
 _WAITING = (Decision.BLOCKED, Decision.IN_FLIGHT, Decision.APPROVAL_REQUIRED)
 
 
-def unwind(gate: GateLike, group_key: str, by: str) -> UnwindReport:
+def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False) -> UnwindReport:
     """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`).
     Every step lands in the report, even when one of them fails. Once a step's undo is left
     unsettled (AMBIGUOUS, IN_FLIGHT, waiting for approval), no older step's undo is begun: each
     is listed as unresolved (held back), or as compensated if its undo committed earlier.
-    ``group_key`` and ``by`` are checked first (:class:`~effectgate.ConfigError`)."""
+    ``group_key`` and ``by`` are checked first (:class:`~effectgate.ConfigError`).
+
+    ``hand_off`` (the MCP server's ``unwind_group``): a step with no compensator in this
+    process is the caller's to undo (listed as failed, "no compensator registered"), so it
+    holds back the older steps this process could undo; older steps that are also the
+    caller's stay listed so, in order."""
     group_key = validate.text(group_key, "group_key", 512, required=True) or ""
     by = validate.text(by, "by", 256, required=True) or ""
     report = UnwindReport(group_key)
-    held: str | None = None  # why older steps are not undone now, once a newer undo is unsettled
+    held: _Hold | None = None  # why older steps are not undone now
     for record in gate.group_steps(group_key):
         state = record.state.value
         step: dict[str, Any] = {"effect_id": record.effect_id, "key": record.key,
                                  "effect_type": record.effect_type, "state": state}
         try:
-            held = _unwind_step(gate, record, by, report, step, held)
+            held = _unwind_step(gate, record, by, report, step, held, hand_off)
         except EffectGateError as err:
             report.failed.append(UnwindStep(**step, detail=_text(
                 gate, f"{type(err).__name__}: {err.message}")))
     return report
 
 
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """Why the steps older than one are not undone now: its undo is unsettled, or (``handed``)
+    it is the caller's to undo (:func:`unwind`'s ``hand_off``)."""
+
+    text: str
+    handed: bool = False
+
+
 def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindReport,
-                 step: dict[str, Any], held: str | None) -> str | None:
+                 step: dict[str, Any], held: _Hold | None, hand_off: bool) -> _Hold | None:
     """List ``record`` (undoing it unless ``held``); return why older steps are held back."""
     state = record.state.value
     if record.state in _UNSETTLED:
@@ -159,12 +173,12 @@ def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindRe
         return held
     compensator = None if held is not None else gate.compensator_for(record.effect_type)
     if compensator is None:
-        return _not_begun(gate, record, report, step, held)
+        return _not_begun(gate, record, report, step, held, hand_off)
     return _compensate(gate, record, compensator, by, report, step)
 
 
 def _not_begun(gate: GateLike, record: EffectRecord, report: UnwindReport,
-               step: dict[str, Any], held: str | None) -> str | None:
+               step: dict[str, Any], held: _Hold | None, hand_off: bool) -> _Hold | None:
     """A step whose undo this unwind does not begin (held back, or no compensator here): what
     its undo says if one was begun elsewhere (an earlier unwind, an agent over MCP)."""
     undo = _undo_of(gate, record)
@@ -178,12 +192,17 @@ def _not_begun(gate: GateLike, record: EffectRecord, report: UnwindReport,
         report.unresolved.append(UnwindStep(
             **step, detail=f"compensation {undo.state.value}: settle it before anything older "
             "is undone", compensation_effect_id=undo_id))
-        return held or _holding(record, undo.state.value)
-    if held is not None:
-        report.unresolved.append(UnwindStep(**step, detail=held, compensation_effect_id=undo_id))
+        return held if held is not None and not held.handed else _hold(record,
+                                                                     undo.state.value)
+    mine = gate.compensator_for(record.effect_type) is not None
+    if held is not None and not (held.handed and hand_off and not mine):
+        report.unresolved.append(UnwindStep(**step, detail=held.text,
+                                            compensation_effect_id=undo_id))
         return held
     report.failed.append(UnwindStep(
         **step, detail=f"no compensator registered for {record.effect_type}"))
+    if hand_off:  # the caller undoes it, after which the older steps may be undone
+        return held or _Hold(_holding(record, "left to the caller"), handed=True)
     return None
 
 
@@ -196,10 +215,18 @@ def _undo_of(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
         found = gate.get(request["key"])
     except UnknownEffect:
         return None
-    own = (found.compensates_effect_id == record.effect_id
-           and found.effect_type == request["effect_type"]
-           and found.payload_hash == payload_hash(request["payload"]))
-    return found if own else None
+    return found if is_undo(found, request) else None
+
+
+def is_undo(effect: EffectRecord, undo: dict[str, Any]) -> bool:
+    """Whether ``effect`` (found at the key of a step's undo) is that undo: begun with exactly
+    ``undo`` (:func:`compensation_request` of the step), so the step it compensates, its
+    effect type and its payload are the ones :func:`unwind` would begin. Any other effect at
+    that key merely took it (and the undo's own begin is refused there). The one test unwind,
+    the MCP server and the console apply."""
+    return (effect.compensates_effect_id == undo["compensates_effect_id"]
+            and effect.effect_type == undo["effect_type"]
+            and effect.payload_hash == payload_hash(undo["payload"]))
 
 
 _AS_SAID = {"blocked": "ambiguous", "in_flight": "in flight",
@@ -211,6 +238,10 @@ def _holding(record: EffectRecord, what: str) -> str:
     what its ``begin`` answered)."""
     return (f"held back: the undo of the newer step {record.key} is {_AS_SAID.get(what, what)};"
             " settle it, then unwind again (undos run newest first)")
+
+
+def _hold(record: EffectRecord, what: str) -> _Hold:
+    return _Hold(_holding(record, what))
 
 
 def compensation_key(key: str) -> str:
@@ -237,7 +268,7 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
 
 
 def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, by: str,
-                report: UnwindReport, step: dict[str, Any]) -> str | None:
+                report: UnwindReport, step: dict[str, Any]) -> _Hold | None:
     """Begin and run ``record``'s undo; return why older steps are held back, if it is left
     unsettled."""
     d = gate.begin(**compensation_request(record), agent_id=by)
@@ -250,7 +281,7 @@ def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, 
         report.unresolved.append(UnwindStep(
             **step, detail=f"compensation {d.decision.value}: {d.reason or ''}".rstrip(": "),
             compensation_effect_id=d.effect_id))
-        return _holding(record, d.decision.value) if d.decision in _WAITING else None
+        return _hold(record, d.decision.value) if d.decision in _WAITING else None
     try:
         with current_effect_scope(d):
             result = compensator(record, record.compensation)
@@ -266,7 +297,7 @@ def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, 
         target.append(UnwindStep(
             **step, detail=_text(gate, f"compensation {outcome.value}: {describe(exc)}"),
             compensation_effect_id=d.effect_id))
-        return None if outcome is Outcome.FAILED else _holding(record, outcome.value)
+        return None if outcome is Outcome.FAILED else _hold(record, outcome.value)
     detail = "compensated"
     try:
         gate.report(d, Outcome.COMMITTED, result=result)

@@ -50,7 +50,7 @@ def _why_not(c: Console, record: EffectRecord) -> str:
 
 def steps_of(c: Console, group_key: str) -> list[Step]:
     """The group's steps, newest first, each with its undo (one read for all of them)."""
-    from ..sagas import compensation_key
+    from ..sagas import compensation_key, compensation_request, is_undo
     from ..store.queue import compensations_of
     from ..translate import effect_record
 
@@ -63,6 +63,10 @@ def steps_of(c: Console, group_key: str) -> list[Step]:
     out = []
     for r in records:
         undo = undos.get(r.effect_id)
+        if undo is not None and not is_undo(undo, compensation_request(r)):
+            out.append(Step(r, None, False, "not undone: its undo's key is taken by another "
+                                            f"effect ({undo.effect_type}, #{undo.effect_id})"))
+            continue
         undone = undo is not None and undo.state is State.COMMITTED
         out.append(Step(r, undo, undone, "" if undo is not None else _why_not(c, r)))
     return out

@@ -31,7 +31,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import validate
 from ..decide import outcome_spend_delta, reads_first
@@ -329,8 +329,10 @@ class Store:
         the approval it consumes or creates and the spend it charges, all or nothing."""
         binds = move_binds(row, move, req, secret, approval)
         if row is None and self.one_call(move):
+            sql = self.one_call_sql(move)
             try:
-                found = self._conns.run(self.one_call_sql(move), binds, self._reserve_sync)
+                found = _again_if_aborted(lambda: self._conns.run(sql, binds,
+                                                                  self._reserve_sync))
             except StoreError as err:
                 return Moved(None, over_ceiling(err, move))
             return Moved(effect_head(found[0]) if found else None)
@@ -433,6 +435,14 @@ class Store:
             rows = self._conns.run(self.sql.report_late, late_binds(binds, note),
                                    self._reserve_sync)
             return Recorded(rows[0][0], rows[0][1], True) if rows else None
+        return _again_if_aborted(lambda: self._report_moving_spend(
+            namespace, lease, outcome, binds, note, actual_cost_micros, overspend))
+
+    def _report_moving_spend(self, namespace: str, lease: Lease, outcome: Outcome,
+                             binds: dict[str, Any], note: str | None,
+                             actual_cost_micros: int | None,
+                             overspend: Callable[[list[tuple[str, int]]], str | None] | None,
+                             ) -> Recorded | None:
         with self._conns.transaction() as tx:
             late = False
             found = tx.one(self.sql.report, binds)
@@ -671,6 +681,22 @@ def _inserted(req: Request, effect_id: int, lease: float, now: float,
         1, 1, lease, now, now, None, None, req.vendor, 1, now, None, None,
         req.estimated_cost_micros, None, lease_secret, now, True,
     ))
+
+
+_T = TypeVar("_T")
+
+
+def _again_if_aborted(call: Callable[[], _T]) -> _T:
+    """``call()``, once more if the server aborted its transaction whole (a deadlock's victim,
+    SQLSTATE 40P01, or a serialization failure, 40001): nothing of it was written, and the
+    other transaction it met has then moved on (a holder's report that lost a deadlock to a
+    governed reservation of its key was not recorded, and the effect lapsed to AMBIGUOUS)."""
+    try:
+        return call()
+    except StoreError as err:
+        if getattr(err.__cause__, "sqlstate", None) not in ("40P01", "40001"):
+            raise
+    return call()
 
 
 _new_head = tuple.__new__

@@ -27,6 +27,7 @@ import anyio
 from pydantic import Field
 
 import effectgate as eg
+from effectgate import sagas
 from effectgate.net import loopback_host_names
 from effectgate.sagas import compensation_request
 
@@ -331,7 +332,9 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
     so the undo runs at most once whoever performs it. The effect found at the undo's key
     counts only when it is that undo (:func:`is_undo`); another effect there leaves the step
     unresolved."""
-    report = gate.unwind(group_key, by=by)
+    # Steps handed to the agent hold back the older ones this process would undo: undos
+    # run newest first, whoever performs them.
+    report = sagas.unwind(gate, group_key, by, hand_off=True)
     answer = report.as_dict()
     answer["failed"], answer["to_compensate"] = [], []
     for step in report.failed:
@@ -371,14 +374,7 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
     return answer
 
 
-def is_undo(effect: eg.EffectRecord, undo: Mapping[str, Any]) -> bool:
-    """Whether ``effect`` (found at the key of a step's undo) is that undo: begun with exactly
-    ``undo`` (:func:`~effectgate.sagas.compensation_request` of the step), so the step it
-    compensates, its effect type and its payload are the ones :meth:`Gate.unwind` would begin.
-    Any other effect at that key merely took it."""
-    return (effect.compensates_effect_id == undo["compensates_effect_id"]
-            and effect.effect_type == undo["effect_type"]
-            and effect.payload_hash == eg.payload_hash(undo["payload"]))
+is_undo = sagas.is_undo  # the one test: unwind, this server and the console apply it
 
 
 class _UnknownPrompt:
