@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
+import json
 import operator
 import threading
 import time
+import weakref
 from typing import Annotated, Any, NotRequired
 
 import pytest
@@ -26,9 +29,10 @@ import pytest
 pytest.importorskip("langchain.agents")
 
 from langchain.agents import AgentState, create_agent
+from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
 from langchain.tools import ToolRuntime
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -313,3 +317,238 @@ def test_a_command_whose_updates_are_not_plain_json_stores_its_message_alone(
     later = invoke(bank.agent(call("x1", T1)), "r2")
     assert bank.made == ["T1"] and "at" not in later and not later.get("refunded")
     assert answers(later) == [("x1", "refunded T1 #1", "success")]
+
+
+# -- 3. a review of the two findings' fixes ---------------------------------------------------
+
+
+class Ledger(Refunds):
+    """A state that declares the gate's own channel (as ``EffectGateMiddleware`` adds it):
+    what a ``gate_tool`` tool needs to survive a middleware that drops messages."""
+
+    effectgate_applied: NotRequired[Annotated[list[str], operator.add]]
+
+
+def agent_of(bank: Bank, model: Any, *, extra: tuple[Any, ...] = (),
+             state: type = Refunds) -> Any:
+    """``bank``'s refund in an agent of its own ``model``, after the ``extra`` middleware."""
+    if bank.form == "tool":
+        return create_agent(model, tools=[eg_lc.gate_tool(bank.tool, KEY, gate=bank.gate)],
+                            state_schema=state, checkpointer=bank.saver, middleware=[*extra])
+    return create_agent(model, tools=[bank.tool], state_schema=state, checkpointer=bank.saver,
+                        middleware=[*extra, eg_lc.EffectGateMiddleware({"refund": KEY},
+                                                                       gate=bank.gate)])
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_parallel_repeats_in_a_run_that_lacks_the_updates_apply_them_once(
+        gate: eg.Gate, form: str) -> None:
+    """A later run's first repeats of a stored ``Command`` are two identical calls of one turn
+    (``"500"`` and ``500`` alike): both found the updates missing and both applied them —
+    ``refunded`` held T1 twice. The earlier call of the turn gets them, the other its message."""
+    bank = Bank(gate, form)
+    invoke(bank.agent(call("a1", T1)), "r1")
+    twins = AIMessage("", tool_calls=[
+        {"name": "refund", "args": T1, "id": "x1", "type": "tool_call"},
+        {"name": "refund", "args": {"txn_id": "T1"}, "id": "x2", "type": "tool_call"}])
+    later = invoke(bank.agent(twins), "r2")
+    assert bank.made == ["T1"]
+    assert later["refunded"] == ["T1"]
+    assert [(i, c) for i, c, _ in answers(later)] == [("x1", "refunded T1 #1"),
+                                                       ("x2", "refunded T1 #1")]
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_twins_of_a_leader_in_another_run_apply_its_updates_once(gate: eg.Gate,
+                                                                   form: str) -> None:
+    """Two identical calls of one turn wait for the same refund running in another run: one of
+    them gives this run the leader's updates, the other its message alone."""
+    bank = Bank(gate, form, delay=0.5)
+    done: dict[str, Any] = {}
+
+    def go(thread: str, *calls: AIMessage) -> None:
+        done[thread] = invoke(bank.agent(*calls), thread)
+
+    first = threading.Thread(target=go, args=("r1", call("a1", T1)))
+    second = threading.Thread(target=go, args=("r2", both("b1", "b2")))
+    first.start()
+    assert bank.started.wait(10)
+    second.start()
+    first.join()
+    second.join()
+    assert bank.made == ["T1"]
+    assert done["r1"]["refunded"] == done["r2"]["refunded"] == ["T1"]
+
+
+class Trim(AgentMiddleware):  # type: ignore[type-arg]
+    """Drops every message before a new human one, once the thread is long."""
+
+    def before_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        messages = state["messages"]
+        if len(messages) > 4 and isinstance(messages[-1], HumanMessage):
+            return {"messages": [RemoveMessage(id=m.id) for m in messages[:-1]]}
+        return None
+
+
+def summariser() -> Any:
+    return SummarizationMiddleware(
+        FakeMessagesListChatModel(responses=[AIMessage("Summary: T1 was refunded.")] * 3),
+        trigger=("messages", 5), keep=("messages", 1))
+
+
+@pytest.mark.parametrize("drop", ["summarise", "remove"])
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_a_repeat_after_the_messages_were_dropped_does_not_apply_the_updates_again(
+        gate: eg.Gate, form: str, drop: str) -> None:
+    """A thread refunds T1 (its ``Command`` appends to ``refunded``), a summarising or trimming
+    middleware then drops the old messages, and the model refunds T1 again: the repeat read
+    the messages, found no trace of the refund and applied its updates a second time. The
+    state's own record (the middleware's channel; a ``gate_tool`` state that declares it)
+    survives the messages."""
+    bank = Bank(gate, form)
+    model = ScriptedModel(responses=[call("a1", T1), AIMessage("Refunded."), call("x1", T1),
+                                     AIMessage("Done.")])
+    extra = summariser() if drop == "summarise" else Trim()
+    agent = agent_of(bank, model, extra=(extra,), state=Ledger if form == "tool" else Refunds)
+    invoke(agent, "r1")
+    out = invoke(agent, "r1", {"messages": [{"role": "user", "content": "was it refunded?"}]})
+    assert not any(isinstance(m, ToolMessage) and m.tool_call_id == "a1"
+                   for m in out["messages"])  # the trace is gone
+    assert bank.made == ["T1"]
+    assert out["refunded"] == ["T1"]
+    assert answers(out)[-1][:2] == ("x1", "refunded T1 #1")
+
+
+def test_the_middlewares_record_of_applied_updates_is_private(gate: eg.Gate) -> None:
+    """The channel is no part of the agent's input or output; a fork before the refund lacks
+    it, so the replay gets the updates."""
+    bank = Bank(gate, "middleware")
+    agent = bank.agent(call("a1", T1))
+    out = invoke(agent, "r1")
+    assert "effectgate_applied" not in out
+    config = {"configurable": {"thread_id": "r1"}}
+    assert agent.get_state(config).values["effectgate_applied"] == ["a1"]
+
+
+@pytest.mark.parametrize("loop", ["sync", "async"])
+def test_a_tool_result_shaped_like_a_stored_command_is_a_plain_result(
+        gate: eg.Gate, loop: str) -> None:
+    """A ``gate_tool`` tool passing on a vendor's JSON that reads like the stored ``Command``
+    form was turned into a ``Command``: the first call wrote the JSON's ``update`` into the
+    agent's state (``approved``), and the model saw only its ``content``; without a call id the
+    tool returned the ``content`` for the dict. It stays the tool's plain result, first time
+    and repeated."""
+    reply = {"effectgate.langchain.Command": {
+        "tool_call_id": "x", "content": "ok", "update": {"approved": True}}}
+
+    class Approvals(AgentState):
+        approved: NotRequired[bool]
+
+    @tool
+    def charge(txn_id: str, runtime: ToolRuntime) -> dict[str, Any]:  # type: ignore[type-arg]
+        """Charge a card; answers with the vendor's JSON."""
+        return reply
+
+    @tool
+    def pay(txn_id: str) -> dict[str, Any]:
+        """Pay; answers with the vendor's JSON."""
+        return {"effectgate.langchain.value": "ok"}
+
+    gated = eg_lc.gate_tool(charge, KEY, gate=gate)
+    agent = create_agent(script(call("c1", T1, name="charge"), call("c2", T1, name="charge")),
+                         tools=[gated], state_schema=Approvals, checkpointer=InMemorySaver())
+    payload = {"messages": [{"role": "user", "content": "charge T1"}]}
+    config: Any = {"configurable": {"thread_id": "r"}}
+    out = (asyncio.run(agent.ainvoke(payload, config=config)) if loop == "async"
+           else agent.invoke(payload, config=config))
+    assert "approved" not in out
+    assert [json.loads(c) for _, c, _ in answers(out)] == [reply, reply]
+    plain = eg_lc.gate_tool(pay, "pay:{txn_id}", gate=gate)
+    first = plain.invoke({"txn_id": "P1"})
+    again = (asyncio.run(plain.ainvoke({"txn_id": "P1"})) if loop == "async"
+             else plain.invoke({"txn_id": "P1"}))
+    assert first == again == {"effectgate.langchain.value": "ok"}
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_an_update_the_policy_redacted_is_not_given_to_a_later_run(
+        make_gate: Any, form: str) -> None:
+    """The policy's ``redact_result`` names ``card``: the store keeps ``"[redacted]"`` in the
+    stored update, which a later run's repeat wrote into its state as though it were the
+    card. A later run gets the tool message alone."""
+    gate = make_gate(policy={"effects": {"refund": {"redact_result": ["card"]}}})
+    bank = Bank(gate, form, at={"card": "4111111111111111", "last4": "1111"})
+    first = invoke(bank.agent(call("a1", T1)), "r1")
+    assert first["at"]["card"] == "4111111111111111"
+    stored = gate.get("refund:T1").result["effectgate.langchain.Command"]
+    assert stored["update"]["at"]["card"] == "[redacted]"
+    later = invoke(bank.agent(call("x1", T1)), "r2")
+    assert bank.made == ["T1"] and "at" not in later and not later.get("refunded")
+    assert answers(later) == [("x1", "refunded T1 #1", "success")]
+
+
+def test_a_shared_middleware_keeps_no_per_request_tool_alive(gate: eg.Gate) -> None:
+    """Each ``_Shape`` held its tool through its validator: a middleware shared by agents
+    built per request kept every request's tool alive, and scanned them all at each call."""
+    middleware = eg_lc.EffectGateMiddleware({"refund": KEY}, gate=gate)
+    seen: list[Any] = []
+
+    def one_request(i: int) -> None:
+        @tool("refund")
+        def refund(txn_id: str, amount_cents: int) -> str:
+            """Refund a card transaction. Irreversible."""
+            return "refunded"
+
+        seen.append(weakref.ref(refund))
+        invoke(create_agent(script(call(f"c{i}", {"txn_id": f"T{i}", "amount_cents": 1})),
+                            tools=[refund], middleware=[middleware]), f"t{i}")
+
+    for i in range(5):
+        one_request(i)
+    gc.collect()
+    assert [r() for r in seen] == [None] * 5
+
+
+def test_a_tool_given_another_schema_is_read_again(gate: eg.Gate) -> None:
+    """A tool whose ``args_schema`` was replaced after the middleware first read it (here a
+    ``currency`` added) was still hashed by its old argument names: the EUR refund after the
+    USD one was answered as done."""
+    ran: list[Any] = []
+    middleware = eg_lc.EffectGateMiddleware({"refund": KEY}, gate=gate)
+    invoke(create_agent(script(call("a1", {"txn_id": "T0", "amount_cents": 1})),
+                        tools=[card_refund], middleware=[middleware]), "a")
+    changed = multi_currency(ran)
+    refund = card_refund.model_copy()
+    invoke(create_agent(script(call("b0", {"txn_id": "T9", "amount_cents": 1})),
+                        tools=[refund], middleware=[middleware]), "b0")
+    refund.args_schema = changed.args_schema
+    refund.func = changed.func
+    usd = {"txn_id": "T1", "amount_cents": 500, "currency": "USD"}
+    out = invoke(create_agent(script(call("b1", usd), call("b2", {**usd, "currency": "EUR"})),
+                              tools=[refund], middleware=[middleware]), "b")
+    first, second = answers(out)
+    assert ran == [("T1", 500, "USD")] and first[1] == "refunded 500 USD on T1"
+    assert second[2] == "error" and "CONFLICT" in second[1]
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_an_edit_of_a_command_tools_call_tells_the_model(make_gate: Any, form: str) -> None:
+    """A reviewer edits a paused refund whose tool answers with a ``Command``: the model's
+    answer had no note that its call was replaced (a text tool's has), first or replayed."""
+    gate = make_gate(policy={"effects": {"refund": {"approval": {"always": True}}}})
+    bank = Bank(gate, form)
+    agent = agent_of(bank, ScriptedModel(responses=[call("a1", T1), *[AIMessage("Done.")] * 2]))
+    paused = invoke(agent, "r1")
+    assert "__interrupt__" in paused
+    config = {"configurable": {"thread_id": "r1"}}
+    at_pause = agent.get_state(config).config
+    edit = {"type": "edit", "by": "alice",
+            "edited_action": {"name": "refund", "args": {"txn_id": "T2"}}}
+    out = invoke(agent, "r1", Command(resume={"decisions": [edit]}))
+    assert bank.made == ["T2"] and out["refunded"] == ["T2"]
+    [answer] = answers(out)
+    assert answer[1].startswith("Note: a human reviewer replaced this tool call")
+    assert answer[1].endswith("refunded T2 #1")
+    replayed = agent.invoke(Command(resume={"decisions": [edit]}), config=at_pause)
+    assert bank.made == ["T2"] and replayed["refunded"] == ["T2"]
+    assert answers(replayed)[0][1].startswith("Note: a human reviewer replaced this tool call")

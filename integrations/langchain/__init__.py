@@ -38,14 +38,22 @@ state keys): the store keeps ``{"effectgate.langchain.Command": {"tool_call_id",
 "update"}}`` — the message's call id and content, and the other state updates when they are
 plain JSON that reads back equal (else ``"update": None``; also when the command carries more
 than its one tool message: other messages, ``goto``, ``graph``). A ``redact=`` receives that
-form. A repeat (a twin waiting on its leader, or one answered from the store) gets its message
-re-addressed to its own call, plus the updates where its run's state lacks them: a twin in
-another run, a later run, a replay of the very call from a checkpoint taken before it ran. In
-the run that applied them (a twin in the same turn, a later turn of the same thread, a repeat
-of a repeat) it gets the message alone, so an appending channel holds the effect once. That is
-read from the run's state (the original call among its tool calls, or a tool message that
-answers it or repeats it, marked ``response_metadata["effectgate_answer_of"]``); a
-``gate_tool`` tool that has no ``ToolRuntime`` cannot see the state and gets the message alone.
+form; any other result that reads like it is stored escaped and stays a plain result. A repeat
+(a twin waiting on its leader, or one answered from the store) gets its message re-addressed to
+its own call, plus the updates where its run's state lacks them: a twin in another run, a later
+run, a replay of the very call from a checkpoint taken before it ran — once, however many
+identical calls of one turn repeat it (the earliest gets them) — unless the store redacted one
+of them (the policy's ``redact_result``: its placeholder is no value). In the run that applied
+them (a twin in the same turn, a later turn of the same thread, a repeat of a repeat) it gets
+the message alone, so an appending channel holds the effect once. That is read from the run's
+state: the private ``effectgate_applied`` channel ``EffectGateMiddleware`` adds (the calls
+whose updates the state holds: no summarising or trimming middleware removes it), then the
+messages (the original call among its tool calls, or a tool message that answers it or repeats
+it, marked ``response_metadata["effectgate_answer_of"]``). A ``gate_tool`` tool writes that
+channel too, but only a state that declares it (``effectgate_applied:
+Annotated[list[str], operator.add]``) keeps it: without it, a middleware that drops messages
+makes a later repeat apply the updates again. A ``gate_tool`` tool that has no ``ToolRuntime``
+cannot see the state and gets the message alone.
 
 The tool's ``handle_tool_error``: honoured for a ``ToolException`` recorded FAILED (nothing
 happened — declare that with ``classifiers=(classify_tool_exception,)``): it is re-raised, and the
@@ -105,6 +113,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import operator
 import threading
 import typing
 import weakref
@@ -113,6 +122,7 @@ from typing import TYPE_CHECKING, Any
 
 from effectgate import ConfigError, EffectSpec, Gate, Outcome
 from effectgate.decide import APPROVAL_REQUESTED
+from effectgate.redact import REDACTED
 
 from .._kernel import (
     Framework,
@@ -288,13 +298,24 @@ def _edit_note(name: str, arguments: Mapping[str, Any]) -> str:
 
 
 def _noted(out: Any, note: str | None) -> Any:
-    """The edited call's answer with the reviewer's note in front (text results only)."""
+    """The edited call's answer with the reviewer's note in front (text results only: a text,
+    a tool message's, a ``Command``'s tool message's, a stored ``Command``'s content)."""
     if note is None or isinstance(out, Refused):
         return out
     if isinstance(out, str):
         return note + out
     if isinstance(out, ToolMessage) and isinstance(out.content, str):
         return out.model_copy(update={"content": note + out.content})
+    stored = _stored_command(out)
+    if stored is not None:
+        content = stored["content"]
+        return {_COMMAND: {**stored, "content": note + content}} if isinstance(
+            content, str) else out
+    update: Any = getattr(out, "update", None)
+    messages = update.get("messages") if isinstance(update, Mapping) else None
+    if isinstance(messages, list) and _replaceable(out):
+        noted = [_noted(m, note) if isinstance(m, ToolMessage) else m for m in messages]
+        return dataclasses.replace(out, update={**update, "messages": noted})
     return out
 
 
@@ -481,18 +502,28 @@ def _by_alias(schema: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Shape(typing.NamedTuple):
-    """What a gate reads of one tool object once: the argument names the model sends, and the
-    validator of a reviewer's edited arguments."""
+    """What a gate reads of one tool object once: the argument names the model sends, read
+    from the ``args_schema`` that ``schema`` returns (re-read when the tool's is another one).
+    Nothing here holds the tool: its validator is made at each call (:func:`_validator`)."""
 
     visible: frozenset[str] | None
-    validate: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    schema: Callable[[], Any]
+
+
+def _held(schema: Any) -> Callable[[], Any]:
+    """``schema``, weakly where it can be (a model class an agent built per request made)."""
+    try:
+        return weakref.ref(schema)
+    except TypeError:  # a dict's JSON schema, None: small, and no tool in it
+        return lambda: schema
 
 
 class _Shapes:
     """The :class:`_Shape` of each tool object a middleware gates, found by the object, never by
     its name: two agents sharing a middleware may each have a tool of one name with other
     arguments (the second was validated, and its payload hashed, by the first one's names).
-    Tools are held weakly: an agent built per request does not keep its tools alive here."""
+    Tools are held weakly: an agent built per request does not keep its tools alive here. A
+    tool given another ``args_schema`` since is read again."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, list[tuple[weakref.ref[BaseTool], _Shape]]] = {}
@@ -501,16 +532,18 @@ class _Shapes:
     def of(self, tool: BaseTool, spec: EffectSpec) -> _Shape:
         """``tool``'s shape, read on first sight (``EffectKeyError`` when ``spec``'s key
         template names an argument the tool does not take, as :func:`gate_tool` raises)."""
+        schema = tool.args_schema
         for ref, shape in self._by_name.get(tool.name, ()):
-            if ref() is tool:
+            if ref() is tool and shape.schema() is schema:
                 return shape
         visible = _visible_fields(tool)
         if visible is not None:
             spec.check_names(visible, f"tool {tool.name!r}")
-        shape = _Shape(visible, _validator(tool, visible))
+        shape = _Shape(visible, _held(schema))
         with self._lock:
-            alive = [(r, s) for r, s in self._by_name.get(tool.name, ()) if r() is not None]
-            self._by_name[tool.name] = [*alive, (weakref.ref(tool), shape)]
+            kept = [(r, s) for r, s in self._by_name.get(tool.name, ())
+                    if r() is not None and r() is not tool]
+            self._by_name[tool.name] = [*kept, (weakref.ref(tool), shape)]
         return shape
 
 
@@ -598,7 +631,8 @@ class GatedTool(BaseTool):
             raise EffectRefusedToolError(out)
         call_id = _call_id_of(self._call_id, kwargs)
         # A twin's answer (its leader's), or a stored one, as this call's own.
-        out = _readdressed(out, call_id, _state_of(self._call_id, kwargs), self.name)
+        out = _readdressed(out, call_id, _state_of(self._call_id, kwargs), self.name,
+                           _same_call(self.inner, self._visible, self._gated.spec))
         if self.response_format == "content_and_artifact" and isinstance(out, list):
             return tuple(out) if len(out) == 2 else (out, None)
         return out
@@ -610,7 +644,7 @@ class GatedTool(BaseTool):
             raise NotImplementedError(f"tool {self.name!r} is async only: use ainvoke")
         def run(gated: GatedCall, arguments: Mapping[str, Any]) -> Any:
             call = self._with({**kwargs, **arguments}, self._sync_extra, config, run_manager)
-            return gated.run(arguments, lambda: inner._run(**call))
+            return gated.run(arguments, lambda: _fresh(inner._run(**call)))
 
         arguments = self._arguments(kwargs)
         with framework_context(*_context(config)):
@@ -627,9 +661,10 @@ class GatedTool(BaseTool):
             if self._sync_only:  # LangChain would run _run on a thread: do it all in one hop
                 manager = run_manager.get_sync() if run_manager is not None else None
                 sync_call = self._with(given, self._sync_extra, config, manager)
-                return await gated.arun_sync(arguments, lambda: inner._run(**sync_call))
+                return await gated.arun_sync(arguments,
+                                             lambda: _fresh(inner._run(**sync_call)))
             call = self._with(given, self._async_extra, config, run_manager)
-            return await gated.arun(arguments, lambda: inner._arun(**call))
+            return await gated.arun(arguments, lambda: _afresh(inner._arun(**call)))
 
         arguments = self._arguments(kwargs)
         with framework_context(*_context(config)):
@@ -641,6 +676,13 @@ class GatedTool(BaseTool):
 _ANSWER_OF = "effectgate_answer_of"
 """A re-addressed tool message's ``response_metadata`` entry: the call whose answer it repeats
 (whose ``Command`` updates a run holding this message holds too: :func:`_applied`)."""
+
+_APPLIED = "effectgate_applied"
+"""A state channel: the calls whose ``Command`` updates the state holds (an answer carrying
+them adds its call). :class:`EffectGateMiddleware` declares it, private (in no input or
+output); a ``gate_tool`` tool writes it too, which a state without it ignores. No middleware
+that trims or summarises the messages removes it; a checkpoint taken before the updates lacks
+it."""
 
 
 def _addressed(message: ToolMessage, call_id: Any) -> ToolMessage:
@@ -659,37 +701,105 @@ def _origin(message: ToolMessage) -> Any:
     return message.response_metadata.get(_ANSWER_OF, message.tool_call_id)
 
 
-def _readdressed(out: Any, call_id: Any, state: Any, name: str) -> Any:
+_Same = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+"""Whether two tool calls propose one effect (:func:`_same_call`)."""
+
+
+def _readdressed(out: Any, call_id: Any, state: Any, name: str,
+                 same: _Same | None = None) -> Any:
     """A tool's answer as the answer of the call ``call_id``, in a run whose state is ``state``.
 
     A twin's copy of its leader's ``ToolMessage`` is re-addressed. Of its leader's ``Command``:
     in the leader's own run (the leader's call is one of ``state``'s, so its updates are applied
     there once) the command's tool message alone, re-addressed; in another run the whole
-    command, its tool message re-addressed, since that run's state has none of its updates. A
-    stored ``Command`` (:func:`_command_form`) is rebuilt the same way (:func:`_rebuilt`).
-    Where ``state`` is unknown, a twin or a repeat gets the tool message alone.
+    command, its tool message re-addressed, since that run's state has none of its updates
+    (:func:`_applied`, which ``same`` tells a twin of the same turn). A stored ``Command``
+    (:func:`_command_form`) is rebuilt the same way (:func:`_rebuilt`). Where ``state`` is
+    unknown, a twin or a repeat gets the tool message alone. A command carrying updates
+    records its call in :data:`_APPLIED`. A body's own plain result, or one the store kept
+    escaped, is handed back as it was (:func:`_fresh`).
     """
     if isinstance(out, ToolMessage):
         return _addressed(out, call_id)
+    if isinstance(out, _Fresh):
+        return out.value
+    if _is_form(out, _VALUE):
+        return out[_VALUE]
     stored = _stored_command(out)
     if stored is not None:
-        return _rebuilt(stored, call_id, state, name)
+        return _rebuilt(stored, call_id, state, name, same)
     update: Any = getattr(out, "update", None)
     messages = update.get("messages") if isinstance(update, Mapping) else None
     if not isinstance(call_id, str) or not isinstance(messages, list):
         return out
     answers = [m for m in messages if isinstance(m, ToolMessage)]
-    if not answers or any(m.tool_call_id == call_id for m in answers):
-        return out  # the call's own command
+    if not answers:
+        return out
+    if any(m.tool_call_id == call_id for m in answers):  # the call's own command
+        return out if state is None else _recorded(out, call_id)
     leader = answers[0]
-    if _applied(state, leader.tool_call_id, call_id) is not False:
+    if _applied(state, _origin(leader), call_id, same) is not False:
         return _addressed(leader, call_id)
     own = [_addressed(m, call_id) if m is leader else m for m in messages]
-    return dataclasses.replace(out, update={**update, "messages": own})
+    return _recorded(dataclasses.replace(out, update={**update, "messages": own}),
+                     _origin(leader))
+
+
+def _recorded(command: Any, origin: Any) -> Any:
+    """``command`` adding ``origin`` to :data:`_APPLIED` where it updates more than the
+    messages (a command that is not a dataclass, or names the channel itself, as it is)."""
+    update = getattr(command, "update", None)
+    if (not isinstance(origin, str) or not isinstance(update, Mapping) or _APPLIED in update
+            or not _replaceable(command)
+            or all(k == "messages" for k in update)):
+        return command
+    return dataclasses.replace(command, update={**update, _APPLIED: [origin]})
+
+
+def _replaceable(command: Any) -> bool:
+    """Whether ``command`` is a dataclass instance (a LangGraph ``Command``) to copy changed."""
+    return dataclasses.is_dataclass(command) and not isinstance(command, type)
 
 
 _COMMAND = "effectgate.langchain.Command"
 """The one key of a stored ``Command``'s form (:func:`_command_form`)."""
+
+_VALUE = "effectgate.langchain.value"
+"""The one key of a plain result stored escaped: one that reads like a stored form."""
+
+
+class _Fresh:
+    """A body's own result that reads like a stored form (:func:`_fresh`): handed back and
+    stored as the plain value it is, never read as a ``Command``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _fresh(value: Any) -> Any:
+    """A gated tool's own result, marked :class:`_Fresh` where it reads like a stored form
+    (a dict whose one key is :data:`_COMMAND` or :data:`_VALUE`): a tool passing on a vendor's
+    JSON must not write the agent's state, nor lose its answer to the form's ``content``."""
+    return _Fresh(value) if isinstance(value, dict) and _looks_stored(value) else value
+
+
+async def _afresh(pending: typing.Awaitable[Any]) -> Any:
+    """:func:`_fresh` of an awaited result."""
+    return _fresh(await pending)
+
+
+def _looks_stored(value: Any) -> bool:
+    """Whether ``value`` reads like a stored form (its JSON is a one-key :data:`_COMMAND` or
+    :data:`_VALUE` object)."""
+    return (isinstance(value, Mapping) and len(value) == 1
+            and (_COMMAND in value or _VALUE in value))
+
+
+def _is_form(out: Any, key: str) -> bool:
+    """Whether ``out`` is a stored form whose one key is ``key`` (stored JSON: a dict)."""
+    return isinstance(out, dict) and len(out) == 1 and key in out
 
 
 def _command_form(out: Any) -> dict[str, Any] | None:
@@ -705,7 +815,7 @@ def _command_form(out: Any) -> dict[str, Any] | None:
     answers = [m for m in messages if isinstance(m, ToolMessage)]
     if len(answers) != 1:
         return None
-    rest = {k: v for k, v in update.items() if k != "messages"}
+    rest = {k: v for k, v in update.items() if k not in ("messages", _APPLIED)}
     plain = (len(messages) == 1 and getattr(out, "graph", None) is None
              and not getattr(out, "goto", None) and getattr(out, "resume", None) is None
              and _reads_back(rest))
@@ -722,19 +832,31 @@ def _reads_back(value: Any) -> bool:
         return False
 
 
+def _redacted(value: Any) -> bool:
+    """Whether ``value`` holds :data:`effectgate.redact.REDACTED` anywhere (a field the
+    policy's ``redact_result`` names): a state given that would hold the placeholder."""
+    if isinstance(value, Mapping):
+        return any(_redacted(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_redacted(v) for v in value)
+    return bool(value == REDACTED)
+
+
 def _stored_command(out: Any) -> Mapping[str, Any] | None:
     """The fields of a stored ``Command``'s form (a repeat's stored result), else None."""
-    if not isinstance(out, Mapping) or set(out) != {_COMMAND}:
+    if not _is_form(out, _COMMAND):
         return None
     fields = out[_COMMAND]
     return fields if isinstance(fields, Mapping) and "content" in fields else None
 
 
-def _rebuilt(stored: Mapping[str, Any], call_id: Any, state: Any, name: str) -> Any:
+def _rebuilt(stored: Mapping[str, Any], call_id: Any, state: Any, name: str,
+             same: _Same | None = None) -> Any:
     """A stored ``Command`` as the answer of the call ``call_id``: its tool message, re-addressed,
     plus its stored state updates where ``state`` does not hold them yet (a later run, or a
-    replay of the very call whose updates were never applied). Without a call id to answer, the
-    content alone (the tool's output)."""
+    replay of the very call whose updates were never applied) and none was redacted in the
+    store (its placeholder is no value to give). Without a call id to answer, the content
+    alone (the tool's output)."""
     content = stored["content"]
     if not isinstance(call_id, str):
         return content
@@ -743,31 +865,79 @@ def _rebuilt(stored: Mapping[str, Any], call_id: Any, state: Any, name: str) -> 
                           tool_call_id=call_id, name=name,
                           response_metadata={_ANSWER_OF: origin} if origin != call_id else {})
     update = stored.get("update")
-    if not isinstance(update, Mapping) or _applied(state, origin, call_id) is not False:
+    if (not isinstance(update, Mapping) or _redacted(update)
+            or _applied(state, origin, call_id, same) is not False):
         return message
     from langgraph.types import Command  # only a tool that returned one stored this form
 
-    return Command(update={**update, "messages": [message]})
+    return _recorded(Command(update={**update, "messages": [message]}), origin)
 
 
-def _applied(state: Any, origin: Any, call_id: str) -> bool | None:
+def _applied(state: Any, origin: Any, call_id: str, same: _Same | None = None) -> bool | None:
     """Whether ``state`` (the state the call ``call_id`` runs against) holds, or is about to
-    hold, the updates of the call ``origin``: its answer (or a repeat of it, marked
-    :data:`_ANSWER_OF`) is in the messages, or (another call) it is one of their tool calls,
-    answered in this very step. A replay of ``call_id`` itself finds its answer missing where
+    hold, the updates of the call ``origin``: :data:`_APPLIED` names it; its answer (or a repeat
+    of it, marked :data:`_ANSWER_OF`) is in the messages; (another call) it is one of their tool
+    calls, answered in this very step; or an earlier call of ``call_id``'s own turn is its twin
+    (``same``), which gets them. A replay of ``call_id`` itself finds its answer missing where
     its updates were never applied. None where ``state`` has no messages to read."""
-    messages = (state.get("messages") if isinstance(state, Mapping)
-                else getattr(state, "messages", None))
-    if not isinstance(messages, list) or not isinstance(origin, str):
+    if not isinstance(origin, str):
         return None
+    held = _read(state, _APPLIED)
+    if isinstance(held, list) and origin in held:
+        return True
+    messages = _read(state, "messages")
+    if not isinstance(messages, list):
+        return None
+    turn: AIMessage | None = None
     for message in messages:
         if isinstance(message, ToolMessage) and origin in (message.tool_call_id,
                                                           _origin(message)):
             return True
-        if origin != call_id and isinstance(message, AIMessage) and any(
-                c.get("id") == origin for c in message.tool_calls):
+        if isinstance(message, AIMessage):
+            ids = [c.get("id") for c in message.tool_calls]
+            if origin != call_id and origin in ids:
+                return True
+            if call_id in ids:
+                turn = message
+    return turn is not None and same is not None and _after_twin(turn, call_id, same)
+
+
+def _read(state: Any, name: str) -> Any:
+    """``state``'s ``name`` (a mapping's entry or an object's attribute); None without."""
+    return state.get(name) if isinstance(state, Mapping) else getattr(state, name, None)
+
+
+def _after_twin(turn: AIMessage, call_id: str, same: _Same) -> bool:
+    """Whether a call of ``turn`` before ``call_id`` proposes its effect: that twin, answered
+    the same in this very step, gives the run the updates (never both)."""
+    calls = turn.tool_calls
+    own = next(c for c in calls if c.get("id") == call_id)
+    for other in calls:
+        if other.get("id") == call_id:
+            return False
+        if same(own, other):
             return True
     return False
+
+
+def _same_call(tool: BaseTool, visible: frozenset[str] | None, spec: EffectSpec) -> _Same:
+    """Whether two calls of ``tool`` propose one effect: one key and one payload, as the
+    store reads them (a call its tool does not validate or key proposes none)."""
+    template = spec.template
+
+    def same(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+        if one.get("name") != other.get("name"):
+            return False
+        if one.get("args") == other.get("args"):
+            return True
+        try:
+            a, b = (_call_arguments(tool, c.get("args") or {}, visible) for c in (one, other))
+            return bool(template.render(a) == template.render(b)
+                        and template.normalise(a) == template.normalise(b))
+        except Exception:  # invalid or unkeyable: the gate refuses it, it gets no updates
+            return False
+
+    return same
 
 
 def _call_id_parameter(tool: BaseTool) -> tuple[str, bool] | None:
@@ -867,17 +1037,24 @@ def _handler(inner: BaseTool) -> Any:
 def _store_form(user_redact: Any) -> Any:
     """What the gate stores: a ToolMessage's content rather than the message, a ``Command``'s
     form (:func:`_command_form`: its tool message's content, and its other state updates where
-    they are plain JSON), then the user's ``redact`` of that."""
+    they are plain JSON), then the user's ``redact`` of that; any other result that reads like
+    a stored form, escaped (``{_VALUE: result}``)."""
 
     def redact(out: Any) -> Any:
         value: Any
+        if isinstance(out, _Fresh):
+            out = out.value
+        command = False
         if isinstance(out, ToolMessage):
             value = out.content
         elif isinstance(out, ToolOutputMixin):
-            value = _command_form(out)
+            value, command = _command_form(out), True
         else:
             value = out
-        return user_redact(value) if user_redact is not None else value
+        if user_redact is not None:
+            value = user_redact(value)
+        # A plain result that reads like a stored form is kept escaped (_fresh).
+        return {_VALUE: value} if not command and _looks_stored(value) else value
 
     return redact
 
@@ -948,9 +1125,20 @@ def gate_tools(tools: Iterable[BaseTool], effects: Any, *, gate: Gate | None = N
                        wrap_options={"pause": pause, "approver": approver})
 
 
+def _gate_state(base: type) -> type:
+    """The agent state ``base`` plus the private :data:`_APPLIED` channel (a list of call ids,
+    appended to), built from the objects themselves: this module's annotations are strings
+    that would be read in its globals, which hold no ``langchain.agents``."""
+    from langchain.agents.middleware.types import PrivateStateAttr
+
+    channel = typing.NotRequired[typing.Annotated[list[str], operator.add, PrivateStateAttr]]
+    namespace = {"__annotations__": {_APPLIED: channel}, "__module__": __name__}
+    return type(base)("EffectGateState", (base,), namespace)
+
+
 def _middleware_class() -> type:
     with requires_extra("langchain", "langchain"):
-        from langchain.agents.middleware import AgentMiddleware
+        from langchain.agents.middleware import AgentMiddleware, AgentState
 
     class EffectGateMiddleware(AgentMiddleware):
         """Gate the tool calls of a ``create_agent`` agent by tool name.
@@ -959,6 +1147,9 @@ def _middleware_class() -> type:
         ungated and are reported once, when first seen; ``strict=True`` refuses to
         start the agent instead. Tools already wrapped by :func:`gate_tool` pass through.
         """
+
+        # Where the agent's state records the calls whose Command updates it holds.
+        state_schema = _gate_state(AgentState)
 
         def __init__(self, effects: Any, *, gate: Gate | None = None, strict: bool = False,
                      read_only: Iterable[str] = (), on_refusal: OnRefusal = "message",
@@ -1051,7 +1242,7 @@ def _middleware_class() -> type:
             except (ValidationError, V1ValidationError) as err:
                 return gated, shape, invalid_arguments(tool.name, err)
 
-        def _answer(self, out: Any, request: Any) -> Any:
+        def _answer(self, out: Any, request: Any, same: _Same | None = None) -> Any:
             call = request.tool_call
             if isinstance(out, Refused):
                 return ToolMessage(content=out.message, tool_call_id=call["id"],
@@ -1059,7 +1250,7 @@ def _middleware_class() -> type:
             if not isinstance(out, (str, list)) and out is not None:
                 # its own, a twin's leader's or a stored Command
                 return _readdressed(out, call["id"], getattr(request, "state", None),
-                                    call["name"])
+                                    call["name"], same)
             content = out if out is not None else TOOL_TEXTS["stored_none"]
             return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
@@ -1091,8 +1282,9 @@ def _middleware_class() -> type:
 
             with framework_context(*_context(config)):
                 out = self._pauser.settle(gated, run(gated, arguments), arguments, config,
-                                          run, shape.validate)
-            return self._answer(out, request)
+                                          run, _validator(request.tool, shape.visible))
+            return self._answer(out, request, _same_call(request.tool, shape.visible,
+                                                         gated.spec))
 
         async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
             prepared = self._prepare(request)
@@ -1113,8 +1305,10 @@ def _middleware_class() -> type:
 
             with framework_context(*_context(config)):
                 out = await self._pauser.asettle(gated, await run(gated, arguments), arguments,
-                                                 config, run, shape.validate)
-            return self._answer(out, request)
+                                                 config, run,
+                                                 _validator(request.tool, shape.visible))
+            return self._answer(out, request, _same_call(request.tool, shape.visible,
+                                                         gated.spec))
 
     EffectGateMiddleware.__module__ = __name__
     return EffectGateMiddleware
