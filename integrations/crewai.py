@@ -13,7 +13,11 @@ outcome of the call it let through.
 
 Arguments reach the gate as CrewAI validated them against the ``args_schema`` (``"500"`` is
 ``500``, defaults filled in), once, and the tool gets them as it would ungated (a nested model
-as the dict CrewAI passes: a key template names its parts ``{order[id]}``). A duplicate gets
+as the dict CrewAI passes: a key template names its parts ``{order[id]}``). CrewAI's own
+``security_context`` (its agent's and task's fingerprints, new in every crew), which a schema
+allowing extra fields hands on to the tool, reaches the tool but is not part of the effect.
+An async ``_run`` is run to its end, on a thread of its own when the crew was kicked off
+inside a running event loop (where ``asyncio.run`` would refuse it). A duplicate gets
 the stored result, as though the tool had just run. Every other answer is the tool's text
 telling the model what to do (wait, do not retry, ask a human); such texts are never put in
 CrewAI's tool cache (``cache_function``, carried to the structured tool CrewAI's agents call),
@@ -46,7 +50,9 @@ result.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from effectgate import ConfigError, EffectSpec, Gate
@@ -118,18 +124,48 @@ class GatedCrewTool(BaseTool):
         # tool both do): keyed and passed on as they are, as the ungated tool gets them. A
         # second validation would run a validator that changes values twice.
         arguments = dict(kwargs)
-        out = self._gated.run(arguments, lambda: _call(self._inner, arguments))
+        keyed = _model_arguments(arguments, self.args_schema.model_fields)
+        out = self._gated.run(keyed, lambda: _call(self._inner, arguments))
         if isinstance(out, Refused):
             return _Refusal(out.message)
         return out
+
+
+_METADATA = "security_context"
+"""What CrewAI's tool use adds to every call's arguments (the agent's and task's fingerprints:
+new ids in every crew). A schema that allows extra fields hands it on to the tool."""
+
+
+def _model_arguments(arguments: dict[str, Any], fields: Any) -> dict[str, Any]:
+    """The arguments an effect is keyed and hashed by: the model's, without CrewAI's own
+    ``security_context`` (unless the schema declares it). Hashed with it, a repeat in the
+    next crew was another payload under the same key: refused as a conflict instead of
+    answered, and an approval could never be used."""
+    if _METADATA in arguments and _METADATA not in fields:
+        return {name: value for name, value in arguments.items() if name != _METADATA}
+    return arguments
 
 
 def _call(tool: BaseTool, arguments: dict[str, Any]) -> Any:
     """The wrapped tool's own ``_run`` (a coroutine run to its end, as ``BaseTool.run`` does)."""
     result = tool._run(**arguments)
     if asyncio.iscoroutine(result):
-        result = asyncio.run(result)
+        result = _finish(result)
     return result
+
+
+def _finish(coroutine: Any) -> Any:
+    """Run a coroutine to its end: with ``asyncio.run``, or, when this thread already runs an
+    event loop (a crew kicked off inside async code), on a thread of its own with this
+    context (the running effect's). ``asyncio.run`` refuses a running loop before the
+    coroutine starts: the body raised, and the effect read as possibly done when nothing ran."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(1, thread_name_prefix="effectgate-crewai") as pool:
+        return pool.submit(context.run, asyncio.run, coroutine).result()
 
 
 def is_gated(tool: Any) -> bool:

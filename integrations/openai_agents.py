@@ -7,10 +7,12 @@
   ``gate_tools(tools, effects)`` wraps a list and reports every tool left ungated.
   ``tool.__wrapped__`` is still the Python function behind it.
 * ``EffectGateRunHooks(strict=...)``, passed as ``Runner.run(..., hooks=...)``, looks at each
-  agent's tools when the agent starts (its MCP servers' tools too, as the SDK lists them):
-  ungated function tools are reported once by name, or,
-  strict, the run stops before any tool is called. Hooks can only abort, so they enforce
-  coverage; they do not gate a call themselves.
+  agent's tools when the agent starts (its MCP servers' tools too, as the SDK lists them, and
+  the tools of an agent used as a tool, whose nested run these hooks never see): ungated
+  function tools, and tools that run here but are no function tools (a ``CustomTool``, a
+  local shell), are reported once by name, or, strict, the run stops before any tool is
+  called. Hooks can only abort, so they enforce coverage; they do not gate a call
+  themselves.
 
 The model's JSON arguments are validated through the function's own parameter model (the one
 ``@function_tool`` built) before the key and payload hash are computed, so ``"500"`` and ``500``
@@ -37,6 +39,11 @@ The tool's ``failure_error_function`` — what the model is told when the body r
   or custom failure function. Its text cannot know that the effect may have happened, and the
   default one says "Please try again" — the wrong advice: the model is told the outcome is
   unknown and not to retry.
+
+An agent used as a tool (``agent.as_tool``) answers every error of its nested run with the
+``failure_error_function`` given to ``as_tool`` (default: "Please try again"), a raised
+refusal too: pass ``failure_error_function=None`` there for ``on_refusal="raise"`` to stop the
+outer run.
 
 A sync tool's reservation, body and outcome run on one worker thread (the SDK would run the body
 on a thread anyway), so gating adds no thread hop.
@@ -113,9 +120,21 @@ from ._kernel import gate_tools as _gate_tools
 from ._kernel.review import store_decision
 
 with requires_extra("openai_agents", "openai-agents"):
-    from agents import AgentsException, FunctionTool, RunHooks
+    from agents import (
+        AgentsException,
+        ApplyPatchTool,
+        ComputerTool,
+        CustomTool,
+        FunctionTool,
+        LocalShellTool,
+        RunHooks,
+        ShellTool,
+    )
     from agents.function_schema import FuncSchema, function_schema
-    from agents.tool import resolve_function_tool_failure_error_function
+    from agents.tool import (
+        maybe_invoke_function_tool_failure_error_function,
+        resolve_function_tool_failure_error_function,
+    )
     from agents.tool_context import ToolContext
     from pydantic import ValidationError
 
@@ -212,11 +231,25 @@ def _context(ctx: Any) -> tuple[Any, Any]:
     return run_id, getattr(agent, "name", None)
 
 
+def _sdk_callable(func: Any) -> Any:
+    """What the SDK calls for ``func``: a callable instance's bound ``__call__`` (as
+    ``@function_tool`` adapts an instance with a plain ``__call__``), else ``func`` itself."""
+    if inspect.isroutine(func) or inspect.isclass(func):
+        return func
+    call = next((owner.__dict__["__call__"] for owner in type(func).__mro__
+                 if "__call__" in owner.__dict__), None)  # found as the SDK finds it
+    return call.__get__(func, type(func)) if inspect.isfunction(call) else func
+
+
 def _function_schema(tool: FunctionTool) -> tuple[Any, FuncSchema | None]:
     """(the Python function, the schema ``@function_tool`` validates with), rebuilt from it;
-    (None, None) for a hand-built tool or an unusual callable (keyed on its JSON as sent)."""
+    (None, None) for a hand-built tool or an unusual callable (keyed on its JSON as sent).
+
+    A callable instance is read through its ``__call__``, as the SDK reads it: keyed on its
+    JSON as sent, ``" T1"`` and ``"T1"`` (or ``"500"`` and ``500``) were two effects while
+    the body got one validated refund for both."""
     try:
-        func = tool.__wrapped__
+        func = _sdk_callable(tool.__wrapped__)
     except AttributeError:
         return None, None
     try:
@@ -291,11 +324,11 @@ class _Invocation:
     async def _failed(self, ctx: ToolContext[Any], exc: Exception) -> Any:
         """A body error recorded FAILED: the tool's own failure function answers (or, with
         ``failure_error_function=None``, it is raised)."""
-        handler = resolve_function_tool_failure_error_function(self.tool, ctx)
-        if handler is None:
+        answer = await maybe_invoke_function_tool_failure_error_function(
+            function_tool=self.tool, context=ctx, error=exc)  # as ungated: with the run's
+        if answer is None:  # tool_error_formatter, and marked as the SDK's own error output
             raise exc
-        answer = handler(ctx, exc)
-        return await answer if inspect.isawaitable(answer) else answer
+        return answer
 
 
 NeedsApproval = Callable[[Any, dict[str, Any], str], Awaitable[bool]]
@@ -344,8 +377,10 @@ def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
     """Gate an Agents SDK ``FunctionTool`` under the key template ``key``.
 
     Returns a ``FunctionTool`` with the same definition; ``await tool.on_invoke_tool(ctx,
-    json_args)`` works outside a run too. ``effect_type`` defaults to the tool's name;
-    ``effect_options`` are :class:`effectgate.EffectSpec` options. ``gate=None`` uses the
+    json_args)`` works outside a run too. ``effect_type`` defaults to the tool's name (without
+    its ``tool_namespace``: two tools of one name in two namespaces need an ``effect_type``
+    each, or one answers for the other); ``effect_options`` are
+    :class:`effectgate.EffectSpec` options. ``gate=None`` uses the
     process-wide default gate. ``pause``: a call the policy sends for approval pauses the run
     (``needs_approval``; see the module docstring); False: the model is told in text.
     """
@@ -375,9 +410,16 @@ def gate_tool(tool: FunctionTool, key: str, *, gate: Gate | None = None,
     return GatedFunctionTool(**fields)
 
 
-_FRAMEWORK = Framework(
-    "openai_agents", tool_name=lambda t: t.name if isinstance(t, FunctionTool) else None,
-    is_gated=is_gated, wrap=gate_tool)
+def _tool_name(tool: Any) -> str | None:
+    """A tool's name for :func:`gate_tools`: a function tool's, or that of one that runs here
+    though no function tool can stand for it (reported ungated unless read-only); None for
+    a hosted tool or a handoff, which do not run here."""
+    if isinstance(tool, FunctionTool) or _ungated_here(tool):
+        return str(tool.name)
+    return None
+
+
+_FRAMEWORK = Framework("openai_agents", tool_name=_tool_name, is_gated=is_gated, wrap=gate_tool)
 
 
 def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
@@ -388,9 +430,11 @@ def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
     ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None (read-only);
     or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate must carry that
     policy). Every function tool left ungated is reported once by name; ``strict=True`` (or
-    ``policy.strict``) refuses them with ``ConfigError``. Hosted tools (web search...) and
-    handoffs pass through unreported: they do not run here. ``pause``: as for
-    :func:`gate_tool`.
+    ``policy.strict``) refuses them with ``ConfigError``. So is every tool that runs here but
+    is no function tool (a ``CustomTool``, a local shell, ``ApplyPatchTool``,
+    ``ComputerTool``): it cannot be gated, so list it in ``read_only`` to accept it. Hosted
+    tools (web search...) and handoffs pass through unreported: they do not run here.
+    ``pause``: as for :func:`gate_tool`.
     """
     return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
                        read_only=read_only, on_refusal=on_refusal,
@@ -398,10 +442,16 @@ def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
 
 
 class EffectGateRunHooks(RunHooks[Any]):
-    """Run hooks that check, as each agent starts, that its function tools are gated.
+    """Run hooks that check, as each agent starts, that its tools are gated.
 
-    Ungated tools (not from :func:`gate_tool`, not in ``read_only``) are reported once by name;
-    with ``strict=True`` the run stops with :class:`EffectGateAgentsError` before any tool runs.
+    Ungated function tools (not from :func:`gate_tool`, not in ``read_only``) are reported once
+    by name, and so are tools that run here but are no function tools, which :func:`gate_tool`
+    cannot wrap (a ``CustomTool``, a local ``ShellTool`` / ``LocalShellTool``, an
+    ``ApplyPatchTool``, a ``ComputerTool``: list them in ``read_only`` to accept them); with
+    ``strict=True`` the run stops with :class:`EffectGateAgentsError` before any tool runs.
+    An agent used as a tool (``agent.as_tool``) runs in a nested run that these hooks never
+    see: its agent's tools (its MCP servers' too, and those of the agents it hands off to)
+    are checked here instead, whatever ``read_only`` says of the agent tool itself.
     """
 
     def __init__(self, *, strict: bool = False, read_only: Iterable[str] = ()) -> None:
@@ -409,18 +459,64 @@ class EffectGateRunHooks(RunHooks[Any]):
         self.read_only = frozenset(read_only)
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
-        tools = list(getattr(agent, "tools", ()))  # every one, enabled now or not
-        mcp = getattr(agent, "get_mcp_tools", None)
-        if mcp is not None:  # and its MCP servers' tools, as the SDK lists them
-            tools += await mcp(context)
-        names = [
-            t.name for t in tools
-            if isinstance(t, FunctionTool) and not is_gated(t) and t.name not in self.read_only
-        ]
+        names = await self._ungated(context, agent, nested=False, seen=set())
         try:
-            report_ungated("openai_agents", names, strict=self.strict)
+            report_ungated("openai_agents", list(dict.fromkeys(names)), strict=self.strict)
         except ConfigError as err:
             raise _as_agents_error(err) from None
+
+    async def _ungated(self, context: Any, agent: Any, *, nested: bool,
+                       seen: set[int]) -> list[str]:
+        """The names of ``agent``'s ungated tools (every one, enabled now or not, and its MCP
+        servers' as the SDK lists them); ``nested``: an agent run as a tool, whose handoffs
+        start in its own run, out of these hooks' sight, so they are read here too."""
+        if id(agent) in seen:
+            return []
+        seen.add(id(agent))
+        tools = list(getattr(agent, "tools", ()))
+        mcp = getattr(agent, "get_mcp_tools", None)
+        if mcp is not None:
+            tools += await mcp(context)
+        names: list[str] = []
+        for tool in tools:
+            inner = _agent_of_tool(tool)
+            if inner is not None:
+                names += await self._ungated(context, inner, nested=True, seen=seen)
+            elif _ungated_here(tool) and tool.name not in self.read_only:
+                names.append(tool.name)
+        if nested:
+            for target in _handoff_agents(agent):
+                names += await self._ungated(context, target, nested=True, seen=seen)
+        return names
+
+
+def _ungated_here(tool: Any) -> bool:
+    """A tool that runs in this process without a gate: an ungated function tool, or one
+    that is no function tool but runs here (a hosted tool runs elsewhere)."""
+    if isinstance(tool, FunctionTool):
+        return not is_gated(tool)
+    if isinstance(tool, ShellTool):
+        environment: Any = tool.environment or {}  # normalised: a dict with its "type"
+        return bool(environment.get("type") == "local")
+    return isinstance(tool, (CustomTool, LocalShellTool, ApplyPatchTool, ComputerTool))
+
+
+def _agent_of_tool(tool: Any) -> Any:
+    """The agent behind an ``agent.as_tool`` tool, else None."""
+    if isinstance(tool, FunctionTool) and getattr(tool, "_is_agent_tool", False):
+        return getattr(tool, "_agent_instance", None)
+    return None
+
+
+def _handoff_agents(agent: Any) -> list[Any]:
+    """The agents ``agent`` can hand off to (a ``Handoff``'s target while it is alive)."""
+    out = []
+    for handoff in getattr(agent, "handoffs", None) or ():
+        ref = getattr(handoff, "_agent_ref", None)
+        target = ref() if callable(ref) else handoff
+        if hasattr(target, "tools"):
+            out.append(target)
+    return out
 
 
 # -- deciding a paused run's approvals --------------------------------------------------------
@@ -430,13 +526,21 @@ DEFAULT_APPROVER = "openai-agents-resume"
 
 
 def _gated_tool_of(item: Any) -> GatedFunctionTool:
-    """The gated tool an interruption is about (on the item's agent)."""
+    """The gated tool an interruption is about (on the item's agent): the one of its name in
+    its namespace (``tool_namespace``: two tools may share a name), else the only one of its
+    name."""
     agent = getattr(item, "agent", None)
     name = getattr(item, "tool_name", None)
-    for tool in getattr(agent, "tools", None) or ():
-        if isinstance(tool, GatedFunctionTool) and tool.name == name:
-            return tool
-    raise ConfigError(f"interruption for {name!r} is not a call of a gated tool of its agent")
+    namespace = getattr(item, "tool_namespace", None)
+    named = [t for t in getattr(agent, "tools", None) or ()
+             if isinstance(t, GatedFunctionTool) and t.name == name]
+    qualified = f"{namespace}.{name}" if namespace else name
+    exact = [t for t in named if t.qualified_name == qualified]
+    chosen = exact or (named if len(named) == 1 else [])
+    if chosen:
+        return chosen[0]
+    raise ConfigError(f"interruption for {qualified!r} is not a call of a gated tool of its "
+                      "agent")
 
 
 def _pending(item: Any) -> tuple[GatedFunctionTool, EffectSpec, Any] | None:
