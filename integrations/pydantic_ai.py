@@ -82,7 +82,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from effectgate import (
     ApprovalState,
@@ -124,6 +124,7 @@ from ._kernel.review import (
 from ._kernel.vocabulary import model_message
 
 with requires_extra("pydantic_ai", "pydantic-ai"):
+    from pydantic import PlainValidator, TypeAdapter
     from pydantic_ai import (
         ApprovalRequired,
         CallDeferred,
@@ -134,6 +135,7 @@ with requires_extra("pydantic_ai", "pydantic-ai"):
         ToolFailed,
     )
     from pydantic_ai._function_schema import FunctionSchema
+    from pydantic_ai.messages import ToolReturn
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
     from pydantic_ai.toolsets.function import FunctionToolsetTool
@@ -170,12 +172,15 @@ def _direct(schema: FunctionSchema, args: dict[str, Any],
     """The sync function called with its arguments, to run on one thread with the gate; None
     when the function is async or the schema does not offer its argument binding.
 
-    A plain ``def`` may return an awaitable (a sync decorator around an async function):
-    pydantic-ai awaits it, so the body does too — on the run's event loop, from the worker
-    thread, before the gate records the outcome (closed unawaited, the work never ran and was
-    recorded AMBIGUOUS)."""
+    A plain ``def`` wrapping an async function (a sync decorator, marked by
+    ``functools.wraps``) hands back its coroutine: None too, so pydantic-ai's own call awaits
+    it on the loop and no thread waits for it (a worker of a bounded executor held while the
+    coroutine needs that executor hung the run; with threads disabled the coroutine was left
+    unawaited and recorded AMBIGUOUS). Any other plain ``def`` that returns an awaitable is
+    awaited on the run's event loop from the worker thread, before the gate records the
+    outcome."""
     bind = getattr(schema, "_call_args", None)
-    if schema.is_async or bind is None:
+    if schema.is_async or bind is None or _wraps_async(schema.function):
         return None
     positional, named = bind(args, ctx)
     function = schema.function
@@ -188,6 +193,17 @@ def _direct(schema: FunctionSchema, args: dict[str, Any],
         return value  # no thread (pydantic-ai's disable_threads): the gate refuses it
 
     return call
+
+
+def _wraps_async(function: Callable[..., Any]) -> bool:
+    """Whether a plain ``def`` wraps an async function (``__wrapped__``, as
+    ``functools.wraps`` sets it), so that it likely returns that function's coroutine."""
+    try:
+        inner = inspect.unwrap(function)
+    except ValueError:  # a cycle of __wrapped__
+        return False
+    return inner is not function and (inspect.iscoroutinefunction(inner) or
+                                      inspect.iscoroutinefunction(type(inner).__call__))
 
 
 def _on_a_loop() -> bool:
@@ -475,8 +491,10 @@ def reject(metadata: Any, *, by: str, reason: str | None = None,
 def _spec(gate: Gate, key: str, name: str, parameters: Mapping[str, Any],
           options: Mapping[str, Any], schema: Any = None) -> EffectSpec:
     options = dict(options)
-    if isinstance(schema, FunctionSchema) and options.get("result_type") is None:
-        options["result_type"] = _returns(schema.function)
+    if options.get("result_type") is None:
+        function = schema.function if isinstance(schema, FunctionSchema) else None
+        options["result_type"] = Annotated[Any, PlainValidator(_Rebuilt(
+            None if function is None else _returns(function)))]
     spec = EffectSpec(gate, key, effect_type=options.pop("effect_type", None) or name, **options)
     props = parameters.get("properties")
     if isinstance(props, dict):
@@ -486,8 +504,7 @@ def _spec(gate: Gate, key: str, name: str, parameters: Mapping[str, Any],
 
 def _returns(function: Callable[..., Any]) -> Any:
     """A function tool's return annotation (None when it cannot be resolved): a duplicate's
-    stored JSON is rebuilt as it, as the tool returned it. A ``ToolReturn`` stays one, so its
-    ``metadata`` (never sent to the model) is not dumped into the tool result the model reads."""
+    stored JSON is rebuilt as it (:class:`_Rebuilt`), as the tool returned it."""
     try:
         annotation = inspect.signature(function).return_annotation
         if isinstance(annotation, str):
@@ -495,6 +512,44 @@ def _returns(function: Callable[..., Any]) -> Any:
     except Exception:  # a callable without a signature, a name that does not resolve
         return None
     return annotation
+
+
+class _Rebuilt:
+    """A duplicate's stored JSON as the tool returned it: as the function's return annotation
+    says where that takes it, and a ``ToolReturn``'s JSON as a ``ToolReturn`` whatever the
+    annotation (``-> Any``, ``-> dict``, none, a tool that is no function): its ``metadata``
+    is never sent to the model, and a duplicate answered with the dumped ``ToolReturn``
+    handed it to the model. Anything else stays the stored JSON."""
+
+    def __init__(self, annotation: Any) -> None:
+        plain = annotation is None or annotation is inspect.Signature.empty or annotation is Any
+        self._annotation = None if plain else annotation
+        self._adapters: dict[str, Any] = {}  # built at the first duplicate, not at startup
+
+    def __call__(self, stored: Any) -> Any:
+        value = stored
+        if self._annotation is not None:
+            value = self._validated("stated", self._annotation, value)
+        if isinstance(value, dict) and value.get("kind") == "tool-return" \
+                and "return_value" in value:
+            value = self._validated("tool_return", ToolReturn, value)
+        return value
+
+    def _validated(self, name: str, annotation: Any, stored: Any) -> Any:
+        """``stored`` validated as ``annotation``; ``stored`` itself where pydantic cannot
+        take the annotation (``Awaitable[str]``) or the JSON does not fit it."""
+        if name not in self._adapters:
+            try:
+                self._adapters[name] = TypeAdapter(annotation)
+            except Exception:  # no schema for this annotation: the JSON as stored
+                self._adapters[name] = None
+        adapter = self._adapters[name]
+        if adapter is None:
+            return stored
+        try:
+            return adapter.validate_python(stored)
+        except Exception:  # the stored JSON is still the truth
+            return stored
 
 
 def _argument_names(props: Mapping[str, Any], schema: Any) -> list[str]:

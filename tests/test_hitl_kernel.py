@@ -287,3 +287,45 @@ def test_the_store_decides_only_what_a_human_approved(gated: GatedCall, make_gat
     assert store_decision(free.gate, free.request(alone)) is None
     assert free.run(alone, lambda: "ran") == "ran"
     assert store_decision(free.gate, free.request(alone)) is None
+
+
+@pytest.mark.parametrize("caller", ["sync", "async"])
+@pytest.mark.parametrize("shape", ["edited key", "edit key too long"])
+def test_an_edit_that_cannot_be_keyed_denies_nothing(gated: GatedCall, caller: str,
+                                                      shape: str) -> None:
+    """An edit whose key cannot be made — its template fails on the edited arguments, or the
+    original key is so long that its ``~edit:`` key passes the key limit (then every edit of
+    it) — was refused as invalid only after it had denied the original "replaced by an
+    edit": nothing ran, and the request was gone for good (a corrected edit is now refused
+    as "already decided", the original's approval meets a denial). It denies nothing now."""
+    import asyncio
+
+    from effectgate.integrations._kernel.review import aapply
+
+    gate = gated.spec.gate
+    done: list[dict[str, Any]] = []
+    args = ARGS if shape == "edited key" else {**ARGS, "txn_id": "L" * 500}
+
+    def resume(review: Any, verdict: Verdict) -> Any:
+        if caller == "sync":
+            return apply(gated, review, verdict, args, run_with(done))
+
+        async def arun(one: GatedCall, arguments: Any) -> Any:
+            return await one.arun(arguments, _append(done, arguments))
+
+        return asyncio.run(aapply(gated, review, verdict, args, arun))
+
+    review = review_of(gated, gated.run(args, lambda: None), args)
+    bad = {**review.arguments, "amount_cents": 300}
+    if shape == "edited key":
+        bad["txn_id"] = "x" * 600
+    out = resume(review, Verdict("edit", by="alice", arguments=bad))
+    assert isinstance(out, Refused) and out.kind == "invalid" and done == []
+    record = gate.approval(review.approval_id)
+    assert record.state is eg.ApprovalState.PENDING and record.reason is None
+    if shape == "edited key":  # a corrected edit runs
+        good = Verdict("edit", by="alice", arguments={**review.arguments, "amount_cents": 300})
+        assert resume(review, good) == "ok"
+        assert [d["amount_cents"] for d in done] == [300]
+    else:  # the original, approved, runs
+        assert resume(review, Verdict("approve", by="alice")) == "ok" and done == [args]

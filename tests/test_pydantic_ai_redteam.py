@@ -429,3 +429,137 @@ def sqlite_gate() -> Any:
 
     with temporary_gate() as gate:
         yield gate
+
+
+# -- review: a sync wrapper of an async tool; a ToolReturn under a loose annotation ------------
+
+
+def _wrapped_async(ledger: list[Any], inside: Any) -> Any:
+    @_sync_wrapper
+    async def refund(txn_id: str, amount_cents: int) -> str:
+        """Refund a card transaction. Irreversible."""
+        await inside()
+        ledger.append(txn_id)
+        return f"refunded {txn_id}"
+
+    return refund
+
+
+def _agent_of(tool: Any, gate: eg.Gate, form: str, **options: Any) -> Agent[Any, Any]:
+    if form == "toolset":
+        return Agent(model_calling(SMALL), toolsets=[eg_pa.EffectGateToolset(
+            FunctionToolset([tool]), {"refund": "refund:{txn_id}"}, gate=gate)], **options)
+    return Agent(model_calling(SMALL), tools=[eg_pa.gate_tool(Tool(tool), "refund:{txn_id}",
+                                                              gate=gate)], **options)
+
+
+@pytest.mark.parametrize("form", ["toolset", "gate_tool"])
+def test_a_sync_wrapper_of_an_async_tool_holds_no_worker_while_it_runs(
+        sqlite_gate: eg.Gate, form: str) -> None:
+    """A sync decorator around an async tool, under a bounded executor
+    (``UseThreadExecutor``), whose coroutine needs that executor (it asks a sub-agent with a
+    sync tool). Ungated it runs; gated, the gate's worker thread waited for the coroutine
+    while the coroutine waited for that worker: the run hung, and the refund, never made,
+    was recorded AMBIGUOUS when the run was given up. pydantic-ai's own call awaits the
+    coroutine now, with no thread held."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pydantic_ai.capabilities import UseThreadExecutor
+
+    def lookup(txn_id: str) -> str:
+        """Look a transaction up."""
+        return f"{txn_id} found"
+
+    sub = Agent(model_calling({"txn_id": "T1"}, name="lookup"), tools=[lookup])
+
+    async def ask_the_sub_agent() -> None:
+        await sub.run("look T1 up")
+
+    ledger: list[Any] = []
+    executor = ThreadPoolExecutor(max_workers=1)
+    agent = _agent_of(_wrapped_async(ledger, ask_the_sub_agent), sqlite_gate, form,
+                      capabilities=[UseThreadExecutor(executor)])
+
+    async def run() -> Any:
+        return await asyncio.wait_for(agent.run("refund T1"), 10)
+
+    try:
+        result = asyncio.run(run())
+    finally:
+        executor.shutdown(wait=False)
+    assert tool_results(result) == ["refunded T1"] and ledger == ["T1"]
+    assert sqlite_gate.get("refund:T1").state is eg.State.COMMITTED
+
+
+@pytest.mark.parametrize("form", ["toolset", "gate_tool"])
+def test_a_sync_wrapper_of_an_async_tool_runs_with_threads_disabled(
+        sqlite_gate: eg.Gate, form: str) -> None:
+    """pydantic-ai's ``disable_threads()`` (Temporal's sandbox) runs a sync tool inline on the
+    loop. The gate's one-hop path got the coroutine back there, could not await it, and
+    recorded AMBIGUOUS: the refund never made, and blocked for good."""
+    from pydantic_ai._utils import disable_threads
+
+    ledger: list[Any] = []
+    agent = _agent_of(_wrapped_async(ledger, lambda: asyncio.sleep(0)), sqlite_gate, form)
+    with disable_threads():
+        result = agent.run_sync("refund T1")
+    assert tool_results(result) == ["refunded T1"] and ledger == ["T1"]
+    assert sqlite_gate.get("refund:T1").state is eg.State.COMMITTED
+
+
+@pytest.mark.parametrize("annotation", [Any, dict, object, "none", str])
+@pytest.mark.parametrize("form", ["toolset", "gate_tool"])
+def test_a_duplicate_of_a_loosely_annotated_tool_return_keeps_its_metadata_from_the_model(
+        sqlite_gate: eg.Gate, annotation: Any, form: str) -> None:
+    """A ``ToolReturn`` from a tool annotated ``-> Any``, ``-> dict``, ``-> object``, not at
+    all, or wrongly (``-> str``): the duplicate was rebuilt as the annotation says, which
+    kept the dumped ``ToolReturn`` — its metadata, a card number, in the tool result the
+    model reads. A ``ToolReturn``'s JSON is rebuilt as one whatever the annotation."""
+    ledger: list[Any] = []
+    seen: list[str] = []
+
+    def refund(txn_id: str, amount_cents: int):  # type: ignore[no-untyped-def]
+        """Refund a card transaction. Irreversible."""
+        ledger.append(txn_id)
+        return ToolReturn(return_value=f"refunded {txn_id}", content="receipt attached",
+                          metadata={"card": "4111111111111111"})
+
+    if annotation != "none":
+        refund.__annotations__["return"] = annotation
+    turns = iter([SMALL, SMALL])
+
+    def answer(messages: Any, info: Any) -> ModelResponse:
+        seen.append(" ".join(p.model_response_str() for p in messages[-1].parts
+                             if isinstance(p, ToolReturnPart)))
+        args = next(turns, None)
+        if args is None:
+            return ModelResponse(parts=[TextPart("All done.")])
+        return ModelResponse(parts=[ToolCallPart("refund", dict(args), tool_call_id="c")])
+
+    if form == "toolset":
+        agent = Agent(FunctionModel(answer), toolsets=[eg_pa.EffectGateToolset(
+            FunctionToolset([refund]), {"refund": "refund:{txn_id}"}, gate=sqlite_gate)])
+    else:
+        agent = Agent(FunctionModel(answer), tools=[eg_pa.gate_tool(
+            Tool(refund), "refund:{txn_id}", gate=sqlite_gate)])
+    agent.run_sync("refund T1")
+    assert seen[1:] == ["refunded T1", "refunded T1"] and ledger == ["T1"]
+
+
+def test_an_edit_that_cannot_be_keyed_leaves_the_request_pending(make_gate: Any) -> None:
+    """A call whose key is so long that an edit's ``~edit:`` key passes the key limit: an
+    override was refused as invalid only after it had denied the request "replaced by an
+    edit" — nothing ran, and the approval of the original was then refused too. The request
+    stays pending now, and approving it runs the original once."""
+    gate = make_gate(policy=eg.Policy.from_dict(POLICY))
+    ledger: list[Any] = []
+    long = {**BIG, "txn_id": "L" * 500}
+    agent = paused_agent(gate, ledger, long)
+    saved = pause(agent)
+    approval_id = saved["metadata"]["call_1"]["effectgate"]["approval_id"]
+    override = ToolApproved(override_args={**long, "amount_cents": 5_000})
+    [said] = resume(agent, saved, override)
+    assert said.startswith("INVALID ARGUMENTS") and ledger == []
+    assert gate.approval(approval_id).state is eg.ApprovalState.PENDING
+    assert resume(agent, saved) == [f"refunded 50000 on {long['txn_id']}"]
+    assert ledger == [(long["txn_id"], 50_000)]

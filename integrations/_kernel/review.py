@@ -59,6 +59,7 @@ from effectgate import (
     EffectRefused,
     Gate,
     InvalidTransition,
+    PayloadError,
     PayloadMismatch,
     Request,
     State,
@@ -278,22 +279,25 @@ def _replace(gated: GatedCall, approval_id: str, by: str, other: GatedCall,
     True if its denial names this very edit (a replayed resume: the edit's effect answers);
     otherwise — rejected, expired, or replaced by *another* edit (two resumes editing one
     request at once) — the refusal to answer with: an edit of a decided request would be the
-    same call's effect again under a fresh key."""
+    same call's effect again under a fresh key.
+
+    An edit that cannot be keyed (its template fails on the edited arguments, or the
+    ``~edit:`` key grows past the key limit) is refused as ``invalid`` and denies nothing: the
+    request stays pending for an edit that can run, or for the original's approval."""
     try:
         key = other.spec.request(edited).key
-    except EffectGateError:
-        key = None  # the edit cannot be keyed: it is refused as invalid when it is run
-    reason = _REPLACED if key is None else _REPLACED_BY.format(key=key)
+    except (EffectKeyError, PayloadError) as err:
+        return Refused("invalid", model_message("invalid", err.key, err), err, err.key)
     gate = gated.spec.gate
     try:
-        gate.deny(approval_id, by=by, reason=reason)
+        gate.deny(approval_id, by=by, reason=_REPLACED_BY.format(key=key))
     except UnknownEffect:
         return True
     except InvalidTransition:
         record = gate.approval(approval_id)
         if record.state in (ApprovalState.APPROVED, ApprovalState.CONSUMED):
             return False
-        if key is not None and replaced_by(gate, record, key):
+        if replaced_by(gate, record, key):
             return True
         return decided(record)
     return True
@@ -376,7 +380,7 @@ def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping
     other = edited_call(gated, review.key)
     replaced = _replace(gated, review.approval_id, verdict.by, other, edited)
     if isinstance(replaced, Refused):
-        return replaced  # decided otherwise meanwhile
+        return replaced  # decided otherwise meanwhile, or an edit that cannot be keyed
     if not replaced:
         return run(gated, arguments)  # approved meanwhile: that decision stands
     out = run(other, edited)
@@ -406,7 +410,7 @@ async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
     replaced = await asyncio.to_thread(_replace, gated, review.approval_id, verdict.by, other,
                                        edited)
     if isinstance(replaced, Refused):
-        return replaced  # decided otherwise meanwhile
+        return replaced  # decided otherwise meanwhile, or an edit that cannot be keyed
     if not replaced:
         return await run(gated, arguments)  # approved meanwhile: that decision stands
     out = await run(other, edited)
