@@ -136,3 +136,4 @@ class ReserveFunction:
         if charges is not None:
             args += ["%(scope_keys)s", "%(limits)s", "%(per_day)s"]
         self.call = f"SELECT * FROM {self.name}({', '.join(args)})"
+        self.order = order

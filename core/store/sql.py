@@ -17,8 +17,6 @@ from functools import partial
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .binds import BARE_NAMES
-
 if TYPE_CHECKING:
     from sqlalchemy.sql import ClauseElement
 
@@ -101,8 +99,10 @@ class StoredFunction(NamedTuple):
     ddl: str
     """The statement that creates it."""
     call: str
-    """The statement that calls it (psycopg's placeholders: by name, or for the bare function
-    by position, ``%s``)."""
+    """The statement that calls it (psycopg's placeholders: by name, or by position)."""
+    names: tuple[str, ...] | None = None
+    """The names of its call's binds in their order, where it takes them by position (``%s``:
+    the bare function); None where it takes them by name."""
 
 
 _INSTALLED = ("SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -178,7 +178,7 @@ class Statements:
         """Postgres: the generated read-else-charge-and-insert function (None elsewhere)."""
         self.reserve = Sql(reserve_function.call if reserve_function else "")
         self.reserve_bare = Sql(bare_function.call if bare_function else "",
-                                names=BARE_NAMES)
+                                names=bare_function.names if bare_function else None)
         self.reserve_governed = Sql(governed_function.call if governed_function else "")
 
     def __getattr__(self, name: str) -> Sql:

@@ -435,7 +435,7 @@ class _Definitions:
 
 def _stored(function: ReserveFunction | None) -> StoredFunction | None:
     return None if function is None else StoredFunction(function.name, function.ddl,
-                                                         function.call)
+                                                         function.call, function.order)
 
 
 def _compiled(define: Callable[[], ClauseElement], dialect: Any) -> Sql:
@@ -509,9 +509,10 @@ def pg_texts_source() -> str:
     lines += ["}", "", '# The texts that differ at durability "all" and "relaxed".',
               "STEADY: dict[str, str] = {"]
     lines += [f"    {name!r}: {text!r}," for name, text in steady.items()]
-    lines += ["}", "", "# (name, CREATE statement, call) of each generated function.",
-              "FUNCTIONS: dict[str, tuple[str, str, str]] = {"]
-    lines += [f"    {which!r}: ({f.name!r}, {f.ddl!r}, {f.call!r})," for which, f in
-              functions.items()]
+    lines += ["}", "", "# (name, CREATE statement, call, the call's binds in order where it",
+              "# takes them by position) of each generated function.",
+              "FUNCTIONS: dict[str, tuple[str, str, str, tuple[str, ...] | None]] = {"]
+    lines += [f"    {which!r}: ({f.name!r}, {f.ddl!r}, {f.call!r}, {f.names!r}),"
+              for which, f in functions.items()]
     lines.append("}")
     return "\n".join(lines) + "\n"
