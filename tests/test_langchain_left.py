@@ -552,3 +552,61 @@ def test_an_edit_of_a_command_tools_call_tells_the_model(make_gate: Any, form: s
     replayed = agent.invoke(Command(resume={"decisions": [edit]}), config=at_pause)
     assert bank.made == ["T2"] and replayed["refunded"] == ["T2"]
     assert answers(replayed)[0][1].startswith("Note: a human reviewer replaced this tool call")
+
+
+# -- 4. a review of the twin test (_same_call) -----------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_an_earlier_twin_a_human_rejected_does_not_take_the_updates(gate: eg.Gate,
+                                                                    form: str) -> None:
+    """A later run's two identical refunds of one turn, the first rejected by a human
+    (``HumanInTheLoopMiddleware`` answers it without running it), the second approved and
+    answered from the store: the second read the rejected first as the twin that applies the
+    updates, and gave the run its message alone — ``refunded`` never reached the run."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    bank = Bank(gate, form)
+    invoke(bank.agent(call("a1", T1)), "r1")
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"refund": True})
+    agent = agent_of(bank, script(both("x1", "x2")), extra=(hitl,))
+    invoke(agent, "r2")
+    out = invoke(agent, "r2", Command(resume={"decisions": [
+        {"type": "reject", "message": "no"}, {"type": "approve"}]}))
+    assert bank.made == ["T1"]
+    assert [(i, c) for i, c, _ in answers(out)][-1] == ("x2", "refunded T1 #1")
+    assert out["refunded"] == ["T1"]
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_an_earlier_twin_a_human_edited_does_not_take_the_updates(gate: eg.Gate,
+                                                                  form: str) -> None:
+    """As above, the first call edited by the human to another refund (its message keeps the
+    model's arguments): it is no twin, and the approved second gives the run its updates."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    bank = Bank(gate, form)
+    invoke(bank.agent(call("a1", T1)), "r1")
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"refund": True})
+    agent = agent_of(bank, script(both("x1", "x2")), extra=(hitl,))
+    invoke(agent, "r2")
+    edit = {"type": "edit", "edited_action": {"name": "refund", "args": {"txn_id": "T2"}}}
+    out = invoke(agent, "r2", Command(resume={"decisions": [edit, {"type": "approve"}]}))
+    assert bank.made == ["T1", "T2"]
+    assert sorted(out["refunded"]) == ["T1", "T2"]
+
+
+@pytest.mark.parametrize("form", ["tool", "middleware"])
+def test_two_refunds_of_one_turn_both_record_their_updates(gate: eg.Gate, form: str) -> None:
+    """Two different refunds of one turn each answer with a ``Command`` naming its call in the
+    middleware's channel: the channel was read as a last-value one (its reducer was not the
+    last annotation), and the run crashed with ``InvalidUpdateError`` after both refunds ran."""
+    bank = Bank(gate, form)
+    turn = AIMessage("", tool_calls=[{"name": "refund", "args": {"txn_id": t}, "id": i,
+                                      "type": "tool_call"} for t, i in (("T1", "a1"),
+                                                                        ("T2", "a2"))])
+    agent = agent_of(bank, script(turn), state=Ledger if form == "tool" else Refunds)
+    out = invoke(agent, "r1")
+    assert sorted(bank.made) == sorted(out["refunded"]) == ["T1", "T2"]
+    state = agent.get_state({"configurable": {"thread_id": "r1"}}).values
+    assert sorted(state["effectgate_applied"]) == ["a1", "a2"]

@@ -899,7 +899,8 @@ def _applied(state: Any, origin: Any, call_id: str, same: _Same | None = None) -
                 return True
             if call_id in ids:
                 turn = message
-    return turn is not None and same is not None and _after_twin(turn, call_id, same)
+    return turn is not None and same is not None and _after_twin(
+        turn, call_id, same, _answered(messages, state))
 
 
 def _read(state: Any, name: str) -> Any:
@@ -907,15 +908,30 @@ def _read(state: Any, name: str) -> Any:
     return state.get(name) if isinstance(state, Mapping) else getattr(state, name, None)
 
 
-def _after_twin(turn: AIMessage, call_id: str, same: _Same) -> bool:
+_HITL_EDITS = "hitl_edited_tool_calls"
+"""``HumanInTheLoopMiddleware``'s state entry: the calls of the turn a reviewer edited (their
+message keeps the model's arguments; the edited ones run)."""
+
+
+def _answered(messages: list[Any], state: Any) -> frozenset[Any]:
+    """The calls that will not run as the model wrote them in this step: answered before it
+    (a human's rejection or response is a tool message already in the state) or edited."""
+    edits = _read(state, _HITL_EDITS)
+    return frozenset([m.tool_call_id for m in messages if isinstance(m, ToolMessage)]
+                     + (list(edits) if isinstance(edits, Mapping) else []))
+
+
+def _after_twin(turn: AIMessage, call_id: str, same: _Same,
+                answered: frozenset[Any] = frozenset()) -> bool:
     """Whether a call of ``turn`` before ``call_id`` proposes its effect: that twin, answered
-    the same in this very step, gives the run the updates (never both)."""
+    the same in this very step, gives the run the updates (never both). A call in
+    ``answered`` (rejected or edited by a human: it is not that effect) is no twin."""
     calls = turn.tool_calls
     own = next(c for c in calls if c.get("id") == call_id)
     for other in calls:
         if other.get("id") == call_id:
             return False
-        if same(own, other):
+        if other.get("id") not in answered and same(own, other):
             return True
     return False
 
@@ -1131,7 +1147,7 @@ def _gate_state(base: type) -> type:
     that would be read in its globals, which hold no ``langchain.agents``."""
     from langchain.agents.middleware.types import PrivateStateAttr
 
-    channel = typing.NotRequired[typing.Annotated[list[str], operator.add, PrivateStateAttr]]
+    channel = typing.NotRequired[typing.Annotated[list[str], PrivateStateAttr, operator.add]]
     namespace = {"__annotations__": {_APPLIED: channel}, "__module__": __name__}
     return type(base)("EffectGateState", (base,), namespace)
 
