@@ -514,6 +514,11 @@ def _returns(function: Callable[..., Any]) -> Any:
     return annotation
 
 
+_TOOL_RETURN_FIELDS = frozenset(TypeAdapter(ToolReturn).json_schema()["properties"])
+"""The fields of a ``ToolReturn``'s JSON: a stored dict with any other key is a tool's own
+dict (one that happens to say ``"kind": "tool-return"``), kept as it is."""
+
+
 class _Rebuilt:
     """A duplicate's stored JSON as the tool returned it: as the function's return annotation
     says where that takes it, and a ``ToolReturn``'s JSON as a ``ToolReturn`` whatever the
@@ -531,7 +536,7 @@ class _Rebuilt:
         if self._annotation is not None:
             value = self._validated("stated", self._annotation, value)
         if isinstance(value, dict) and value.get("kind") == "tool-return" \
-                and "return_value" in value:
+                and "return_value" in value and value.keys() <= _TOOL_RETURN_FIELDS:
             value = self._validated("tool_return", ToolReturn, value)
         return value
 

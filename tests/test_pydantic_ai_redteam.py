@@ -343,7 +343,6 @@ def test_a_duplicate_of_a_tool_return_keeps_its_metadata_from_the_model(
     result, metadata included (a card number, here, read by the model). It is rebuilt as the
     ``ToolReturn`` the function's annotation names, and answered as the first call was."""
     ledger: list[Any] = []
-    seen: list[str] = []
 
     def refund(txn_id: str, amount_cents: int) -> ToolReturn:
         """Refund a card transaction. Irreversible."""
@@ -351,24 +350,7 @@ def test_a_duplicate_of_a_tool_return_keeps_its_metadata_from_the_model(
         return ToolReturn(return_value=f"refunded {txn_id}", content="receipt attached",
                           metadata={"card": "4111111111111111"})
 
-    turns = iter([SMALL, SMALL])
-
-    def answer(messages: Any, info: Any) -> ModelResponse:
-        seen.append(" ".join(p.model_response_str() for p in messages[-1].parts
-                             if isinstance(p, ToolReturnPart)))
-        args = next(turns, None)
-        if args is None:
-            return ModelResponse(parts=[TextPart("All done.")])
-        return ModelResponse(parts=[ToolCallPart("refund", dict(args), tool_call_id="c")])
-
-    if form == "toolset":
-        agent = Agent(FunctionModel(answer), toolsets=[eg_pa.EffectGateToolset(
-            FunctionToolset([refund]), {"refund": "refund:{txn_id}"}, gate=gate)])
-    else:
-        agent = Agent(FunctionModel(answer), tools=[eg_pa.gate_tool(
-            Tool(refund), "refund:{txn_id}", gate=gate)])
-    agent.run_sync("refund T1")
-    assert seen[1:] == ["refunded T1", "refunded T1"] and ledger == ["T1"]
+    assert _twice(refund, form, gate) == ["refunded T1", "refunded T1"] and ledger == ["T1"]
 
 
 class Order(BaseModel):
@@ -516,7 +498,6 @@ def test_a_duplicate_of_a_loosely_annotated_tool_return_keeps_its_metadata_from_
     kept the dumped ``ToolReturn`` — its metadata, a card number, in the tool result the
     model reads. A ``ToolReturn``'s JSON is rebuilt as one whatever the annotation."""
     ledger: list[Any] = []
-    seen: list[str] = []
 
     def refund(txn_id: str, amount_cents: int):  # type: ignore[no-untyped-def]
         """Refund a card transaction. Irreversible."""
@@ -526,24 +507,7 @@ def test_a_duplicate_of_a_loosely_annotated_tool_return_keeps_its_metadata_from_
 
     if annotation != "none":
         refund.__annotations__["return"] = annotation
-    turns = iter([SMALL, SMALL])
-
-    def answer(messages: Any, info: Any) -> ModelResponse:
-        seen.append(" ".join(p.model_response_str() for p in messages[-1].parts
-                             if isinstance(p, ToolReturnPart)))
-        args = next(turns, None)
-        if args is None:
-            return ModelResponse(parts=[TextPart("All done.")])
-        return ModelResponse(parts=[ToolCallPart("refund", dict(args), tool_call_id="c")])
-
-    if form == "toolset":
-        agent = Agent(FunctionModel(answer), toolsets=[eg_pa.EffectGateToolset(
-            FunctionToolset([refund]), {"refund": "refund:{txn_id}"}, gate=sqlite_gate)])
-    else:
-        agent = Agent(FunctionModel(answer), tools=[eg_pa.gate_tool(
-            Tool(refund), "refund:{txn_id}", gate=sqlite_gate)])
-    agent.run_sync("refund T1")
-    assert seen[1:] == ["refunded T1", "refunded T1"] and ledger == ["T1"]
+    assert _twice(refund, form, sqlite_gate) == ["refunded T1", "refunded T1"] and ledger == ["T1"]
 
 
 def test_an_edit_that_cannot_be_keyed_leaves_the_request_pending(make_gate: Any) -> None:
@@ -563,3 +527,44 @@ def test_an_edit_that_cannot_be_keyed_leaves_the_request_pending(make_gate: Any)
     assert gate.approval(approval_id).state is eg.ApprovalState.PENDING
     assert resume(agent, saved) == [f"refunded 50000 on {long['txn_id']}"]
     assert ledger == [(long["txn_id"], 50_000)]
+
+
+def _twice(refund: Callable[..., Any], form: str, gate: eg.Gate) -> list[str]:
+    """Run ``refund`` gated (as ``form``) for T1 twice in one run; what the model read of
+    each answer."""
+    seen: list[str] = []
+    turns = iter([SMALL, SMALL])
+
+    def answer(messages: Any, info: Any) -> ModelResponse:
+        seen.append(" ".join(p.model_response_str() for p in messages[-1].parts
+                             if isinstance(p, ToolReturnPart)))
+        args = next(turns, None)
+        if args is None:
+            return ModelResponse(parts=[TextPart("All done.")])
+        return ModelResponse(parts=[ToolCallPart("refund", dict(args), tool_call_id="c")])
+
+    if form == "toolset":
+        agent = Agent(FunctionModel(answer), toolsets=[eg_pa.EffectGateToolset(
+            FunctionToolset([refund]), {"refund": "refund:{txn_id}"}, gate=gate)])
+    else:
+        agent = Agent(FunctionModel(answer), tools=[eg_pa.gate_tool(
+            Tool(refund), "refund:{txn_id}", gate=gate)])
+    agent.run_sync("refund T1")
+    return seen[1:]
+
+
+@pytest.mark.parametrize("form", ["toolset", "gate_tool"])
+def test_a_tools_own_dict_saying_tool_return_is_answered_as_it_was(
+        sqlite_gate: eg.Gate, form: str) -> None:
+    """A tool's own dict that happens to say ``"kind": "tool-return"`` (a vendor's JSON): a
+    duplicate rebuilt it as a ``ToolReturn``, dropping its other keys (``order_id``). Only a
+    dict with no key but a ``ToolReturn``'s is rebuilt as one."""
+    ledger: list[Any] = []
+
+    def refund(txn_id: str, amount_cents: int) -> dict:  # type: ignore[type-arg]
+        """Refund a card transaction. Irreversible."""
+        ledger.append(txn_id)
+        return {"kind": "tool-return", "return_value": "ok", "order_id": "O1"}
+
+    first, again = _twice(refund, form, sqlite_gate)
+    assert first == again and "O1" in again and ledger == ["T1"]
