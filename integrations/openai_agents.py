@@ -130,6 +130,7 @@ with requires_extra("openai_agents", "openai-agents"):
         RunHooks,
         ShellTool,
     )
+    from agents import tool as agents_tool
     from agents.function_schema import FuncSchema, function_schema
     from agents.tool import (
         maybe_invoke_function_tool_failure_error_function,
@@ -233,9 +234,15 @@ def _context(ctx: Any) -> tuple[Any, Any]:
 
 def _sdk_callable(func: Any) -> Any:
     """What the SDK calls for ``func``: a callable instance's bound ``__call__`` (as
-    ``@function_tool`` adapts an instance with a plain ``__call__``), else ``func`` itself."""
+    ``@function_tool`` adapts an instance with a plain ``__call__``: through the SDK's own
+    adapter where it has one, whose annotations are resolved in the class too, as the SDK
+    validates with them), else ``func`` itself."""
     if inspect.isroutine(func) or inspect.isclass(func):
         return func
+    adapt = getattr(agents_tool, "_normalize_function_tool_callable", None)
+    if adapt is not None:
+        with contextlib.suppress(Exception):  # refused by the SDK: read as below
+            return adapt(func, None, "tool", False)[0]
     call = next((owner.__dict__["__call__"] for owner in type(func).__mro__
                  if "__call__" in owner.__dict__), None)  # found as the SDK finds it
     return call.__get__(func, type(func)) if inspect.isfunction(call) else func
@@ -527,8 +534,10 @@ DEFAULT_APPROVER = "openai-agents-resume"
 
 def _gated_tool_of(item: Any) -> GatedFunctionTool:
     """The gated tool an interruption is about (on the item's agent): the one of its name in
-    its namespace (``tool_namespace``: two tools may share a name), else the only one of its
-    name."""
+    its namespace (``tool_namespace``: two tools may share a name), else, for an item that
+    names no namespace of its own (none, or the SDK's synthetic one, the tool's name), the
+    only one of its name. An item of another namespace is never decided for a gated tool of
+    the same name: it is another tool's (an ungated one the SDK asks approval for)."""
     agent = getattr(item, "agent", None)
     name = getattr(item, "tool_name", None)
     namespace = getattr(item, "tool_namespace", None)
@@ -536,7 +545,8 @@ def _gated_tool_of(item: Any) -> GatedFunctionTool:
              if isinstance(t, GatedFunctionTool) and t.name == name]
     qualified = f"{namespace}.{name}" if namespace else name
     exact = [t for t in named if t.qualified_name == qualified]
-    chosen = exact or (named if len(named) == 1 else [])
+    own = not namespace or namespace == name  # no namespace of its own
+    chosen = exact or (named if own and len(named) == 1 else [])
     if chosen:
         return chosen[0]
     raise ConfigError(f"interruption for {qualified!r} is not a call of a gated tool of its "

@@ -311,3 +311,80 @@ def test_crewais_security_context_is_passed_on_but_not_keyed(gate: eg.Gate) -> N
     assert first["c1"] == second["c2"] == "refunded 500 on T1", (first, second)
     assert ledger == [("T1", ["security_context"])]  # the tool got it, as ungated
     assert gate.get("refund:T1").payload_hash == eg.payload_hash(call)
+
+
+# -- review: a callable instance whose annotations name the class's own aliases -----------------
+
+
+class ScopedRefunder:
+    """A callable instance whose ``__call__`` names an alias of its own class (the SDK
+    resolves it in the class; read without it, the tool was keyed on its JSON as sent)."""
+
+    TxnId = Annotated[str, StringConstraints(strip_whitespace=True)]
+
+    def __init__(self) -> None:
+        self.ledger: list[tuple[str, int]] = []
+
+    def __call__(self, txn_id: TxnId, amount_cents: int) -> str:
+        """Refund a card transaction."""
+        self.ledger.append((txn_id, amount_cents))
+        return f"refunded {amount_cents} on {txn_id}"
+
+
+def test_a_callable_instance_naming_a_class_alias_is_keyed_as_its_body_receives(
+        gate: eg.Gate) -> None:
+    refunder = ScopedRefunder()
+    tool = eg_oa.gate_tool(function_tool(refunder, name_override="refund", strict_mode=False),
+                           "refund:{txn_id}", gate=gate)
+    agent = Agent(name="billing", tools=[tool], model=script(
+        function_call("refund", {"txn_id": "T1", "amount_cents": 500}, call_id="a"),
+        function_call("refund", {"txn_id": " T1", "amount_cents": 500}, call_id="b")))
+    seen = outputs(Runner.run_sync(agent, "refund T1"))
+    assert refunder.ledger == [("T1", 500)], refunder.ledger  # once: " T1" is T1
+    assert set(seen.values()) == {"refunded 500 on T1"}, seen
+
+
+# -- review: an interruption of another namespace is not a gated tool's -------------------------
+
+
+def test_approving_an_ungated_namespaced_tool_never_approves_a_gated_one_of_its_name(
+        make_gate: Any) -> None:
+    gate = make_gate(policy={"effects": {"paypal.refund": {"approval": {"at_or_above_micros": 1}}}})
+    ledger: list[str] = []
+
+    @function_tool(name_override="refund", needs_approval=True)
+    def crm_refund(txn_id: str, amount_cents: int) -> str:
+        """Note a refund in the CRM."""
+        ledger.append(f"crm {txn_id}")
+        return "noted"
+
+    @function_tool(name_override="refund")
+    def paypal_refund(txn_id: str, amount_cents: int) -> str:
+        """Refund on PayPal."""
+        ledger.append(f"paypal {txn_id}")
+        return f"paypal refunded {txn_id}"
+
+    [crm] = tool_namespace(name="crm", description="CRM", tools=[crm_refund])
+    [paypal] = tool_namespace(name="paypal", description="PayPal", tools=[paypal_refund])
+    gated = eg_oa.gate_tool(paypal, "refund:{txn_id}", gate=gate, effect_type="paypal.refund",
+                            cost_micros=lambda amount_cents: amount_cents * 10_000)
+    call = {"txn_id": "T1", "amount_cents": 5}
+    agent = Agent(name="billing", tools=[crm, gated], model=script(
+        function_call("refund", call, call_id="c", namespace="crm")))
+
+    async def go() -> Any:
+        # A PayPal refund of T1 waits for its approval...
+        waiting = await Runner.run(Agent(name="billing", tools=[crm, gated], model=script(
+            function_call("refund", call, call_id="p", namespace="paypal"))), "refund T1")
+        assert len(waiting.interruptions) == 1
+        # ...when the CRM's own refund tool (ungated: the SDK asks) is called with T1 too.
+        paused = await Runner.run(agent, "note the refund of T1")
+        state = paused.to_state()
+        [item] = state.get_interruptions()
+        assert item.tool_namespace == "crm"
+        with pytest.raises(eg.ConfigError, match=r"crm\.refund"):
+            eg_oa.approve(state, item, by="alice")  # not the PayPal refund's to decide
+
+    asyncio.run(go())
+    assert [a.state for a in gate.list_approvals(state=None)] == [eg.ApprovalState.PENDING]
+    assert ledger == []
