@@ -18,6 +18,7 @@ before it waits on the unique index, so a reservation that waited there on anoth
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -165,8 +166,9 @@ def held() -> Iterator[list[Any]]:
         conn.close()
 
 
+@pytest.mark.parametrize("caller", ["sync", "async"])
 def test_a_governed_new_key_and_a_holders_report_do_not_deadlock(
-        pg_namespace: str, held: list[Any]) -> None:
+        pg_namespace: str, held: list[Any], caller: str) -> None:
     """Two workers get the same job (one key) under a budget. A1 reserves it and reports
     FAILED (its report: the row, then the counters); A2, which read the key absent, holds the
     run counter and inserts the key: its unique check waits on A1's report, which waits on
@@ -210,7 +212,11 @@ def test_a_governed_new_key_and_a_holders_report_do_not_deadlock(
         on_run, on_agent2 = hold("pay.gov|run|r"), hold("pay.gov|agent|a2")
         t1 = run("a1", lambda: a1.begin(**fields, key="job:1", agent_id="a1"))
         _until_waiting(admin, 1, on_run)
-        t2 = run("a2", lambda: a2.begin(**fields, key="job:1", agent_id="a2"))
+        if caller == "sync":
+            t2 = run("a2", lambda: a2.begin(**fields, key="job:1", agent_id="a2"))
+        else:  # the async store's own governed reservation
+            t2 = run("a2", lambda: asyncio.run(a2.abegin(**fields, key="job:1",
+                                                         agent_id="a2")))
         _until_waiting(admin, 2, on_run)
         on_run.commit()  # a1 charges, inserts, EXECUTE; a2 holds the run counter
         t1.join(10)

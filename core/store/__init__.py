@@ -58,6 +58,7 @@ from .connections import (
     Durability,
     Rollback,
     Transaction,
+    aborted_whole,
     driver_text,
     make_engine,
     safe_url,
@@ -694,7 +695,7 @@ def _again_if_aborted(call: Callable[[], _T]) -> _T:
     try:
         return call()
     except StoreError as err:
-        if getattr(err.__cause__, "sqlstate", None) not in ("40P01", "40001"):
+        if not aborted_whole(err):
             raise
     return call()
 

@@ -42,7 +42,13 @@ from .binds import (
     outcome_binds,
     over_ceiling,
 )
-from .connections import DEFAULT_ASYNC_POOL_SIZE, is_disconnect, safe_url, store_error
+from .connections import (
+    DEFAULT_ASYNC_POOL_SIZE,
+    aborted_whole,
+    is_disconnect,
+    safe_url,
+    store_error,
+)
 from .rows import (
     ApprovalRow,
     EffectHead,
@@ -278,12 +284,15 @@ class AsyncPostgres:
         store = self._store
         if not store.one_call(move):
             return await abandonable(store, secret, lambda: store.move(None, move, req, secret))
-        try:
-            rows = await self.run(store.one_call_sql(move),
-                                  move_binds(None, move, req, secret, None), writing=True,
-                                  sent=(req, secret))
-        except StoreError as err:
-            return Moved(None, over_ceiling(err, move))
+        sql, binds = store.one_call_sql(move), move_binds(None, move, req, secret, None)
+        for tries_left in (1, 0):
+            try:
+                rows = await self.run(sql, binds, writing=True, sent=(req, secret))
+                break
+            except StoreError as err:
+                if tries_left and aborted_whole(err):
+                    continue  # a deadlock's victim, rolled back whole: once more, as sync
+                return Moved(None, over_ceiling(err, move))
         return Moved(effect_head(rows[0]) if rows else None)
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
     from .sql import Sql
 
-__all__ = ["DEFAULT_ASYNC_POOL_SIZE", "MAX_POOL_SIZE", "Connections", "Durability", "driver_text",
-           "make_engine", "safe_url", "store_error"]
+__all__ = ["DEFAULT_ASYNC_POOL_SIZE", "MAX_POOL_SIZE", "Connections", "Durability",
+           "aborted_whole", "driver_text", "make_engine", "safe_url", "store_error"]
 
 Durability = Literal["reserve", "all", "relaxed"]
 _FULL, _NORMAL = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
@@ -456,6 +456,13 @@ def is_disconnect(err: BaseException | None) -> bool:
         conn_closed = "closed" in str(err).lower() or "terminat" in str(err).lower()
         return conn_closed or type(err).__name__ in ("OperationalError", "InterfaceError")
     return False
+
+
+def aborted_whole(err: StoreError) -> bool:
+    """Whether the server aborted ``err``'s transaction whole (a deadlock's victim, SQLSTATE
+    40P01, or a serialization failure, 40001): nothing of it was written, and running it once
+    more is safe."""
+    return getattr(err.__cause__, "sqlstate", None) in ("40P01", "40001")
 
 
 def store_error(err: Exception, *, writing: bool) -> StoreError:
