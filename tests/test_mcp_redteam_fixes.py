@@ -20,6 +20,7 @@ pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
 from mcp import Client, types
 
 from effectgate.integrations.mcp.gateway import Gateway, tool_specs
+from effectgate.integrations.mcp.upstream import Upstream
 
 from .test_mcp_redteam import KEYS, SDK_UPSTREAMS, _gateway, _key, _ledger, _script, _text
 
@@ -213,3 +214,119 @@ async def test_a_2026_client_gets_the_upstreams_progress(
                                             progress_callback=progress)
     assert _text(answer) == "did progress"
     assert seen == [1]
+
+
+EDGE = '''
+"""JSON-RPC by hand over stdio. tools/call appends a $LEDGER line, then: asks -> asks the
+client a method it does not serve and answers the call with the client's error; chatty ->
+prints a line of plain text to stdout, then the answer; hang -> never answers (nor reads);
+ok -> the answer."""
+import json, os, sys, time
+
+SCHEMA = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+NAMES = ("asks", "chatty", "hang", "ok")
+
+
+def out(obj):
+    sys.stdout.write(json.dumps(obj) + "\\n")
+    sys.stdout.flush()
+
+
+lines = iter(sys.stdin)
+for raw in lines:
+    msg = json.loads(raw)
+    rid, method = msg.get("id"), msg.get("method")
+    if rid is None:
+        continue
+    if method == "initialize":
+        res = {"protocolVersion": msg["params"]["protocolVersion"],
+               "capabilities": {"tools": {}}, "serverInfo": {"name": "edge", "version": "1"}}
+    elif method == "tools/list":
+        res = {"tools": [{"name": n, "inputSchema": SCHEMA} for n in NAMES]}
+    elif method == "tools/call":
+        name = msg["params"]["name"]
+        with open(os.environ["LEDGER"], "a", encoding="utf-8") as ledger:
+            ledger.write(name + "\\n")
+        if name == "asks":
+            out({"jsonrpc": "2.0", "id": "srv-1", "method": "x/confirm", "params": {}})
+            reply = {}
+            for line in lines:
+                reply = json.loads(line)
+                if reply.get("id") == "srv-1":
+                    break
+            out({"jsonrpc": "2.0", "id": rid, "error": reply.get("error") or {
+                "code": -32603, "message": "unexpected"}})
+            continue
+        if name == "chatty":
+            print("charging the card...", flush=True)
+            time.sleep(0.5)
+        if name == "hang":
+            time.sleep(3600)
+        res = {"content": [{"type": "text", "text": "did " + name}]}
+    elif method == "ping":
+        res = {}
+    else:
+        out({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no"}})
+        continue
+    out({"jsonrpc": "2.0", "id": rid, "result": res})
+'''
+
+
+async def test_a_method_not_found_the_sdk_gave_an_unknown_mid_call_request_is_ambiguous(
+        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool acted, then asked the client a method the mcp client does not know: the SDK
+    answers that ``-32601`` itself, no callback involved, and the upstream raised it as the
+    call's error. It had asked the client something during the call (every request of the
+    upstream's counts, not only those a callback answers): AMBIGUOUS, never run again."""
+    target = _script(tmp_path, "edge.py", EDGE)
+    gate = _raw_gate(make_gate, "asks")
+    with anyio.fail_after(60):
+        async with _gateway(gate, target, monkeypatch, tmp_path, mode="legacy") as client:
+            first = await client.call_tool("asks", {"id": "1"})
+            again = await client.call_tool("asks", {"id": "1"})
+    assert first.is_error and '"UpstreamLost"' in _text(first), _text(first)
+    assert '"EffectAmbiguous"' in _text(again), _text(again)
+    assert gate.get(_key(target, "asks:1")).state is eg.State.AMBIGUOUS
+    assert _ledger(tmp_path) == ["asks"]
+
+
+async def test_a_line_of_plain_text_on_stdout_during_a_call_is_skipped_not_fatal(
+        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that prints a log line to stdout while it runs a call: that line is no
+    answer to anything, so the connection is kept (it used to be dropped, the upstream
+    stopped in the middle of the call and the call AMBIGUOUS) and the call commits."""
+    target = _script(tmp_path, "edge.py", EDGE)
+    gate = _raw_gate(make_gate, "chatty")
+    with anyio.fail_after(60):
+        async with _gateway(gate, target, monkeypatch, tmp_path, mode="legacy") as client:
+            answer = await client.call_tool("chatty", {"id": "1"})
+    assert _text(answer) == "did chatty", _text(answer)
+    assert gate.get(_key(target, "chatty:1")).state is eg.State.COMMITTED
+    assert _ledger(tmp_path) == ["chatty"]
+
+
+async def test_a_call_is_never_sent_to_a_wedged_upstream_that_has_a_call_in_flight(
+        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upstream wedged in a call answers no ping. A later call used to be sent anyway
+    (the session "busy"), and waited there for good: AMBIGUOUS, never run. It now waits
+    for a ping before it leaves, and once the wedged call is given up (nothing in flight)
+    the upstream is restarted and the later call runs."""
+    monkeypatch.setitem(Upstream.__init__.__kwdefaults__, "ping_timeout", 1.0)
+    target = _script(tmp_path, "edge.py", EDGE)
+    gate = _raw_gate(make_gate, "hang", "ok")
+    answers: dict[str, types.CallToolResult] = {}
+
+    async def call(client: Client, name: str, delay: float, give_up: float) -> None:
+        await anyio.sleep(delay)
+        with anyio.move_on_after(give_up):
+            answers[name] = await client.call_tool(name, {"id": "1"})
+
+    with anyio.fail_after(60):
+        async with (_gateway(gate, target, monkeypatch, tmp_path, mode="legacy") as client,
+                    anyio.create_task_group() as tg):
+            tg.start_soon(call, client, "hang", 0, 4)  # its client gives up at 4 s
+            tg.start_soon(call, client, "ok", 1, 20)
+    assert _text(answers["ok"]) == "did ok"
+    assert gate.get(_key(target, "ok:1")).state is eg.State.COMMITTED
+    assert gate.get(_key(target, "hang:1")).state is eg.State.AMBIGUOUS
+    assert _ledger(tmp_path) == ["hang", "ok"]

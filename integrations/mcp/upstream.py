@@ -13,7 +13,8 @@ when it is not, because then the call was never sent. A connection with requests
 never replaced because a ping was slow (that would stop the upstream under them). Anything that
 goes wrong after the call is sent is left to the caller to treat as AMBIGUOUS; an answer the
 connection cannot read (not JSON, nested too deep, not UTF-8) while requests are pending drops
-it, so those requests end at once instead of waiting forever.
+it, so those requests end at once instead of waiting forever; a line of plain text (a log
+line a server prints to its stdout) is no answer, and is skipped.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import shlex
 import sys
 import urllib.parse
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TextIO, TypeVar
 
@@ -87,15 +89,25 @@ class StartupPeer:
 
 class _Session(ClientSession):
     """A client session that declares exactly the capabilities it is given, and counts the
-    requests it has sent and not yet had answered (pings aside): :attr:`busy`."""
+    requests it has sent and not yet had answered (pings aside): :attr:`busy`. ``asked`` is
+    called as each request of the upstream's (pings aside) arrives, before it is answered."""
 
-    def __init__(self, *args: Any, capabilities: types.ClientCapabilities, **kw: Any) -> None:
+    def __init__(self, *args: Any, capabilities: types.ClientCapabilities,
+                 asked: Callable[[], None] | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._forwarded = capabilities
+        self._asked = asked
         self.busy = 0
 
     def _build_capabilities(self, version: str) -> types.ClientCapabilities:
         return self._forwarded
+
+    async def _on_request(self, dctx: Any, method: str, params: Any) -> Any:
+        # Every request, not only those a callback answers: the SDK answers one it does not
+        # know ``-32601`` itself, and the tool that asked may raise that as the call's error.
+        if method != "ping" and self._asked is not None:
+            self._asked()
+        return await super()._on_request(dctx, method, params)
 
     async def send_request(self, request: Any, result_type: Any, *args: Any,
                            **kw: Any) -> Any:
@@ -187,8 +199,9 @@ class Upstream:
         self._tg: anyio.abc.TaskGroup | None = None
         self._session: _Session | None = None
         self.asked = 0
-        """How many requests the upstream has sent this client (roots, sampling, elicitation):
-        one sent during a call means the call had started."""
+        """How many requests the upstream has sent this client (roots, sampling, elicitation,
+        any other but pings, served or not): one sent during a call means the call had
+        started."""
         self._stop: anyio.Event | None = None
         self._done: anyio.Event | None = None
         self._lock = anyio.Lock()
@@ -229,6 +242,7 @@ class Upstream:
 
         session = _Session(
             streams[0], streams[1], capabilities=caps, message_handler=on_message,
+            asked=self._count_asked,
             list_roots_callback=self._roots if caps.roots is not None else None,
             sampling_callback=self._sample if caps.sampling is not None else None,
             elicitation_callback=self._elicit if caps.elicitation is not None else None)
@@ -288,30 +302,53 @@ class Upstream:
         :class:`~effectgate.NotExecuted` when neither works (the call was never sent).
 
         A ping that times out while the session has requests in flight (a single-threaded
-        upstream busy with another call) proves only that it is busy: the session is kept
-        and returned, since reconnecting would stop the upstream under those calls."""
-        async with self._lock:
-            session = self._session
-            if session is not None:
-                try:
-                    with anyio.fail_after(self.ping_timeout):
-                        await session.send_ping()
-                    return session
-                except TimeoutError as err:
-                    if session.busy and session is self._session:
-                        log.warning("upstream %s is slow to answer a ping while it runs %d "
-                                    "request(s); not reconnecting", self.target, session.busy)
+        upstream busy with another call) proves only that it is busy: the session is kept,
+        since reconnecting would stop the upstream under those calls, and pinged again until
+        it answers (the call is then sent) or has nothing in flight any more (it is then
+        replaced). The call is never sent on a session that has not answered: a wedged
+        upstream would hold it, AMBIGUOUS, where a wait before it leaves ends FAILED."""
+        while True:
+            busy: _Session | None = None
+            async with self._lock:
+                session = self._session
+                if session is not None:
+                    try:
+                        with anyio.fail_after(self.ping_timeout):
+                            await session.send_ping()
                         return session
-                    log.warning("upstream %s did not answer a ping (%s); reconnecting",
-                                self.target, _describe(err))
-                except Exception as err:
-                    log.warning("upstream %s did not answer a ping (%s); reconnecting",
-                                self.target, _describe(err))
+                    except TimeoutError as err:
+                        if session.busy and session is self._session:
+                            busy = session
+                        else:
+                            log.warning("upstream %s did not answer a ping (%s); reconnecting",
+                                        self.target, _describe(err))
+                    except Exception as err:
+                        log.warning("upstream %s did not answer a ping (%s); reconnecting",
+                                    self.target, _describe(err))
+                if busy is None:
+                    try:
+                        return await self._connect()
+                    except ConnectionError as err:
+                        raise eg.NotExecuted("the upstream refused before receiving the call: "
+                                             f"{err}", reason=str(err)) from err
+            # outside the lock: a wait for a busy upstream holds up no one else's
+            if await self._answers_while_busy(busy) and busy is self._session:
+                return busy
+
+    async def _answers_while_busy(self, session: _Session) -> bool:
+        """Ping ``session`` until it answers (True) or has nothing in flight any more, is
+        replaced or fails (False: :meth:`ready` then decides again)."""
+        log.warning("upstream %s is slow to answer a ping while it runs %d request(s); "
+                    "waiting, not reconnecting", self.target, session.busy)
+        while session.busy and session is self._session:
             try:
-                return await self._connect()
-            except ConnectionError as err:
-                raise eg.NotExecuted(f"the upstream refused before receiving the call: {err}",
-                                     reason=str(err)) from err
+                with anyio.move_on_after(self.ping_timeout) as waited:
+                    await session.send_ping()
+            except Exception:  # the connection failed: ready() finds out and reconnects
+                return False
+            if not waited.cancelled_caught:
+                return True
+        return False
 
     async def list_tools(self) -> list[types.Tool]:
         """Every tool the upstream offers (all pages)."""
@@ -343,8 +380,11 @@ class Upstream:
 
     # -- what the upstream asks and announces ----------------------------------------------
 
-    async def _ask(self, request: types.ServerRequest, result_type: type[R]) -> R | types.ErrorData:
+    def _count_asked(self) -> None:
         self.asked += 1
+
+    async def _ask(self, request: types.ServerRequest, result_type: type[R]) -> R | types.ErrorData:
+        self.asked += 1  # also counted on arrival (:class:`_Session`); only a change matters
         if self.peer is None:
             return types.ErrorData(code=types.INVALID_REQUEST, message="no client to ask")
         try:
@@ -377,7 +417,8 @@ class Upstream:
 
     async def _on_message(self, message: Any, session: _Session | None = None) -> None:
         if isinstance(message, Exception):
-            if session is not None and session is self._session and session.busy:
+            if session is not None and session is self._session and session.busy \
+                    and _may_be_an_answer(message):
                 # An answer the session cannot read may be the answer to a pending call,
                 # which would then wait forever (its heartbeat keeping the effect in flight):
                 # the connection is dropped, so every pending call ends (AMBIGUOUS: the
@@ -391,6 +432,21 @@ class Upstream:
             return
         if self.peer is not None:
             await self.peer.notify(message)
+
+
+def _may_be_an_answer(err: Exception) -> bool:
+    """Whether what the upstream sent and the session could not read may be the answer to a
+    request: not a line of plain text or a JSON value that is no response (a stray log line
+    a server prints to its stdout, which the session skipped and goes on reading past), but
+    an object that cannot be read (invalid UTF-8, nested too deep, cut short), one with an
+    ``id`` and a ``result`` or ``error``, or a failure of the transport itself."""
+    if not isinstance(err, ValidationError):
+        return True
+    errors = err.errors(include_url=False)
+    seen = errors[0].get("input") if errors else None
+    if isinstance(seen, str):
+        return seen.lstrip().startswith("{")
+    return isinstance(seen, dict) and "id" in seen and ("result" in seen or "error" in seen)
 
 
 class _RawResult(types.Result):
