@@ -33,8 +33,8 @@ def lapse_leases(gate: Gate, key: str | None = None, *,
     stopped long ago; a lease that already lapsed (an AMBIGUOUS effect its holder may still
     report on) moves further into the past, as time passing would move it. ``seconds_ago``:
     the lease lapsed that many seconds before now (inside a reconcile grace period, say), or
-    earlier if it already had; default: a million seconds earlier than it was. Returns how many leases moved. For tests
-    only."""
+    earlier if it already had; default: a million seconds earlier than it was. Returns how
+    many leases moved. For tests only."""
     params: dict[str, Any] = {"ns": gate.namespace}
     if seconds_ago is None:
         change = "lease_expires_at - 1000000"
