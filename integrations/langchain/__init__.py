@@ -630,9 +630,10 @@ class GatedTool(BaseTool):
         if isinstance(out, Refused):
             raise EffectRefusedToolError(out)
         call_id = _call_id_of(self._call_id, kwargs)
-        # A twin's answer (its leader's), or a stored one, as this call's own.
-        out = _readdressed(out, call_id, _state_of(self._call_id, kwargs), self.name,
-                           _same_call(self.inner, self._visible, self._gated.spec))
+        if out is not None and not isinstance(out, (str, list)):  # (a text: nothing to do)
+            # A twin's answer (its leader's), or a stored one, as this call's own.
+            out = _readdressed(out, call_id, _state_of(self._call_id, kwargs), self.name,
+                               _same_call(self.inner, self._visible, self._gated.spec))
         if self.response_format == "content_and_artifact" and isinstance(out, list):
             return tuple(out) if len(out) == 2 else (out, None)
         return out
@@ -1258,13 +1259,16 @@ def _middleware_class() -> type:
             except (ValidationError, V1ValidationError) as err:
                 return gated, shape, invalid_arguments(tool.name, err)
 
-        def _answer(self, out: Any, request: Any, same: _Same | None = None) -> Any:
+        def _answer(self, out: Any, request: Any, gated: GatedCall | None = None,
+                    visible: frozenset[str] | None = None) -> Any:
             call = request.tool_call
             if isinstance(out, Refused):
                 return ToolMessage(content=out.message, tool_call_id=call["id"],
                                    name=call["name"], status="error")
             if not isinstance(out, (str, list)) and out is not None:
                 # its own, a twin's leader's or a stored Command
+                same = None if gated is None else _same_call(request.tool, visible,
+                                                             gated.spec)
                 return _readdressed(out, call["id"], getattr(request, "state", None),
                                     call["name"], same)
             content = out if out is not None else TOOL_TEXTS["stored_none"]
@@ -1299,8 +1303,7 @@ def _middleware_class() -> type:
             with framework_context(*_context(config)):
                 out = self._pauser.settle(gated, run(gated, arguments), arguments, config,
                                           run, _validator(request.tool, shape.visible))
-            return self._answer(out, request, _same_call(request.tool, shape.visible,
-                                                         gated.spec))
+            return self._answer(out, request, gated, shape.visible)
 
         async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
             prepared = self._prepare(request)
@@ -1323,8 +1326,7 @@ def _middleware_class() -> type:
                 out = await self._pauser.asettle(gated, await run(gated, arguments), arguments,
                                                  config, run,
                                                  _validator(request.tool, shape.visible))
-            return self._answer(out, request, _same_call(request.tool, shape.visible,
-                                                         gated.spec))
+            return self._answer(out, request, gated, shape.visible)
 
     EffectGateMiddleware.__module__ = __name__
     return EffectGateMiddleware
