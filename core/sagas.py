@@ -171,16 +171,17 @@ def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindRe
     if record.compensation is None:
         report.irreversible.append(UnwindStep(**step, detail="no compensation declared"))
         return held
-    compensator = None if held is not None else gate.compensator_for(record.effect_type)
-    if compensator is None:
-        return _not_begun(gate, record, report, step, held, hand_off)
+    compensator = gate.compensator_for(record.effect_type)
+    if compensator is None or held is not None:
+        return _not_begun(gate, record, report, step, held, hand_off and compensator is None)
     return _compensate(gate, record, compensator, by, report, step)
 
 
 def _not_begun(gate: GateLike, record: EffectRecord, report: UnwindReport,
-               step: dict[str, Any], held: _Hold | None, hand_off: bool) -> _Hold | None:
-    """A step whose undo this unwind does not begin (held back, or no compensator here): what
-    its undo says if one was begun elsewhere (an earlier unwind, an agent over MCP)."""
+               step: dict[str, Any], held: _Hold | None, handed: bool) -> _Hold | None:
+    """A step whose undo this unwind does not begin (held back, or no compensator here;
+    ``handed``: the caller's to undo): what its undo says if one was begun elsewhere (an
+    earlier unwind, an agent over MCP)."""
     undo = _undo_of(gate, record)
     undo_id = None if undo is None else undo.effect_id
     if undo is not None and undo.state is State.COMMITTED:
@@ -194,15 +195,14 @@ def _not_begun(gate: GateLike, record: EffectRecord, report: UnwindReport,
             "is undone", compensation_effect_id=undo_id))
         return held if held is not None and not held.handed else _hold(record,
                                                                      undo.state.value)
-    mine = gate.compensator_for(record.effect_type) is not None
-    if held is not None and not (held.handed and hand_off and not mine):
+    if held is not None and not (held.handed and handed):
         report.unresolved.append(UnwindStep(**step, detail=held.text,
                                             compensation_effect_id=undo_id))
         return held
     report.failed.append(UnwindStep(
         **step, detail=f"no compensator registered for {record.effect_type}"))
-    if hand_off:  # the caller undoes it, after which the older steps may be undone
-        return held or _Hold(_holding(record, "left to the caller"), handed=True)
+    if handed:  # the caller undoes it, after which the older steps may be undone
+        return held or _hold(record, "left to the caller", handed=True)
     return None
 
 
@@ -233,15 +233,12 @@ _AS_SAID = {"blocked": "ambiguous", "in_flight": "in flight",
             "approval_required": "waiting for approval", "pending_approval": "waiting for approval"}
 
 
-def _holding(record: EffectRecord, what: str) -> str:
-    """Why the steps older than ``record`` are not undone now (``what``: its undo's state, or
-    what its ``begin`` answered)."""
-    return (f"held back: the undo of the newer step {record.key} is {_AS_SAID.get(what, what)};"
-            " settle it, then unwind again (undos run newest first)")
-
-
-def _hold(record: EffectRecord, what: str) -> _Hold:
-    return _Hold(_holding(record, what))
+def _hold(record: EffectRecord, what: str, *, handed: bool = False) -> _Hold:
+    """Why the steps older than ``record`` are not undone now (``what``: its undo's state,
+    what its ``begin`` answered, or who has it to do)."""
+    return _Hold(f"held back: the undo of the newer step {record.key} is "
+                 f"{_AS_SAID.get(what, what)}; settle it, then unwind again (undos run newest "
+                 "first)", handed)
 
 
 def compensation_key(key: str) -> str:
