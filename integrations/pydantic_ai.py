@@ -399,10 +399,8 @@ def _carries(gated: GatedCall, keyed: Any, given: Mapping[str, Any]) -> bool:
 def _not_carried() -> Refused:
     """The answer when the arguments the gate would key are not the ones the tool would get
     (a request approved meanwhile for the arguments it showed, the call edited since)."""
-    text = ("the call's arguments are not the ones the approval binds; nothing was carried "
-            "out")
-    error = EffectRefused(text, decision="denied", reason=text)
-    return Refused("denied", model_message("denied", None, error), error, None)
+    return Refused.of("denied", "the call's arguments are not the ones the approval binds; "
+                      "nothing was carried out")
 
 
 async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],

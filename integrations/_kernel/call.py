@@ -63,6 +63,16 @@ class Refused:
     error: BaseException
     key: str | None
 
+    @classmethod
+    def of(cls, kind: str, text: str, key: str | None = None, *,
+           approval_id: str | None = None) -> Refused:
+        """A refusal the adapter kernel decides itself (a reviewer's answer for another
+        request, an edit of a decided one ...): ``text`` is its reason, and the model is told
+        in the words of ``kind``."""
+        error = EffectRefused(text, key=key, decision=kind, reason=text,
+                              approval_id=approval_id)
+        return cls(kind, model_message(kind, key, error), error, key)
+
     def as_dict(self) -> dict[str, Any]:
         """Structured fields (for a tool result's raw output)."""
         out: dict[str, Any] = {"effectgate": self.kind, "key": self.key, "message": self.message}

@@ -28,12 +28,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from effectgate import ConfigError, EffectRefused
+from effectgate import ConfigError
 from effectgate.decide import APPROVAL_REQUESTED
 
 from .call import GatedCall, Refused
 from .review import Verdict, aapply, review_of
-from .vocabulary import model_message
 
 __all__ = ["Answer", "aresume", "claimed", "other_request"]
 
@@ -71,10 +70,8 @@ def claimed(payload: Any) -> tuple[str | None, str | None]:
 
 
 def other_request(key: str | None) -> Refused:
-    text = ("the answer names another approval request than this call's; nothing was "
-            "approved")
-    error = EffectRefused(text, key=key, decision="denied", reason=text)
-    return Refused("denied", model_message("denied", key, error), error, key)
+    return Refused.of("denied", "the answer names another approval request than this "
+                      "call's; nothing was approved", key)
 
 
 async def aresume(gated: GatedCall, arguments: Mapping[str, Any], answer: Answer,

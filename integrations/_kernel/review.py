@@ -56,7 +56,6 @@ from effectgate import (
     Decision,
     EffectGateError,
     EffectKeyError,
-    EffectRefused,
     Gate,
     InvalidTransition,
     PayloadError,
@@ -235,20 +234,14 @@ def _current_hash(gated: GatedCall, arguments: Mapping[str, Any]) -> str | None:
         return None
 
 
-def _refusal(kind: str, key: str, text: str) -> Refused:
-    error = EffectRefused(text, key=key, decision=kind, reason=text)
-    return Refused(kind, model_message(kind, key, error), error, key)
-
-
 def _mismatch(review: Review, what: str) -> Refused:
-    return _refusal("denied", review.key,
-                    f"the reviewer's answer was for {what} than this call's; nothing was "
-                    "approved")
+    return Refused.of("denied", f"the reviewer's answer was for {what} than this call's; "
+                      "nothing was approved", review.key)
 
 
 def _rejected(review: Review, verdict: Verdict) -> Refused:
     why = f"rejected by {verdict.by}" + (f": {verdict.message}" if verdict.message else "")
-    return _refusal("denied", review.key, why)
+    return Refused.of("denied", why, review.key)
 
 
 def _approval_id(out: Any) -> str | None:
@@ -321,11 +314,9 @@ def replaced_by(gate: GateLike, record: ApprovalRecord, key: str) -> bool:
 
 def decided(record: ApprovalRecord) -> Refused:
     """The answer to arguments other than the ones a decided request binds: nothing runs."""
-    text = (f"approval {record.approval_id} was already decided ({record.state.value}); "
-            "arguments other than the ones it showed are not carried out")
-    error = EffectRefused(text, key=record.key, decision="denied", reason=text,
-                          approval_id=record.approval_id)
-    return Refused("denied", model_message("denied", record.key, error), error, record.key)
+    return Refused.of("denied", f"approval {record.approval_id} was already decided "
+                      f"({record.state.value}); arguments other than the ones it showed are "
+                      "not carried out", record.key, approval_id=record.approval_id)
 
 
 Run = Callable[[GatedCall, Mapping[str, Any]], Any]
