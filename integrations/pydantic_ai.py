@@ -512,7 +512,7 @@ def _returns(function: Callable[..., Any]) -> Any:
     return annotation
 
 
-_TOOL_RETURN_FIELDS = frozenset(TypeAdapter(ToolReturn).json_schema()["properties"])
+_TOOL_RETURN_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolReturn))
 """The fields of a ``ToolReturn``'s JSON: a stored dict with any other key is a tool's own
 dict (one that happens to say ``"kind": "tool-return"``), kept as it is."""
 
