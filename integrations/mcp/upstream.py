@@ -316,15 +316,13 @@ class Upstream:
                         with anyio.fail_after(self.ping_timeout):
                             await session.send_ping()
                         return session
-                    except TimeoutError as err:
-                        if session.busy and session is self._session:
-                            busy = session
+                    except Exception as err:
+                        if isinstance(err, TimeoutError) and session.busy \
+                                and session is self._session:
+                            busy = session  # busy, not gone: kept (see above)
                         else:
                             log.warning("upstream %s did not answer a ping (%s); reconnecting",
                                         self.target, _describe(err))
-                    except Exception as err:
-                        log.warning("upstream %s did not answer a ping (%s); reconnecting",
-                                    self.target, _describe(err))
                 if busy is None:
                     try:
                         return await self._connect()
