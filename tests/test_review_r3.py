@@ -11,9 +11,10 @@ Each test failed on the code the review read, for the reason its docstring gives
   takes the row, then the counters: 40P01, and the victim was the holder's report, whose
   outcome was lost. A transaction the server aborts whole is now run once more.
 
-One is not fixed, and stays ``xfail(strict=True)``: Postgres computes an INSERT's VALUES
-before it waits on the unique index, so a reservation that waited there on another's insert
-(rolled back) is still told EXECUTE on a lease counted from before the wait.
+* Postgres computes an INSERT's VALUES before it waits on the unique index, so a
+  reservation that waited there on another's insert (rolled back) was told EXECUTE on a lease
+  counted from before the wait. Each generated reservation function now restarts the lease
+  from the clock after its insert, while the row is still its own transaction's.
 """
 
 from __future__ import annotations
@@ -111,31 +112,46 @@ def pg_namespace() -> str:
     return f"{TEST_PREFIX}{uuid.uuid4().hex[:12]}"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the insert's lease is computed before its unique-index wait")
+# The three generated functions: bare (no optional field), full, and governed (a budget).
+_RESERVATIONS = {
+    "bare": ({}, False),
+    "full": ({"run_id": "r1"}, False),
+    "governed": ({"run_id": "r1", "estimated_cost_micros": 1_000},
+                 {"effects": {"t.x": {"budget": {"per_run_micros": 10_000_000}}}}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_RESERVATIONS))
 def test_a_reservation_that_waited_on_a_rolled_back_insert_gets_its_whole_lease(
-        pg_namespace: str) -> None:
+        pg_namespace: str, kind: str) -> None:
     """Another transaction inserted the same key and rolls back 1.5 s later (a worker that
     died mid-transaction, a deadlock victim): the reservation waits on the unique index, then
-    inserts. Its lease must run ``lease_seconds`` from then; today it was computed before the
-    wait, so the caller is told EXECUTE on a lease already over (a read sees it AMBIGUOUS)."""
+    inserts. Its lease must run ``lease_seconds`` from then, in the row and in the answer; it
+    was computed before the wait, so the caller was told EXECUTE on a lease already over (a
+    read saw it AMBIGUOUS)."""
     import psycopg
 
-    gate = eg.Gate(PG_URL, namespace=pg_namespace, policy=False, lease_seconds=1)
+    fields, policy = _RESERVATIONS[kind]
+    gate = eg.Gate(PG_URL, namespace=pg_namespace, policy=policy, lease_seconds=1)
     admin = psycopg.connect(_raw(), autocommit=True)
     side = psycopg.connect(_raw())
     try:
-        gate.begin(effect_type="t.x", key="warm", payload={})
+        gate.begin(effect_type="t.x", key="warm", payload={}, **fields)
         side.execute("INSERT INTO effectgate_effects (namespace, key, effect_type, payload_hash, "
                      "state, attempt, token, created_at, updated_at) SELECT namespace, 'k', "
                      "effect_type, payload_hash, 'pending_approval', 1, 1, created_at, "
                      "updated_at FROM effectgate_effects WHERE namespace = %s AND key = 'warm'",
                      (pg_namespace,))
         threading.Timer(1.5, side.rollback).start()
-        d = gate.begin(effect_type="t.x", key="k", payload={})
-        left = (d.lease_expires_epoch or 0.0) - _clock(admin)
+        d = gate.begin(effect_type="t.x", key="k", payload={}, **fields)
+        now = _clock(admin)
+        stored = admin.execute("SELECT lease_expires_at FROM effectgate_effects WHERE "
+                               "namespace = %s AND key = 'k'", (pg_namespace,)).fetchone()[0]
         assert d.decision is eg.Decision.EXECUTE
+        left = (d.lease_expires_epoch or 0.0) - now
         assert left > 0.5, f"EXECUTE with {left:.2f}s of a 1 s lease left"
+        assert stored == pytest.approx(d.lease_expires_epoch, abs=1e-6)
+        assert gate.get("k").state is eg.State.IN_FLIGHT  # not read as lapsed
     finally:
         gate.close()
         side.close()

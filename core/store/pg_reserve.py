@@ -23,9 +23,14 @@ from typing import Any
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.sqltypes import NullType
 
+from .schema import effects
+
 __all__ = ["ReserveFunction"]
 
 _BIND = re.compile(r"%\((\w+)\)s")
+# Seconds of a new lease that may pass between computing it and the insert's end (the
+# statement's own work) before the lease is restarted from the clock.
+_LOST_LEASE = 0.01
 
 
 def _literal(value: Any) -> str:
@@ -84,11 +89,11 @@ class ReserveFunction:
             return _BIND.sub(swap, sql)
 
         signature = [f"p_{name} {kind}" for name, kind in params.items()]
-        declare = charge = ""
+        declare, charge = "DECLARE\n  v_clock double precision;\n", ""
         if charges is not None:
             signature += ["p_scope_keys text[]", "p_limits bigint[]", "p_per_day boolean[]"]
-            declare = ("DECLARE\n  v_key text;\n  v_spent bigint;\n"
-                       "  v_keys text[] := '{}';\n  v_budget_keys text;\n")
+            declare += ("  v_key text;\n  v_spent bigint;\n"
+                        "  v_keys text[] := '{}';\n  v_budget_keys text;\n")
             charge = (
                 "  FOR i IN 1 .. coalesce(array_length(p_scope_keys, 1), 0) LOOP\n"
                 "    v_key := NULL;\n"
@@ -111,9 +116,25 @@ class ReserveFunction:
         # A governed reservation that charged and then found the key taken (another writer
         # inserted it since the read) raises, so its charges roll back: they would be
         # recorded on no effect, and never released.
-        taken = ("  IF NOT FOUND THEN\n    RAISE EXCEPTION USING ERRCODE = 'EGDUP',\n"
-                 "      MESSAGE = 'effectgate: the key was taken';\n  END IF;\n"
-                 ) if charges is not None else ""
+        taken = ("    RAISE EXCEPTION USING ERRCODE = 'EGDUP',\n"
+                 "      MESSAGE = 'effectgate: the key was taken';\n"
+                 ) if charges is not None else "    RETURN;\n"
+        # Postgres computes an insert's values before it waits on the unique index for another
+        # writer's uncommitted insert of the key (a worker that died mid-transaction): had
+        # that one rolled back after a wait, the lease would be told out shortened by it, or
+        # already over. The row is still this transaction's alone, so its lease is restarted
+        # from the clock after the wait, before anyone can read it.
+        outs, table = ", ".join(name for name, _ in columns), effects.name
+        restart = (
+            "  v_clock := CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION);\n"
+            f"  IF lease_expires_at < v_clock + p_lease_seconds - {_LOST_LEASE} THEN\n"
+            "    lease_expires_at := v_clock + p_lease_seconds;\n"
+            "    now := v_clock;\n"
+            f"    UPDATE {table} SET lease_expires_at = v_clock + p_lease_seconds\n"
+            f"      WHERE {table}.namespace = p_namespace AND {table}.key = p_key;\n"
+            "  END IF;\n"
+            "  RETURN NEXT;\n"
+        )
         self.params = params
         returns = ", ".join(f"{name} {kind}" for name, kind in columns)
         source = (
@@ -122,8 +143,9 @@ class ReserveFunction:
             f"  RETURN QUERY {body(compiled[0].string)};\n"
             "  IF FOUND THEN RETURN; END IF;\n"
             f"{charge}"
-            f"  RETURN QUERY {body(compiled[1].string)};\n"
-            f"{taken}END\n$effectgate$"
+            f"  {body(compiled[1].string)} INTO {outs};\n"
+            f"  IF NOT FOUND THEN\n{taken}  END IF;\n"
+            f"{restart}END\n$effectgate$"
         )
         self.name = prefix + hashlib.sha256(source.encode()).hexdigest()[:12]
         self.ddl = f"CREATE OR REPLACE FUNCTION {self.name}{source}"
