@@ -60,6 +60,7 @@ log = logging.getLogger("effectgate")
 _MAX_STEPS = 16
 _REDACTED = "[redacted]"
 _AMBIGUOUS = State.AMBIGUOUS
+_LOST = "the reservation's reply was lost and the key could not be read back: never ran"
 
 _new = tuple.__new__
 Flow = Generator[Command, Any, Any]
@@ -363,16 +364,36 @@ class BeginFlow:
 
     def begin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store (sync callers)."""
-        done: BeginDecision = _drive.drive(begin_steps(self.parts, req, self._secrets()),
-                                           self._store, self.observe)
+        secret = self._secrets()
+        try:
+            done: BeginDecision = _drive.drive(begin_steps(self.parts, req, secret),
+                                               self._store, self.observe)
+        except StoreError as err:
+            self._release_lost(err, req, secret)
+            raise
         return done
 
     async def abegin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store's async face (async callers)."""
-        done: BeginDecision = await _drive.adrive(
-            begin_steps(self.parts, req, self._secrets()), self._store, self.astore,
-            self.observe)
+        secret = self._secrets()
+        try:
+            done: BeginDecision = await _drive.adrive(
+                begin_steps(self.parts, req, secret), self._store, self.astore, self.observe)
+        except StoreError as err:
+            self._release_lost(err, req, secret)
+            raise
         return done
+
+    def _release_lost(self, err: StoreError, req: Request, secret: LeaseSecret) -> None:
+        """A begin that gave up unsure whether its reservation was written (its reply lost,
+        the key unreadable after): the body never ran, so the reservation, if it was made, is
+        released FAILED by a thread of its own once the key can be read (never left to lapse
+        into AMBIGUOUS, for an operator). Only a row still IN_FLIGHT under ``secret``, which
+        no one else holds, is released."""
+        if err.outcome_unknown and secret.issued:
+            from .store.abandoned import release_lost  # asyncio with it: only after a loss
+
+            release_lost(self._store, req.namespace, req.key, secret, _LOST)
 
     def reconcile(self, row: EffectHead, *, by: str | None = None) -> EffectHead | None:
         """Ask the hook now (for an operator ``by``): the row after its verdict, or None."""

@@ -236,3 +236,42 @@ def test_an_approved_begin_whose_reply_was_lost_runs_on_its_approval(
     assert gate.approval(asked.approval_id).state is eg.ApprovalState.CONSUMED
     report(gate, caller, d, {"refund_id": "re_1"})
     assert begin(gate, caller).decision is eg.Decision.DUPLICATE
+
+
+def test_a_reservation_whose_read_back_failed_too_is_released(make_gate: Any,
+                                                              caller: str) -> None:
+    """The reply was lost and the read-back failed as well (the store went away for a
+    moment): the begin raises, unsure, and the body never runs. The reservation it made is
+    then released FAILED by a thread of its own once the key can be read, not left to lapse
+    into AMBIGUOUS for an operator; the retry runs."""
+    import time
+
+    gate = make_gate(lease_seconds=30)
+    store, face = gate.store, gate.store.async_face()
+    sync_fetch, async_fetch = store.fetch, face.fetch
+
+    def fetch(*args: Any, **kwargs: Any) -> Any:
+        store.fetch = sync_fetch  # type: ignore[method-assign]
+        raise eg.StoreError("the store went away (test)", outcome_unknown=True)
+
+    async def afetch(*args: Any, **kwargs: Any) -> Any:
+        face.fetch = async_fetch  # type: ignore[method-assign]
+        raise eg.StoreError("the store went away (test)", outcome_unknown=True)
+
+    def lost_read_back() -> None:
+        store.fetch = fetch  # type: ignore[method-assign]
+        if not store.is_sqlite:  # SQLite's async face reads through the sync store
+            face.fetch = afetch  # type: ignore[method-assign]
+
+    fired = lose_the_reservation_reply(gate, lost_read_back)
+    with pytest.raises(eg.StoreError) as raised:
+        begin(gate, caller)
+    assert fired and raised.value.outcome_unknown
+    end = time.monotonic() + 5
+    while gate.get(KEY).state is not eg.State.FAILED and time.monotonic() < end:
+        time.sleep(0.02)
+    row = gate.get(KEY)
+    assert row.state is eg.State.FAILED, row
+    assert "never ran" in (row.error or "")
+    d = begin(gate, caller)
+    assert d.decision is eg.Decision.EXECUTE and d.attempt == 2

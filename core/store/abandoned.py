@@ -72,9 +72,10 @@ async def abandonable(store: Store, secret: LeaseSecret, write: Callable[[], T])
         raise
 
 
-def release(store: Store, secret: LeaseSecret, value: Any) -> bool:
-    """Record FAILED the reservation ``value`` (a reserve's row or a move's) holds with
-    ``secret``, if it holds one; whether it did. Never raises: at worst the lease lapses."""
+def release(store: Store, secret: LeaseSecret, value: Any, error: str = ABANDONED) -> bool:
+    """Record FAILED (with ``error``) the reservation ``value`` (a reserve's row or a move's)
+    holds with ``secret``, if it holds one; whether it did. Never raises: at worst the lease
+    lapses."""
     row = value.row if isinstance(value, Moved) else value
     if not (isinstance(row, EffectHead) and row.state is State.IN_FLIGHT
             and secret.issued and row.lease_secret == secret.hash):
@@ -82,30 +83,34 @@ def release(store: Store, secret: LeaseSecret, value: Any) -> bool:
     try:
         done = store.record_outcome(
             row.namespace, Lease(row.key, row.token, secret.raw), Outcome.FAILED, result=None,
-            error=ABANDONED, reason=None, note=None, actual_cost_micros=None, spends=None)
+            error=error, reason=None, note=None, actual_cost_micros=None, spends=None)
     except Exception as err:  # the lease lapses to AMBIGUOUS instead: safe, only slower
-        log.warning("could not release %s (%s): %s", row.key, ABANDONED, err)
+        log.warning("could not release %s (%s): %s", row.key, error, err)
         return False
     if done is not None:
-        log.info("released %s: %s", row.key, ABANDONED, extra={"key": row.key})
+        log.info("released %s: %s", row.key, error, extra={"key": row.key})
     return done is not None
 
 
-def release_lost(store: Store, namespace: str, key: str, secret: LeaseSecret) -> None:
-    """On a thread of its own: release the reservation a cancelled native-async write of
-    ``key`` with ``secret``, already sent, may have committed."""
+def release_lost(store: Store, namespace: str, key: str, secret: LeaseSecret,
+                 error: str = ABANDONED) -> None:
+    """On a thread of its own: release the reservation a write of ``key`` with ``secret``,
+    already sent, may have committed, though its caller never got (or never took) the answer:
+    a cancelled native-async write, or a ``begin`` that lost the reply and could not read the
+    key back."""
     if secret.issued:
-        _in_thread(_read_and_release, store, namespace, key, secret)
+        _in_thread(_read_and_release, store, namespace, key, secret, error)
 
 
-def _read_and_release(store: Store, namespace: str, key: str, secret: LeaseSecret) -> None:
+def _read_and_release(store: Store, namespace: str, key: str, secret: LeaseSecret,
+                      error: str) -> None:
     for wait in (0.0, _READ_AGAIN_AFTER):
         time.sleep(wait)
         try:
             row = store.fetch(namespace, key)
         except Exception:
-            return
-        if row is not None and release(store, secret, row):
+            continue  # the store may be back by the second look
+        if row is not None and release(store, secret, row, error):
             return
 
 
