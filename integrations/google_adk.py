@@ -20,22 +20,27 @@ With ``on_refusal="raise"`` refusals and unknown outcomes are raised: ADK hands 
 ``on_tool_error`` callbacks and, unanswered, ends the run. The session id becomes the effect's
 ``run_id`` and the agent's name its ``agent_id``. A sync function's reservation, call and
 outcome run on one worker thread (the event loop is never blocked by the store); an async one
-is awaited on the loop.
+(or a ``def`` wrapping one, as ADK tells them apart) is awaited on the loop, and so is an
+awaitable a ``def`` returns (ADK awaits it too) before the outcome is recorded.
 
-What the tool's answer means: the gated tool's ``func`` is its function wrapped so that every
-call of it is seen, whoever makes it (ADK's ``run_async``, a subclass's own, on ADK's tool
-threads), with the same declaration. The answer is the result (COMMITTED) when the function
-was called and answered. A call that asked the user first (``request_confirmation`` or
-``request_credential``: ADK's own ``require_confirmation``, or the function itself, as ADK's
-confirmation sample does) has done nothing: FAILED, ADK's answer goes to the model as it
-would, and the call ADK makes again once answered runs. An answer with no call of the
-function seen is FAILED for ADK's own tool classes (an ``AuthenticatedFunctionTool`` asking
-for credentials: every path of theirs calls ``func``) and AMBIGUOUS for a subclass's
-``run_async`` (it may have reached the function another way). A function error the tool
-swallowed (``GoogleTool`` answers any exception ``{"status": "ERROR", ...}``) is classified
-as the body's error — AMBIGUOUS unless it says nothing happened (``NotExecuted``, a
-classifier) — and an answer the tool's class flags as an error (it defines its own
-``_detect_error_in_response``, as GoogleTool does) is AMBIGUOUS: the write may have happened.
+What the tool's answer means: the gated tool's ``func`` is its function wrapped so that
+every call of it is seen, whoever makes it (ADK's ``run_async``, a subclass's own, on ADK's
+tool threads), with the same declaration. The answer is the result (COMMITTED) when the
+function was called and answered. A call that asked the user first (``request_confirmation``
+or ``request_credential``: ADK's own ``require_confirmation``, or the function itself, as
+ADK's confirmation sample does) has done nothing: FAILED, ADK's answer goes to the model as
+it would, and the call ADK makes again once answered runs. When that answer is no, the
+function itself decides what the no means, so its answer is its result (COMMITTED) unless it
+says nothing happened (raise ``NotExecuted``): a no is no proof that a function did nothing,
+and FAILED would let its retry act again. An answer with
+no call of the function seen is FAILED for ADK's own tool classes (an
+``AuthenticatedFunctionTool`` asking for credentials: every path of theirs calls ``func``)
+and AMBIGUOUS for a subclass's ``run_async`` (it may have reached the function another way).
+A function error the tool swallowed (``GoogleTool`` answers any exception ``{"status":
+"ERROR", ...}``) is classified as the body's error — AMBIGUOUS unless it says nothing
+happened (``NotExecuted``, a classifier) — and an answer the tool's class flags as an error
+(it defines its own ``_detect_error_in_response``, as GoogleTool does) is AMBIGUOUS: the
+write may have happened.
 
 **Approvals pause the run** through ADK's tool confirmation: a call the policy sends for
 approval calls ``tool_context.request_confirmation(hint=..., payload={"effectgate":
@@ -53,23 +58,28 @@ name and arguments against the session history and calls the tool again with
 * otherwise ``confirmed=True`` records the approval (by ``approver=``, default
   :data:`DEFAULT_APPROVER`) for the payload hash of the arguments the call brings and executes
   them once; ``confirmed=False`` records the denial (``gate.deny``), and it stays denied;
+* a confirmation payload whose ``arguments`` differ from those the pause showed (an edit)
+  approves nothing: the model is told so, and the request waits;
 * the answer is bound to the request its pause showed, as the session recorded it (the
   ``adk_request_confirmation`` call's payload, kept server-side): a pending request other than
   that one (opened after the shown one expired, by this resume or a replay of it) is not
   approved, and the model is told it waits; a confirmation payload that echoes an
   ``effectgate`` approval id or payload hash must name that request too;
+* a no in the reply to a request refuses it, whatever the same reply says to another pause
+  on that request (two identical calls in one turn each pause on it);
 * a replayed resume (the same session snapshot restored elsewhere: ADK drops a consumed
   confirmation only within one session) gets the stored result, not a second refund.
 
 This is **prevention**: the approval binds the payload hash of the arguments that execute.
-ADK's confirmation carries no edit: to change the arguments, reject and let the model call
-again. ``pause=False`` keeps the plain answer (text with the approval id). A tool's own
-``require_confirmation`` still applies: ADK asks first, before the gate can show its request,
-so that yes answers the gate's request only if the run had been told of that request before
-ADK asked (a "WAITING FOR APPROVAL … approval id …" answer earlier in the same session, in the
-session's own order: no clock is compared, and the client's payload is not asked): the first
-yes meets the request its own call opens, which waits (the model is told so); the call made
-again is asked again, and that yes approves it.
+ADK's confirmation carries no edit (one in the payload's ``arguments`` is refused, never
+executed): to change the arguments, reject and let the model call again. ``pause=False``
+keeps the plain answer (text with the approval id). A tool's own ``require_confirmation``
+still applies: ADK asks first, before the gate can show its request, so that yes answers the
+gate's request only if the run had been told of that request before ADK asked (a "WAITING
+FOR APPROVAL … approval id …" answer earlier in the same session, in the session's own
+order: no clock is compared, and the client's payload is not asked): the first yes meets the
+request its own call opens, which waits (the model is told so); the call made again is asked
+again, and that yes approves it.
 
 Not offered, and why: ``before_tool_callback`` can answer a duplicate from the store, and
 ``after_tool_callback`` / ``on_tool_error_callback`` can record the outcome, but between the
@@ -116,6 +126,7 @@ with requires_extra("google_adk", "google-adk"):
     from google.adk.tools._function_tool_declarations import get_callable_name
     from google.adk.tools.base_tool import BaseTool
     from google.adk.tools.function_tool import FunctionTool
+    from google.adk.tools.tool_confirmation import ToolConfirmation
     from google.adk.tools.tool_context import ToolContext
     from google.adk.utils._callable_utils import get_callable_doc, unwrap_callable
 
@@ -177,11 +188,12 @@ class _Gated:
         session = getattr(tool_context, "session", None)
         with framework_context(getattr(session, "id", None),
                                getattr(tool_context, "agent_name", None)):
-            run = self._runner(tool_context)
             confirmation = getattr(tool_context, "tool_confirmation", None)
+            said_no = confirmation is not None and not confirmation.confirmed
+            run = self._runner(tool_context)
             try:
                 if confirmation is not None and self._effectgate_pause:
-                    shown, told = _paused_on(tool_context)
+                    shown, told, nays = _paused_on(tool_context)
                     try:
                         approval_id, digest = claimed(confirmation.payload)
                         shown_id, shown_digest = claimed(shown)
@@ -190,8 +202,15 @@ class _Gated:
                     if (shown_id is not None and approval_id not in (None, shown_id)) or (
                             shown_digest is not None and digest not in (None, shown_digest)):
                         out = other_request(None)  # the session showed another request
+                    elif shown_id is not None and not said_no and \
+                            _edited(confirmation.payload, shown):
+                        out = Refused.of("denied", "the answer changes the arguments its "
+                                         "request showed; nothing was approved: to change them, "
+                                         "reject it and call the tool again")
                     else:  # the session's record binds the answer, never the client's say
-                        answer = Answer(bool(confirmation.confirmed), self._effectgate_approver,
+                        # A no to the same request in the same reply (twin calls) wins.
+                        answer = Answer(not said_no and shown_id not in nays,
+                                        self._effectgate_approver,
                                         approval_id=shown_id, payload_hash=shown_digest,
                                         told=None if shown_id else told)
                         out = await aresume(gated, arguments, answer, run)
@@ -258,31 +277,58 @@ class _Gated:
 _APPROVAL_ID = re.compile(r"\bapr_[0-9a-f]{20}\b")
 
 
-def _paused_on(tool_context: ToolContext) -> tuple[Any, frozenset[str] | None]:
+def _paused_on(tool_context: ToolContext) -> tuple[Any, frozenset[str] | None, frozenset[str]]:
     """(the payload of the confirmation this call paused on, the approval ids the run was
-    told of before it was asked), as the session recorded them: the ``adk_request_confirmation``
-    call ADK made for this function call id — written by the pause and kept server-side,
-    never the client's say — and the tool answers before it. (None, None) when there is none.
-    A confirmation ADK asked for itself (a tool's own ``require_confirmation``) carries no
-    effectgate payload: what the run had been told (a "WAITING FOR APPROVAL … approval id …"
-    answer) is then all that ties the human's yes to a request — in the session's own order,
-    no clock compared."""
+    told of before it was asked, the approval ids the reply resuming it says no to), as the
+    session recorded them: the ``adk_request_confirmation`` call ADK made for this function
+    call id — written by the pause and kept server-side, never the client's say — the tool
+    answers before it, and the last user reply's answers to the confirmations that showed a
+    request (a no to one of twin pauses on one request refuses it for both). (None, None,
+    ...) when there is none. A confirmation ADK asked for itself (a tool's own
+    ``require_confirmation``) carries no effectgate payload: what the run had been told (a
+    "WAITING FOR APPROVAL … approval id …" answer) is then all that ties the human's yes to a
+    request — in the session's own order, no clock compared."""
     call_id = getattr(tool_context, "function_call_id", None)
     session = getattr(tool_context, "session", None)
     found: tuple[Any, frozenset[str]] | None = None
     told: set[str] = set()
+    showed: dict[str, str] = {}  # confirmation call id -> the approval id it showed
+    nays: frozenset[str] = frozenset()
     for event in getattr(session, "events", None) or ():
         for call in event.get_function_calls() or ():
             args = call.args if call.name == "adk_request_confirmation" else None
             original = args.get("originalFunctionCall") if isinstance(args, dict) else None
+            shown = args.get("toolConfirmation") if isinstance(args, dict) else None
+            payload = shown.get("payload") if isinstance(shown, dict) else None
+            gate_said = payload.get("effectgate") if isinstance(payload, dict) else None
+            if isinstance(gate_said, dict) and isinstance(gate_said.get("approval_id"), str):
+                showed[str(call.id)] = gate_said["approval_id"]
             if isinstance(original, dict) and call_id is not None and \
                     original.get("id") == call_id:
-                shown = args.get("toolConfirmation")  # type: ignore[union-attr]
-                found = (shown.get("payload") if isinstance(shown, dict) else None,
-                         frozenset(told))
-        for response in event.get_function_responses() or ():
+                found = (payload, frozenset(told))
+        responses = event.get_function_responses() or ()
+        if event.author == "user" and responses:
+            nays = frozenset(showed[str(r.id)] for r in responses
+                             if str(r.id) in showed and not _confirmed(r))
+        for response in responses:
             told.update(_APPROVAL_ID.findall(str(getattr(response, "response", ""))))
-    return found if found is not None else (None, None)
+    shown, before = found if found is not None else (None, None)
+    return shown, before, nays
+
+
+def _edited(answered: Any, shown: Any) -> bool:
+    """Whether a confirmation's payload carries arguments other than those its pause showed
+    (``{"arguments": ...}``, as the pause's payload has them): ADK executes the call's own."""
+    return isinstance(answered, Mapping) and "arguments" in answered and \
+        answered["arguments"] != (shown.get("arguments") if isinstance(shown, Mapping) else None)
+
+
+def _confirmed(response: Any) -> bool:
+    """Whether a reply to ``adk_request_confirmation`` says yes (read as ADK reads it)."""
+    try:
+        return bool(ToolConfirmation.from_response_dict(response.response or {}).confirmed)
+    except (ValueError, TypeError):  # ADK refuses the reply: no yes
+        return False
 
 
 class _Watch:
@@ -401,6 +447,12 @@ def _asked_user(tool_context: ToolContext) -> bool:
         for requests in ("requested_tool_confirmations", "requested_auth_configs"))
 
 
+def _unless_answered(tool_context: ToolContext, answer: Any) -> None:
+    """Raise :class:`_NothingDone` for a call that asked the user first."""
+    if _asked_user(tool_context):
+        raise _NothingDone(answer, "the call asked the user first; it runs once answered")
+
+
 def _outcome(tool: Any, watch: _Watch, answer: Any, tool_context: ToolContext) -> Any:
     """``answer``, the tool's own answer, as the gate records it: the result (COMMITTED), or
     raised for a call that is not one:
@@ -423,8 +475,7 @@ def _outcome(tool: Any, watch: _Watch, answer: Any, tool_context: ToolContext) -
         return answer  # a stream not run yet (live mode): the gate refuses unfinished work
     if watch.raised is not None:
         raise watch.raised
-    if _asked_user(tool_context):
-        raise _NothingDone(answer, "the call asked the user first; it runs once answered")
+    _unless_answered(tool_context, answer)
     name = tool._effectgate.tool_name
     if not watch.called:
         if _adk_own(tool._effectgate_base) and tool.func is tool._effectgate_watched:
@@ -459,25 +510,35 @@ def _flags_errors(cls: type[FunctionTool]) -> bool:
 
 def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] | None:
     """The plain sync function called with its arguments (ADK's own context parameter
-    injected), to run with the gate on one worker thread; None for anything else (async,
-    generators, a subclass's own ``run_async``, a tool confirmation of its own to ask)."""
+    injected), to run with the gate on one worker thread; None for anything else (async, or a
+    ``def`` wrapping an async function, as ADK tells them apart; generators, a subclass's own
+    ``run_async``, a tool confirmation of its own to ask). An awaitable it returns is awaited
+    on the run's event loop, as ADK awaits it, before the gate records the outcome."""
     func = tool._effectgate_func
+    unwrapped = getattr(tool._spec, "unwrapped_func", func)
     if tool._effectgate_base is not FunctionTool or not inspect.isfunction(func) \
-            or inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func) \
-            or inspect.isasyncgenfunction(func) or tool._require_confirmation \
-            or _positional_only(func):
+            or any(check(f) for f in (func, unwrapped) for check in (
+                inspect.iscoroutinefunction, inspect.isgeneratorfunction,
+                inspect.isasyncgenfunction)) \
+            or tool._require_confirmation or _positional_only(func):
         return None
     prepare = getattr(tool, "_prepare_invocation_args", None)
     if prepare is None:
         return None
+    loop = asyncio.get_running_loop()
 
     def call(arguments: Any) -> Any:
         answer = func(**prepare(dict(arguments), tool_context))
-        if _asked_user(tool_context):
-            raise _NothingDone(answer, "the call asked the user first; it runs once answered")
+        if inspect.isawaitable(answer):
+            answer = asyncio.run_coroutine_threadsafe(_awaited(answer), loop).result()
+        _unless_answered(tool_context, answer)
         return answer
 
     return call
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 def _positional_only(func: Callable[..., Any]) -> bool:
