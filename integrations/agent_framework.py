@@ -12,9 +12,16 @@ approval requests.
   identical calls in one turn run once and both get the result. Every other answer is the
   tool result the model reads (wait, do not retry, ask a human). The outcome is the function's:
   a call whose function never ran — a later middleware answered for it (a rate limiter, a
-  guardrail), or the framework refused it first (``max_invocations`` reached) — is recorded
-  FAILED and answered as it would be without the gate; to see that, a gated tool's function is
-  wrapped in place, once (as ``agent_framework.security`` wraps functions to label results).
+  guardrail), the framework refused it first (``max_invocations`` reached), or it was
+  cancelled first (the framework cancels a turn's other calls on a ``MiddlewareFailure``) —
+  is recorded FAILED and answered as it would be without the gate; to see that, a gated
+  tool's function is wrapped in place, once (as ``agent_framework.security`` wraps functions
+  to label results). The wrapper also checks that the function is entered with the arguments
+  the call was keyed on: a call whose arguments a later middleware changed does not run
+  (FAILED). A function that returned is the call's outcome (COMMITTED) even when a later
+  middleware then raises; that error is raised on as without the gate, and so are the
+  framework's own signals (``MiddlewareFailure``, ``UserInputRequiredException``) from the
+  function, once its outcome is recorded.
   The tool definitions are untouched: the model is sent exactly what it would be sent without
   the gate. Installed twice on one call (at the agent and again at the run) the middleware
   gates it once; two different ``EffectGateMiddleware`` gating one call are refused
@@ -58,7 +65,8 @@ session=session)``:
   call's are — pass ``tool=`` in a process where this middleware has not gated a call of it
   and its arguments are not plain JSON) and returns the
   ``function_approval_response``; ``gate_mw.reject(request, by=..., reason=...)`` records the
-  denial (it stays denied) and returns the rejecting response. The framework never calls a
+  denial (it stays denied) and returns the rejecting response (``InvalidTransition`` for a
+  request the store approved: that approval stands). The framework never calls a
   rejected function, nor its middleware: a bare ``request.to_function_approval_response(False)``
   leaves the store's request pending (nothing runs; it expires);
 * a bare ``request.to_function_approval_response(True)`` is the framework's own approval: when
@@ -77,7 +85,11 @@ resume: a call whose JSON would not validate back to the same arguments (a valid
 changes its value) is not paused but answered in text with the approval id, to be approved in
 the CLI or the console. The approval response carries no edit: to change the arguments, reject
 and let the model call again. ``pause=False`` keeps the plain answer (text with the approval
-id). A tool's own ``approval_mode="always_require"`` still applies first.
+id). A tool's own ``approval_mode="always_require"`` still applies first. Where a
+``ToolApprovalMiddleware`` runs, whose standing rules and ``auto_approval_rules`` answer
+requests with no human (indistinguishably from a person's answer), only the store's decision
+counts (:meth:`approve`, the CLI, the console): a request answered otherwise is told in text
+and waits.
 
 It rests on ``MiddlewareBundle``, which agent-framework-core 1.23 marks experimental; install
 the bundle at the agent (a chat client installs only chat and function middleware and refuses
@@ -138,15 +150,18 @@ with requires_extra("agent_framework", "agent-framework"):
     from agent_framework import (
         AgentMiddleware,
         Content,
+        FunctionInvocationContext,
         FunctionMiddleware,
         FunctionTool,
         MiddlewareBundle,
         MiddlewareFailure,
+        UserInputRequiredException,
     )
 
     # How the framework prepares a call's arguments for the function (its own
     # agent_framework.security reads the same names): the gate keys on exactly those.
     from agent_framework._tools import (
+        _PARENT_TOOL_APPROVAL_SOURCE_IDS_CONTEXT_KEY,
         _PREPARED_ARGUMENTS_CONTEXT_KEY,
         _argument_comparison_token,
         _FunctionArgumentValidationError,
@@ -202,6 +217,10 @@ def _given(value: Any, tool: Any) -> Any:
 
 # -- the function middleware ------------------------------------------------------------------
 
+_SIGNALS = (MiddlewareFailure, UserInputRequiredException)
+"""What a function (or a later middleware) raises to stop the run, never made a tool result
+by the framework: recorded, then raised on."""
+
 _GATED_BY = "effectgate_gated_by"
 """The call's ``context.metadata`` key naming the :class:`EffectGateMiddleware` that gates it."""
 
@@ -236,16 +255,18 @@ class _FunctionGate(FunctionMiddleware):
             context.result = gated.refuse(arguments).message
             return
         watched = _watch(tool)
-        invocation = _Invocation()
+        invocation = _Invocation(arguments, declared.defaults)
 
         async def body() -> Any:
             token = _invocation.set(invocation)
             try:
                 await call_next()
-            except Exception as err:
+            except (Exception, asyncio.CancelledError) as err:  # a sibling's failure cancels
                 if watched and not invocation.close():
                     raise FunctionNotRun(gated.tool_name, invocation, err) from err
-                raise
+                if isinstance(err, asyncio.CancelledError) or not invocation.returned:
+                    raise
+                invocation.after = err  # a later middleware's, once the function returned
             finally:
                 _invocation.reset(token)
             if watched and not invocation.close():
@@ -256,13 +277,18 @@ class _FunctionGate(FunctionMiddleware):
             out = await self._gated(gated, arguments, body, context)
         except FunctionNotRun as not_run:
             out = not_run
+        if invocation.after is not None:  # recorded as the function's: raised as without us
+            raise invocation.after
+        if isinstance(out, Refused) and isinstance(out.error, _SIGNALS):
+            raise out.error  # recorded (AMBIGUOUS): the framework's own signal stops the run
         if isinstance(out, FunctionNotRun):  # recorded FAILED: the framework answers
             if out.__cause__ is not None:  # its own refusal, or another middleware's error
                 raise out.__cause__
             if out.invocation is not invocation:  # a twin of a call whose function never ran
                 context.result = model_message("failed", out.key, out)
             return  # the answer of the middleware that answered instead of the function
-        if isinstance(out, Refused) and out.kind == "approval_required" and self.owner.pause:
+        if isinstance(out, Refused) and out.kind == "approval_required" and self.owner.pause \
+                and not (_auto_approving(context) and "approval_response" in context.metadata):
             context.result = await _approval_request(declared, out, arguments, context)
         elif isinstance(out, Refused):
             context.result = gated.refuse(out).message
@@ -281,8 +307,8 @@ class _FunctionGate(FunctionMiddleware):
         session = getattr(context, "session", None)
         with framework_context(getattr(session, "session_id", None), _agent.get()):
             response = context.metadata.get("approval_response")
-            if response is None or not owner.pause:
-                return await run(gated, arguments)
+            if response is None or not owner.pause or _auto_approving(context):
+                return await run(gated, arguments)  # the store decides
             try:
                 approval_id, digest = claimed(getattr(response, "additional_properties", None))
             except ConfigError as err:
@@ -290,6 +316,14 @@ class _FunctionGate(FunctionMiddleware):
             answer = Answer(bool(getattr(response, "approved", False)), owner.approver,
                             approval_id=approval_id, payload_hash=digest)
             return await aresume(gated, arguments, answer, run)
+
+
+def _auto_approving(context: Any) -> bool:
+    """Whether a ``ToolApprovalMiddleware`` runs on the call's agent: its standing rules (one
+    "always approve" of a tool) and ``auto_approval_rules`` answer approval requests with no
+    human, indistinguishably from a person's answer. There only the store's decision counts;
+    a request it answered is told in text (pausing again would have it answered again)."""
+    return bool(context.metadata.get(_PARENT_TOOL_APPROVAL_SOURCE_IDS_CONTEXT_KEY))
 
 
 _VARIABLE = re.compile(r"\bvar_[0-9a-fA-F]{8,}\b")  # agent_framework.security's variable ids
@@ -365,14 +399,31 @@ def _arguments(tool: Any, raw: Any, metadata: Mapping[str, Any],
 
 class _Invocation:
     """A gated call's watch on its function: entered or not. Once the call is settled (closed)
-    the function can no longer be entered under it, so "never entered" stays true."""
+    the function can no longer be entered under it, so "never entered" stays true. It keeps
+    the arguments the call was keyed on, and the function's defaults, to check the arguments
+    the function is entered with; whether it returned, and the error a later middleware
+    raised after that (the call is recorded as the function's, then the error raised)."""
 
-    __slots__ = ("_lock", "closed", "entered")
+    __slots__ = ("_lock", "after", "arguments", "closed", "defaults", "entered", "returned")
 
-    def __init__(self) -> None:
+    def __init__(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
         self._lock = threading.Lock()
         self.entered = False
         self.closed = False
+        self.returned = False
+        self.after: Exception | None = None
+        self.arguments = arguments
+        self.defaults = defaults
+
+    def keyed_on(self, called: Mapping[str, Any]) -> bool:
+        """Whether the function is called with the arguments the call was keyed on (a
+        middleware after the gate may have changed them)."""
+        arguments = {name: value for name, value in called.items()
+                     if not isinstance(value, FunctionInvocationContext)}
+        try:
+            return payload_hash(dict(self.defaults) | arguments) == payload_hash(self.arguments)
+        except (EffectGateError, TypeError, ValueError):  # not keyed as the call was
+            return False
 
     def enter(self) -> bool:
         """Mark the function entered; False once the call is settled."""
@@ -407,10 +458,14 @@ class FunctionNotRun(NotExecuted):
         self.invocation = invocation
 
 
-def _enter() -> contextvars.Token[_Invocation | None]:
-    """Mark the current gated call's function entered (refused once that call is settled);
-    the body runs outside the mark (the calls it makes are its own)."""
-    invocation = _invocation.get()
+def _enter(invocation: _Invocation | None,
+           called: Mapping[str, Any]) -> contextvars.Token[_Invocation | None]:
+    """Mark ``invocation`` (the current gated call's) entered: refused once that call is
+    settled, or when ``called``, its function's arguments, are not the ones the call was keyed
+    on; the body runs outside the mark (the calls it makes are its own)."""
+    if invocation is not None and not invocation.keyed_on(called):
+        raise NotExecuted("the function's arguments were changed after the gate keyed the "
+                          "call (a middleware after EffectGateMiddleware): not run")
     if invocation is not None and not invocation.enter():
         raise NotExecuted("the gate has already recorded this call as not run")
     return _invocation.set(None)
@@ -424,20 +479,28 @@ def _watching(func: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(target):
         @functools.wraps(func)
         async def watched(*args: Any, **kwargs: Any) -> Any:
-            token = _enter()
+            invocation = _invocation.get()
+            token = _enter(invocation, kwargs)
             try:
                 result = func(*args, **kwargs)
-                return await result if inspect.isawaitable(result) else result
+                result = await result if inspect.isawaitable(result) else result
             finally:
                 _invocation.reset(token)
+            if invocation is not None:
+                invocation.returned = True
+            return result
     else:
         @functools.wraps(func)
         def watched(*args: Any, **kwargs: Any) -> Any:
-            token = _enter()
+            invocation = _invocation.get()
+            token = _enter(invocation, kwargs)
             try:
-                return func(*args, **kwargs)
+                result = func(*args, **kwargs)
             finally:
                 _invocation.reset(token)
+            if invocation is not None and not inspect.isawaitable(result):
+                invocation.returned = True
+            return result
     setattr(watched, _WATCHING, True)
     return watched
 
@@ -614,11 +677,22 @@ class EffectGateMiddleware(_Bundle):
                tool: Any = None) -> Any:
         """Reject a paused call: denied in the store (``gate.deny``; it stays denied), then the
         framework's rejecting response (the function never runs). ``tool`` as for
-        :meth:`approve`."""
+        :meth:`approve`. A request the store denied or that expired is answered the same;
+        :class:`effectgate.InvalidTransition` when the store approved it (the CLI, the
+        console, :meth:`approve`): that approval stands — the next call with these arguments
+        executes — and nothing is recorded."""
         record = self._record(request, tool)
-        if record is not None:
-            with contextlib.suppress(InvalidTransition):  # decided meanwhile: it stands
-                self.gate.deny(record.approval_id, by=by, reason=reason)
+        if record is not None and record.state is ApprovalState.PENDING:
+            try:
+                record = self.gate.deny(record.approval_id, by=by, reason=reason)
+            except InvalidTransition:  # decided meanwhile: that decision stands
+                record = self.gate.approval(record.approval_id)
+        if record is not None and record.state in (ApprovalState.APPROVED,
+                                                   ApprovalState.CONSUMED):
+            raise InvalidTransition(
+                f"approval {record.approval_id} was approved by {record.decided_by}; it "
+                "cannot be rejected now", key=record.key, state=record.state.value,
+                effect_id=record.effect_id)
         return request.to_function_approval_response(False)
 
     def _record(self, request: Any, tool: Any) -> Any:
