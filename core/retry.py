@@ -47,6 +47,7 @@ from .errors import (
     EffectDenied,
     EffectInFlight,
     EffectKeyError,
+    PayloadError,
     PayloadMismatch,
     StaleLease,
     StoreError,
@@ -69,9 +70,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 NEVER_RETRY: tuple[type[BaseException], ...] = (
     EffectAmbiguous, ApprovalRequired, EffectDenied,
-    PayloadMismatch, EffectKeyError, ConfigError, StaleLease,
+    PayloadMismatch, PayloadError, EffectKeyError, ConfigError, StaleLease,
 )
-"""Errors no policy here retries, whatever ``retry=`` says."""
+"""Errors no policy here retries, whatever ``retry=`` says (a :class:`PayloadError`, arguments
+with no canonical JSON form, is refused the same way at every attempt)."""
 
 DEFAULT_ATTEMPTS = 5
 

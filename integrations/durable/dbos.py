@@ -27,7 +27,8 @@ What the re-run gets:
   before a byte left): raised as it is, so ``retries_allowed`` retries it as attempt n+1.
 
 DBOS's own retries (``step={"retries_allowed": True, ...}``) never retry what the gate refuses
-(``effectgate.retry.NEVER_RETRY``: AMBIGUOUS, approvals, denials, key and payload errors),
+(``effectgate.retry.NEVER_RETRY``: AMBIGUOUS, approvals, denials, key and payload errors;
+and arguments with no canonical JSON form, :class:`~effectgate.PayloadError`),
 whatever ``should_retry`` you pass; yours is asked for every other error (an async step's may
 answer with an awaitable, which is awaited; a sync step's must answer a bool). An effect in
 flight elsewhere is waited for first. The

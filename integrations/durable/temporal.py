@@ -24,8 +24,9 @@ What an attempt gets:
   operator's next step (``effectgate resolve KEY --committed|--failed`` or the console);
 * in flight elsewhere: a retryable ``ApplicationError(type="EffectInFlight")`` with
   ``next_retry_delay`` the holder's remaining lease;
-* approval required, denied, a payload that does not match the key, a bad key: a
-  non-retryable ``ApplicationError`` whose ``type`` is the effectgate error's class name.
+* approval required, denied, a payload that does not match the key, a bad key, arguments
+  with no canonical JSON form (:class:`~effectgate.PayloadError`): a non-retryable
+  ``ApplicationError`` whose ``type`` is the effectgate error's class name.
 
 Every ``ApplicationError`` carries the error's fields (``key``, ``state``, ``effect_id``,
 ``approval_id``...) as its one detail, for the workflow to branch on.
@@ -51,6 +52,11 @@ activity's cancellation is recorded the same way by the core). The effect's
 :class:`~effectgate.effect_context` says otherwise. The key template is yours: a reset or a
 new run has new Temporal ids, and only a key made from the action's own arguments keeps it one
 effect across them.
+
+A workflow that names the activity imports its module under
+``workflow.unsafe.imports_passed_through()``: the gate the decorator needs is made when that
+module is imported, which reads files the workflow sandbox refuses. Nothing here runs in
+workflow code.
 """
 
 from __future__ import annotations
