@@ -103,14 +103,13 @@ class ApprovalRule(_Strict):
     allow_self_approval: bool = False
 
     def applies(self, cost_micros: int | None) -> bool:
-        """True when a call with this estimated cost needs approval (no cost: only ``always``)."""
+        """True when a call with this estimated cost needs approval. A call that declares no
+        cost is asked under a threshold too: leaving the cost out (a forgotten
+        ``cost_micros``, an agent that omits it) must not run any amount unapproved."""
         if self.always:
             return True
-        return (
-            self.at_or_above_micros is not None
-            and cost_micros is not None
-            and cost_micros >= self.at_or_above_micros
-        )
+        return self.at_or_above_micros is not None and (
+            cost_micros is None or cost_micros >= self.at_or_above_micros)
 
 
 class EffectRule(_Strict):

@@ -44,6 +44,7 @@ it: the store stays the source of truth (the console and ``effectgate ls`` show 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import heapq
 import hmac
@@ -51,6 +52,7 @@ import json
 import logging
 import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -138,11 +140,14 @@ def verify_signature(secret: str | bytes | Iterable[str | bytes], headers: Any,
     ``headers``: the request's headers (any mapping, or a list of pairs; names in any case).
     ``body``: the raw bytes received — verify before parsing. A missing, malformed, stale or
     future timestamp, or no matching ``v1=`` signature, is False; nothing raises on hostile
-    input (a wrong ``secret`` type is a :class:`ConfigError`: that is the receiver's bug)."""
+    input (a wrong ``secret`` type, or a ``tolerance`` or ``now`` that is not a finite
+    non-negative number, is a :class:`ConfigError`: that is the receiver's bug)."""
     secrets = [secret] if isinstance(secret, (str, bytes)) else list(secret)
     keys = [_secret_bytes(s) for s in secrets]
     if not keys or any(not k for k in keys):
         raise ConfigError("verify_signature needs a non-empty secret")
+    window = _positive(tolerance, "tolerance", zero=True)  # NaN or inf would accept any age
+    clock = time.time() if now is None else _positive(now, "now")
     try:
         raw = body.encode("utf-8") if isinstance(body, str) else body
     except UnicodeEncodeError:  # a lone surrogate: no sender's bytes decode to it
@@ -157,8 +162,7 @@ def verify_signature(secret: str | bytes | Iterable[str | bytes], headers: Any,
     if not stamp.isascii() or not stamp.isdigit():
         return False
     ts = int(stamp)
-    clock = time.time() if now is None else now
-    if abs(clock - ts) > tolerance:
+    if abs(clock - ts) > window:
         return False
     signed = f"{ts}.".encode() + raw
     candidates = [part.strip()[3:].lower().encode("ascii") for part in offered.split(",")
@@ -208,12 +212,14 @@ class Webhooks:
     ``secret``: the shared signing secret (at least 16 characters; e.g.
     ``secrets.token_urlsafe(32)``). ``console_url``: the web console's base URL, for links to
     ``/approvals/{approval_id}`` and ``/effects/{effect_id}``. ``events``: which of
-    :data:`EVENTS` to send. ``timeout``: seconds per request. ``max_queue``: deliveries held in
-    memory at most (the oldest is dropped beyond it). ``max_attempts``, ``backoff_seconds``,
+    :data:`EVENTS` to send. ``timeout``: seconds per attempt, the whole answer included (an
+    endpoint that trickles its answer is cut off then and retried). ``max_queue``: deliveries
+    held in memory at most (the oldest is dropped beyond it). ``max_attempts``, ``backoff_seconds``,
     ``max_backoff_seconds``: retries (exponential, with jitter). ``budget_warning_every``:
     seconds between two budget warnings of one effect type. ``flush_on_exit``: seconds the
     queue gets to drain when the interpreter exits (0: none). ``headers``: extra request
-    headers (an ``Authorization`` for a gateway in front of the receiver).
+    headers (an ``Authorization`` for a gateway in front of the receiver: ``url`` may carry
+    no ``user:password@``).
 
     One instance may serve several gates; give each process its own only if you want separate
     queues.
@@ -448,19 +454,24 @@ class Webhooks:
         headers.update(sign(self._secret, item.body))
         request = urllib.request.Request(self._url, data=item.body, headers=headers,
                                          method="POST")
-        try:
-            with _opener().open(request, timeout=self.timeout) as response:
-                response.read(65536)
-                return int(response.status), None, f"HTTP {response.status}"
-        except urllib.error.HTTPError as err:
-            after = err.headers.get("Retry-After") if err.headers else None
-            err.close()
-            wait = float(after) if after and after.strip().isdigit() else None
-            return int(err.code), wait, f"HTTP {err.code}"
-        except Exception as err:  # refused, reset, timed out, DNS: all worth a retry
-            reason = getattr(err, "reason", None)
-            return None, None, type(reason if isinstance(reason, BaseException) else err
-                                    ).__name__
+        with _Deadline(self.timeout) as deadline:
+            try:
+                with _opener(deadline).open(request, timeout=self.timeout) as response:
+                    response.read(65536)
+                    answer: tuple[int | None, float | None, str] = (
+                        int(response.status), None, f"HTTP {response.status}")
+            except urllib.error.HTTPError as err:
+                after = err.headers.get("Retry-After") if err.headers else None
+                err.close()
+                wait = float(after) if after and after.strip().isdigit() else None
+                answer = int(err.code), wait, f"HTTP {err.code}"
+            except Exception as err:  # refused, reset, timed out, DNS: all worth a retry
+                reason = getattr(err, "reason", None)
+                answer = None, None, type(reason if isinstance(reason, BaseException) else err
+                                          ).__name__
+        if deadline.passed:  # cut short: whatever was read is not an answer
+            return None, None, f"no answer within {self.timeout:g}s"
+        return answer
 
     # -- the body --------------------------------------------------------------------------
 
@@ -623,6 +634,13 @@ def _http_url(url: object, what: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname or any(
             c in url for c in "\r\n\x00 "):
         raise ConfigError(f"webhook {what} must be an http(s) URL with a host")
+    if "@" in parts.netloc:  # urllib would look the password up in DNS as part of the host
+        raise ConfigError(f"webhook {what} must not carry credentials (user:password@): pass "
+                          "them as headers={'Authorization': ...}")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not 0-65535
+    except ValueError:
+        raise ConfigError(f"webhook {what} has an invalid port") from None
     return url
 
 
@@ -646,21 +664,78 @@ def _whole(value: object, what: str) -> int:
     return value
 
 
-_openers: list[Any] = []
+class _Deadline:
+    """One attempt's time limit: once it passes, the attempt's connections are shut down
+    (again every 50 ms until the attempt returns: a socket still connecting, or in its TLS
+    handshake, at that moment is cut too). A socket timeout bounds each read, not the whole
+    answer: an endpoint that sends a byte every few seconds would otherwise hold the delivery
+    thread (and every later webhook) for ever."""
+
+    __slots__ = ("_over", "_timer", "connections", "passed")
+
+    def __init__(self, seconds: float) -> None:
+        self.connections: list[Any] = []
+        self.passed = False
+        self._over = threading.Event()
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._over.set()
+        self._timer.cancel()
+
+    def _cut(self) -> None:
+        self.passed = True
+        while True:
+            for connection in self.connections:
+                sock = getattr(connection, "sock", None)
+                if sock is not None:
+                    with contextlib.suppress(OSError):  # closed already
+                        sock.shutdown(socket.SHUT_RDWR)
+            if self._over.wait(0.05):
+                return
 
 
-def _opener() -> Any:
+_handlers: list[tuple[Any, Any, Any]] = []
+
+
+def _opener(deadline: _Deadline) -> Any:
     """A urllib opener that follows no redirect (a redirected POST would lose its body, and
-    the signature is for the configured URL only)."""
-    if not _openers:
-        import urllib.request
+    the signature is for the configured URL only) and hands each connection it opens to
+    ``deadline``."""
+    import urllib.request
 
+    if not _handlers:
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args: Any, **kwargs: Any) -> None:
                 return None
 
-        _openers.append(urllib.request.build_opener(NoRedirect))
-    return _openers[0]
+        class Timed(urllib.request.AbstractHTTPHandler):
+            def __init__(self, deadline: _Deadline) -> None:
+                super().__init__()
+                self.deadline = deadline
+
+            def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+                def connection(*args: Any, **kw: Any) -> Any:
+                    made = http_class(*args, **kw)
+                    self.deadline.connections.append(made)
+                    return made
+
+                return super().do_open(connection, req, **kwargs)
+
+        class TimedHTTP(Timed, urllib.request.HTTPHandler):
+            pass
+
+        class TimedHTTPS(Timed, urllib.request.HTTPSHandler):
+            pass
+
+        _handlers.append((NoRedirect, TimedHTTP, TimedHTTPS))  # two threads: either is fine
+    no_redirect, plain, tls = _handlers[0]
+    return urllib.request.build_opener(no_redirect, plain(deadline), tls(deadline))
 
 
 def _after_fork_in_child() -> None:
