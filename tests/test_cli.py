@@ -255,7 +255,8 @@ def test_resolve_refuses_a_live_lease_unless_forced(store: dict[str, Any]) -> No
     refused = cli("resolve", "refund:live", "--failed", *store["args"])
     assert refused.exit_code == 1 and "lease is live" in refused.stderr
     assert gate.get("refund:live").state is eg.State.IN_FLIGHT
-    forced = cli("resolve", "refund:live", "--failed", "--force", "--by", "bob", *store["args"])
+    forced = cli("resolve", "refund:live", "--failed", "--force", "--yes", "--by", "bob",
+                 *store["args"])
     assert forced.exit_code == 0, forced.output
     assert gate.get("refund:live").state is eg.State.FAILED
 

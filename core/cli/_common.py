@@ -41,6 +41,7 @@ __all__ = [
     "open_gate",
     "output_options",
     "print_json",
+    "shown_url",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STORE = 0, 1, 2, 3
@@ -60,6 +61,21 @@ def print_json(value: Any) -> None:
     from ._safe import dumps
 
     click.echo(dumps(value))
+
+
+def shown_url(url: str) -> str:
+    """A store URL as it may be printed: its password and its query string (libpq takes
+    ``?password=`` and ``?sslpassword=`` there) hidden, unsafe characters escaped."""
+    from sqlalchemy.engine import make_url
+
+    from ._safe import plain
+
+    try:
+        text = make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads: nothing of it is shown
+        return "<unprintable url>"
+    base, query, _ = text.partition("?")
+    return plain(base + ("?***" if query else ""))
 
 
 by_option = click.option("--by", default=None, metavar="NAME",

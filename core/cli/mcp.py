@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from ._common import Command, fail, gate_options, handle_errors, open_gate
+from ._common import Command, fail, gate_options, handle_errors, open_gate, shown_url
 
 __all__ = ["mcp"]
 
@@ -78,12 +78,7 @@ _console_url = click.option(
 
 def _describe(gate: Any, policy: Path | None) -> str:
     """Which store (password hidden), namespace and policy are in force."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        store = make_url(gate.url).render_as_string(hide_password=True)
-    except Exception:
-        store = "<unprintable url>"
+    store = shown_url(gate.url)
     source = str(policy) if policy is not None else (gate.policy_source or "none")
     return f"store {store}, namespace {gate.namespace!r}, policy {source}"
 

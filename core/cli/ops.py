@@ -65,15 +65,24 @@ def _needs(gate: Any, name: str) -> None:
 @click.option("--force", is_flag=True,
               help="Resolve even though the holder's lease is still live (recorded in the "
                    "history). Only when you know the holder is gone.")
+@click.option("--attempt", type=click.IntRange(1, 1_000_000), default=None, metavar="N",
+              help="The attempt you checked (effectgate show prints it): refused, writing "
+                   "nothing, if the effect has moved on to another attempt since.")
+@click.option("--yes", "-y", is_flag=True,
+              help="With --force: do not ask before overriding a live lease (for scripts).")
 @by_option
 @gate_options
 @output_options
 @handle_errors
 def resolve(key: str, committed: bool, failed: bool, note: str | None,
-            result_json: str | None, force: bool, by: str | None, url: str | None,
-            namespace: str, gate_ref: str | None, output: str) -> None:
+            result_json: str | None, force: bool, attempt: int | None, yes: bool,
+            by: str | None, url: str | None, namespace: str, gate_ref: str | None,
+            output: str) -> None:
     """Settle an AMBIGUOUS (or stuck) effect after checking with the vendor: --committed or
-    --failed (exactly one). A live lease is refused unless --force."""
+    --failed (exactly one). A live lease is refused unless --force, which asks first (on
+    stderr; --yes skips the question; with no terminal to ask on and no --yes, nothing is
+    recorded, exit 2). With --attempt, a verdict about that attempt is never recorded on a
+    later one."""
     ctx = click.get_current_context()
     exclusive(ctx, ("committed", "failed"), ("failed", "result_json"))
     if not (committed or failed):
@@ -89,9 +98,30 @@ def resolve(key: str, committed: bool, failed: bool, note: str | None,
         except RecursionError:
             raise click.BadParameter("nested too deeply to store",
                                      param_hint="--result") from None
+    from ..errors import InvalidTransition
+
     with open_gate(url, namespace, gate_ref) as gate:
-        record = gate.resolve(key, outcome, by=actor(by), note=note, result=result,
-                              force=force)
+        seen = gate.get(key) if attempt is not None or force else None
+        if seen is not None and attempt is not None and seen.attempt != attempt:
+            fail(f"{seen.key} is at attempt {seen.attempt} now ({seen.state.value}), not "
+                 f"{attempt}: nothing was recorded; check it again (effectgate show)",
+                 EXIT_FAILED)
+
+        def settle(forced: bool) -> Any:
+            return gate.resolve(key, outcome, by=actor(by), note=note, result=result,
+                                force=forced, expected=seen)
+
+        if seen is None or not force or yes or seen.state.value != "in_flight":
+            record = settle(force)
+        else:
+            try:  # what was typed is checked first; nothing is written while the lease is live
+                record = settle(False)
+            except InvalidTransition:
+                _confirm(f"{seen.key} is in flight (attempt {seen.attempt}): its holder's "
+                         f"lease is live until {_utc(seen.lease_expires_at)} and it may still "
+                         f"be running. Record it {outcome} anyway?", "recorded",
+                         "pass --yes to force it without asking")
+                record = settle(True)
         note_action(gate, actor(by), "resolve", subject=record.key, effect_id=record.effect_id,
                     detail=f"outcome {record.state.value}" + ("; forced" if force else "")
                     + (f"; note: {note}" if note else ""))
@@ -239,7 +269,8 @@ def prune(older_than: tuple[str, datetime.timedelta], dry_run: bool, yes: bool,
         if not dry_run and would:
             if not yes:
                 _confirm(f"prune {would} effect{'s' if would != 1 else ''} of namespace "
-                         f"{gate.namespace!r} settled more than {ago} ago?")
+                         f"{gate.namespace!r} settled more than {ago} ago?", "pruned",
+                         "pass --yes to prune without asking (or --dry-run to count)")
             count = gate.prune(older_than=age)
     if output == "json":
         print_json({"pruned": count, "would_prune": would, "dry_run": dry_run,
@@ -254,14 +285,19 @@ def prune(older_than: tuple[str, datetime.timedelta], dry_run: bool, yes: bool,
                         f"{safe(ago)} ago")
 
 
-def _confirm(question: str) -> None:
-    """Ask on stderr; anything but yes (or no terminal to ask on) stops with exit 2."""
+def _utc(value: datetime.datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _confirm(question: str, done: str, unasked: str) -> None:
+    """Ask on stderr; anything but yes stops with exit 1 (nothing ``done``), no terminal to
+    ask on with exit 2 (``unasked`` says how a script goes on)."""
     try:
         answer = click.confirm(plain(question), default=False, err=True)
     except click.Abort:
         answer = None
     if answer is None:
-        fail("prune asks for confirmation and got no answer; pass --yes to prune without "
-             "asking (or --dry-run to count)")
+        fail(f"{click.get_current_context().info_name} asks for confirmation and got no "
+             f"answer; {unasked}")
     if not answer:
-        fail("nothing pruned", code=EXIT_FAILED)
+        fail(f"nothing {done}", code=EXIT_FAILED)

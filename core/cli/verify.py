@@ -10,7 +10,15 @@ from typing import Any
 
 import click
 
-from ._common import EXIT_FAILED, EXIT_OK, Command, console, handle_errors, print_json
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Command,
+    console,
+    handle_errors,
+    print_json,
+    shown_url,
+)
 
 __all__ = ["verify"]
 
@@ -56,7 +64,7 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None,
     if not as_json:
         from rich.markup import escape
 
-        out.print(f"effectgate verify — {escape(_safe(target))}")
+        out.print(f"effectgate verify — {escape(shown_url(target))}")
         out.print(f"[dim]policy in force here: {escape(policy)}[/]")
 
     def show(result: CheckResult) -> None:
@@ -90,7 +98,7 @@ def verify(url: str | None, only: str | None, as_json: bool, junit: Path | None,
         if not report.passed:
             failed.append("exhaustive")
     if as_json:
-        doc: dict[str, Any] = {"url": _safe(target), "namespace": scratch, "policy": policy,
+        doc: dict[str, Any] = {"url": shown_url(target), "namespace": scratch, "policy": policy,
                                "passed": not failed,
                                "results": [r.as_dict() for r in results]}
         if report is not None:
@@ -124,15 +132,6 @@ def _summary(out: Any, results: list[Any], failed: list[str]) -> None:
         out.print(f"[bold red]FAILED[/] {', '.join(failed)} — {line}")
     else:
         out.print(f"[green]OK[/] — {line}")
-
-
-def _safe(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
 
 
 def _policy_in_force() -> str:

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from ..audit import ACTIONS, list_actions
 from ..errors import ConfigError, UnknownEffect
-from .app import whole
+from .app import before_of
 
 if TYPE_CHECKING:
     from ..principals import Principal
@@ -93,7 +93,7 @@ async def audit(c: Console, request: Request, who: Principal) -> Response:
          for name in ("actor", "action", "subject")}
     if q["action"] and q["action"] not in ACTIONS:
         raise ConfigError(f"action must be one of {', '.join(ACTIONS)}")
-    before = whole(request.query_params.get("before"))
+    before = before_of(request)
     entries = await run_in_threadpool(lambda: list_actions(
         c.gate, actor=q["actor"] or None, action=q["action"] or None,
         subject=q["subject"] or None, before_id=before, limit=_PAGE))

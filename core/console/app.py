@@ -54,6 +54,7 @@ __all__ = [
     "Console",
     "View",
     "ago",
+    "before_of",
     "safe_next",
     "session_operator",
     "session_secret",
@@ -111,6 +112,18 @@ def whole(value: object) -> int | None:
         return None
     number = int(value)
     return number if number > 0 else None
+
+
+def before_of(request: Request) -> int | None:
+    """A page's ``before=<id>`` cursor; None when absent, refused (:class:`ConfigError`)
+    when it is not a positive id."""
+    text = request.query_params.get("before")
+    if not text:
+        return None
+    number = whole(text)
+    if number is None:
+        raise ConfigError("before: not a cursor of this page (a positive id)")
+    return number
 
 
 def _too_big(request: Request) -> bool:

@@ -4,12 +4,15 @@ timeline, and settling an effect — Reconcile now, and Resolve in two steps.
 A resolve records a human's verdict, so it is never one click and has no default: the form
 (a GET, writing nothing) asks for an outcome and a note and leads to a confirmation page that
 names exactly what will be recorded — outcome, key, effect, note, who, and whether it is
-forced — and only its button writes. The confirmation carries the state and fencing token
-the operator saw; if the effect moved since (its holder reported, someone else resolved it),
-the resolve is refused and the operator reviews again. Resolve is offered only where the
-state machine allows it (:func:`effectgate.decide.resolution`, the rule the Gate applies): on
-an AMBIGUOUS effect either way, on a FAILED one as committed. A live lease is offered only as
-an explicit *forced* resolve that says what it risks.
+forced — and only its button writes. The form carries the state and fencing token of the
+page the verdict was made on (the effect's page or the AMBIGUOUS queue), and the
+confirmation carries them on: if the effect moved in between (its holder reported, someone
+else resolved it, a new attempt ran), the confirmation or the resolve is refused and the
+operator reviews again — a verdict about one attempt is never recorded on the next.
+Resolve is offered only where the state machine allows it
+(:func:`effectgate.decide.resolution`, the rule the Gate applies): on an AMBIGUOUS effect
+either way, on a FAILED one as committed. A live lease is offered only as an explicit
+*forced* resolve that says what it risks.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ..errors import (
 )
 from ..governance import dollars
 from ..states import Outcome, State
-from .app import ago, safe_next, when, whole
+from .app import ago, before_of, safe_next, when, whole
 
 if TYPE_CHECKING:
     from ..principals import Principal
@@ -74,7 +77,7 @@ async def overview(c: Console, request: Request, who: Principal) -> Response:
 
 async def ambiguous(c: Console, request: Request, who: Principal) -> Response:
     """The AMBIGUOUS queue, a page at a time down the primary key."""
-    before = whole(request.query_params.get("before"))
+    before = before_of(request)
     found, cursor = await run_in_threadpool(
         lambda: c.gate.ambiguous_queue(before_id=before, limit=_PAGE))
     now = datetime.datetime.now(datetime.UTC)
@@ -84,14 +87,14 @@ async def ambiguous(c: Console, request: Request, who: Principal) -> Response:
         return ago((now - since).total_seconds())
 
     return c.page(request, "ambiguous", title="Ambiguous", effects=found,
-                  next_before=cursor, before=before, age=age)
+                  next_before=cursor, before=before, age=age, seen_of=_seen)
 
 
 async def search(c: Console, request: Request, who: Principal) -> Response:
     """Effects by key prefix, type, state, run and agent, newest first."""
     q = {name: (request.query_params.get(name) or "").strip()
          for name in ("key", "type", "state", "run", "agent")}
-    before = whole(request.query_params.get("before"))
+    before = before_of(request)
     found = await run_in_threadpool(lambda: c.gate.list_effects(
         key_prefix=q["key"] or None, effect_type=q["type"] or None,
         state=q["state"] or None, run_id=q["run"] or None, agent_id=q["agent"] or None,
@@ -150,10 +153,11 @@ async def one(c: Console, request: Request, who: Principal) -> Response:
     chances = await run_in_threadpool(offer, c, record)
     undo = await run_in_threadpool(_undo_of, c, record)
     return c.page(request, "effect", title=f"Effect #{record.effect_id}", e=record,
-                  fields=fields, offer=chances, undo=undo)
+                  fields=fields, offer=chances, undo=undo, seen_of=_seen)
 
 
 def _seen(record: EffectRecord) -> str:
+    """The state and fencing token of ``record``: what a review of it saw."""
     return f"{record.state.value}:{record.lease_token}"
 
 
@@ -166,7 +170,10 @@ async def confirm_resolve(c: Console, request: Request, who: Principal) -> Respo
     outcome = params.get("outcome") or ""
     note = (params.get("note") or "").strip()
     problem, forced = None, False
-    if outcome not in _MEANING:
+    if params.get("seen", _seen(record)) != _seen(record):
+        problem = (f"{record.key} changed since you reviewed it (it is {record.state.value} "
+                   f"now, attempt {record.attempt}). Nothing was recorded; review it again.")
+    elif outcome not in _MEANING:
         problem = "Choose what happened — committed or failed. Nothing was recorded."
     elif len(note) > _MAX_NOTE or "\x00" in note:
         problem = f"The note is at most {_MAX_NOTE} characters, without NUL. Nothing was recorded."

@@ -92,6 +92,7 @@ _EFFECT_ROWS = """<table><thead><tr><th>id</th><th>key</th><th>type</th><th>stat
 # A resolve starts as a GET form (nothing is written): it leads to the confirmation page.
 _RESOLVE_ASK = """<form class="inline" method="get" action="/effects/{{ e.effect_id }}/resolve">
 <input type="hidden" name="back" value="{{ back | asis }}">
+<input type="hidden" name="seen" value="{{ seen_of(e) | asis }}">
 {% if forced %}<input type="hidden" name="force" value="1">{% endif %}
 <select name="outcome" aria-label="outcome" required><option value="" selected>choose…</option>
 {% for o in outcomes %}<option value="{{ o }}">{{ o }}</option>{% endfor %}</select>
