@@ -61,12 +61,14 @@ the store (``gate.approve`` for the payload hash of the call's arguments, checke
 ``gate.deny``) and then tell the ``RunState``. They decide only the request the pause
 recorded, while it waits: once it expired (or an attempt failed since) :func:`approve` raises
 :class:`RequestGone` and records nothing (:func:`ask_again` then lets the model call again,
-which records a new request for a human), and :func:`reject` tells the state only. The
-state survives ``to_json`` / ``RunState.from_json`` in another process; ``Runner.run(agent,
-state)`` executes the approved call once. A human who decided in the CLI or the console
-instead: :func:`apply_store_decisions` moves those decisions into the state (an interruption
-the store has no decision for — pending, or raised by the tool's own ``needs_approval`` — stays
-waiting: only a human's approval in the store approves it there). A ``RunState``
+which records a new request for a human), and :func:`reject` tells the state only; a request
+the store approved (the CLI, the console) is not rejected: :func:`reject` raises
+``InvalidTransition`` and records nothing, as that approval stands. The state survives
+``to_json`` / ``RunState.from_json`` in another process; ``Runner.run(agent, state)`` executes
+the approved call once. A human who decided in the CLI or the console instead:
+:func:`apply_store_decisions` moves those decisions into the state (an interruption the store
+has no decision for — pending, or raised by the tool's own ``needs_approval`` — stays waiting:
+only a human's approval in the store approves it there). A ``RunState``
 approved without the store (bare ``state.approve``) does not execute: the gate still answers
 "waiting for approval"; a replayed approved state (the SDK's snapshots are not single-use)
 gets the stored result, not a second refund. The SDK offers no edit: to change the arguments,
@@ -660,7 +662,12 @@ def reject(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
            reason: str | None = None) -> None:
     """Reject an interruption: denied in the store (``gate.deny``; it stays denied), then
     ``state.reject(item, rejection_message=...)``: the tool never runs. A request no longer
-    waiting is left alone in the store (denying a new one would deny the effect for good)."""
+    waiting is left alone in the store (denying a new one would deny the effect for good);
+    one the store denied is rejected with that denial. :class:`effectgate.InvalidTransition`
+    when the store approved it (the CLI, the console, :func:`approve`): that approval stands
+    — the next call with these arguments executes — so nothing is recorded and the state is
+    not told."""
+    why = f"DENIED: rejected by {by}" + (f": {reason}" if reason else "")
     pending = _pending(item)
     if pending is not None:
         _, spec, request = pending
@@ -668,12 +675,21 @@ def reject(state: Any, item: Any, *, by: str = DEFAULT_APPROVER,
             record = _approval_of(spec, request)
         except RequestGone:
             record = None
+        denied = False
         if record is not None:
-            with contextlib.suppress(InvalidTransition):  # decided meanwhile: it stands
+            with contextlib.suppress(InvalidTransition):  # decided meanwhile: read below
                 spec.gate.deny(record.approval_id, by=by, reason=reason)
-    why = f"DENIED: rejected by {by}" + (f": {reason}" if reason else "") + \
-        ". It has not been carried out. Do not retry it; tell the user why."
-    state.reject(item, rejection_message=why)
+                denied = True
+        decided = None if denied else store_decision(spec.gate, request)
+        if decided is not None and decided.kind == "approved":
+            raise InvalidTransition(
+                f"{request.key!r} was approved in the store; it cannot be rejected now "
+                "(apply_store_decisions(state) carries that approval)", key=request.key,
+                reason="approved in the store")
+        if decided is not None:
+            why = f"DENIED: {decided.reason or 'denied'}"
+    state.reject(item, rejection_message=why + ". It has not been carried out. Do not retry "
+                 "it; tell the user why.")
 
 
 ASK_AGAIN = (

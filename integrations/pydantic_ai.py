@@ -60,7 +60,8 @@ metadata={call_id: <that metadata>})`` (in any process: the pause is message his
 * a rejection — pydantic-ai never calls a denied tool, so record it through the adapter:
   ``DeferredToolResults(approvals={call_id: reject(metadata[call_id], by=..., reason=...)})``
   (:func:`reject` returns the ``ToolDenied``). A replayed rejection is the same answer and
-  writes nothing.
+  writes nothing; a request the store approved, or an edit replaced, is not rejected:
+  ``InvalidTransition``, nothing written.
 
 Who approves: ``approver=`` (default :data:`DEFAULT_APPROVER`). The store comes first: a
 request approved or denied in the CLI or the console meanwhile is executed or refused (an
@@ -118,6 +119,7 @@ from ._kernel.review import (
     decided,
     edited_call,
     keyed_as,
+    replaced,
     replaced_by,
     review_of,
 )
@@ -456,8 +458,10 @@ def reject(metadata: Any, *, by: str, reason: str | None = None,
     ``metadata`` is the call's ``DeferredToolRequests.metadata`` entry. A replayed rejection
     is the same answer and changes nothing; a request the store denied otherwise (the CLI,
     the console) answers with that denial. :class:`InvalidTransition` when the store approved
-    it (the approval stands; nothing recorded), :class:`UnknownEffect` for an approval that is
-    not there, :class:`ConfigError` for metadata that names none."""
+    it (the approval stands; nothing recorded) or a reviewer's edit replaced it (the edit is
+    its own request, with its own pause, and may have run: rejecting the original would tell
+    the model nothing was done), :class:`UnknownEffect` for an approval that is not there,
+    :class:`ConfigError` for metadata that names none."""
     actor = validate.text(by, "by", 256, required=True) or ""
     why = validate.text(reason, "reason", validate.MAX_TEXT)
     inner = metadata.get("effectgate") if isinstance(metadata, dict) else None
@@ -476,6 +480,11 @@ def reject(metadata: Any, *, by: str, reason: str | None = None,
         raise InvalidTransition(
             f"approval {approval_id} was approved by {record.decided_by}; it cannot be "
             "rejected now", key=record.key, state=record.state.value,
+            effect_id=record.effect_id)
+    if replaced(record):  # the edit is the decision now: a "not carried out" would be false
+        raise InvalidTransition(
+            f"approval {approval_id} was {record.reason}; it cannot be rejected now: reject "
+            "the edit's own pause", key=record.key, state=record.state.value,
             effect_id=record.effect_id)
     if record.state is ApprovalState.DENIED:
         text = f"rejected by {record.decided_by}" + (f": {record.reason}" if record.reason

@@ -21,6 +21,9 @@ request and, when the run resumes, hands this module the human's :class:`Verdict
   original meanwhile (the CLI, the console), that decision stands: the original runs, once,
   and the edit does not run beside it.
 * **reject** — the request is denied (``gate.deny``); nothing executes, and it stays denied.
+  If a human approved it meanwhile (the CLI, the console), that decision stands, as it does
+  for an edit: the call runs, once, and the model is told what ran — never "rejected" over a
+  store that stays approved (the next call with these arguments would execute).
 
 The store is the one source of truth: a resumed call is gated *before* the answer is read, so
 a request a human already approved (or denied) in the CLI or the console is executed (or
@@ -86,6 +89,7 @@ __all__ = [
     "decided",
     "edited_call",
     "keyed_as",
+    "replaced",
     "replaced_by",
     "replacement",
     "review_of",
@@ -257,9 +261,19 @@ def _approve(gated: GatedCall, approval_id: str, by: str, note: str | None) -> N
         gated.spec.gate.approve(approval_id, by=by, note=note)
 
 
-def _deny(gated: GatedCall, approval_id: str, by: str, reason: str) -> None:
-    with contextlib.suppress(InvalidTransition, UnknownEffect):
-        gated.spec.gate.deny(approval_id, by=by, reason=reason)
+def _deny(gated: GatedCall, approval_id: str, by: str, reason: str) -> bool:
+    """Deny the request; False when a human approved it meanwhile (the CLI, the console): that
+    approval stands, and the call is answered as the store decided, as it would have been had
+    the approval landed before the resumed call was gated."""
+    gate = gated.spec.gate
+    try:
+        gate.deny(approval_id, by=by, reason=reason)
+    except UnknownEffect:
+        return True
+    except InvalidTransition:
+        return gate.approval(approval_id).state not in (ApprovalState.APPROVED,
+                                                         ApprovalState.CONSUMED)
+    return True
 
 
 def _replace(gated: GatedCall, approval_id: str, by: str, other: GatedCall,
@@ -294,6 +308,12 @@ def _replace(gated: GatedCall, approval_id: str, by: str, other: GatedCall,
             return True
         return decided(record)
     return True
+
+
+def replaced(record: ApprovalRecord) -> bool:
+    """Whether the approval request ``record`` was denied as replaced by an edit (any)."""
+    return record.state is ApprovalState.DENIED and \
+        _REPLACED_PATTERN.fullmatch(record.reason or "") is not None
 
 
 def replaced_by(gate: GateLike, record: ApprovalRecord, key: str) -> bool:
@@ -363,7 +383,8 @@ def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping
     if refused is not None:
         return refused
     if verdict.kind == "reject":
-        _deny(gated, review.approval_id, verdict.by, verdict.message or "rejected")
+        if not _deny(gated, review.approval_id, verdict.by, verdict.message or "rejected"):
+            return run(gated, arguments)  # approved meanwhile: that decision stands
         return _rejected(review, verdict)
     if edited is None or _current_hash(gated, edited) == review.payload_hash:
         _approve(gated, review.approval_id, verdict.by, verdict.message)
@@ -390,8 +411,9 @@ async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
     if refused is not None:
         return refused
     if verdict.kind == "reject":
-        await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by,
-                                verdict.message or "rejected")
+        if not await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by,
+                                       verdict.message or "rejected"):
+            return await run(gated, arguments)  # approved meanwhile: that decision stands
         return _rejected(review, verdict)
     if edited is None or _current_hash(gated, edited) == review.payload_hash:
         await asyncio.to_thread(_approve, gated, review.approval_id, verdict.by,
