@@ -14,7 +14,8 @@ approval requests.
   a call whose function never ran — a later middleware answered for it (a rate limiter, a
   guardrail), the framework refused it first (``max_invocations`` reached), or it was
   cancelled first (the framework cancels a turn's other calls on a ``MiddlewareFailure``) —
-  is recorded FAILED and answered as it would be without the gate; to see that, a gated
+  is recorded FAILED and answered as it would be without the gate (an identical call that
+  waited for it is gated again as its own call); to see that, a gated
   tool's function is wrapped in place, once (as ``agent_framework.security`` wraps functions
   to label results). The wrapper also checks that the function is entered with the arguments
   the call was keyed on: a call whose arguments a later middleware changed does not run
@@ -122,6 +123,7 @@ from effectgate import (
     EffectSpec,
     Gate,
     InvalidTransition,
+    KeyTemplate,
     NotExecuted,
     current_effect,
     payload_hash,
@@ -134,7 +136,6 @@ from ._kernel import (
     UngatedToolWarning,
     framework_context,
     invalid_arguments,
-    model_message,
     read_declarations,
     report_ungated,
     requires_extra,
@@ -255,9 +256,10 @@ class _FunctionGate(FunctionMiddleware):
             context.result = gated.refuse(arguments).message
             return
         watched = _watch(tool)
-        invocation = _Invocation(arguments, declared.defaults)
+        invocation = _Invocation(gated.spec.template, declared.defaults)
 
         async def body() -> Any:
+            invocation.digest = current_effect().payload_hash
             token = _invocation.set(invocation)
             try:
                 await call_next()
@@ -273,10 +275,7 @@ class _FunctionGate(FunctionMiddleware):
                 raise FunctionNotRun(gated.tool_name, invocation, None)
             return _stored(context.result)
 
-        try:
-            out = await self._gated(gated, arguments, body, context)
-        except FunctionNotRun as not_run:
-            out = not_run
+        out = await self._settled(gated, arguments, body, context, invocation)
         if invocation.after is not None:  # recorded as the function's: raised as without us
             raise invocation.after
         if isinstance(out, Refused) and isinstance(out.error, _SIGNALS):
@@ -284,8 +283,6 @@ class _FunctionGate(FunctionMiddleware):
         if isinstance(out, FunctionNotRun):  # recorded FAILED: the framework answers
             if out.__cause__ is not None:  # its own refusal, or another middleware's error
                 raise out.__cause__
-            if out.invocation is not invocation:  # a twin of a call whose function never ran
-                context.result = model_message("failed", out.key, out)
             return  # the answer of the middleware that answered instead of the function
         if isinstance(out, Refused) and out.kind == "approval_required" and self.owner.pause \
                 and not (_auto_approving(context) and "approval_response" in context.metadata):
@@ -294,6 +291,20 @@ class _FunctionGate(FunctionMiddleware):
             context.result = gated.refuse(out).message
         else:
             context.result = _given(out, tool)
+
+    async def _settled(self, gated: GatedCall, arguments: Mapping[str, Any],
+                       body: Callable[[], Awaitable[Any]], context: Any,
+                       invocation: _Invocation) -> Any:
+        """:meth:`_gated`, a :class:`FunctionNotRun` returned. A twin of a call whose function
+        never ran (a middleware of that call's answered, its run was cancelled) was not
+        answered: it is gated again, as its own call."""
+        while True:
+            try:
+                out = await self._gated(gated, arguments, body, context)
+            except FunctionNotRun as not_run:
+                out = not_run
+            if not isinstance(out, FunctionNotRun) or out.invocation is invocation:
+                return out
 
     async def _gated(self, gated: GatedCall, arguments: Mapping[str, Any],
                      body: Callable[[], Awaitable[Any]], context: Any) -> Any:
@@ -400,28 +411,33 @@ def _arguments(tool: Any, raw: Any, metadata: Mapping[str, Any],
 class _Invocation:
     """A gated call's watch on its function: entered or not. Once the call is settled (closed)
     the function can no longer be entered under it, so "never entered" stays true. It keeps
-    the arguments the call was keyed on, and the function's defaults, to check the arguments
-    the function is entered with; whether it returned, and the error a later middleware
-    raised after that (the call is recorded as the function's, then the error raised)."""
+    the payload hash the store recorded for the call (``digest``, set as its body begins),
+    with the key template and the function's defaults that hash was computed through, to
+    check the arguments the function is entered with; whether it returned, and the error a
+    later middleware raised after that (the call is recorded as the function's, then the
+    error raised)."""
 
-    __slots__ = ("_lock", "after", "arguments", "closed", "defaults", "entered", "returned")
+    __slots__ = ("_lock", "after", "closed", "defaults", "digest", "entered", "returned",
+                 "template")
 
-    def __init__(self, arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    def __init__(self, template: KeyTemplate, defaults: Mapping[str, Any]) -> None:
         self._lock = threading.Lock()
         self.entered = False
         self.closed = False
         self.returned = False
         self.after: Exception | None = None
-        self.arguments = arguments
+        self.template = template
         self.defaults = defaults
+        self.digest: str | None = None
 
     def keyed_on(self, called: Mapping[str, Any]) -> bool:
         """Whether the function is called with the arguments the call was keyed on (a
-        middleware after the gate may have changed them)."""
+        middleware after the gate may have changed them): hashed as the store hashed them."""
         arguments = {name: value for name, value in called.items()
                      if not isinstance(value, FunctionInvocationContext)}
         try:
-            return payload_hash(dict(self.defaults) | arguments) == payload_hash(self.arguments)
+            return payload_hash(self.template.normalise(dict(self.defaults) | arguments)) \
+                == self.digest
         except (EffectGateError, TypeError, ValueError):  # not keyed as the call was
             return False
 

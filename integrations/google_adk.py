@@ -6,8 +6,8 @@ confirmation.
   with the same name, description and function declaration — the model is sent the same
   tool — whose ``run_async`` passes through the gate: the key is reserved before the function
   runs and the outcome recorded after it. ``gate_tools(tools, effects)`` wraps a list and
-  reports every tool left ungated (toolsets and other agents pass through: they do not run
-  here as one function).
+  reports every tool left ungated — a toolset too, by its class name (an ``McpToolset``'s
+  tools are listed only as the agent runs, and cannot be gated); ``strict=True`` refuses them.
 
 Arguments are validated through the function's own signature (pydantic, as ADK builds the
 declaration from it) before the key and payload hash are computed, so ``"500"`` and ``500``
@@ -99,6 +99,7 @@ import inspect
 import re
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from effectgate import ConfigError, EffectSpec, Gate, NotExecuted, PayloadError
@@ -125,6 +126,7 @@ with requires_extra("google_adk", "google-adk"):
     import pydantic
     from google.adk.tools._function_tool_declarations import get_callable_name
     from google.adk.tools.base_tool import BaseTool
+    from google.adk.tools.base_toolset import BaseToolset
     from google.adk.tools.function_tool import FunctionTool
     from google.adk.tools.tool_confirmation import ToolConfirmation
     from google.adk.tools.tool_context import ToolContext
@@ -172,6 +174,7 @@ class _Gated:
     _effectgate_model: type[pydantic.BaseModel] | None
     _effectgate_pause: bool
     _effectgate_approver: str
+    _effectgate_plain: bool
     func: Callable[..., Any]  # the tool's function, watched (:func:`_watched`)
 
     @property
@@ -245,7 +248,7 @@ class _Gated:
 
         async def run(one: GatedCall, arguments: Any) -> Any:
             if direct is not None:
-                return await one.arun_sync(arguments, lambda: direct(arguments))
+                return await one.arun_sync(arguments, lambda: direct(arguments), hop=_hop)
             return await one.arun(arguments, lambda: self._run_watched(arguments, tool_context))
 
         return run
@@ -513,18 +516,12 @@ def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] |
     injected), to run with the gate on one worker thread; None for anything else (async, or a
     ``def`` wrapping an async function, as ADK tells them apart; generators, a subclass's own
     ``run_async``, a tool confirmation of its own to ask). An awaitable it returns is awaited
-    on the run's event loop, as ADK awaits it, before the gate records the outcome."""
-    func = tool._effectgate_func
-    unwrapped = getattr(tool._spec, "unwrapped_func", func)
-    if tool._effectgate_base is not FunctionTool or not inspect.isfunction(func) \
-            or any(check(f) for f in (func, unwrapped) for check in (
-                inspect.iscoroutinefunction, inspect.isgeneratorfunction,
-                inspect.isasyncgenfunction)) \
-            or tool._require_confirmation or _positional_only(func):
-        return None
+    on the run's event loop, as ADK awaits it, before the gate records the outcome (the
+    thread waiting for it is the adapter's own: :func:`_hop`)."""
     prepare = getattr(tool, "_prepare_invocation_args", None)
-    if prepare is None:
+    if not tool._effectgate_plain or tool._require_confirmation or prepare is None:
         return None
+    func = tool._effectgate_func
     loop = asyncio.get_running_loop()
 
     def call(arguments: Any) -> Any:
@@ -539,6 +536,31 @@ def _direct_call(tool: Any, tool_context: ToolContext) -> Callable[[Any], Any] |
 
 async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
+
+
+_threads = ThreadPoolExecutor(thread_name_prefix="effectgate-google-adk")
+
+
+async def _hop(function: Callable[[], Any]) -> Any:
+    """``function`` (a sync function's gated call) on the adapter's own threads, in the
+    caller's context: one that waits for the awaitable its ``def`` returned, awaited on the
+    loop, must not hold a thread of the loop's default executor, which that awaitable may
+    need (``asyncio.to_thread``): with all of them held, none would ever finish."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_threads, context.run, function)
+
+
+def _plain(tool: Any) -> bool:
+    """Whether the tool's function is one :func:`_direct_call` may call (read once, when
+    gated): a plain ``def`` of ADK's own ``FunctionTool`` — not async, nor wrapping an async
+    function as ADK tells them apart, no generator, no positional-only parameter."""
+    func = tool._effectgate_func
+    unwrapped = getattr(getattr(tool, "_spec", None), "unwrapped_func", func)
+    return tool._effectgate_base is FunctionTool and inspect.isfunction(func) \
+        and not any(check(f) for f in (func, unwrapped) for check in (
+            inspect.iscoroutinefunction, inspect.isgeneratorfunction,
+            inspect.isasyncgenfunction)) \
+        and not _positional_only(func)
 
 
 def _positional_only(func: Callable[..., Any]) -> bool:
@@ -616,16 +638,22 @@ def gate_tool(tool: Any, key: str, *, gate: Gate | None = None,
     gated._effectgate_model = model  # type: ignore[attr-defined]
     gated._effectgate_pause = pause  # type: ignore[attr-defined]
     gated._effectgate_approver = approver  # type: ignore[attr-defined]
+    gated._effectgate_plain = _plain(gated)  # type: ignore[attr-defined]
     return gated
 
 
 def _tool_name(tool: Any) -> str | None:
+    """A tool's name for :func:`gate_tools`; a toolset's class name (its tools are listed only
+    as the agent runs, so none of them can be gated here: reported, or refused when strict,
+    unless that name is read-only)."""
     if isinstance(tool, BaseTool):
         return str(tool.name)
+    if isinstance(tool, BaseToolset):
+        return type(tool).__name__
     if callable(tool) and not isinstance(tool, type):
         name = getattr(tool, "__name__", None)
         return name if isinstance(name, str) else None
-    return None  # a toolset: its tools are not known here
+    return None
 
 
 _FRAMEWORK = Framework("google_adk", tool_name=_tool_name, is_gated=is_gated, wrap=gate_tool)
@@ -641,8 +669,10 @@ def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
     ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None
     (read-only); or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate
     must carry that policy). Every tool left ungated is reported once by name; ``strict=True``
-    (or ``policy.strict``) refuses them with ``ConfigError``. Toolsets pass through
-    unreported. ``pause`` / ``approver``: as for :func:`gate_tool`.
+    (or ``policy.strict``) refuses them with ``ConfigError``. So is every toolset (an
+    ``McpToolset``...), by its class name: its tools are listed only as the agent runs, so
+    none of them can be gated here; list that name in ``read_only`` to accept it.
+    ``pause`` / ``approver``: as for :func:`gate_tool`.
     """
     return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
                        read_only=read_only, on_refusal=on_refusal,
