@@ -138,6 +138,14 @@ class EffectRule(_Strict):
                 raise ValueError(f"names fields (printable, at most 200 characters), not {name!r}")
         return value
 
+    @field_validator("effect_type")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        if "|" in value:  # a spend counter is "pattern|scope|id": two ceilings would share one
+            raise ValueError(f"an effect type pattern has no '|', not {value!r} (its spend "
+                             "counters could be another rule's)")
+        return value
+
     @field_validator("approval", mode="before")
     @classmethod
     def _approval(cls, value: Any) -> Any:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Compensator", "UnwindReport", "UnwindStep", "compensation_key", "compensation_request",
-    "is_undo", "unwind",
+    "is_undo", "unwind", "unwind_plan",
 ]
 
 Compensator = Callable[["EffectRecord", Any], Any]
@@ -145,6 +145,37 @@ def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False) -
             report.failed.append(UnwindStep(**step, detail=_text(
                 gate, f"{type(err).__name__}: {err.message}")))
     return report
+
+
+def unwind_plan(gate: GateLike, group_key: str) -> tuple[list[EffectRecord], str]:
+    """Read-only, for a confirmation: the steps of ``group_key`` whose undo an unwind begun
+    now would run, newest first (committed, with a compensation and a compensator here, not
+    compensated yet, not held back by a newer step's unsettled undo), and the saga as read:
+    a digest of its steps and of the effects at their undo keys, each by id, state and
+    fencing token — equal again only if nothing in the saga moved since."""
+    group_key = validate.text(group_key, "group_key", 512, required=True) or ""
+    runs: list[EffectRecord] = []
+    seen: list[str] = []
+    held = False
+    for record in gate.group_steps(group_key):
+        seen.append(f"{record.effect_id}:{record.state.value}:{record.lease_token}")
+        if record.state is not State.COMMITTED or record.compensation is None:
+            continue
+        request = compensation_request(record)
+        try:
+            found: EffectRecord | None = gate.get(request["key"])
+        except UnknownEffect:
+            found = None
+        if found is not None:
+            seen.append(f"/{found.effect_id}:{found.state.value}:{found.lease_token}")
+            if not is_undo(found, request) or found.state is State.COMMITTED:
+                continue  # its undo cannot begin there, or has run
+            if found.state in _UNSETTLED:
+                held = True
+                continue
+        if not held and gate.compensator_for(record.effect_type) is not None:
+            runs.append(record)
+    return runs, hashlib.sha256("\n".join(seen).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)

@@ -454,22 +454,29 @@ class Webhooks:
         headers.update(sign(self._secret, item.body))
         request = urllib.request.Request(self._url, data=item.body, headers=headers,
                                          method="POST")
+        # Whether the deadline had passed when the headers were in: ``passed`` is set before
+        # any socket is cut, so headers cut short (they end at EOF) always show it; once they
+        # came whole, the status stands, however slowly the body follows (it is cut).
         with _Deadline(self.timeout) as deadline:
             try:
                 with _opener(deadline).open(request, timeout=self.timeout) as response:
-                    response.read(65536)
+                    cut = deadline.passed
                     answer: tuple[int | None, float | None, str] = (
                         int(response.status), None, f"HTTP {response.status}")
+                    with contextlib.suppress(Exception):  # only the status matters
+                        response.read(65536)
             except urllib.error.HTTPError as err:
+                cut = deadline.passed
                 after = err.headers.get("Retry-After") if err.headers else None
                 err.close()
                 wait = float(after) if after and after.strip().isdigit() else None
                 answer = int(err.code), wait, f"HTTP {err.code}"
             except Exception as err:  # refused, reset, timed out, DNS: all worth a retry
+                cut = deadline.passed
                 reason = getattr(err, "reason", None)
                 answer = None, None, type(reason if isinstance(reason, BaseException) else err
                                           ).__name__
-        if deadline.passed:  # cut short: whatever was read is not an answer
+        if cut:
             return None, None, f"no answer within {self.timeout:g}s"
         return answer
 
@@ -669,13 +676,20 @@ class _Deadline:
     (again every 50 ms until the attempt returns: a socket still connecting, or in its TLS
     handshake, at that moment is cut too). A socket timeout bounds each read, not the whole
     answer: an endpoint that sends a byte every few seconds would otherwise hold the delivery
-    thread (and every later webhook) for ever."""
+    thread (and every later webhook) for ever.
 
-    __slots__ = ("_over", "_timer", "connections", "passed")
+    Each socket is watched through a duplicate of its descriptor that only this deadline
+    closes, after its timer thread has stopped: shutting a duplicate cuts the connection
+    wherever urllib keeps it (the response's file once the headers are read, a TLS socket
+    after the handshake), and can never reach a descriptor number the attempt's own close
+    released and another socket reused."""
+
+    __slots__ = ("_lock", "_over", "_socks", "_timer", "passed")
 
     def __init__(self, seconds: float) -> None:
-        self.connections: list[Any] = []
         self.passed = False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
         self._over = threading.Event()
         self._timer = threading.Timer(seconds, self._cut)
         self._timer.daemon = True
@@ -687,15 +701,25 @@ class _Deadline:
     def __exit__(self, *exc: object) -> None:
         self._over.set()
         self._timer.cancel()
+        self._timer.join()
+        for sock in self._socks:
+            sock.close()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """``sock``, now cut with the others when the deadline passes."""
+        copy = sock.dup()
+        with self._lock:
+            self._socks.append(copy)
+        return sock
 
     def _cut(self) -> None:
         self.passed = True
         while True:
-            for connection in self.connections:
-                sock = getattr(connection, "sock", None)
-                if sock is not None:
-                    with contextlib.suppress(OSError):  # closed already
-                        sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                watched = list(self._socks)
+            for sock in watched:
+                with contextlib.suppress(OSError):  # not connected (yet, or any more)
+                    sock.shutdown(socket.SHUT_RDWR)
             if self._over.wait(0.05):
                 return
 
@@ -705,7 +729,7 @@ _handlers: list[tuple[Any, Any, Any]] = []
 
 def _opener(deadline: _Deadline) -> Any:
     """A urllib opener that follows no redirect (a redirected POST would lose its body, and
-    the signature is for the configured URL only) and hands each connection it opens to
+    the signature is for the configured URL only) and hands each socket it connects to
     ``deadline``."""
     import urllib.request
 
@@ -722,7 +746,9 @@ def _opener(deadline: _Deadline) -> Any:
             def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
                 def connection(*args: Any, **kw: Any) -> Any:
                     made = http_class(*args, **kw)
-                    self.deadline.connections.append(made)
+                    connect = made._create_connection
+                    made._create_connection = lambda *a, **k: self.deadline.watch(
+                        connect(*a, **k))
                     return made
 
                 return super().do_open(connection, req, **kwargs)

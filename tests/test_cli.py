@@ -300,9 +300,11 @@ def test_unwind_runs_your_compensators_once_in_reverse(
         store: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ref, log = _gate_module(tmp_path, monkeypatch)
     env = {"EGT_URL": store["url"], "EGT_NS": store["ns"], "EGT_LOG": str(log)}
-    report = as_json(cli("unwind", "trip:1", "--gate", ref, "--json", env=env))
+    unasked = cli("unwind", "trip:1", "--gate", ref, env=env)  # no terminal to ask on
+    assert unasked.exit_code == 2 and "--yes" in unasked.stderr and not log.exists()
+    report = as_json(cli("unwind", "trip:1", "--gate", ref, "--yes", "--json", env=env))
     assert [s["key"] for s in report["compensated"]] == ["hotel:trip_1", "flight:trip_1"]
-    again = cli("unwind", "trip:1", "--gate", ref, env={**env, "COLUMNS": "80"})
+    again = cli("unwind", "trip:1", "--gate", ref, env={**env, "COLUMNS": "80"})  # none to run
     assert again.exit_code == 0 and "compensated" in again.stdout
     _check_80_columns(again.stdout, ["hotel:trip_1", "flight:trip_1"])
     assert log.read_text().split() == ["hotel", "flight"]

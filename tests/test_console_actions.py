@@ -66,20 +66,22 @@ def test_every_form_that_writes_answers_with_a_redirect(cgate: eg.Gate,
     pages = ["/", "/approvals", f"/approvals/{a1.approval_id}", "/ambiguous", "/effects",
              f"/effects/{other.effect_id}", "/groups", "/groups/view?group=trip%3A1",
              "/principals", "/audit",
-             f"/effects/{other.effect_id}/resolve?outcome=failed&back=%2Fambiguous"]
+             f"/effects/{other.effect_id}/resolve?outcome=failed&back=%2Fambiguous",
+             "/groups/unwind?group=trip%3A1"]
     offered: set[str] = set()
     for path in pages:
         page = client.get(path)
         assert page.status_code == 200, path
         offered |= _post_forms(page.text)
     seen = _seen(client.get(f"/effects/{other.effect_id}/resolve?outcome=failed").text)
+    saga_seen = _seen(client.get("/groups/unwind?group=trip%3A1").text)
     posts = [
         (f"/approvals/{a1.approval_id}/approve", {}),
         (f"/approvals/{a2.approval_id}/deny", {"reason": "no"}),
         (f"/effects/{amb.effect_id}/reconcile", {"back": "/ambiguous"}),
         (f"/effects/{other.effect_id}/resolve", {"outcome": "failed", "seen": seen,
                                                   "back": "/ambiguous"}),
-        ("/groups/unwind", {"group": "trip:1"}),
+        ("/groups/unwind", {"group": "trip:1", "seen": saga_seen}),
         ("/principals", {"name": "carol", "role": "operator"}),
         ("/principals/revoke", {"name": "bob"}),
         ("/logout", {}),

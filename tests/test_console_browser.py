@@ -271,7 +271,15 @@ def test_unwind_redirects_marks_undone_steps_and_never_claims_twice(page: Any, l
     expect(page.get_by_role("heading", name="Saga trip:9")).to_be_visible()
     expect(page.get_by_role("row").filter(has_text="trip:9:hotel")).to_contain_text("not undone")
     shot(page, "saga")
-    page.get_by_role("button", name="Unwind").click()
+    page.get_by_role("button", name="Unwind…").click()
+    told = page.get_by_role("region", name="what will be undone")  # nothing has run yet
+    expect(told.get_by_role("row")).to_have_count(3)
+    expect(told.get_by_role("row").nth(1)).to_contain_text("compensate:trip:9:hotel")
+    expect(told.get_by_role("row").nth(2)).to_contain_text("compensate:trip:9:flight")
+    expect(told).to_contain_text('{"cancel": "hotel"}')
+    shot(page, "confirm_unwind")
+    assert gate.undone == []  # type: ignore[attr-defined]
+    page.get_by_role("button", name="Run 2 undos").click()
     expect(page).to_have_url(re.compile(r"/groups/view\?group=trip%3A9$"))  # a GET
     expect(page.get_by_role("status")).to_have_text("Unwound trip:9: 2 compensated")
     undo = {s: gate.get(f"compensate:trip:9:{s}").effect_id for s in ("flight", "hotel")}
@@ -284,12 +292,11 @@ def test_unwind_redirects_marks_undone_steps_and_never_claims_twice(page: Any, l
     assert gate.undone == ["trip:9:hotel", "trip:9:flight"]  # type: ignore[attr-defined]
     page.reload()  # nothing is posted again
     expect(page.get_by_role("status")).to_have_count(0)
-    page.get_by_role("button", name="Unwind").click()  # again: nothing runs twice
-    status = page.get_by_role("status")
-    expect(status).to_have_text(
-        "Unwind of trip:9 did nothing new: 2 steps were compensated earlier")
-    expect(status).not_to_contain_text("2 compensated")
+    page.get_by_role("button", name="Unwind…").click()  # again: nothing would run twice
+    expect(page.get_by_role("alert")).to_contain_text("An unwind would run no undo now")
+    expect(page.get_by_role("button", name=re.compile("^Run "))).to_have_count(0)
     assert gate.undone == ["trip:9:hotel", "trip:9:flight"]  # type: ignore[attr-defined]
+    page.get_by_role("link", name="Back").click()
     page.get_by_role("link", name=f"#{undo['hotel']}").click()
     expect(page.get_by_text("This is the undo of")).to_be_visible()
     page.go_back()
@@ -489,7 +496,8 @@ def test_the_audit_page_says_who_did_what_and_when(page: Any, live: Live, shot: 
     page.get_by_role("button", name="Resolve…").click()
     page.get_by_role("button", name="Record committed").click()
     page.goto("/groups/view?group=trip%3A5")
-    page.get_by_role("button", name="Unwind").click()
+    page.get_by_role("button", name="Unwind…").click()
+    page.get_by_role("button", name="Run 1 undo").click()
     page.goto("/principals")
     page.get_by_label("name").fill("dave")
     page.get_by_label("role").select_option("operator")

@@ -196,20 +196,27 @@ _OUTCOME_STYLE = {"compensated": "green", "unresolved": "magenta", "failed": "re
 
 @click.command("unwind", cls=Command)
 @click.argument("group_key")
+@click.option("--yes", "-y", is_flag=True,
+              help="Do not ask before running the undos (for scripts).")
 @by_option
 @gate_options
 @output_options
 @handle_errors
-def unwind(group_key: str, by: str | None, url: str | None, namespace: str,
+def unwind(group_key: str, yes: bool, by: str | None, url: str | None, namespace: str,
            gate_ref: str | None, output: str) -> None:
     """Undo a saga: run the compensations of its committed steps, newest first, each once.
 
     The compensators live in your code: pass --gate MODULE:ATTR so they are registered.
+    Asks first (on stderr), naming the undos that will run; --yes skips the question (for
+    scripts). Without a terminal to ask on and without --yes, nothing runs (exit 2); if the
+    saga changes while you are asked, nothing runs (exit 1).
     Exits 1 when a step is left unresolved or its compensation failed.
     --plain prints one step per line: outcome, key, state, detail.
     """
     with open_gate(url, namespace, gate_ref) as gate:
         _needs(gate, "unwind")
+        if not yes:
+            _confirm_unwind(gate, group_key)
         report = gate.unwind(group_key, by=actor(by))
         if any(getattr(report, name) for name in _OUTCOMES):
             counts = {"compensated now": len(report.compensated_now),
@@ -239,6 +246,24 @@ def unwind(group_key: str, by: str | None, url: str | None, namespace: str,
                       "MODULE:ATTR[/]", soft_wrap=True)
     if not report.complete:
         raise SystemExit(EXIT_FAILED)
+
+
+def _confirm_unwind(gate: Any, group_key: str) -> None:
+    """Name the undos an unwind would run now and ask; nothing to run asks nothing. Refused
+    (exit 1) if the saga moved while the question was open."""
+    from ..sagas import compensation_key, unwind_plan
+
+    runs, seen = unwind_plan(gate, group_key)
+    if not runs:
+        return
+    undos = "; ".join(f"{compensation_key(r.key)} (undoes {r.key}, {r.effect_type})"
+                      for r in runs)
+    _confirm(f"unwind {group_key} in namespace {gate.namespace!r}: run {len(runs)} "
+             f"undo{'s' if len(runs) != 1 else ''}, newest first: {undos}?", "undone",
+             "pass --yes to unwind without asking")
+    if unwind_plan(gate, group_key)[1] != seen:
+        fail(f"{group_key} changed while you were asked: nothing was undone; run it again "
+             "to see what would run now", EXIT_FAILED)
 
 
 # -- prune ---------------------------------------------------------------------------------------

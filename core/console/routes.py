@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from ..errors import StoreError
+from ..net import loopback_host_names
 from . import admin, approvals, auth, effects, sagas
 from .app import Console, View
 
@@ -20,9 +23,13 @@ if TYPE_CHECKING:
 __all__ = ["build_app"]
 
 
-def build_app(gate: Gate, *, secure_cookies: bool = False) -> Starlette:
+def build_app(gate: Gate, *, secure_cookies: bool = False,
+              host: str | None = None) -> Starlette:
     """The console for ``gate`` as an ASGI app. ``secure_cookies``: mark cookies ``Secure``
-    (served over HTTPS, or anywhere but localhost)."""
+    (served over HTTPS, or anywhere but localhost). ``host``: the address it listens on; on a
+    loopback address a request whose ``Host`` is not a name of it (another loopback name, any
+    port: :func:`effectgate.net.loopback_host_names`) is refused (421), so a web page that
+    DNS-rebinds its own name to this address cannot reach the console."""
     c = Console(gate, secure_cookies=secure_cookies)
     s = c.signed_in
 
@@ -49,6 +56,7 @@ def build_app(gate: Gate, *, secure_cookies: bool = False) -> Starlette:
         post("/effects/{effect_id}/reconcile", effects.reconcile),
         get("/groups", sagas.groups),
         get("/groups/view", sagas.group),
+        get("/groups/unwind", sagas.confirm_unwind),
         post("/groups/unwind", sagas.unwind),
         get("/principals", admin.principals),
         post("/principals", admin.add_principal),
@@ -56,6 +64,32 @@ def build_app(gate: Gate, *, secure_cookies: bool = False) -> Starlette:
         post("/principals/revoke", admin.revoke_principal),
         get("/audit", admin.audit),
     ]
-    app = Starlette(routes=routes, exception_handlers={StoreError: c.store_failed})
+    names = loopback_host_names(host) if host is not None else ()
+    app = Starlette(routes=routes, exception_handlers={StoreError: c.store_failed},
+                    middleware=[Middleware(_HostCheck, names=names)] if names else [])
     app.state.console = c
     return app
+
+
+class _HostCheck:
+    """Serves only requests whose ``Host`` (without its port) is one of ``names``."""
+
+    def __init__(self, app: Any, names: tuple[str, ...]) -> None:
+        self.app, self.names = app, frozenset(names)
+        self.refused = PlainTextResponse(
+            "Misdirected request: this console answers only to " + ", ".join(names) + ".",
+            status_code=421)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            hosts = [v.decode("latin-1").lower() for k, v in scope["headers"] if k == b"host"]
+            if not hosts or any(_name(host) not in self.names for host in hosts):
+                await self.refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _name(host: str) -> str:
+    """``host`` without its port: ``[::1]:8765`` -> ``[::1]``, ``localhost:80`` ->
+    ``localhost``."""
+    return host[:host.find("]") + 1] if host.startswith("[") else host.split(":")[0]

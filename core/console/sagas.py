@@ -1,5 +1,12 @@
 """The saga pages: recent groups, one group's steps — each marked with what undid it (the
-compensation's effect, or why it was not undone) — and Unwind.
+compensation's effect, or why it was not undone) — and Unwind, in two steps.
+
+Unwind runs compensators (real side effects), so it is never one click: the group's page
+carries what the operator saw (:func:`effectgate.sagas.unwind_plan`'s digest of the steps and
+their undos) to a confirmation page (a GET, writing nothing) that names exactly which undos
+will run, and only its button unwinds. If the saga moved in between (a step settled, an undo
+ran, a step was added), the confirmation or the unwind is refused and the operator reviews
+again.
 
 Unwind answers with a redirect to the group's page (reloading it runs nothing), with a
 message that says what *this* unwind did: the steps it compensated now, apart from those
@@ -22,7 +29,7 @@ if TYPE_CHECKING:
     from ..sagas import UnwindReport
     from .app import Console
 
-__all__ = ["Step", "group", "groups", "steps_of", "summary", "unwind"]
+__all__ = ["Step", "confirm_unwind", "group", "groups", "steps_of", "summary", "unwind"]
 
 
 class Step(NamedTuple):
@@ -102,17 +109,54 @@ async def groups(c: Console, request: Request, who: Principal) -> Response:
 
 
 async def group(c: Console, request: Request, who: Principal) -> Response:
-    """One group's steps, each marked with its undo."""
+    """One group's steps, each marked with its undo, and Unwind (to its confirmation)."""
+    from ..sagas import unwind_plan
+
     key = request.query_params.get("group") or ""
     found = await run_in_threadpool(steps_of, c, key)
-    return c.page(request, "group", title=f"Saga {key}", group=key, steps=found)
+    seen = (await run_in_threadpool(unwind_plan, c.gate, key))[1] if found else ""
+    return c.page(request, "group", title=f"Saga {key}", group=key, steps=found, seen=seen)
+
+
+async def confirm_unwind(c: Console, request: Request, who: Principal) -> Response:
+    """The confirmation: exactly which undos Unwind will run (nothing is run here)."""
+    import json
+    import urllib.parse
+
+    from ..sagas import compensation_key, unwind_plan
+
+    key = request.query_params.get("group") or ""
+    runs, seen = await run_in_threadpool(unwind_plan, c.gate, key)
+    problem = None
+    if request.query_params.get("seen", seen) != seen:
+        problem = (f"{key} changed since you reviewed it. Nothing was undone; review it "
+                   "again.")
+    elif not runs:
+        problem = ("An unwind would run no undo now: each step is undone already, not "
+                   "committed, irreversible, held back or has no compensator here (see each "
+                   "step). Nothing was undone.")
+    return c.page(request, "confirm_unwind", title=f"Confirm: unwind {key}", group=key,
+                  undos=[(r, compensation_key(r.key),
+                          json.dumps(r.compensation, ensure_ascii=False)) for r in runs],
+                  seen=seen,
+                  back="/groups/view?" + urllib.parse.urlencode({"group": key}),
+                  problem=problem)
 
 
 async def unwind(c: Console, request: Request, who: Principal) -> Response:
-    """Unwind the group as the signed-in operator; back to its page with what was done."""
+    """Unwind the group as the signed-in operator, if it is still as the confirmation showed
+    it; back to its page with what was done."""
     import urllib.parse
 
-    key = str(c.form(request).get("group") or "")
+    from ..sagas import unwind_plan
+
+    form = c.form(request)
+    key = str(form.get("group") or "")
+    back = "/groups/view?" + urllib.parse.urlencode({"group": key})
+    _, seen = await run_in_threadpool(unwind_plan, c.gate, key)
+    if form.get("seen") != seen:
+        return c.redirect(back, ("error", f"Refused: {key} changed since you reviewed it. "
+                                          "Nothing was undone; review it again."))
     report = await run_in_threadpool(c.gate.acting_as(who).unwind, key)
     kind, text = summary(report)
     detail: dict[str, Any] = {"compensated now": len(report.compensated_now),
@@ -122,5 +166,4 @@ async def unwind(c: Console, request: Request, who: Principal) -> Response:
     warning = await run_in_threadpool(lambda: c.audit(
         who.name, "unwind", subject=key,
         detail=", ".join(f"{n} {name}" for name, n in detail.items() if n) or "no steps"))
-    return c.redirect("/groups/view?" + urllib.parse.urlencode({"group": key}),
-                      (kind, text + warning))
+    return c.redirect(back, (kind, text + warning))

@@ -74,7 +74,8 @@ def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
     print(f"effectgate: console listening on {scheme}://{shown}:{bound_port}/ "
           f"(namespace {gate.namespace!r}; sign in with an operator's token)", file=out,
           flush=True)
-    config = uvicorn.Config(build_app(gate, secure_cookies=secure), log_level="warning",
+    config = uvicorn.Config(build_app(gate, secure_cookies=secure, host=host),
+                            log_level="warning",
                             lifespan="off", access_log=False, ssl_certfile=tls_cert,
                             ssl_keyfile=tls_key)
     try:

@@ -209,10 +209,32 @@ _GROUP = """{% extends "base" %}{% block body %}
 <td>{% if s.undo %}{% if s.undone %}<strong>compensated</strong> by {% else %}compensation {{ s.undo.state.value }}: {% endif %}<a href="/effects/{{ s.undo.effect_id }}">#{{ s.undo.effect_id }}</a>{% if s.undo.error %} <span class="muted">{{ s.undo.error }}</span>{% endif %}
 {% else %}<span class="muted">{{ s.note }}</span>{% endif %}</td>
 <td>{{ when(s.e.updated_at) }}</td></tr>{% endfor %}</tbody></table>
-<form method="post" action="/groups/unwind">""" + CSRF + """
+<form method="get" action="/groups/unwind">
 <input type="hidden" name="group" value="{{ group | asis }}">
-<button class="danger" type="submit">Unwind</button></form>
+<input type="hidden" name="seen" value="{{ seen | asis }}">
+<button class="danger" type="submit">Unwind…</button></form>
 {% else %}<p>No steps in this group.</p>{% endif %}
+{% endblock %}"""
+
+# An unwind runs compensators: the confirmation names each undo and carries what was seen.
+_CONFIRM_UNWIND = """{% extends "base" %}{% block body %}
+<h1>Confirm: unwind {{ group }}</h1>
+{% if problem %}<div role="alert">{{ problem }}</div>
+<p><a href="{{ back | asis }}">Back</a></p>
+{% else %}
+<p>Nothing runs until you confirm. These undos will run, newest first, each at most once
+(each is itself gated: a policy may still ask for approval or refuse it):</p>
+<div class="confirm" role="region" aria-label="what will be undone"><table>
+<thead><tr><th>step</th><th>key</th><th>type</th><th>compensation</th><th>undo</th></tr></thead>
+<tbody>{% for r, undo_key, compensation in undos %}<tr><td>#{{ r.effect_id }}</td><td><code>{{ r.key }}</code></td>
+<td>{{ r.effect_type }}</td><td><code>{{ compensation }}</code></td><td><code>{{ undo_key }}</code></td></tr>
+{% endfor %}</tbody></table>
+<p>by {{ who }}</p></div>
+<form method="post" action="/groups/unwind">
+""" + CSRF + """<input type="hidden" name="group" value="{{ group | asis }}">
+<input type="hidden" name="seen" value="{{ seen | asis }}">
+<button class="danger" type="submit">Run {{ undos | length }} undo{{ "" if undos | length == 1 else "s" }}</button>
+<a href="{{ back | asis }}">Cancel</a></form>{% endif %}
 {% endblock %}"""
 
 _MESSAGE = """{% extends "base" %}{% block body %}
@@ -223,5 +245,6 @@ _MESSAGE = """{% extends "base" %}{% block body %}
 TEMPLATES = {
     "login": _LOGIN, "overview": _OVERVIEW, "approvals": _APPROVALS, "approval": _APPROVAL,
     "ambiguous": _AMBIGUOUS, "effects": _EFFECTS, "effect": _EFFECT, "confirm": _CONFIRM,
-    "groups": _GROUPS, "group": _GROUP, "message": _MESSAGE,
+    "groups": _GROUPS, "group": _GROUP, "confirm_unwind": _CONFIRM_UNWIND,
+    "message": _MESSAGE,
 }
