@@ -275,8 +275,14 @@ def reads_first(move: Move) -> bool:
     return not (move.consume_approval or move.forget_approval or move.request_approval)
 
 
-def over_ceiling(move: Move, label: str) -> Move:
-    """The move to make instead of ``move`` when the ceiling ``label`` refused its charge."""
+def over_ceiling(move: Move, label: str) -> Move | Answer:
+    """The step instead of ``move`` when the ceiling ``label`` refused its charge: the refusal
+    recorded (DENIED; the next begin asks again), or, for a move that would have consumed an
+    approval, only answered: the approved request keeps waiting, unconsumed, for room to run
+    (a human's yes is never asked for twice, and never lost to a budget)."""
+    if move.consume_approval is not None:
+        return Answer(Decision.DENIED, f"spend ceiling reached: {label}",
+                      approval_id=move.consume_approval)
     return Move(State.DENIED, Decision.DENIED, move.expected, move.attempt_increment,
                 reason=f"spend ceiling reached: {label}", forget_approval=move.forget_approval)
 

@@ -211,7 +211,11 @@ def _move(parts: Parts, row: EffectHead | None, step: Move, req: Request,
                              budget_warning=step.budget_warning)
         return found  # not ours: decided on again
     if moved.over_ceiling is not None:
-        step = decide.over_ceiling(step, moved.over_ceiling)
+        instead = decide.over_ceiling(step, moved.over_ceiling)
+        if isinstance(instead, Answer):  # an approved request waits for room, unconsumed
+            assert row is not None
+            return _answer(parts, row, instead)
+        step = instead
         moved = yield Write(row, step, req, secret)
     new: EffectHead | None = moved.row
     if new is None or (row is None and not new.inserted):

@@ -591,3 +591,29 @@ def test_list_effects_filters(make_gate: Any) -> None:
         gate.list_effects(state="nope")
 
 
+
+
+def test_an_approved_effect_refused_by_a_ceiling_keeps_its_approval(make_gate: Any) -> None:
+    """Two refunds approved by a human; the day's ceiling has room for one. The second is
+    refused for the budget, but its approval is not lost to it: once the first one's spend is
+    released (it FAILED), the second runs on the approval the human gave, asking nobody again.
+    (The refusal used to move the effect to DENIED with the approval unconsumed and unusable:
+    the next begin opened a new request, and the human had to approve it twice.)"""
+    gate = make_gate(policy={"effects": {"pay.*": {
+        "approval": {"always": True}, "budget": {"per_day_micros": 10_000_000}}}})
+    a, b = ({"effect_type": "pay.refund", "key": f"refund:{k}", "payload": {"k": k},
+             "estimated_cost_micros": 6_000_000} for k in ("a", "b"))
+    for fields in (a, b):
+        asked = gate.begin(**fields)
+        assert asked.decision is eg.Decision.APPROVAL_REQUIRED
+        gate.approve(asked.approval_id, by="alice")
+    first = gate.begin(**a)
+    assert first.decision is eg.Decision.EXECUTE
+    refused = gate.begin(**b)
+    assert refused.decision is eg.Decision.DENIED and "spend ceiling" in (refused.reason or "")
+    assert gate.get("refund:b").state is eg.State.PENDING_APPROVAL
+    gate.report(first, "failed", error="card declined")
+    second = gate.begin(**b)
+    assert second.decision is eg.Decision.EXECUTE, second
+    assert gate.approval(refused.approval_id).state is eg.ApprovalState.CONSUMED
+

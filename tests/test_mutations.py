@@ -192,10 +192,10 @@ MUTATIONS = [
              "    return False and row is not None and row.state is State.AMBIGUOUS",
              [REPLAY], [HOOKED]),
     Mutation("the flow does not retry a move the ceiling refused", "flow.py",
-             "    if moved.over_ceiling is not None:\n        step = decide.over_ceiling("
-             "step, moved.over_ceiling)\n        moved = yield Write(",
-             "    if False:\n        step = decide.over_ceiling(step, moved.over_ceiling)"
-             "\n        moved = yield Write(", [TWO_KEYS], [{**TWO_KEYS, **_STILL}]),
+             "    if moved.over_ceiling is not None:\n        instead = decide.over_ceiling("
+             "step, moved.over_ceiling)\n",
+             "    if False:\n        instead = decide.over_ceiling(step, moved.over_ceiling)"
+             "\n", [TWO_KEYS], [{**TWO_KEYS, **_STILL}]),
     Mutation("the hook's verdict settled as FAILED", "flow.py",
              "outcome = Outcome(found.outcome)", "outcome = Outcome.FAILED", [REPLAY],
              [HOOKED]),
