@@ -80,10 +80,13 @@ class Governance(NamedTuple):
                 f"{ids}: that ceiling cannot count it")
 
 
-def evaluate(policy: Policy, effect_type: str, cost: int | None) -> Governance | None:
-    """What ``policy`` asks of a call of ``effect_type`` costing ``cost``; None when nothing."""
+def evaluate(policy: Policy, effect_type: str, cost: int | None, *,
+             spends: bool = True) -> Governance | None:
+    """What ``policy`` asks of a call of ``effect_type`` costing ``cost``; None when nothing.
+    ``spends=False`` (an undo): no spend ceiling counts it — an undo gives back, and a budget
+    spent must never block it — while ``cost`` (its step's) still decides an approval."""
     rule = policy.rule_for(effect_type)
-    ceilings = tuple(policy.ceilings_for(effect_type))
+    ceilings = tuple(policy.ceilings_for(effect_type)) if spends else ()
     deny = rule.denied if rule else None
     approval = rule.approval if rule else None
     if approval is not None and not approval.applies(cost):

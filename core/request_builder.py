@@ -99,10 +99,11 @@ def build_request(
                               "give it no group_key")
     cost = None if estimated_cost_micros is None else validate.micros(
         estimated_cost_micros, "estimated_cost_micros")
-    if cost is None and kind.policy is policy:
+    if cost is None and compensates_effect_id is None and kind.policy is policy:
         gov = kind.governance  # asked when the kind was made
     else:
-        gov = None if policy is None else evaluate(policy, kind.effect_type, cost)
+        gov = None if policy is None else evaluate(policy, kind.effect_type, cost,
+                                                   spends=compensates_effect_id is None)
     text = validate.text
     return _new_request(Request, (  # the tuple itself: every call makes one
         namespace, key, kind.effect_type, digest, kind.vendor, kind.max_attempts,

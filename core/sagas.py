@@ -283,8 +283,10 @@ def compensation_key(key: str) -> str:
 
 def compensation_request(record: EffectRecord) -> dict[str, Any]:
     """The ``begin`` arguments of ``record``'s undo: key ``compensate:<key>``, type
-    ``<type>.compensate``, ``compensates_effect_id`` set. Whoever performs the undo — ``unwind``
-    here, or an agent over MCP — begins this same effect, so it runs at most once."""
+    ``<type>.compensate``, ``compensates_effect_id`` set, and the step's estimated cost (what
+    an approval rule judges the undo by; no spend ceiling counts an undo). Whoever performs
+    the undo — ``unwind`` here, or an agent over MCP — begins this same effect, so it runs at
+    most once."""
     request: dict[str, Any] = {
         "effect_type": record.effect_type + UNDO_SUFFIX, "key": compensation_key(record.key),
         "payload": {"effect_id": record.effect_id, "compensation": record.compensation},
@@ -292,6 +294,8 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
     }
     if record.run_id is not None:
         request["run_id"] = record.run_id
+    if record.estimated_cost_micros is not None:  # what an approval rule judges it by
+        request["estimated_cost_micros"] = record.estimated_cost_micros
     return request
 
 

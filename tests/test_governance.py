@@ -617,3 +617,40 @@ def test_an_approved_effect_refused_by_a_ceiling_keeps_its_approval(make_gate: A
     assert second.decision is eg.Decision.EXECUTE, second
     assert gate.approval(refused.approval_id).state is eg.ApprovalState.CONSUMED
 
+
+def test_an_undo_is_judged_by_its_steps_cost_and_never_counted_as_spend(
+        make_gate: Any) -> None:
+    """Under ``payment.*`` with "$100 or more needs approval" and a day's ceiling: the undo of
+    a $1 charge runs at once and the undo of a $500 one waits for a human (each judged by its
+    step's cost: an undo declaring no cost would need approval at any amount); neither is
+    counted against the ceiling, which the charges filled (an unwind must never be blocked by
+    a budget spent)."""
+    gate = make_gate(policy={"effects": {"payment.*": {
+        "approval": {"at_or_above_micros": 100_000_000},
+        "budget": {"per_day_micros": 501_000_000}}}})
+    undone: list[str] = []
+
+    @gate.compensator("payment.charge")
+    def refund(record: eg.EffectRecord, compensation: Any) -> None:
+        undone.append(compensation["charge"])
+
+    for name, cost in (("big", 500_000_000), ("small", 1_000_000)):
+        d = gate.begin(effect_type="payment.charge", key=f"charge:{name}", payload={"n": name},
+                       group_key="trip:1", compensation={"charge": name},
+                       estimated_cost_micros=cost)
+        if d.decision is eg.Decision.APPROVAL_REQUIRED:
+            gate.approve(d.approval_id, by="alice")
+            d = gate.begin(effect_type="payment.charge", key=f"charge:{name}",
+                           payload={"n": name}, group_key="trip:1",
+                           compensation={"charge": name}, estimated_cost_micros=cost)
+        assert d.decision is eg.Decision.EXECUTE, d
+        gate.report(d, "committed", result={"ok": name})
+    report = gate.unwind("trip:1", by="ops")
+    assert undone == ["small"]  # the newest first; the big one's undo waits for approval
+    assert [s.key for s in report.compensated] == ["charge:small"]
+    waiting = gate.get("compensate:charge:big")
+    assert waiting.state is eg.State.PENDING_APPROVAL
+    assert gate.get("compensate:charge:small").state is eg.State.COMMITTED
+    gate.approve(waiting.approval_id, by="bob")
+    gate.unwind("trip:1", by="ops")
+    assert undone == ["small", "big"]  # no ceiling refused it, though the day is spent

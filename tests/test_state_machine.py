@@ -713,8 +713,11 @@ class GateMachine(RuleBasedStateMachine):
         key = f"compensate:{step.key}"
         c = self.effects.get(key)
         if c is None:
+            # The undo declares its step's estimate (an approval rule judges it by that; no
+            # ceiling counts an undo).
             c = self.effects[key] = Eff(key, f"{step.effect_type}.compensate", None, None,
-                                        compensation=None, compensates=step.effect_id)
+                                        est=step.est, compensation=None,
+                                        compensates=step.effect_id)
             c.moved(IN_FLIGHT, token=1)
         elif c.state == COMMITTED:
             self._duplicate(c)
