@@ -73,27 +73,48 @@ class ApprovalElicitor:
                   related_request_id: Any = None) -> bool:
         """Elicit the approval of ``approval_id``; True once the store holds a decision
         (approved or denied: ask the gate again), False when nothing was decided (not
-        supported, declined, cancelled, or still pending after ``wait_seconds``)."""
+        supported, declined, cancelled, or still pending after ``wait_seconds``). A client that
+        has not answered is waited for until the decision, at most ``wait_seconds``, and then
+        gets False: it may be gone (a dropped HTTP stream does not cancel the call), and an
+        ``execute`` begun for a caller that never hears it would be stranded."""
         if not supports_url_elicitation(session):
             return False
         what = f"effect {key!r}" if key else "this action"
         message = (f"A person must approve {what} before it runs (approval {approval_id}). "
                    "Open the page to review exactly what would execute, and approve or deny it.")
-        try:
-            answer = await session.elicit_url(
-                message=message, url=approval_url(self.console_url, approval_id),
-                elicitation_id=approval_id, related_request_id=related_request_id)
-        except Exception:  # the client cannot take it: answer in text, as without elicitation
-            return False
+        asked: dict[str, Any] = {}
+        async with anyio.create_task_group() as tg:
+
+            async def elicit() -> None:
+                try:
+                    asked["answer"] = await session.elicit_url(
+                        message=message, url=approval_url(self.console_url, approval_id),
+                        elicitation_id=approval_id, related_request_id=related_request_id)
+                except Exception:  # the client cannot take it: answer in text
+                    asked["answer"] = None
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:  # a client that never answers holds nothing up
+                try:
+                    asked["decided"] = await self._wait(approval_id)
+                except Exception as err:  # raised as it is, not in a group
+                    asked["error"] = err
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(elicit)
+            tg.start_soon(watch)
+        if "error" in asked:
+            raise asked["error"]
+        answered = "decided" not in asked  # else decided (or timed out) first
         # "accept" only means the user agreed to open the page; any content is ignored.
-        if getattr(answer, "action", None) != "accept":
+        if answered and getattr(asked["answer"], "action", None) != "accept":
             return False
-        decided = await self._wait(approval_id)
+        decided = await self._wait(approval_id) if answered else bool(asked["decided"])
         if decided:
             with contextlib.suppress(Exception):  # the decision is in the store either way
                 await session.send_elicit_complete(approval_id,
                                                    related_request_id=related_request_id)
-        return decided
+        return decided and answered
 
     async def wait_decided(self, approval_id: str) -> bool:
         """Wait (at most ``wait_seconds``) for a decision on ``approval_id`` in the store; True

@@ -72,6 +72,7 @@ from .relay import (
     progress_relay,
 )
 from .results import stored_result
+from .stdio import Answered
 from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
 from .transport import caller
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
@@ -1036,7 +1037,8 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
             with anyio.CancelScope() as scope:
                 tg.start_soon(_stop_on_signal, scope)
                 async with stdio_server() as (read, write):
-                    await server.run(read, write, server.create_initialization_options())
+                    await server.run(Answered(read, write), write,
+                                     server.create_initialization_options())
         await gw.aclose()
         tg.cancel_scope.cancel()
     return 0

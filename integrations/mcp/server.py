@@ -34,6 +34,7 @@ from effectgate.sagas import compensation_request
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
 from .multiround import ApprovalRounds, RoundKeys
 from .reissue import begin_unlost
+from .stdio import Answered
 from .transport import (
     HttpGuard,
     agent_for,
@@ -49,6 +50,7 @@ try:
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.stdio import stdio_server
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
     from mcp_types import INVALID_PARAMS, InputRequiredResult
@@ -432,12 +434,14 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
     (:func:`.transport.bearer_guard`) unless ``auth=False``, which only a loopback address may
     use; it listens on a loopback address unless ``allow_remote`` or a ``guard``;
     :class:`~effectgate.ConfigError` otherwise. On a loopback address a request naming another
-    host is refused (:func:`rebinding_protection`). ``console_url``: see :func:`build_server`."""
+    host is refused (:func:`rebinding_protection`). On stdio a request line the SDK cannot read
+    gets the JSON-RPC error HTTP gives it (:class:`~.stdio.Answered`). ``console_url``: see
+    :func:`build_server`."""
     out = out if out is not None else sys.stderr
     server = build_server(gate, allow_resolve=allow_resolve, console_url=console_url)
     if transport == "stdio":
         print("effectgate: mcp serve listening on stdio", file=out, flush=True)
-        server.run("stdio")
+        anyio.run(_serve_stdio, server)
         return
     check_bind(host, port, allow_remote=allow_remote, guard=guard)
     guard, said = http_auth(gate, host, auth=auth, guard=guard,
@@ -449,3 +453,12 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
                                     guard=guard, auth=said))
     finally:
         sock.close()
+
+
+async def _serve_stdio(server: MCPServer) -> None:
+    """Run ``server`` on this process's stdin and stdout, answering every line the SDK cannot
+    read (:class:`~.stdio.Answered`) instead of leaving its caller waiting."""
+    lowlevel = server._lowlevel_server  # as MCPServer.run_stdio_async does
+    async with stdio_server() as (read, write):
+        await lowlevel.run(Answered(read, write), write,
+                           lowlevel.create_initialization_options())

@@ -1,0 +1,105 @@
+"""stdio for the MCP server and gateway: a read stream that answers the lines the SDK cannot
+read. The SDK's stdio transport drops such a line (JSON nested too deep, a lone surrogate, a
+number too long) after logging it at debug level, and its caller waits for ever; streamable
+HTTP answers the same body ``-32700``. :class:`Answered` gives stdio the same answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import anyio
+from pydantic import ValidationError
+
+try:
+    from mcp.shared.message import SessionMessage
+    from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+except ImportError as err:  # pragma: no cover - depends on the extras installed
+    raise ImportError(
+        'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
+    ) from err
+
+__all__ = ["Answered"]
+
+
+class Answered:
+    """The stdio read stream of :func:`_serve_stdio`. A line the SDK cannot read (JSON nested
+    too deep, a lone surrogate, a number too long: the SDK's stdio transport drops it
+    silently, and its caller would wait forever) is answered with the JSON-RPC error that
+    streamable HTTP gives it (``-32700``, or ``-32600`` for JSON that is no JSON-RPC message),
+    with the request's ``id`` when it can be read; it never reaches a tool."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self.inner, self.write = inner, write
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last item (the SDK's context streams)."""
+        return getattr(self.inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        """The next message; unreadable lines are answered and skipped."""
+        while True:
+            item = await self.inner.receive()
+            if not isinstance(item, ValidationError):
+                return item
+            error = item.errors()[0]
+            raw = error.get("input")
+            parse = error.get("type") == "json_invalid"
+            reason = str((error.get("ctx") or {}).get("error") or error.get("msg"))[:200]
+            await self.write.send(SessionMessage(JSONRPCError(
+                jsonrpc="2.0", id=_request_id(raw) if isinstance(raw, str) else None,
+                error=ErrorData(code=PARSE_ERROR if parse else INVALID_REQUEST,
+                                message=f"Parse error: {reason}" if parse
+                                else "Invalid request: not a JSON-RPC message"))))
+
+    async def aclose(self) -> None:
+        """Close the underlying stream."""
+        await self.inner.aclose()
+
+    def __aiter__(self) -> Answered:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Answered:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]]')
+_COLON = re.compile(r"\s*:\s*")
+
+
+def _request_id(line: str) -> int | str | None:
+    """The top-level ``id`` of a request ``line`` the SDK could not read, found without
+    parsing what it nests (None when it has none that can be sent back)."""
+    depth, found, method = 0, None, False
+    for token in _TOKEN.finditer(line):
+        text = token.group()
+        if text in ("{", "["):
+            depth += 1
+        elif text in ("}", "]"):
+            depth -= 1
+        elif depth == 1 and text in ('"id"', '"method"'):
+            colon = _COLON.match(line, token.end())
+            if colon is None:
+                continue
+            method = method or text == '"method"'
+            if text == '"id"':
+                try:
+                    found, _ = json.JSONDecoder().raw_decode(line, colon.end())
+                except (ValueError, RecursionError):
+                    return None
+    if not method or isinstance(found, bool) or not isinstance(found, int | str):
+        return None
+    if (isinstance(found, str) and not found.isprintable()) or len(str(found)) > 200:
+        return None  # an id that would not survive the way back
+    return found
