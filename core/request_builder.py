@@ -16,6 +16,7 @@ from .context import run_context
 from .errors import ConfigError, PayloadError
 from .governance import evaluate
 from .payload import canonical_json, payload_hash
+from .registry import UNDO_SUFFIX
 from .request import Request
 from .vendors import rule_for
 
@@ -99,11 +100,14 @@ def build_request(
                               "give it no group_key")
     cost = None if estimated_cost_micros is None else validate.micros(
         estimated_cost_micros, "estimated_cost_micros")
-    if cost is None and compensates_effect_id is None and kind.policy is policy:
+    # Only an undo's own type (``<type>.compensate``) escapes the spend ceilings: naming a
+    # step held gives any other effect no leave to spend past them.
+    undo = compensates_effect_id is not None and kind.effect_type.endswith(UNDO_SUFFIX)
+    if cost is None and not undo and kind.policy is policy:
         gov = kind.governance  # asked when the kind was made
     else:
         gov = None if policy is None else evaluate(policy, kind.effect_type, cost,
-                                                   spends=compensates_effect_id is None)
+                                                   spends=not undo)
     text = validate.text
     return _new_request(Request, (  # the tuple itself: every call makes one
         namespace, key, kind.effect_type, digest, kind.vendor, kind.max_attempts,

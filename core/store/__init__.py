@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,7 +59,7 @@ from .connections import (
     Durability,
     Rollback,
     Transaction,
-    aborted_whole,
+    again_after,
     driver_text,
     make_engine,
     safe_url,
@@ -688,16 +689,21 @@ _T = TypeVar("_T")
 
 
 def _again_if_aborted(call: Callable[[], _T]) -> _T:
-    """``call()``, once more if the server aborted its transaction whole (a deadlock's victim,
+    """``call()``, run again (a bounded number of times, after a random pause: see
+    :func:`again_after`) while the server aborts its transaction whole (a deadlock's victim,
     SQLSTATE 40P01, or a serialization failure, 40001): nothing of it was written, and the
     other transaction it met has then moved on (a holder's report that lost a deadlock to a
     governed reservation of its key was not recorded, and the effect lapsed to AMBIGUOUS)."""
-    try:
-        return call()
-    except StoreError as err:
-        if not aborted_whole(err):
-            raise
-    return call()
+    tries = 1
+    while True:
+        try:
+            return call()
+        except StoreError as err:
+            pause = again_after(err, tries)
+            if pause is None:
+                raise
+        time.sleep(pause)
+        tries += 1
 
 
 _new_head = tuple.__new__

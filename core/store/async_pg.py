@@ -44,7 +44,7 @@ from .binds import (
 )
 from .connections import (
     DEFAULT_ASYNC_POOL_SIZE,
-    aborted_whole,
+    again_after,
     is_disconnect,
     safe_url,
     store_error,
@@ -285,15 +285,17 @@ class AsyncPostgres:
         if not store.one_call(move):
             return await abandonable(store, secret, lambda: store.move(None, move, req, secret))
         sql, binds = store.one_call_sql(move), move_binds(None, move, req, secret, None)
-        for tries_left in (1, 0):
+        tries = 1
+        while True:
             try:
                 rows = await self.run(sql, binds, writing=True, sent=(req, secret))
-                break
+                return Moved(effect_head(rows[0]) if rows else None)
             except StoreError as err:
-                if tries_left and aborted_whole(err):
-                    continue  # a deadlock's victim, rolled back whole: once more, as sync
-                return Moved(None, over_ceiling(err, move))
-        return Moved(effect_head(rows[0]) if rows else None)
+                pause = again_after(err, tries)  # a deadlock's victim, rolled back whole
+                if pause is None:
+                    return Moved(None, over_ceiling(err, move))
+            await asyncio.sleep(pause)
+            tries += 1
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """:meth:`Store.fetch`."""

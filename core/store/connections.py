@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from .sql import Sql
 
 __all__ = ["DEFAULT_ASYNC_POOL_SIZE", "MAX_POOL_SIZE", "Connections", "Durability",
-           "aborted_whole", "driver_text", "make_engine", "safe_url", "store_error"]
+           "aborted_whole", "again_after", "driver_text", "make_engine", "safe_url",
+           "store_error"]
 
 Durability = Literal["reserve", "all", "relaxed"]
 _FULL, _NORMAL = "PRAGMA synchronous=FULL", "PRAGMA synchronous=NORMAL"
@@ -463,6 +465,21 @@ def aborted_whole(err: StoreError) -> bool:
     40P01, or a serialization failure, 40001): nothing of it was written, and running it once
     more is safe."""
     return getattr(err.__cause__, "sqlstate", None) in ("40P01", "40001")
+
+
+# A transaction the server aborted whole runs at most this many times in all.
+_ABORTED_TRIES = 5
+
+
+def again_after(err: StoreError, tries: int) -> float | None:
+    """Seconds to wait before running once more a transaction that failed with ``err`` on
+    its ``tries``-th run, or None to give up (raise ``err``). Only a transaction the server
+    aborted whole runs again, a bounded number of times, after a random pause that grows:
+    a deadlock's victim that ran again at once could meet the same writer again before that
+    one saw the victim had gone (both waiting again, in the same order)."""
+    if tries >= _ABORTED_TRIES or not aborted_whole(err):
+        return None
+    return random.uniform(0.005, 0.02 * 2 ** tries)
 
 
 def store_error(err: Exception, *, writing: bool) -> StoreError:

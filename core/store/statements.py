@@ -195,9 +195,17 @@ class _Definitions:
         # an attempt, a new lease secret) each time; the vendor key is kept as it was, and the
         # vendor's reference (which names the attempt it was recorded for) is cleared. What the
         # attempt declares (run, agent, saga group and undo, cost, vendor) is its own.
+        # On Postgres the take locks its row first (a sub-select FOR UPDATE): an UPDATE
+        # computes its values, the lease among them, before it waits on a row lock, and a
+        # governed move's lock (``lock_row``) rolled back after a wait left a take that had
+        # waited on it a lease shortened by the wait. The sub-select waits, then the values.
+        row = effects.alias("row_lock")
+        locked = (t.id == select(row.c.id).where(
+            (row.c.namespace == p("namespace")) & (row.c.id == p("id"))
+        ).with_for_update().scalar_subquery()) if pg else true()
         lazy["take"] = lambda: (
             effects.update()
-            .where(cas & (t.state == p("expected_state")))
+            .where(cas & (t.state == p("expected_state")) & locked)
             .values(
                 history=line(t.state, p("state"), t.token + _ONE),
                 state=p("state"),
