@@ -83,6 +83,7 @@ class ApprovalElicitor:
         message = (f"A person must approve {what} before it runs (approval {approval_id}). "
                    "Open the page to review exactly what would execute, and approve or deny it.")
         asked: dict[str, Any] = {}
+        deadline = time.monotonic() + self.wait_seconds  # one wait, whoever answers first
         async with anyio.create_task_group() as tg:
 
             async def elicit() -> None:
@@ -96,7 +97,7 @@ class ApprovalElicitor:
 
             async def watch() -> None:  # a client that never answers holds nothing up
                 try:
-                    asked["decided"] = await self._wait(approval_id)
+                    asked["decided"] = await self._wait(approval_id, deadline)
                 except Exception as err:  # raised as it is, not in a group
                     asked["error"] = err
                 tg.cancel_scope.cancel()
@@ -109,7 +110,8 @@ class ApprovalElicitor:
         # "accept" only means the user agreed to open the page; any content is ignored.
         if answered and getattr(asked["answer"], "action", None) != "accept":
             return False
-        decided = await self._wait(approval_id) if answered else bool(asked["decided"])
+        decided = await self._wait(approval_id, deadline) if answered \
+            else bool(asked["decided"])
         if decided:
             with contextlib.suppress(Exception):  # the decision is in the store either way
                 await session.send_elicit_complete(approval_id,
@@ -119,10 +121,9 @@ class ApprovalElicitor:
     async def wait_decided(self, approval_id: str) -> bool:
         """Wait (at most ``wait_seconds``) for a decision on ``approval_id`` in the store; True
         once it is approved or denied."""
-        return await self._wait(approval_id)
+        return await self._wait(approval_id, time.monotonic() + self.wait_seconds)
 
-    async def _wait(self, approval_id: str) -> bool:
-        deadline = time.monotonic() + self.wait_seconds
+    async def _wait(self, approval_id: str, deadline: float) -> bool:
         while True:
             record = await anyio.to_thread.run_sync(self.gate.approval, approval_id)
             if record.state is not eg.ApprovalState.PENDING:

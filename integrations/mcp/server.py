@@ -29,6 +29,7 @@ from pydantic import Field
 import effectgate as eg
 from effectgate import sagas
 from effectgate.net import loopback_host_names
+from effectgate.principals import require_holder
 from effectgate.sagas import compensation_request
 
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
@@ -38,6 +39,7 @@ from .stdio import Answered
 from .transport import (
     HttpGuard,
     agent_for,
+    caller,
     check_bind,
     http_auth,
     listen,
@@ -240,6 +242,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
         retry = rounds.retry(ctx, tool="begin_effect", arguments=fields)  # before any write
         try:
             fields["agent_id"] = agent_for(agent_id)
+            await _require_step_held(gate, compensates_effect_id)
             d = await begin_unlost(gate, fields)
             if d.decision is eg.Decision.APPROVAL_REQUIRED and ctx is not None:
                 asked = await rounds.answer(ctx, retry, tool="begin_effect", arguments={
@@ -392,6 +395,15 @@ class _UnknownPrompt:
             if name not in {p.name for p in await self.server.list_prompts()}:
                 raise MCPError(INVALID_PARAMS, f"Unknown prompt: {str(name)[:100]}")
         return await call_next(ctx)
+
+
+async def _require_step_held(gate: eg.Gate, effect_id: int | None) -> None:
+    """:class:`~effectgate.Forbidden` unless the authenticated agent began the step an undo
+    names (``compensates_effect_id``): an undo acts on that step — ``unwind`` counts the step
+    compensated once it commits — and an agent acts only on what it holds."""
+    who = caller()
+    if who is not None and effect_id is not None:
+        require_holder(who, await asyncio.to_thread(gate.get_by_id, effect_id), "compensate")
 
 
 def _session(ctx: Any) -> Any:

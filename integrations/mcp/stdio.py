@@ -45,11 +45,11 @@ class Answered:
             if not isinstance(item, ValidationError):
                 return item
             error = item.errors()[0]
-            raw = error.get("input")
+            raw = error.get("input")  # the line when it is no JSON, else one value inside it
             parse = error.get("type") == "json_invalid"
             reason = str((error.get("ctx") or {}).get("error") or error.get("msg"))[:200]
             await self.write.send(SessionMessage(JSONRPCError(
-                jsonrpc="2.0", id=_request_id(raw) if isinstance(raw, str) else None,
+                jsonrpc="2.0", id=_request_id(raw) if parse and isinstance(raw, str) else None,
                 error=ErrorData(code=PARSE_ERROR if parse else INVALID_REQUEST,
                                 message=f"Parse error: {reason}" if parse
                                 else "Invalid request: not a JSON-RPC message"))))
@@ -74,8 +74,11 @@ class Answered:
         await self.aclose()
 
 
-_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]]')
+# A string left open runs to the end of the line, as JSON reads it: a token never fails after
+# scanning, so the line is read once (an open string at every escaped quote was quadratic).
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[{}\[\]]', re.DOTALL)
 _COLON = re.compile(r"\s*:\s*")
+_DECODE = json.JSONDecoder().raw_decode
 
 
 def _request_id(line: str) -> int | str | None:
@@ -88,14 +91,14 @@ def _request_id(line: str) -> int | str | None:
             depth += 1
         elif text in ("}", "]"):
             depth -= 1
-        elif depth == 1 and text in ('"id"', '"method"'):
+        elif depth == 1 and (name := _name(text)) in ("id", "method"):
             colon = _COLON.match(line, token.end())
             if colon is None:
                 continue
-            method = method or text == '"method"'
-            if text == '"id"':
+            method = method or name == "method"
+            if name == "id":
                 try:
-                    found, _ = json.JSONDecoder().raw_decode(line, colon.end())
+                    found, _ = _DECODE(line, colon.end())
                 except (ValueError, RecursionError):
                     return None
     if not method or isinstance(found, bool) or not isinstance(found, int | str):
@@ -103,3 +106,14 @@ def _request_id(line: str) -> int | str | None:
     if (isinstance(found, str) and not found.isprintable()) or len(str(found)) > 200:
         return None  # an id that would not survive the way back
     return found
+
+
+def _name(token: str) -> str | None:
+    """A string token as JSON reads it (a key spelt ``"\\u0069d"`` is ``id`` to the SDK);
+    None for one left open."""
+    if "\\" not in token:
+        return token[1:-1] if len(token) > 1 and token.endswith('"') else None
+    try:
+        return str(json.loads(token))
+    except ValueError:
+        return None
