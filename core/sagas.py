@@ -27,7 +27,7 @@ from .keys import MAX_KEY_LENGTH
 from .payload import payload_hash
 from .redact import describe
 from .registry import UNDO_SUFFIX
-from .states import Decision, Outcome, State
+from .states import ApprovalState, Decision, Outcome, State
 
 if TYPE_CHECKING:
     from .gatelike import GateLike
@@ -133,48 +133,49 @@ def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False) -
     caller's stay listed so, in order."""
     group_key = validate.text(group_key, "group_key", 512, required=True) or ""
     by = validate.text(by, "by", 256, required=True) or ""
-    report = UnwindReport(group_key)
+    return _walk(gate, gate.group_steps(group_key), UnwindReport(group_key), by, hand_off)
+
+
+def _walk(gate: GateLike, records: list[EffectRecord], report: UnwindReport, by: str,
+          hand_off: bool, planned: list[EffectRecord] | None = None) -> UnwindReport:
+    """The one place that decides which undos an unwind begins: list each of ``records``
+    (newest first) in ``report``, running its undo unless it is held back. ``planned``: a
+    plan, not an unwind — nothing is begun; each undo whose ``begin`` would answer execute
+    now is appended to it instead, as if it then committed, and store errors are raised."""
     held: _Hold | None = None  # why older steps are not undone now
-    for record in gate.group_steps(group_key):
+    for record in records:
         state = record.state.value
         step: dict[str, Any] = {"effect_id": record.effect_id, "key": record.key,
                                  "effect_type": record.effect_type, "state": state}
         try:
-            held = _unwind_step(gate, record, by, report, step, held, hand_off)
+            held = _unwind_step(gate, record, by, report, step, held, hand_off, planned)
         except EffectGateError as err:
+            if planned is not None:
+                raise
             report.failed.append(UnwindStep(**step, detail=_text(
                 gate, f"{type(err).__name__}: {err.message}")))
     return report
 
 
 def unwind_plan(gate: GateLike, group_key: str) -> tuple[list[EffectRecord], str]:
-    """Read-only, for a confirmation: the steps of ``group_key`` whose undo an unwind begun
-    now would run, newest first (committed, with a compensation and a compensator here, not
-    compensated yet, not held back by a newer step's unsettled undo), and the saga as read:
-    a digest of its steps and of the effects at their undo keys, each by id, state and
-    fencing token — equal again only if nothing in the saga moved since."""
+    """Read-only, for a confirmation: the steps of ``group_key`` whose undo :func:`unwind`
+    begun now would run, newest first (its own choice, each undo assumed to commit), and the
+    saga as read first: a digest of its steps and of the effects at their undo keys, each by
+    id, state, attempt and fencing token — equal again only if nothing in the saga moved
+    since. Store errors are raised, never planned around."""
     group_key = validate.text(group_key, "group_key", 512, required=True) or ""
-    runs: list[EffectRecord] = []
+    records = gate.group_steps(group_key)
     seen: list[str] = []
-    held = False
-    for record in gate.group_steps(group_key):
-        seen.append(f"{record.effect_id}:{record.state.value}:{record.lease_token}")
-        if record.state is not State.COMMITTED or record.compensation is None:
-            continue
-        request = compensation_request(record)
-        try:
-            found: EffectRecord | None = gate.get(request["key"])
-        except UnknownEffect:
-            found = None
-        if found is not None:
-            seen.append(f"/{found.effect_id}:{found.state.value}:{found.lease_token}")
-            if not is_undo(found, request) or found.state is State.COMMITTED:
-                continue  # its undo cannot begin there, or has run
-            if found.state in _UNSETTLED:
-                held = True
-                continue
-        if not held and gate.compensator_for(record.effect_type) is not None:
-            runs.append(record)
+    for record in records:
+        seen.append(f"{record.effect_id}:{record.state.value}:{record.attempt}:"
+                    f"{record.lease_token}")
+        if record.state is State.COMMITTED and record.compensation is not None:
+            found = _at_undo_key(gate, record)
+            if found is not None:
+                seen.append(f"/{found.effect_id}:{found.state.value}:{found.attempt}:"
+                            f"{found.lease_token}:{_asked(gate, found)}")
+    runs: list[EffectRecord] = []
+    _walk(gate, records, UnwindReport(group_key), "plan", False, runs)
     return runs, hashlib.sha256("\n".join(seen).encode()).hexdigest()[:32]
 
 
@@ -188,8 +189,10 @@ class _Hold:
 
 
 def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindReport,
-                 step: dict[str, Any], held: _Hold | None, hand_off: bool) -> _Hold | None:
-    """List ``record`` (undoing it unless ``held``); return why older steps are held back."""
+                 step: dict[str, Any], held: _Hold | None, hand_off: bool,
+                 planned: list[EffectRecord] | None) -> _Hold | None:
+    """List ``record`` (undoing it unless ``held``; ``planned``: see :func:`_walk`); return
+    why older steps are held back."""
     state = record.state.value
     if record.state in _UNSETTLED:
         report.unresolved.append(UnwindStep(**step, detail=f"the step is {state}: "
@@ -205,6 +208,8 @@ def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindRe
     compensator = gate.compensator_for(record.effect_type)
     if compensator is None or held is not None:
         return _not_begun(gate, record, report, step, held, hand_off and compensator is None)
+    if planned is not None:
+        return _plan(gate, record, planned)
     return _compensate(gate, record, compensator, by, report, step)
 
 
@@ -241,12 +246,44 @@ def _undo_of(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
     """The effect at ``record``'s undo key, if it is that undo: begun for this step, with the
     type and payload :func:`compensation_request` gives (any other effect merely took the key,
     and the begin of the undo itself refuses it)."""
-    request = compensation_request(record)
+    found = _at_undo_key(gate, record)
+    return found if found is not None and is_undo(found, compensation_request(record)) else None
+
+
+def _at_undo_key(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
+    """Whatever effect is at ``record``'s undo key (its undo or not), if any."""
     try:
-        found = gate.get(request["key"])
+        return gate.get(compensation_key(record.key))
     except UnknownEffect:
         return None
-    return found if is_undo(found, request) else None
+
+
+def _asked(gate: GateLike, effect: EffectRecord) -> str:
+    """Where the approval ``effect`` waits for stands (``""`` if it waits for none): a person's
+    yes or no there changes what its ``begin`` answers, with the effect itself unchanged."""
+    if effect.state is not State.PENDING_APPROVAL or effect.approval_id is None:
+        return ""
+    try:
+        return gate.approval(effect.approval_id).state.value
+    except UnknownEffect:
+        return ""
+
+
+def _plan(gate: GateLike, record: EffectRecord, planned: list[EffectRecord]) -> _Hold | None:
+    """What :func:`_compensate` would meet now, read without writing: ``begin`` of the undo
+    answers execute (nothing there, the undo FAILED, or a person approved it: it is planned,
+    as if it then committed; a DENIED undo too, as the policy may allow it now — a plan names
+    every undo that may run), duplicate (committed earlier), a wait (unsettled: the older
+    steps are held back) or a refusal (another effect took its key)."""
+    found = _at_undo_key(gate, record)
+    if found is not None and not is_undo(found, compensation_request(record)):
+        return None  # the undo's begin is refused; unwind lists the step failed
+    if (found is not None and found.state in _UNSETTLED
+            and _asked(gate, found) != ApprovalState.APPROVED.value):
+        return _hold(record, found.state.value)
+    if found is None or found.state is not State.COMMITTED:
+        planned.append(record)
+    return None
 
 
 def is_undo(effect: EffectRecord, undo: dict[str, Any]) -> bool:

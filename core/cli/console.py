@@ -26,16 +26,21 @@ __all__ = ["console"]
               type=click.FloatRange(0, 86400),
               help="With webhooks: seconds between sweeps for leases that lapse with nobody "
                    "calling begin (their AMBIGUOUS webhook, once each); 0: no sweeping.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="On localhost, also answer to this Host name (the one a reverse proxy on "
+                   "this machine passes on); repeatable. Other names are refused (421).")
 @handle_errors
 def console(url: str | None, namespace: str, gate_ref: str | None, host: str, port: int,
             tls_cert: str | None, tls_key: str | None, insecure_bind: bool,
-            sweep_interval: float) -> None:
+            sweep_interval: float, allow_hosts: tuple[str, ...]) -> None:
     """Serve the operators' web console: approvals, the AMBIGUOUS queue, effects, sagas,
     principals and the audit.
 
     Sign in with an operator's token (effectgate principals add NAME --role operator). Pass
     --gate MODULE:ATTR so Reconcile now and Unwind find your hooks and compensators. With
-    webhooks ($EFFECTGATE_WEBHOOK_URL), it also announces leases that lapse unnoticed."""
+    webhooks ($EFFECTGATE_WEBHOOK_URL), it also announces leases that lapse unnoticed.
+    On localhost it answers only to localhost's names (a page that DNS-rebinds its own name
+    here is refused): behind a reverse proxy that passes the public Host on, --allow-host it."""
     try:
         from ..console import check_console_bind, serve
     except ImportError as err:
@@ -44,4 +49,5 @@ def console(url: str | None, namespace: str, gate_ref: str | None, host: str, po
                        insecure_bind=insecure_bind)  # before the store is opened
     with open_gate(url, namespace, gate_ref) as gate, contextlib.suppress(KeyboardInterrupt):
         serve(gate, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
-              insecure_bind=insecure_bind, sweep_interval=sweep_interval)
+              insecure_bind=insecure_bind, sweep_interval=sweep_interval,
+              allow_hosts=allow_hosts)

@@ -111,19 +111,18 @@ def resolve(key: str, committed: bool, failed: bool, note: str | None,
             return gate.resolve(key, outcome, by=actor(by), note=note, result=result,
                                 force=forced, expected=seen)
 
-        if seen is None or not force or yes or seen.state.value != "in_flight":
-            record = settle(force)
+        forced = force and seen is not None and seen.state.value == "in_flight"
+        if not forced or yes:  # force only what was seen in flight, so '; forced' is true
+            record = settle(forced)
         else:
             try:  # what was typed is checked first; nothing is written while the lease is live
                 record = settle(False)
+                forced = False
             except InvalidTransition:
-                _confirm(f"{seen.key} is in flight (attempt {seen.attempt}): its holder's "
-                         f"lease is live until {_utc(seen.lease_expires_at)} and it may still "
-                         f"be running. Record it {outcome} anyway?", "recorded",
-                         "pass --yes to force it without asking")
+                _ask_force(gate.get(key), seen, outcome)
                 record = settle(True)
         note_action(gate, actor(by), "resolve", subject=record.key, effect_id=record.effect_id,
-                    detail=f"outcome {record.state.value}" + ("; forced" if force else "")
+                    detail=f"outcome {record.state.value}" + ("; forced" if forced else "")
                     + (f"; note: {note}" if note else ""))
     if output == "json":
         print_json(record.as_dict())
@@ -308,6 +307,18 @@ def prune(older_than: tuple[str, datetime.timedelta], dry_run: bool, yes: bool,
     else:
         console().print(f"pruned {count} effect{'s' if count != 1 else ''} settled more than "
                         f"{safe(ago)} ago")
+
+
+def _ask_force(now: Any, seen: Any, outcome: str) -> None:
+    """Ask before forcing a verdict over the live lease ``seen`` had, only if the effect is
+    still ``now`` as seen (anything else moved it: refused, exit 1)."""
+    if (now.state, now.lease_token) != (seen.state, seen.lease_token):
+        fail(f"{now.key} changed while it was read ({now.state.value} at attempt "
+             f"{now.attempt} now): nothing was recorded; check it again (effectgate show)",
+             EXIT_FAILED)
+    _confirm(f"{seen.key} is in flight (attempt {seen.attempt}): its holder's lease is live "
+             f"until {_utc(seen.lease_expires_at)} and it may still be running. Record it "
+             f"{outcome} anyway?", "recorded", "pass --yes to force it without asking")
 
 
 def _utc(value: datetime.datetime | None) -> str:

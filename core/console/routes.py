@@ -12,24 +12,28 @@ from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from ..net import loopback_host_names
 from . import admin, approvals, auth, effects, sagas
 from .app import Console, View
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..gate import Gate
 
 __all__ = ["build_app"]
 
 
-def build_app(gate: Gate, *, secure_cookies: bool = False,
-              host: str | None = None) -> Starlette:
+def build_app(gate: Gate, *, secure_cookies: bool = False, host: str | None = None,
+              allow_hosts: Sequence[str] = ()) -> Starlette:
     """The console for ``gate`` as an ASGI app. ``secure_cookies``: mark cookies ``Secure``
     (served over HTTPS, or anywhere but localhost). ``host``: the address it listens on; on a
     loopback address a request whose ``Host`` is not a name of it (another loopback name, any
-    port: :func:`effectgate.net.loopback_host_names`) is refused (421), so a web page that
-    DNS-rebinds its own name to this address cannot reach the console."""
+    port: :func:`effectgate.net.loopback_host_names`) or one of ``allow_hosts`` (the name a
+    reverse proxy on this machine passes on) is refused (421), so a web page that DNS-rebinds
+    its own name to this address cannot reach the console."""
+    extra = [_allowed(name) for name in allow_hosts]
     c = Console(gate, secure_cookies=secure_cookies)
     s = c.signed_in
 
@@ -64,7 +68,8 @@ def build_app(gate: Gate, *, secure_cookies: bool = False,
         post("/principals/revoke", admin.revoke_principal),
         get("/audit", admin.audit),
     ]
-    names = loopback_host_names(host) if host is not None else ()
+    loopback = loopback_host_names(host) if host is not None else ()
+    names = (*loopback, *extra) if loopback else ()
     app = Starlette(routes=routes, exception_handlers={StoreError: c.store_failed},
                     middleware=[Middleware(_HostCheck, names=names)] if names else [])
     app.state.console = c
@@ -90,6 +95,24 @@ class _HostCheck:
 
 
 def _name(host: str) -> str:
-    """``host`` without its port: ``[::1]:8765`` -> ``[::1]``, ``localhost:80`` ->
-    ``localhost``."""
-    return host[:host.find("]") + 1] if host.startswith("[") else host.split(":")[0]
+    """``host`` without its port and a final dot: ``[::1]:8765`` -> ``[::1]``,
+    ``localhost.:80`` -> ``localhost``; anything after an IPv6 literal but a port keeps it
+    (it matches no name)."""
+    if host.startswith("["):
+        end = host.find("]") + 1
+        name, rest = host[:end], host[end:]
+        return name if end and (not rest or rest[0] == ":") else host
+    name = host.split(":")[0]
+    return name[:-1] if name.endswith(".") and name != "." else name
+
+
+def _allowed(name: str) -> str:
+    """One of ``allow_hosts``, as :func:`_name` compares it; :class:`ConfigError` unless it
+    is a host name or address without port, path or spaces."""
+    if not isinstance(name, str) or not name or any(
+            c in "/\\@?#" or ord(c) < 33 or ord(c) == 127 for c in name):
+        raise ConfigError(f"--allow-host takes a host name, not {name!r}")
+    found = _name(name.lower())
+    if found != name.lower().rstrip(".") or not found:
+        raise ConfigError(f"--allow-host takes a host name without a port, not {name!r}")
+    return found

@@ -21,6 +21,8 @@ from ..errors import ConfigError
 from ..net import is_loopback, listen
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..gate import Gate
 
 __all__ = ["check_console_bind", "serve"]
@@ -51,9 +53,11 @@ def check_console_bind(host: str, port: int, *, tls_cert: str | None = None,
 def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
           tls_cert: str | None = None, tls_key: str | None = None,
           insecure_bind: bool = False, out: TextIO | None = None,
-          sweep_interval: float = 10.0) -> None:
+          sweep_interval: float = 10.0, allow_hosts: Sequence[str] = ()) -> None:
     """Serve the console for ``gate`` until interrupted; print where it listens. With
-    webhooks on the gate, sweep for lapsed leases every ``sweep_interval`` seconds (0: not)."""
+    webhooks on the gate, sweep for lapsed leases every ``sweep_interval`` seconds (0: not).
+    On loopback it answers only to loopback host names and ``allow_hosts`` (the name a
+    reverse proxy on this machine passes on in ``Host``; see :func:`build_app`)."""
     import uvicorn
 
     from ..sweep import Sweeper, gate_observer
@@ -62,6 +66,7 @@ def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
     out = out if out is not None else sys.stderr
     secure = check_console_bind(host, port, tls_cert=tls_cert, tls_key=tls_key,
                                 insecure_bind=insecure_bind)
+    app = build_app(gate, secure_cookies=secure, host=host, allow_hosts=allow_hosts)
     sweeper = None
     if sweep_interval and gate_observer(gate) is not None:
         sweeper = Sweeper(gate, interval=sweep_interval)
@@ -74,8 +79,7 @@ def serve(gate: Gate, *, host: str = "127.0.0.1", port: int = 8765,
     print(f"effectgate: console listening on {scheme}://{shown}:{bound_port}/ "
           f"(namespace {gate.namespace!r}; sign in with an operator's token)", file=out,
           flush=True)
-    config = uvicorn.Config(build_app(gate, secure_cookies=secure, host=host),
-                            log_level="warning",
+    config = uvicorn.Config(app, log_level="warning",
                             lifespan="off", access_log=False, ssl_certfile=tls_cert,
                             ssl_keyfile=tls_key)
     try:
