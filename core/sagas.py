@@ -320,8 +320,9 @@ def compensation_key(key: str) -> str:
 
 def compensation_request(record: EffectRecord) -> dict[str, Any]:
     """The ``begin`` arguments of ``record``'s undo: key ``compensate:<key>``, type
-    ``<type>.compensate``, ``compensates_effect_id`` set, and the step's estimated cost (what
-    an approval rule judges the undo by; no spend ceiling counts an undo). Whoever performs
+    ``<type>.compensate``, ``compensates_effect_id`` set, and the step's cost (its actual cost
+    where its holder reported one, else its estimate: what an approval rule judges the undo
+    by; no spend ceiling counts an undo). Whoever performs
     the undo — ``unwind`` here, or an agent over MCP — begins this same effect, so it runs at
     most once."""
     request: dict[str, Any] = {
@@ -331,8 +332,10 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
     }
     if record.run_id is not None:
         request["run_id"] = record.run_id
-    if record.estimated_cost_micros is not None:  # what an approval rule judges it by
-        request["estimated_cost_micros"] = record.estimated_cost_micros
+    cost = record.actual_cost_micros if record.actual_cost_micros is not None else (
+        record.estimated_cost_micros)  # what an approval rule judges it by: the spend known
+    if cost is not None:
+        request["estimated_cost_micros"] = cost
     return request
 
 

@@ -654,3 +654,24 @@ def test_an_undo_is_judged_by_its_steps_cost_and_never_counted_as_spend(
     gate.approve(waiting.approval_id, by="bob")
     gate.unwind("trip:1", by="ops")
     assert undone == ["small", "big"]  # no ceiling refused it, though the day is spent
+
+
+def test_an_undo_is_judged_by_what_its_step_actually_cost(make_gate: Any) -> None:
+    """A step estimated at $0.01 that its holder reported costing $1,000: its undo gives back
+    $1,000, and "$100 or more needs approval" asks a human for it (judged by the estimate, it
+    ran unasked)."""
+    gate = make_gate(policy={"effects": {"payment.*": {
+        "approval": {"at_or_above_micros": 100_000_000}}}})
+    undone: list[str] = []
+
+    @gate.compensator("payment.charge")
+    def refund(record: eg.EffectRecord, compensation: Any) -> None:
+        undone.append(compensation["charge"])
+
+    d = gate.begin(effect_type="payment.charge", key="charge:1", payload={}, group_key="trip:2",
+                   compensation={"charge": "1"}, estimated_cost_micros=10_000)
+    assert d.decision is eg.Decision.EXECUTE
+    gate.report(d, "committed", result={"ok": 1}, actual_cost_micros=1_000_000_000)
+    report = gate.unwind("trip:2", by="ops")
+    assert undone == [] and [s.key for s in report.unresolved] == ["charge:1"]
+    assert gate.get("compensate:charge:1").state is eg.State.PENDING_APPROVAL

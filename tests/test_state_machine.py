@@ -118,6 +118,7 @@ class Eff:
     reported: bool = False  # the state was set by its holder's report (a repeat is accepted)
     charged: bool = False
     est: int | None = None
+    actual: int | None = None  # the actual cost its holder reported (a new attempt clears it)
     compensation: Any = None
     compensates: int | None = None
     why: str | None = None  # reason of an AMBIGUOUS or DENIED effect
@@ -367,6 +368,7 @@ class GateMachine(RuleBasedStateMachine):
                  attempt: int = 0) -> Expected:
         """A new key, a new attempt, or a budget refusal asked again: as far as policy lets."""
         e.est, e.charged, e.approval_id, e.result, e.why = cost, False, None, None, None
+        e.actual = None
         if e.effect_type == GOV:
             e.moved(PENDING, token=1, attempt=attempt)
             e.approval_id = d.approval_id
@@ -463,7 +465,7 @@ class GateMachine(RuleBasedStateMachine):
             elif e.charged and outcome == COMMITTED and actual is not None:
                 self.spent += actual - (e.est or 0)
             e.moved(outcome)
-            e.reported = True
+            e.reported, e.actual = True, actual
             e.result = result if outcome == COMMITTED else None
             e.why = "reported ambiguous" if outcome == AMBIGUOUS else None
             if outcome == COMMITTED:
@@ -713,11 +715,12 @@ class GateMachine(RuleBasedStateMachine):
         key = f"compensate:{step.key}"
         c = self.effects.get(key)
         if c is None:
-            # The undo declares its step's estimate (an approval rule judges it by that; no
-            # ceiling counts an undo).
-            c = self.effects[key] = Eff(key, f"{step.effect_type}.compensate", None, None,
-                                        est=step.est, compensation=None,
-                                        compensates=step.effect_id)
+            # The undo declares its step's cost, actual where reported, else its estimate
+            # (an approval rule judges it by that; no ceiling counts an undo).
+            c = self.effects[key] = Eff(
+                key, f"{step.effect_type}.compensate", None, None,
+                est=step.est if step.actual is None else step.actual, compensation=None,
+                compensates=step.effect_id)
             c.moved(IN_FLIGHT, token=1)
         elif c.state == COMMITTED:
             self._duplicate(c)
