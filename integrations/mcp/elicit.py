@@ -60,6 +60,11 @@ def supports_url_elicitation(session: Any) -> bool:
     return getattr(elicitation, "url", None) is not None
 
 
+_ANSWER_GRACE = 2.0
+"""Seconds a client gets to answer the elicitation once the store holds a decision (a person
+who decides on the page, then clicks accept, answers a moment after the decision)."""
+
+
 @dataclass(frozen=True)
 class ApprovalElicitor:
     """Sends a URL-mode elicitation for an approval and waits for the store's decision."""
@@ -100,18 +105,21 @@ class ApprovalElicitor:
                     asked["decided"] = await self._wait(approval_id, deadline)
                 except Exception as err:  # raised as it is, not in a group
                     asked["error"] = err
+                else:  # decided first: a client still there answers at once, given a moment
+                    if asked["decided"]:
+                        await anyio.sleep(min(_ANSWER_GRACE, deadline - time.monotonic()))
                 tg.cancel_scope.cancel()
 
             tg.start_soon(elicit)
             tg.start_soon(watch)
         if "error" in asked:
             raise asked["error"]
-        answered = "decided" not in asked  # else decided (or timed out) first
+        answered = "answer" in asked  # else decided (or timed out) with no answer
         # "accept" only means the user agreed to open the page; any content is ignored.
         if answered and getattr(asked["answer"], "action", None) != "accept":
             return False
-        decided = await self._wait(approval_id, deadline) if answered \
-            else bool(asked["decided"])
+        decided = bool(asked["decided"]) if "decided" in asked else (
+            await self._wait(approval_id, deadline))
         if decided:
             with contextlib.suppress(Exception):  # the decision is in the store either way
                 await session.send_elicit_complete(approval_id,
