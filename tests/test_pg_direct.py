@@ -74,7 +74,8 @@ def test_the_plain_postgres_urls_are_the_common_ones() -> None:
     "postgresql://u:secret@h/db", "postgresql+psycopg://u:secret@h:5432/db?sslmode=disable",
     "postgresql://u@h/db?password=secret", "postgresql://u@h/db?sslmode=disable&password=secret",
     "postgresql://u:secret@h/db?password=secret", "postgresql://u:se%40cret@h/db",
-    "postgresql+psycopg2://u:secret@h/db",
+    "postgresql+psycopg2://u:secret@h/db", "postgresql://u@h/db?sslpassword=secret",
+    "postgresql://u@h/db?sslpassword=secret&password=secret",
 ])
 def test_no_message_shows_a_password(url: str) -> None:
     """However a URL carries a password (in its user part, or in its query, where libpq

@@ -517,7 +517,8 @@ def safe_url(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError:
         return "<bad url>"
-    if "password" not in parsed.query:
+    secret = [name for name in ("password", "sslpassword") if name in parsed.query]
+    if not secret:  # (libpq reads a password, and a client key's, in the query too)
         return parsed.render_as_string(hide_password=True)
-    hidden = parsed.update_query_dict({"password": "HIDDEN"})  # libpq reads one there too
-    return hidden.render_as_string(hide_password=True).replace("password=HIDDEN", "password=***")
+    hidden = parsed.update_query_dict(dict.fromkeys(secret, "HIDDEN"))
+    return hidden.render_as_string(hide_password=True).replace("=HIDDEN", "=***")
