@@ -177,6 +177,14 @@ class Store:
     def _read_meta(self) -> dict[str, str] | None:
         """The meta rows of a store opened without SQLAlchemy when it is up to date, else
         None."""
+        if not self.is_sqlite:
+            try:
+                self._conns.driver()
+            except StoreError as err:  # the server did not answer: the schema's way, through
+                # SQLAlchemy, would wait out the connect timeout a second time to say so
+                cause = err.__cause__ or err
+                raise StoreError(f"cannot open the store at {safe_url(self.url)}: "
+                                 f"{type(cause).__name__}: {driver_text(cause)}") from cause
         try:
             with self._conns.connection() as conn:
                 if self.is_sqlite:

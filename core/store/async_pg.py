@@ -49,6 +49,7 @@ from .connections import (
     safe_url,
     store_error,
 )
+from .pg_direct import with_connect_timeout
 from .rows import (
     ApprovalRow,
     EffectHead,
@@ -184,8 +185,9 @@ class AsyncPostgres:
         import psycopg
 
         try:
-            conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True,
-                                                         **self._options)
+            conn = await psycopg.AsyncConnection.connect(
+                self._conninfo, autocommit=True,
+                **with_connect_timeout(self._conninfo, self._options))
             await conn.execute(self._session)
             watch = self._store.version_watch
             if watch is not None:  # a new connection: was the store migrated meanwhile?

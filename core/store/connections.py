@@ -409,6 +409,8 @@ def make_engine(url: str, *, read_only: bool = False,
             own = " ".join(own) if isinstance(own, tuple) else own
             connect_args["options"] = f"{own} -c default_transaction_read_only=on".strip()
             parsed = parsed.difference_update_query(["options"])
+        if not pg_direct.timeout_chosen(parsed.query):
+            connect_args["connect_timeout"] = pg_direct.CONNECT_TIMEOUT
         try:
             engine = create_engine(  # pre-ping: a pooled connection the server dropped
                 parsed, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=32,

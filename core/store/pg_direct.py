@@ -10,13 +10,15 @@ also says what is wrong.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .version import SCHEMA_VERSION
 
-__all__ = ["IDLE_IN_TRANSACTION", "connect", "conninfo_of", "hidden", "read_meta",
-           "session_sql", "set_up"]
+__all__ = ["CONNECT_TIMEOUT", "IDLE_IN_TRANSACTION", "connect", "conninfo_of", "hidden",
+           "read_meta", "session_sql", "set_up", "timeout_chosen", "with_connect_timeout"]
 
 # postgresql[+psycopg]://[user[:password]@]host[:port]/database[?key=value&...], in the
 # characters where libpq's URI parser and SQLAlchemy's make_url read the same: a '%' only as
@@ -78,6 +80,30 @@ would otherwise hold its locks — a spend counter every governed begin of the n
 needs — until TCP gives up."""
 
 
+CONNECT_TIMEOUT = 10
+"""Seconds libpq waits for a connection to the server to open (per host it tries), where the
+user chose no ``connect_timeout`` of their own: without one it waits for the OS to give up on
+TCP (minutes) or, on a server that accepts and never answers, forever — a ``Gate`` hangs
+opening, and a release thread keeps the program from ending. Ten seconds is well above a TLS
+handshake over a slow network or a busy server's answer (libpq advises no less than two)."""
+
+
+def timeout_chosen(params: Mapping[str, Any]) -> bool:
+    """True when the user chose a connect timeout: ``connect_timeout`` among the connection
+    parameters ``params`` (their URL's), or ``$PGCONNECT_TIMEOUT``; theirs is never replaced."""
+    return "connect_timeout" in params or bool(os.environ.get("PGCONNECT_TIMEOUT"))
+
+
+def with_connect_timeout(conninfo: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword options to open ``conninfo`` with: ``options`` and, unless the user chose a
+    timeout (:func:`timeout_chosen`, in either), ``connect_timeout`` :data:`CONNECT_TIMEOUT`."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    if timeout_chosen(conninfo_to_dict(conninfo, **options)):
+        return dict(options)
+    return {**options, "connect_timeout": CONNECT_TIMEOUT}
+
+
 def session_sql(durability: str) -> str:
     """The one statement that gives a new connection the store's session settings (the sync
     and the async store both run it). A reservation must be durable before the body runs,
@@ -100,11 +126,12 @@ def set_up(conn: Any, durability: str) -> None:
 
 
 def connect(conninfo: str, durability: str) -> Any:
-    """A psycopg connection to ``conninfo`` in autocommit mode, set up as the engine's
-    pooled ones are (:func:`set_up`)."""
+    """A psycopg connection to ``conninfo`` in autocommit mode, given up after the connect
+    timeout (:func:`with_connect_timeout`), set up as the engine's pooled ones are
+    (:func:`set_up`)."""
     import psycopg
 
-    conn = psycopg.connect(conninfo, autocommit=True)
+    conn = psycopg.connect(conninfo, autocommit=True, **with_connect_timeout(conninfo, {}))
     try:
         set_up(conn, durability)
     except BaseException:

@@ -1,0 +1,177 @@
+"""Postgres only: a server that accepts the connection and never answers.
+
+libpq without a ``connect_timeout`` waits on such a server forever, so every connection
+effectgate opens itself gets one (:data:`effectgate.store.pg_direct.CONNECT_TIMEOUT`) unless
+the user's URL (or ``$PGCONNECT_TIMEOUT``) chose their own. The server here is a loopback
+socket that accepts and never writes; for the async path, a proxy to the real server that goes
+silent for new connections once the gate is open. The tests lower the default (a module
+constant, read as each connection opens) to 2 seconds, libpq's least, so that each takes
+seconds.
+
+A store opened by a plain URL connects without SQLAlchemy first; a server that does not answer
+is reported at once, not asked a second time through SQLAlchemy (which would wait out the
+timeout again): the bound is one timeout and a margin for a busy machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+import effectgate as eg
+from effectgate.store import Store, pg_direct
+
+from .conftest import PG_URL, require_postgres
+
+MARGIN = 3.0
+
+
+class WedgingProxy:
+    """A loopback TCP proxy to ``target`` (None: to nowhere) that, once ``wedged`` is set (or
+    always, without a target), accepts each new connection and never sends a byte on it."""
+
+    def __init__(self, target: tuple[str, int] | None) -> None:
+        self.target = target
+        self.wedged = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self._sockets.append(client)
+            if self.target is None or self.wedged.is_set():
+                continue  # held open, silent
+            upstream = socket.create_connection(self.target)
+            self._sockets.append(upstream)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(src, dst), daemon=True).start()
+
+    def url(self, query: str = "", password: str = "") -> str:
+        """The test database's URL, through this proxy."""
+        login = f"postgres:{password}" if password else "postgres"
+        return f"postgresql+psycopg://{login}@127.0.0.1:{self.port}/test{query}"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := src.recv(65536):
+            dst.sendall(data)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def silent() -> Iterator[WedgingProxy]:
+    server = WedgingProxy(None)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def wedging() -> Iterator[WedgingProxy]:
+    require_postgres()
+    url = make_url(PG_URL)
+    server = WedgingProxy((url.host or "127.0.0.1", url.port or 5432))
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_timeout_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+
+
+def store_error_within(seconds: float, opening: Callable[[], Any]) -> tuple[eg.StoreError, float]:
+    """The StoreError ``opening`` raises, and how long it took; fails if it is still
+    waiting after ``seconds`` (left on a daemon thread, which the server's close ends)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            opened = opening()
+        except BaseException as err:
+            outcome.append(err)
+        else:
+            outcome.append(None)
+            with contextlib.suppress(Exception):
+                opened.close()
+
+    start = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    elapsed = time.monotonic() - start
+    assert outcome, f"still waiting on a silent server after {elapsed:.1f}s"
+    assert isinstance(outcome[0], eg.StoreError), outcome[0]
+    return outcome[0], elapsed
+
+
+def test_the_users_connect_timeout_is_kept(silent: WedgingProxy,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pg_direct, "CONNECT_TIMEOUT", 60)
+    url = silent.url("?connect_timeout=2", password="sekrit")
+    err, elapsed = store_error_within(2 + MARGIN, lambda: eg.Gate(url, namespace="t"))
+    assert 2 * 0.9 <= elapsed < 2 * 2 * 0.85  # one wait, not two
+    assert str(err).startswith("cannot open the store at ")
+    assert "sekrit" not in str(err) and "***" in str(err)
+
+
+def test_pgconnect_timeout_is_the_users_choice_too(silent: WedgingProxy,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pg_direct, "CONNECT_TIMEOUT", 60)
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "2")
+    store_error_within(2 + MARGIN, lambda: eg.Gate(silent.url(), namespace="t"))
+
+
+def test_a_gate_on_a_silent_server_gives_up_after_the_default(
+        silent: WedgingProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pg_direct, "CONNECT_TIMEOUT", 2)
+    url = silent.url(password="sekrit")
+    err, elapsed = store_error_within(2 + MARGIN, lambda: eg.Gate(url, namespace="t"))
+    assert elapsed < 2 * 2 * 0.85, elapsed  # one wait, not two
+    assert str(err).startswith("cannot open the store at ") and "timeout" in str(err)
+    assert "sekrit" not in str(err) and "***" in str(err)
+
+
+def test_the_sqlalchemy_engine_gives_up_after_the_default(
+        silent: WedgingProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only store opens through SQLAlchemy's engine alone."""
+    monkeypatch.setattr(pg_direct, "CONNECT_TIMEOUT", 2)
+    store_error_within(2 + MARGIN, lambda: Store(silent.url(), read_only=True))
+
+
+def test_an_async_begin_gives_up_when_the_server_stops_answering(
+        wedging: WedgingProxy, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate opens through the proxy; then the server goes silent for new connections, and
+    ``abegin`` opens the first one of the async pool."""
+    monkeypatch.setattr(pg_direct, "CONNECT_TIMEOUT", 2)
+    gate = eg.Gate(wedging.url(), namespace=namespace)
+    try:
+        wedging.wedged.set()
+        store_error_within(2 + MARGIN, lambda: asyncio.run(
+            gate.abegin(effect_type="t", key="k:1", payload={})))
+    finally:
+        gate.close()
