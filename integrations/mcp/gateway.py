@@ -72,7 +72,7 @@ from .relay import (
     progress_relay,
 )
 from .results import stored_result
-from .stdio import Answered
+from .stdio import answered_stdio
 from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
 from .transport import caller
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
@@ -82,7 +82,6 @@ from .writes import Kind, Verdict, classify
 try:
     from mcp import types
     from mcp.server.lowlevel import NotificationOptions, Server
-    from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
@@ -1036,9 +1035,8 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
             print("effectgate: gateway listening on stdio", file=out, flush=True)
             with anyio.CancelScope() as scope:
                 tg.start_soon(_stop_on_signal, scope)
-                async with stdio_server() as (read, write):
-                    await server.run(Answered(read, write), write,
-                                     server.create_initialization_options())
+                async with answered_stdio() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
         await gw.aclose()
         tg.cancel_scope.cancel()
     return 0

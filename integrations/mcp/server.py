@@ -35,7 +35,7 @@ from effectgate.sagas import compensation_request
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
 from .multiround import ApprovalRounds, RoundKeys
 from .reissue import begin_unlost
-from .stdio import Answered
+from .stdio import answered_stdio
 from .transport import (
     HttpGuard,
     agent_for,
@@ -52,7 +52,6 @@ try:
     from mcp.server import MCPServer
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.server.stdio import stdio_server
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
     from mcp_types import INVALID_PARAMS, InputRequiredResult
@@ -469,8 +468,8 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
 
 async def _serve_stdio(server: MCPServer) -> None:
     """Run ``server`` on this process's stdin and stdout, answering every line the SDK cannot
-    read (:class:`~.stdio.Answered`) instead of leaving its caller waiting."""
+    read, invalid UTF-8 among them (:func:`~.stdio.answered_stdio`), instead of leaving its
+    caller waiting or reading U+FFFD in place of its bytes."""
     lowlevel = server._lowlevel_server  # as MCPServer.run_stdio_async does
-    async with stdio_server() as (read, write):
-        await lowlevel.run(Answered(read, write), write,
-                           lowlevel.create_initialization_options())
+    async with answered_stdio() as (read, write):
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())

@@ -1,18 +1,30 @@
 """stdio for the MCP server and gateway: a read stream that answers the lines the SDK cannot
 read. The SDK's stdio transport drops such a line (JSON nested too deep, a lone surrogate, a
 number too long) after logging it at debug level, and its caller waits for ever; streamable
-HTTP answers the same body ``-32700``. :class:`Answered` gives stdio the same answer."""
+HTTP answers the same body ``-32700``. :class:`Answered` gives stdio the same answer.
+
+The SDK decodes stdin with ``errors="replace"``: a line with invalid UTF-8 would reach a tool
+with U+FFFD in place of its bad bytes, and two calls differing only in those bytes would share
+an effect key (the second answered as the first's duplicate). :func:`answered_stdio` reads
+stdin itself, keeping bad bytes as lone surrogates (``surrogateescape``) that the SDK cannot
+parse, so :class:`Answered` answers the line ``-32700``."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
-from typing import Any
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import IO, Any
 
 import anyio
 from pydantic import ValidationError
 
 try:
+    from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
     from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 except ImportError as err:  # pragma: no cover - depends on the extras installed
@@ -20,14 +32,65 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
         'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
     ) from err
 
-__all__ = ["Answered"]
+__all__ = ["Answered", "answered_stdio"]
+
+_UNREADABLE = ("json_invalid", "string_unicode")  # no JSON; invalid UTF-8 (the SDK's types)
+
+
+@asynccontextmanager
+async def answered_stdio() -> AsyncIterator[tuple[Answered, Any]]:
+    """The read and write streams of the SDK's stdio transport on this process's stdin and
+    stdout, the read stream :class:`Answered`, and stdin decoded strictly: a line with invalid
+    UTF-8 is answered ``-32700`` and never reaches a tool. While serving, fd 0 reads the null
+    device, as under the SDK's own stdin (a tool or child reading stdin gets EOF, not the
+    client's lines)."""
+    with _claimed_stdin() as wire:
+        text = _UnownedText(wire, encoding="utf-8", errors="surrogateescape")
+        async with stdio_server(stdin=anyio.wrap_file(text)) as (read, write):
+            yield Answered(read, write), write
+
+
+class _UnownedText(io.TextIOWrapper):
+    """A text layer whose close leaves the stream under it open (it is stdin's)."""
+
+    def close(self) -> None:
+        with suppress(ValueError):
+            self.detach()
+
+
+@contextmanager
+def _claimed_stdin() -> Iterator[IO[bytes]]:
+    """Stdin for the transport alone: a private duplicate of fd 0, with fd 0 itself on the null
+    device until the end, then restored. Where fd 0 cannot be moved, stdin's own buffer."""
+    stdin = sys.stdin.buffer
+    try:
+        if stdin.fileno() != 0:
+            raise OSError("stdin is not fd 0")
+        private = os.dup(0)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        yield stdin
+        return
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(null, 0)
+        finally:
+            os.close(null)
+    except OSError:
+        os.close(private)
+        yield stdin
+        return
+    try:  # never closed: a worker thread may still be blocked reading it
+        yield os.fdopen(private, "rb", closefd=False)
+    finally:
+        os.dup2(private, 0)
 
 
 class Answered:
-    """The stdio read stream of :func:`_serve_stdio`. A line the SDK cannot read (JSON nested
-    too deep, a lone surrogate, a number too long: the SDK's stdio transport drops it
-    silently, and its caller would wait forever) is answered with the JSON-RPC error that
-    streamable HTTP gives it (``-32700``, or ``-32600`` for JSON that is no JSON-RPC message),
+    """The stdio read stream of :func:`answered_stdio`. A line the SDK cannot read (JSON nested
+    too deep, a lone surrogate, a number too long, invalid UTF-8: the SDK's stdio transport
+    drops it silently, and its caller would wait forever) is answered with the JSON-RPC error
+    that streamable HTTP gives it (``-32700``, or ``-32600`` for JSON that is no JSON-RPC message),
     with the request's ``id`` when it can be read; it never reaches a tool."""
 
     def __init__(self, inner: Any, write: Any) -> None:
@@ -46,8 +109,9 @@ class Answered:
                 return item
             error = item.errors()[0]
             raw = error.get("input")  # the line when it is no JSON, else one value inside it
-            parse = error.get("type") == "json_invalid"
-            reason = str((error.get("ctx") or {}).get("error") or error.get("msg"))[:200]
+            parse = error.get("type") in _UNREADABLE
+            reason = ("invalid UTF-8" if error.get("type") == "string_unicode"
+                      else str((error.get("ctx") or {}).get("error") or error.get("msg"))[:200])
             await self.write.send(SessionMessage(JSONRPCError(
                 jsonrpc="2.0", id=_request_id(raw) if parse and isinstance(raw, str) else None,
                 error=ErrorData(code=PARSE_ERROR if parse else INVALID_REQUEST,
