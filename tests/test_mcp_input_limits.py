@@ -242,3 +242,24 @@ async def test_an_oversized_body_to_the_gateway_is_413_and_writes_nothing(
         answer = await small_call_works(served.url, "send_message", {"to": "+1", "text": "hi"})
         assert answer["result"].get("isError") is not True, answer
     assert upstream.lines() == ["sms:+1:hi"]
+
+
+def test_a_gateway_told_to_stop_while_its_client_holds_stdin_open_stops(
+        upstream: Upstream, store_url: str, namespace: str) -> None:
+    """SIGTERM from a supervisor that keeps the pipe open (systemd, ``docker stop``): the
+    gateway stops the orderly way (exit status 0, its upstream stopped), rather than waiting
+    on a stdin reader blocked for a line that never comes."""
+    proc = subprocess.Popen(gateway_argv(upstream, store_url, namespace), env=upstream.env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        server = Stdio(proc)
+        assert "result" in server.ask(json.dumps(INIT).encode(), 0)
+        server.send(json.dumps(INITIALIZED).encode())
+        assert server.ask(b'{"jsonrpc":"2.0","id":1,"method":"ping"}', 1)["result"] == {}
+        proc.terminate()  # stdin still open
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -16,11 +16,14 @@ import json
 import os
 import re
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import IO, Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 from pydantic import ValidationError
 
 try:
@@ -43,11 +46,41 @@ async def answered_stdio() -> AsyncIterator[tuple[Answered, Any]]:
     stdout, the read stream :class:`Answered`, and stdin decoded strictly: a line with invalid
     UTF-8 is answered ``-32700`` and never reaches a tool. While serving, fd 0 reads the null
     device, as under the SDK's own stdin (a tool or child reading stdin gets EOF, not the
-    client's lines)."""
+    client's lines). Its lines are read by a daemon thread (:class:`_DaemonLines`): a server
+    told to stop while its client still holds stdin open stops, rather than waiting for a
+    line that may never come."""
     with _claimed_stdin() as wire:
         text = _UnownedText(wire, encoding="utf-8", errors="surrogateescape")
-        async with stdio_server(stdin=anyio.wrap_file(text)) as (read, write):
+        lines: Any = _DaemonLines(text)  # the SDK iterates its stdin: lines are all it needs
+        async with stdio_server(stdin=lines) as (read, write):
             yield Answered(read, write), write
+
+
+class _DaemonLines:
+    """The lines of ``text``, for ``async for``, read by a daemon thread of their own and
+    handed over one at a time (the reader waits until each is taken: a client writing faster
+    than the server reads fills no memory). The SDK reads stdin on an anyio worker thread,
+    which its cancellation must wait for and the interpreter joins at exit: blocked in
+    ``readline`` on a client that keeps stdin open, it held a SIGTERM'd server forever."""
+
+    def __init__(self, text: IO[str]) -> None:
+        self._text = text
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        send, receive = anyio.create_memory_object_stream[str](0)
+        token = anyio.lowlevel.current_token()
+
+        def read() -> None:
+            with suppress(Exception):  # the loop or the reader is gone: stop reading
+                for line in self._text:
+                    anyio.from_thread.run(send.send, line, token=token)
+            with suppress(Exception):  # end of input: the iteration ends
+                anyio.from_thread.run(send.aclose, token=token)
+
+        threading.Thread(target=read, name="effectgate-mcp-stdin", daemon=True).start()
+        async with receive:
+            async for line in receive:
+                yield line
 
 
 class _UnownedText(io.TextIOWrapper):
