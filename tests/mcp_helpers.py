@@ -9,6 +9,7 @@ fails the test; elsewhere it skips.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -161,13 +162,24 @@ def serving(argv: list[str], *, env: dict[str, str] | None = None,
             raise AssertionError("the server did not say where it listens:\n" + "\n".join(lines))
         yield Served(proc, url[0], lines)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
         reader.join(timeout=5)
+
+
+def stop(proc: subprocess.Popen[Any], *, close_stdin: bool = False) -> None:
+    """End a server process: (``close_stdin``: its stdin closed first, as an MCP client ends a
+    stdio server, and 5 s for it to go) SIGTERM, then SIGKILL after 10 s."""
+    if close_stdin and proc.stdin is not None:
+        proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def run_inspector(target: list[str], *args: str, env: dict[str, str] | None = None,

@@ -28,7 +28,7 @@ pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
 
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE as MAX_BODY_BYTES
 
-from .mcp_helpers import serving
+from .mcp_helpers import serving, stop
 from .test_mcp_gateway import UPSTREAM, Upstream, scoped
 
 CLI = [sys.executable, "-m", "effectgate.cli"]
@@ -107,18 +107,8 @@ def stdio(argv: list[str], env: dict[str, str] | None = None) -> Iterator[Stdio]
         assert "result" in server.ask(json.dumps(INIT).encode(), 0)
         server.send(json.dumps(INITIALIZED).encode())
         yield server
-    finally:  # as a client ends a stdio server: stdin closed, then SIGTERM
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    finally:
+        stop(proc, close_stdin=True)
 
 
 def assert_parse_error(answer: dict[str, Any], request_id: int | None) -> None:
@@ -260,6 +250,4 @@ def test_a_gateway_told_to_stop_while_its_client_holds_stdin_open_stops(
         proc.terminate()  # stdin still open
         assert proc.wait(timeout=15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
