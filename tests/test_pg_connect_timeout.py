@@ -175,3 +175,15 @@ def test_an_async_begin_gives_up_when_the_server_stops_answering(
             gate.abegin(effect_type="t", key="k:1", payload={})))
     finally:
         gate.close()
+
+
+def test_an_empty_connect_timeout_is_no_choice_on_either_way_in() -> None:
+    """``?connect_timeout=`` (no value): SQLAlchemy's parser drops it, so a read-only store
+    (opened through SQLAlchemy) got the default; the direct way handed ``''`` to psycopg,
+    which refused it. Both ways now open, with the default."""
+    require_postgres()
+    url = PG_URL + ("&" if "?" in PG_URL else "?") + "connect_timeout="
+    Store(url, read_only=True).close()
+    Store(url).close()
+    assert pg_direct.with_connect_timeout("host=x connect_timeout=", {}) == {
+        "connect_timeout": pg_direct.CONNECT_TIMEOUT}

@@ -90,8 +90,9 @@ handshake over a slow network or a busy server's answer (libpq advises no less t
 
 def timeout_chosen(params: Mapping[str, Any]) -> bool:
     """True when the user chose a connect timeout: ``connect_timeout`` among the connection
-    parameters ``params`` (their URL's), or ``$PGCONNECT_TIMEOUT``; theirs is never replaced."""
-    return "connect_timeout" in params or bool(os.environ.get("PGCONNECT_TIMEOUT"))
+    parameters ``params`` (their URL's), or ``$PGCONNECT_TIMEOUT``; theirs is never replaced.
+    An empty one (``?connect_timeout=``) is no choice, as SQLAlchemy's URL parser reads it."""
+    return bool(params.get("connect_timeout")) or bool(os.environ.get("PGCONNECT_TIMEOUT"))
 
 
 def with_connect_timeout(conninfo: str, options: Mapping[str, Any]) -> dict[str, Any]:
