@@ -251,3 +251,13 @@ def test_a_gateway_told_to_stop_while_its_client_holds_stdin_open_stops(
         assert proc.wait(timeout=15) == 0
     finally:
         stop(proc)
+
+
+def test_serve_started_with_stdin_closed_ends_cleanly(store_url: str, namespace: str) -> None:
+    """Started with fd 0 closed (``<&-``, as some supervisors do): ``sys.stdin`` is None. The
+    server ends as at end of input (exit status 0), not with an AttributeError's traceback."""
+    argv = serve_argv(store_url, namespace)
+    proc = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", *argv], capture_output=True,
+                          timeout=60, env=dict(os.environ))
+    assert b"Traceback" not in proc.stderr, proc.stderr[-1500:].decode()
+    assert proc.returncode == 0, proc.stderr[-1500:].decode()

@@ -94,7 +94,12 @@ class _UnownedText(io.TextIOWrapper):
 @contextmanager
 def _claimed_stdin() -> Iterator[IO[bytes]]:
     """Stdin for the transport alone: a private duplicate of fd 0, with fd 0 itself on the null
-    device until the end, then restored. Where fd 0 cannot be moved, stdin's own buffer."""
+    device until the end, then restored. Where fd 0 cannot be moved, stdin's own buffer; where
+    the process was started with it closed (``sys.stdin`` None), no input at all: the server
+    ends at once, as at end of input."""
+    if sys.stdin is None:
+        yield io.BytesIO()
+        return
     stdin = sys.stdin.buffer
     try:
         if stdin.fileno() != 0:
