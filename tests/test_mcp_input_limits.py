@@ -261,3 +261,32 @@ def test_serve_started_with_stdin_closed_ends_cleanly(store_url: str, namespace:
                           timeout=60, env=dict(os.environ))
     assert b"Traceback" not in proc.stderr, proc.stderr[-1500:].decode()
     assert proc.returncode == 0, proc.stderr[-1500:].decode()
+
+
+def _answers(out: bytes) -> dict[object, dict[str, Any]]:
+    """The responses among stdout's lines, by request id."""
+    found = {}
+    for line in out.splitlines():
+        message = json.loads(line)
+        if "id" in message and "method" not in message:
+            found[message["id"]] = message
+    return found
+
+
+def test_a_request_running_when_the_client_closes_stdin_is_still_answered(
+        store_url: str, namespace: str) -> None:
+    """``requests | effectgate mcp serve``: the last request is answered with its result, not
+    ``-32000 Connection closed`` (or nothing at all) while its reservation is in the store;
+    and the server then ends (exit status 0)."""
+    proc = subprocess.Popen(serve_argv(store_url, namespace), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    lines = [json.dumps(INIT).encode(), json.dumps(INITIALIZED).encode(),
+             begin(1, b"mail:last"), b'{"jsonrpc":"2.0","id":2,"method":"ping"}']
+    out, _ = proc.communicate(b"\n".join(lines) + b"\n", timeout=60)
+    assert proc.returncode == 0
+    answers = _answers(out)
+    assert answers[2]["result"] == {}, answers
+    decision = json.loads(answers[1]["result"]["content"][0]["text"])  # type: ignore[index]
+    assert decision["decision"] == "execute", answers[1]
+    with eg.Gate(store_url, namespace=namespace) as gate:
+        assert [e.key for e in gate.list_effects()] == ["mail:last"]

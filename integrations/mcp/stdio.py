@@ -28,8 +28,18 @@ from pydantic import ValidationError
 
 try:
     from mcp.server.stdio import stdio_server
+    from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
     from mcp.shared.message import SessionMessage
-    from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+    from mcp_types import (
+        INVALID_REQUEST,
+        PARSE_ERROR,
+        ErrorData,
+        JSONRPCError,
+        JSONRPCNotification,
+        JSONRPCRequest,
+        JSONRPCResponse,
+        RequestId,
+    )
 except ImportError as err:  # pragma: no cover - depends on the extras installed
     raise ImportError(
         'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
@@ -53,7 +63,8 @@ async def answered_stdio() -> AsyncIterator[tuple[Answered, Any]]:
         text = _UnownedText(wire, encoding="utf-8", errors="surrogateescape")
         lines: Any = _DaemonLines(text)  # the SDK iterates its stdin: lines are all it needs
         async with stdio_server(stdin=lines) as (read, write):
-            yield Answered(read, write), write
+            answered = Answered(read, write)
+            yield answered, answered.replies
 
 
 class _DaemonLines:
@@ -124,15 +135,55 @@ def _claimed_stdin() -> Iterator[IO[bytes]]:
         os.dup2(private, 0)
 
 
+_DRAIN_POLL = 0.05  # seconds between looks at the open requests, once input has ended
+
+
+class _Replies:
+    """The write stream the server answers through: each response or error closes its
+    request's id in ``open`` (:class:`Answered`)."""
+
+    def __init__(self, inner: Any, open_ids: set[RequestId]) -> None:
+        self._inner, self._open = inner, open_ids
+
+    async def send(self, item: SessionMessage) -> None:
+        """Send ``item``; an answer closes its request."""
+        await self._inner.send(item)
+        message = item.message
+        if isinstance(message, (JSONRPCResponse, JSONRPCError)) and message.id is not None:
+            self._open.discard(message.id)
+
+    async def aclose(self) -> None:
+        """Close the underlying stream."""
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Replies:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class Answered:
     """The stdio read stream of :func:`answered_stdio`. A line the SDK cannot read (JSON nested
     too deep, a lone surrogate, a number too long, invalid UTF-8: the SDK's stdio transport
     drops it silently, and its caller would wait forever) is answered with the JSON-RPC error
     that streamable HTTP gives it (``-32700``, or ``-32600`` for JSON that is no JSON-RPC message),
-    with the request's ``id`` when it can be read; it never reaches a tool."""
+    with the request's ``id`` when it can be read; it never reaches a tool.
+
+    At the end of input it waits until every request it passed on has been answered (through
+    :attr:`replies`, the write stream to serve with) or cancelled by the client: the SDK
+    cancels whatever is still running when its input ends, and a client that wrote its last
+    request and closed stdin (``requests | effectgate mcp serve``) was answered ``Connection
+    closed`` for a call whose reservation, or upstream call, may already have been made."""
 
     def __init__(self, inner: Any, write: Any) -> None:
         self.inner, self.write = inner, write
+        self.open: set[RequestId] = set()
+        """The ids of the requests passed on and not yet answered or cancelled."""
+        self.replies = _Replies(write, self.open)
 
     @property
     def last_context(self) -> Any:
@@ -140,9 +191,18 @@ class Answered:
         return getattr(self.inner, "last_context", None)
 
     async def receive(self) -> Any:
-        """The next message; unreadable lines are answered and skipped."""
+        """The next message; unreadable lines are answered and skipped. At the end of input,
+        once every open request is answered."""
         while True:
-            item = await self.inner.receive()
+            try:
+                item = await self.inner.receive()
+            except anyio.EndOfStream:
+                while self.open:  # answered through self.replies, from the SDK's handlers
+                    await anyio.sleep(_DRAIN_POLL)
+                raise
+            if isinstance(item, SessionMessage):
+                self._note(item.message)
+                return item
             if not isinstance(item, ValidationError):
                 return item
             error = item.errors()[0]
@@ -155,6 +215,13 @@ class Answered:
                 error=ErrorData(code=PARSE_ERROR if parse else INVALID_REQUEST,
                                 message=f"Parse error: {reason}" if parse
                                 else "Invalid request: not a JSON-RPC message"))))
+
+    def _note(self, message: Any) -> None:
+        if isinstance(message, JSONRPCRequest):
+            self.open.add(message.id)
+        elif isinstance(message, JSONRPCNotification) and (
+                message.method == "notifications/cancelled"):  # never answered (MCP)
+            self.open.discard(cancelled_request_id_from_params(message.params))
 
     async def aclose(self) -> None:
         """Close the underlying stream."""
