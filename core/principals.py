@@ -37,6 +37,7 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .errors import ConfigError, Forbidden, Unauthenticated, UnknownEffect
@@ -335,7 +336,13 @@ class Acting:
         by = self._operator("reconcile")
         return self.gate.reconcile(key, by=by)
 
-    def unwind(self, group_key: str) -> UnwindReport:
-        """:meth:`Gate.unwind` as this operator."""
+    def unwind(self, group_key: str, *,
+               confirmed: Iterable[int] | None = None) -> UnwindReport:
+        """:meth:`Gate.unwind` as this operator; with ``confirmed`` (the steps whose undo the
+        operator confirmed), no other undo is begun (:func:`effectgate.sagas.unwind`)."""
         by = self._operator("unwind")
-        return self.gate.unwind(group_key, by=by)
+        if confirmed is None:
+            return self.gate.unwind(group_key, by=by)
+        from . import sagas  # on first use, as Gate.unwind loads it
+
+        return sagas.unwind(self.gate, group_key, by, confirmed=confirmed)

@@ -10,19 +10,24 @@ Undos run newest first, and never out of that order: once a step's undo is left 
 (AMBIGUOUS, IN_FLIGHT — e.g. a racing unwind or an agent performing it — or waiting for
 approval), so that the step may still stand, unwind begins no undo of an older step. Those are
 listed as unresolved ("held back") until that undo is settled and unwind is run again.
+
+An unwind an operator confirmed (``confirmed``: the steps whose undo :func:`unwind_plan` showed)
+begins no other undo: a step whose undo would run now but was not shown (the saga moved since:
+a step was added, an undo settled elsewhere, an approval decided) is listed as unresolved, not
+begun, and holds the older steps back as an unsettled undo does, until unwind is reviewed again.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import validate
 from .classify import classify_body
 from .context import current_effect_scope
-from .errors import EffectGateError, PayloadError, UnknownEffect
+from .errors import ConfigError, EffectGateError, PayloadError, UnknownEffect
 from .keys import MAX_KEY_LENGTH
 from .payload import payload_hash
 from .redact import describe
@@ -120,12 +125,20 @@ _UNSETTLED = (State.AMBIGUOUS, State.IN_FLIGHT, State.PENDING_APPROVAL)
 _WAITING = (Decision.BLOCKED, Decision.IN_FLIGHT, Decision.APPROVAL_REQUIRED)
 
 
-def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False) -> UnwindReport:
+def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False,
+           confirmed: Iterable[int] | None = None) -> UnwindReport:
     """Compensate the committed steps of ``group_key``, newest first (see :meth:`Gate.unwind`).
     Every step lands in the report, even when one of them fails. Once a step's undo is left
     unsettled (AMBIGUOUS, IN_FLIGHT, waiting for approval), no older step's undo is begun: each
     is listed as unresolved (held back), or as compensated if its undo committed earlier.
     ``group_key`` and ``by`` are checked first (:class:`~effectgate.ConfigError`).
+
+    ``confirmed``: the effect ids of the steps whose undo an operator confirmed (the ``runs``
+    of :func:`unwind_plan`). No other undo is begun: a step whose undo would run now but is not
+    among them is listed as unresolved ("not in the confirmed plan") and, as an unsettled undo
+    does, holds back the older steps; one whose undo committed elsewhere meanwhile is listed
+    compensated earlier, as ever. Anything but a collection of ints is refused
+    (:class:`~effectgate.ConfigError`) before anything is read.
 
     ``hand_off`` (the MCP server's ``unwind_group``): a step with no compensator in this
     process is the caller's to undo (listed as failed, "no compensator registered"), so it
@@ -133,50 +146,110 @@ def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False) -
     caller's stay listed so, in order."""
     group_key = validate.text(group_key, "group_key", 512, required=True) or ""
     by = validate.text(by, "by", 256, required=True) or ""
-    return _walk(gate, gate.group_steps(group_key), UnwindReport(group_key), by, hand_off)
+    shown = None if confirmed is None else _confirmed_ids(confirmed)
+    return _walk(_Walk(gate, by, UnwindReport(group_key), _Undos(gate), hand_off,
+                       confirmed=shown), gate.group_steps(group_key))
 
 
-def _walk(gate: GateLike, records: list[EffectRecord], report: UnwindReport, by: str,
-          hand_off: bool, planned: list[EffectRecord] | None = None) -> UnwindReport:
+def _confirmed_ids(confirmed: Iterable[int]) -> frozenset[int]:
+    """``confirmed`` as a set of effect ids; :class:`ConfigError` for anything else."""
+    items = (list(confirmed) if isinstance(confirmed, Iterable)
+             and not isinstance(confirmed, (str, bytes)) else None)
+    if items is None or not all(type(i) is int for i in items):
+        raise ConfigError("confirmed must be a collection of effect ids (ints): the steps "
+                          "whose undo the operator confirmed")
+    return frozenset(items)
+
+
+@dataclass(slots=True)
+class _Walk:
+    """One walk over a group's steps: an unwind, or (``planned`` set) a plan. ``confirmed``:
+    the only steps whose undo it may begin (None: any)."""
+
+    gate: GateLike
+    by: str
+    report: UnwindReport
+    undos: _Undos
+    hand_off: bool = False
+    planned: list[EffectRecord] | None = None
+    confirmed: frozenset[int] | None = None
+
+
+def _walk(w: _Walk, records: list[EffectRecord]) -> UnwindReport:
     """The one place that decides which undos an unwind begins: list each of ``records``
-    (newest first) in ``report``, running its undo unless it is held back. ``planned``: a
-    plan, not an unwind — nothing is begun; each undo whose ``begin`` would answer execute
-    now is appended to it instead, as if it then committed, and store errors are raised."""
+    (newest first) in the report, running its undo unless it is held back or (``confirmed``)
+    was not confirmed. A plan (``planned``), not an unwind: nothing is begun; each undo
+    whose ``begin`` would answer execute now is appended to it instead, as if it then
+    committed, and store errors are raised."""
     held: _Hold | None = None  # why older steps are not undone now
     for record in records:
         state = record.state.value
         step: dict[str, Any] = {"effect_id": record.effect_id, "key": record.key,
                                  "effect_type": record.effect_type, "state": state}
         try:
-            held = _unwind_step(gate, record, by, report, step, held, hand_off, planned)
+            held = _unwind_step(w, record, step, held)
         except EffectGateError as err:
-            if planned is not None:
+            if w.planned is not None:
                 raise
-            report.failed.append(UnwindStep(**step, detail=_text(
-                gate, f"{type(err).__name__}: {err.message}")))
-    return report
+            w.report.failed.append(UnwindStep(**step, detail=_text(
+                w.gate, f"{type(err).__name__}: {err.message}")))
+    return w.report
 
 
 def unwind_plan(gate: GateLike, group_key: str) -> tuple[list[EffectRecord], str]:
     """Read-only, for a confirmation: the steps of ``group_key`` whose undo :func:`unwind`
-    begun now would run, newest first (its own choice, each undo assumed to commit), and the
-    saga as read first: a digest of its steps and of the effects at their undo keys, each by
-    id, state, attempt and fencing token — equal again only if nothing in the saga moved
-    since. Store errors are raised, never planned around."""
+    begun now would run, newest first (its own choice, each undo assumed to commit), and a
+    digest of the saga as read: its steps and the effects at their undo keys, each by id,
+    state, attempt and fencing token (and the approval a waiting undo asks for) — equal again
+    only if nothing in the saga moved since. Each undo key and approval is read once, and the
+    plan is chosen from those same reads. Store errors are raised, never planned around."""
     group_key = validate.text(group_key, "group_key", 512, required=True) or ""
     records = gate.group_steps(group_key)
+    undos = _Undos(gate)
     seen: list[str] = []
     for record in records:
         seen.append(f"{record.effect_id}:{record.state.value}:{record.attempt}:"
                     f"{record.lease_token}")
         if record.state is State.COMMITTED and record.compensation is not None:
-            found = _at_undo_key(gate, record)
+            found = undos.at(record)
             if found is not None:
                 seen.append(f"/{found.effect_id}:{found.state.value}:{found.attempt}:"
-                            f"{found.lease_token}:{_asked(gate, found)}")
+                            f"{found.lease_token}:{undos.asked(found)}")
     runs: list[EffectRecord] = []
-    _walk(gate, records, UnwindReport(group_key), "plan", False, runs)
+    _walk(_Walk(gate, "plan", UnwindReport(group_key), undos, planned=runs), records)
     return runs, hashlib.sha256("\n".join(seen).encode()).hexdigest()[:32]
+
+
+class _Undos:
+    """The effect at each step's undo key, and the state of the approval one waits for: each
+    read from the store at most once in one walk (when it is first needed), so a plan's digest
+    and its choice of undos come from the same reads."""
+
+    __slots__ = ("_asked", "_found", "_gate")
+
+    def __init__(self, gate: GateLike) -> None:
+        self._gate = gate
+        self._found: dict[int, EffectRecord | None] = {}
+        self._asked: dict[int, str] = {}
+
+    def at(self, record: EffectRecord) -> EffectRecord | None:
+        """Whatever effect is at ``record``'s undo key (its undo or not), if any."""
+        if record.effect_id not in self._found:
+            self._found[record.effect_id] = _at_undo_key(self._gate, record)
+        return self._found[record.effect_id]
+
+    def undo(self, record: EffectRecord) -> EffectRecord | None:
+        """The effect at ``record``'s undo key, if it is that undo: begun for this step, with
+        the type and payload :func:`compensation_request` gives (any other effect merely took
+        the key, and the begin of the undo itself refuses it)."""
+        found = self.at(record)
+        return found if found is not None and is_undo(found, compensation_request(record)) else None
+
+    def asked(self, effect: EffectRecord) -> str:
+        """:func:`_asked` of ``effect``."""
+        if effect.effect_id not in self._asked:
+            self._asked[effect.effect_id] = _asked(self._gate, effect)
+        return self._asked[effect.effect_id]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +261,11 @@ class _Hold:
     handed: bool = False
 
 
-def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindReport,
-                 step: dict[str, Any], held: _Hold | None, hand_off: bool,
-                 planned: list[EffectRecord] | None) -> _Hold | None:
-    """List ``record`` (undoing it unless ``held``; ``planned``: see :func:`_walk`); return
-    why older steps are held back."""
-    state = record.state.value
+def _unwind_step(w: _Walk, record: EffectRecord, step: dict[str, Any],
+                 held: _Hold | None) -> _Hold | None:
+    """List ``record`` (undoing it unless ``held`` or not confirmed; a plan: see
+    :func:`_walk`); return why older steps are held back."""
+    report, state = w.report, record.state.value
     if record.state in _UNSETTLED:
         report.unresolved.append(UnwindStep(**step, detail=f"the step is {state}: "
                                             "resolve it before it can be undone"))
@@ -205,20 +277,23 @@ def _unwind_step(gate: GateLike, record: EffectRecord, by: str, report: UnwindRe
     if record.compensation is None:
         report.irreversible.append(UnwindStep(**step, detail="no compensation declared"))
         return held
-    compensator = gate.compensator_for(record.effect_type)
+    compensator = w.gate.compensator_for(record.effect_type)
     if compensator is None or held is not None:
-        return _not_begun(gate, record, report, step, held, hand_off and compensator is None)
-    if planned is not None:
-        return _plan(gate, record, planned)
-    return _compensate(gate, record, compensator, by, report, step)
+        return _not_begun(w, record, step, held, w.hand_off and compensator is None)
+    if w.planned is not None:
+        return _plan(w, record, w.planned)
+    if w.confirmed is not None and record.effect_id not in w.confirmed:
+        return _unconfirmed(w, record, step)
+    return _compensate(w, record, compensator, step)
 
 
-def _not_begun(gate: GateLike, record: EffectRecord, report: UnwindReport,
-               step: dict[str, Any], held: _Hold | None, handed: bool) -> _Hold | None:
+def _not_begun(w: _Walk, record: EffectRecord, step: dict[str, Any], held: _Hold | None,
+               handed: bool) -> _Hold | None:
     """A step whose undo this unwind does not begin (held back, or no compensator here;
     ``handed``: the caller's to undo): what its undo says if one was begun elsewhere (an
     earlier unwind, an agent over MCP)."""
-    undo = _undo_of(gate, record)
+    report = w.report
+    undo = w.undos.undo(record)
     undo_id = None if undo is None else undo.effect_id
     if undo is not None and undo.state is State.COMMITTED:
         report.compensated.append(UnwindStep(**step, detail="compensated earlier",
@@ -242,14 +317,6 @@ def _not_begun(gate: GateLike, record: EffectRecord, report: UnwindReport,
     return None
 
 
-def _undo_of(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
-    """The effect at ``record``'s undo key, if it is that undo: begun for this step, with the
-    type and payload :func:`compensation_request` gives (any other effect merely took the key,
-    and the begin of the undo itself refuses it)."""
-    found = _at_undo_key(gate, record)
-    return found if found is not None and is_undo(found, compensation_request(record)) else None
-
-
 def _at_undo_key(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
     """Whatever effect is at ``record``'s undo key (its undo or not), if any."""
     try:
@@ -269,21 +336,65 @@ def _asked(gate: GateLike, effect: EffectRecord) -> str:
         return ""
 
 
-def _plan(gate: GateLike, record: EffectRecord, planned: list[EffectRecord]) -> _Hold | None:
-    """What :func:`_compensate` would meet now, read without writing: ``begin`` of the undo
-    answers execute (nothing there, the undo FAILED, or a person approved it: it is planned,
-    as if it then committed; a DENIED undo too, as the policy may allow it now — a plan names
-    every undo that may run), duplicate (committed earlier), a wait (unsettled: the older
-    steps are held back) or a refusal (another effect took its key)."""
-    found = _at_undo_key(gate, record)
-    if found is not None and not is_undo(found, compensation_request(record)):
-        return None  # the undo's begin is refused; unwind lists the step failed
-    if (found is not None and found.state in _UNSETTLED
-            and _asked(gate, found) != ApprovalState.APPROVED.value):
+def _ahead(w: _Walk, record: EffectRecord) -> tuple[str, EffectRecord | None]:
+    """What ``begin`` of ``record``'s undo would answer now, read without writing, and the
+    effect at its undo key: ``"runs"`` (nothing there, the undo FAILED, or a person approved
+    it; a DENIED undo too, as the policy may allow it now), ``"done"`` (it committed
+    earlier), ``"waits"`` (unsettled) or ``"refused"`` (another effect took its key)."""
+    found = w.undos.at(record)
+    if found is None:
+        return "runs", None
+    if not is_undo(found, compensation_request(record)):
+        return "refused", found
+    if found.state is State.COMMITTED:
+        return "done", found
+    if found.state in _UNSETTLED and w.undos.asked(found) != ApprovalState.APPROVED.value:
+        return "waits", found
+    return "runs", found
+
+
+def _plan(w: _Walk, record: EffectRecord, planned: list[EffectRecord]) -> _Hold | None:
+    """What :func:`_compensate` would meet now (:func:`_ahead`): an undo that runs is
+    planned, as if it then committed (a plan names every undo that may run); a wait holds
+    the older steps back; a refusal is listed failed by unwind (here: nothing)."""
+    what, found = _ahead(w, record)
+    if what == "waits" and found is not None:
         return _hold(record, found.state.value)
-    if found is None or found.state is not State.COMMITTED:
+    if what == "runs":
         planned.append(record)
     return None
+
+
+def _unconfirmed(w: _Walk, record: EffectRecord, step: dict[str, Any]) -> _Hold | None:
+    """A step whose undo the operator did not confirm: never begun. What its undo says
+    (:func:`_ahead`) is listed as :func:`_compensate` would list it, except an undo that
+    would run now: listed unresolved, holding the older steps back until it is reviewed."""
+    what, found = _ahead(w, record)
+    undo_id = None if found is None else found.effect_id
+    if what == "done" and found is not None:
+        w.report.compensated.append(UnwindStep(**step, detail="compensated earlier",
+                                               compensation_effect_id=undo_id,
+                                               result=found.result, earlier=True))
+        return None
+    if what == "refused" and found is not None:
+        w.report.failed.append(UnwindStep(**step, detail=(
+            f"its undo's key {compensation_key(record.key)} is taken by another effect "
+            f"({found.effect_type}, #{undo_id})")))
+        return None
+    if what == "waits" and found is not None:
+        w.report.unresolved.append(UnwindStep(
+            **step, detail=f"compensation {found.state.value}: settle it before anything older "
+            "is undone", compensation_effect_id=undo_id))
+        return _hold(record, found.state.value)
+    w.report.unresolved.append(UnwindStep(
+        **step, detail=f"{_NOT_CONFIRMED}: its undo would run now, but the saga moved since "
+        "the plan was confirmed; nothing was begun; unwind again to review it",
+        compensation_effect_id=undo_id))
+    return _Hold(f"held back: the undo of the newer step {record.key} is {_NOT_CONFIRMED}; "
+                 "unwind again to review it (undos run newest first)")
+
+
+_NOT_CONFIRMED = "not in the confirmed plan"
 
 
 def is_undo(effect: EffectRecord, undo: dict[str, Any]) -> bool:
@@ -339,11 +450,12 @@ def compensation_request(record: EffectRecord) -> dict[str, Any]:
     return request
 
 
-def _compensate(gate: GateLike, record: EffectRecord, compensator: Compensator, by: str,
-                report: UnwindReport, step: dict[str, Any]) -> _Hold | None:
+def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
+                step: dict[str, Any]) -> _Hold | None:
     """Begin and run ``record``'s undo; return why older steps are held back, if it is left
     unsettled."""
-    d = gate.begin(**compensation_request(record), agent_id=by)
+    gate, report = w.gate, w.report
+    d = gate.begin(**compensation_request(record), agent_id=w.by)
     if d.decision is Decision.DUPLICATE:
         report.compensated.append(UnwindStep(**step, detail="compensated earlier",
                                              compensation_effect_id=d.effect_id,

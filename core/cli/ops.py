@@ -208,15 +208,21 @@ def unwind(group_key: str, yes: bool, by: str | None, url: str | None, namespace
     The compensators live in your code: pass --gate MODULE:ATTR so they are registered.
     Asks first (on stderr), naming the undos that will run; --yes skips the question (for
     scripts). Without a terminal to ask on and without --yes, nothing runs (exit 2); if the
-    saga changes while you are asked, nothing runs (exit 1).
+    saga changes while you are asked, nothing runs (exit 1). Only the undos you said yes to
+    are run: one the saga gains after that is listed unresolved, not run, and holds back the
+    older steps (unwind again to review it).
     Exits 1 when a step is left unresolved or its compensation failed.
     --plain prints one step per line: outcome, key, state, detail.
     """
     with open_gate(url, namespace, gate_ref) as gate:
         _needs(gate, "unwind")
-        if not yes:
-            _confirm_unwind(gate, group_key)
-        report = gate.unwind(group_key, by=actor(by))
+        if yes:
+            report = gate.unwind(group_key, by=actor(by))
+        else:
+            from ..sagas import unwind as unwind_confirmed
+
+            confirmed = _confirm_unwind(gate, group_key)
+            report = unwind_confirmed(gate, group_key, actor(by), confirmed=confirmed)
         if any(getattr(report, name) for name in _OUTCOMES):
             counts = {"compensated now": len(report.compensated_now),
                       "compensated earlier": len(report.compensated_earlier),
@@ -247,14 +253,15 @@ def unwind(group_key: str, yes: bool, by: str | None, url: str | None, namespace
         raise SystemExit(EXIT_FAILED)
 
 
-def _confirm_unwind(gate: Any, group_key: str) -> None:
+def _confirm_unwind(gate: Any, group_key: str) -> frozenset[int]:
     """Name the undos an unwind would run now and ask; nothing to run asks nothing. Refused
-    (exit 1) if the saga moved while the question was open."""
+    (exit 1) if the saga moved while the question was open. The steps whose undo was named:
+    the only ones the unwind may begin."""
     from ..sagas import compensation_key, unwind_plan
 
     runs, seen = unwind_plan(gate, group_key)
     if not runs:
-        return
+        return frozenset()
     undos = "; ".join(f"{compensation_key(r.key)} (undoes {r.key}, {r.effect_type})"
                       for r in runs)
     _confirm(f"unwind {group_key} in namespace {gate.namespace!r}: run {len(runs)} "
@@ -263,6 +270,7 @@ def _confirm_unwind(gate: Any, group_key: str) -> None:
     if unwind_plan(gate, group_key)[1] != seen:
         fail(f"{group_key} changed while you were asked: nothing was undone; run it again "
              "to see what would run now", EXIT_FAILED)
+    return frozenset(r.effect_id for r in runs)
 
 
 # -- prune ---------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ carries what the operator saw (:func:`effectgate.sagas.unwind_plan`'s digest of 
 their undos) to a confirmation page (a GET, writing nothing) that names exactly which undos
 will run, and only its button unwinds. If the saga moved in between (a step settled, an undo
 ran, a step was added), the confirmation or the unwind is refused and the operator reviews
-again.
+again. The unwind then runs only the undos the confirmation named (``confirmed``): one the
+saga gains after that check is listed unresolved, not begun, and holds back the older steps.
 
 Unwind answers with a redirect to the group's page (reloading it runs nothing), with a
 message that says what *this* unwind did: the steps it compensated now, apart from those
@@ -145,7 +146,7 @@ async def confirm_unwind(c: Console, request: Request, who: Principal) -> Respon
 
 async def unwind(c: Console, request: Request, who: Principal) -> Response:
     """Unwind the group as the signed-in operator, if it is still as the confirmation showed
-    it; back to its page with what was done."""
+    it, beginning no undo it did not name; back to its page with what was done."""
     import urllib.parse
 
     from ..sagas import unwind_plan
@@ -153,11 +154,14 @@ async def unwind(c: Console, request: Request, who: Principal) -> Response:
     form = c.form(request)
     key = str(form.get("group") or "")
     back = "/groups/view?" + urllib.parse.urlencode({"group": key})
-    _, seen = await run_in_threadpool(unwind_plan, c.gate, key)
+    runs, seen = await run_in_threadpool(unwind_plan, c.gate, key)
     if form.get("seen") != seen:
         return c.redirect(back, ("error", f"Refused: {key} changed since you reviewed it. "
                                           "Nothing was undone; review it again."))
-    report = await run_in_threadpool(c.gate.acting_as(who).unwind, key)
+    # the same saga as confirmed, so these are the undos the confirmation named: no other runs
+    confirmed = frozenset(r.effect_id for r in runs)
+    report = await run_in_threadpool(
+        lambda: c.gate.acting_as(who).unwind(key, confirmed=confirmed))
     kind, text = summary(report)
     detail: dict[str, Any] = {"compensated now": len(report.compensated_now),
                               "compensated earlier": len(report.compensated_earlier)}
