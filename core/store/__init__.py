@@ -22,6 +22,9 @@ Both open a plain URL without SQLAlchemy when the store is up to date (``embedde
 ``pg_direct``): the statements come rendered ahead of time (``sqlite_texts``, ``pg_texts``)
 and the connections from the driver itself. The engine is made only for a store to create or
 migrate, another URL form, a read-only store, and the tools.
+
+The reads here run through ``Connections.read`` / ``first`` (once more on a new connection when
+the server closed the one kept), the writes through ``run`` / ``transaction`` (never twice).
 """
 
 from __future__ import annotations
@@ -269,7 +272,7 @@ class Store:
 
     def now(self) -> float:
         """The store's clock, epoch seconds."""
-        return float(self._conns.run(self.sql.now, {})[0][0])
+        return float(self._conns.read(self.sql.now, {})[0][0])
 
     # -- begin ----------------------------------------------------------------------------------
 
@@ -323,7 +326,7 @@ class Store:
     def _fetch(self, namespace: str, key: str) -> EffectHead | None:
         # (one store operation never calls another's public method: a caller that wraps them,
         # as the replay does, sees each operation once)
-        rows = self._conns.run(self.sql.fetch, {"namespace": namespace, "key": key})
+        rows = self._conns.read(self.sql.fetch, {"namespace": namespace, "key": key})
         return found_head(rows[0], namespace, key) if rows else None
 
     def lapse(self, row: EffectHead) -> EffectHead | None:
@@ -521,12 +524,12 @@ class Store:
 
     def get(self, namespace: str, key: str) -> EffectRow | None:
         """Every column of the effect at ``key`` (history included), or None."""
-        rows = self._conns.run(self.sql.fetch_row, {"namespace": namespace, "key": key})
+        rows = self._conns.read(self.sql.fetch_row, {"namespace": namespace, "key": key})
         return effect_row(rows[0]) if rows else None
 
     def get_by_id(self, namespace: str, effect_id: int) -> EffectRow | None:
         """Every column of the effect with ``effect_id`` in ``namespace``, or None."""
-        rows = self._conns.run(self.sql.fetch_row_id, {"namespace": namespace, "id": effect_id})
+        rows = self._conns.read(self.sql.fetch_row_id, {"namespace": namespace, "id": effect_id})
         return effect_row(rows[0]) if rows else None
 
     def effects(self, namespace: str, *, state: State | None = None,
@@ -540,7 +543,7 @@ class Store:
         filters = Filters(state, effect_type, run_id, agent_id, group_key, key_prefix,
                           newest_first, limit, before_id)
         sql = listing_sql(filters, self._listing_dialect())
-        return [effect_row(r) for r in self._conns.run(sql, listing_binds(namespace, filters))]
+        return [effect_row(r) for r in self._conns.read(sql, listing_binds(namespace, filters))]
 
     def _listing_dialect(self) -> Any:
         """The dialect the reads by filter are compiled for: the driver connection's (SQLite:
@@ -572,8 +575,8 @@ class Store:
 
     def approval(self, namespace: str, approval_id: str) -> ApprovalRow | None:
         """The approval request ``approval_id`` of ``namespace`` (with the clock), or None."""
-        rows = self._conns.run(self.sql.approval_get,
-                               {"namespace": namespace, "approval_id": approval_id})
+        rows = self._conns.read(self.sql.approval_get,
+                                {"namespace": namespace, "approval_id": approval_id})
         return approval_row(rows[0]) if rows else None
 
     def decide_approval(self, namespace: str, approval_id: str, state: ApprovalState,
@@ -637,7 +640,7 @@ class Store:
         arguments); never those of an effect still waiting, in flight or AMBIGUOUS."""
         binds = {"namespace": namespace, "older_than": older_than_seconds}
         if dry_run:
-            return int(self._conns.run(self.sql.prune_count, binds)[0][0])
+            return int(self._conns.read(self.sql.prune_count, binds)[0][0])
         with self._conns.transaction() as tx:
             pruned = len(tx.all(self.sql.prune, binds))
             tx.all(self.sql.prune_approvals, binds)

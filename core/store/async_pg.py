@@ -16,6 +16,11 @@ The statements and how rows are read are the sync store's (``Store``), the binds
 :mod:`effectgate.store.binds`: this module only awaits them. Operations that need a
 transaction (a governed move, a report that moves spend) stay on the sync store, run on a
 worker thread.
+
+As on the sync store (:mod:`effectgate.store.connections`), reads and writes take different
+paths: a read (:meth:`AsyncPostgres.read`) that meets a pooled connection the server has
+closed since an earlier call (a restart, an idle timeout) runs once more on another; a write
+(:meth:`AsyncPostgres.run`) never runs twice.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import StoreError
 from ..states import State
@@ -157,6 +162,11 @@ class AsyncPostgres:
         conn, may_open = pool.take(self.pool_size)
         if conn is not None:
             return conn
+        return (await self._wait_or_open(pool, may_open))[0]
+
+    async def _wait_or_open(self, pool: _LoopPool, may_open: bool) -> tuple[Any, bool]:
+        """When no connection is idle: (the next one released, False) after waiting in line,
+        or (a new one, True) in a slot of ``pool`` (``may_open``: this task holds one)."""
         if not may_open:
             waiter = asyncio.get_running_loop().create_future()
             pool.waiting.append(waiter)
@@ -174,9 +184,9 @@ class AsyncPostgres:
                         pool.waiting.remove(waiter)
                 raise
             if conn is not None:
-                return conn
+                return conn, False
         try:  # this task holds a slot: open a connection in it
-            return await self._connect()
+            return await self._connect(), True
         except BaseException:
             pool.free()
             raise
@@ -214,9 +224,10 @@ class AsyncPostgres:
     async def run(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...], *,
                   writing: bool = False,
                   sent: tuple[Request, LeaseSecret] | None = None) -> list[Any]:
-        """One statement in autocommit on this loop's connection. ``sent``: the request and
-        lease secret of a reservation: cancelled once sent, it may have committed before the
-        cancel came, and is released if it did (:func:`~.abandoned.release_lost`)."""
+        """One statement in autocommit on this loop's connection, never run again (a
+        write's: reads take :meth:`read`). ``sent``: the request and lease secret of a
+        reservation: cancelled once sent, it may have committed before the cancel came, and
+        is released if it did (:func:`~.abandoned.release_lost`)."""
         conn = await self._acquire()
         try:
             watch = self._store.version_watch
@@ -226,24 +237,57 @@ class AsyncPostgres:
             cur = await conn.execute(sql.text, binds)
             rows: list[Any] = await cur.fetchall()
         except BaseException as err:
-            if isinstance(err, Exception) and is_disconnect(err):
-                await self._discard(conn)
-                # The idle ones went through the same (a restart, an idle timeout): closed
-                # now, or each next call would meet one and fail.
-                for idle in _taken_idle(self._pool()):
-                    await _close(idle)
-                raise store_error(err, writing=writing) from err
-            if isinstance(err, asyncio.CancelledError):
-                if sent is not None:
-                    release_lost(self._store, sent[0].namespace, sent[0].key, sent[1])
-                await self._discard(conn)  # its state is unknown mid-query
-                raise
-            self._release(conn)
-            if isinstance(err, Exception) and type(err).__module__.startswith("psycopg"):
-                raise store_error(err, writing=writing) from err
-            raise
+            await self._failed(conn, err, writing, sent)
         self._release(conn)
         return rows
+
+    async def read(self, sql: Sql, binds: Mapping[str, Any]) -> list[Any]:
+        """A read's rows (a statement that changes nothing, as its caller knows). On a
+        pooled connection an earlier call left, closed by the server since (a restart,
+        ``pg_terminate_backend``, an idle timeout), it runs once more on another
+        (:meth:`run`: the dead one and the idle ones discarded first); a connection opened
+        for this call is not tried again (a server that is down fails it after one connect
+        attempt)."""
+        pool = self._pool()
+        conn, may_open = pool.take(self.pool_size)
+        opened = False
+        if conn is None:
+            conn, opened = await self._wait_or_open(pool, may_open)
+        try:
+            cur = await conn.execute(sql.text, binds)
+            rows: list[Any] = await cur.fetchall()
+        except BaseException as err:
+            if opened or not (isinstance(err, Exception) and is_disconnect(err)):
+                await self._failed(conn, err, False, None)
+            await self._lost(conn)
+            return await self.run(sql, binds)
+        self._release(conn)
+        return rows
+
+    async def _failed(self, conn: Any, err: BaseException, writing: bool,
+                      sent: tuple[Request, LeaseSecret] | None) -> NoReturn:
+        """``err`` from a statement on ``conn`` (given back to the pool, or discarded when it
+        is gone or its state unknown), raised: a driver's error as a :class:`StoreError`."""
+        if isinstance(err, Exception) and is_disconnect(err):
+            await self._lost(conn)
+            raise store_error(err, writing=writing) from err
+        if isinstance(err, asyncio.CancelledError):
+            if sent is not None:
+                release_lost(self._store, sent[0].namespace, sent[0].key, sent[1])
+            await self._discard(conn)  # its state is unknown mid-query
+            raise err
+        self._release(conn)
+        if isinstance(err, Exception) and type(err).__module__.startswith("psycopg"):
+            raise store_error(err, writing=writing) from err
+        raise err
+
+    async def _lost(self, conn: Any) -> None:
+        """``conn`` found closed by the server: discarded, and this loop's idle ones closed
+        with it (they went through the same: a restart, an idle timeout), or each next call
+        would meet one and fail."""
+        await self._discard(conn)
+        for idle in _taken_idle(self._pool()):
+            await _close(idle)
 
     async def close(self) -> None:
         """Close this loop's idle connections (those in use close when they come back)."""
@@ -301,18 +345,18 @@ class AsyncPostgres:
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """:meth:`Store.fetch`."""
-        rows = await self.run(self._store.sql.fetch, {"namespace": namespace, "key": key})
+        rows = await self.read(self._store.sql.fetch, {"namespace": namespace, "key": key})
         return found_head(rows[0], namespace, key) if rows else None
 
     async def get(self, namespace: str, key: str) -> EffectRow | None:
         """:meth:`Store.get`."""
-        rows = await self.run(self._store.sql.fetch_row, {"namespace": namespace, "key": key})
+        rows = await self.read(self._store.sql.fetch_row, {"namespace": namespace, "key": key})
         return effect_row(rows[0]) if rows else None
 
     async def approval(self, namespace: str, approval_id: str) -> ApprovalRow | None:
         """:meth:`Store.approval`."""
-        rows = await self.run(self._store.sql.approval_get,
-                              {"namespace": namespace, "approval_id": approval_id})
+        rows = await self.read(self._store.sql.approval_get,
+                               {"namespace": namespace, "approval_id": approval_id})
         return approval_row(rows[0]) if rows else None
 
     async def record_outcome(self, namespace: str, lease: Lease, outcome: Outcome, *,

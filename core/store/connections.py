@@ -2,7 +2,18 @@
 
 The per-call path skips the pool's checkout and reset: each thread keeps one driver connection
 (``sqlite3`` / ``psycopg``) detached from the engine's pool, in autocommit mode; a connection
-that broke is dropped and reopened; a thread's connection is closed once the thread has ended.
+that broke is dropped and the next call opens another; a thread's connection is closed once the
+thread has ended.
+
+Reads and writes take different paths, chosen by the caller (never guessed from a statement's
+text: on Postgres some writes are ``SELECT`` calls of the store's functions). A read
+(:meth:`Connections.read`, :meth:`Connections.first`) that finds the connection an earlier call
+left this thread closed by the server (a restart, ``pg_terminate_backend``, an idle timeout, a
+proxy) runs once more on a new connection: it changes nothing, so nothing can happen twice. A
+connection this same call opened is not tried again (a server that is down fails a read after
+one connect attempt). A write (:meth:`Connections.run`, :meth:`Connections.transaction`) is
+never repeated: one whose reply was lost may have committed, and it fails (``StoreError``,
+``outcome_unknown``) for its caller to recover.
 
 Durability is chosen per commit. SQLite: ``synchronous=FULL`` for every commit that reserves,
 ``NORMAL`` for outcomes unless ``durability="all"`` (``"relaxed"`` syncs nothing, an explicit
@@ -218,9 +229,11 @@ class Connections:
 
     def run(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...],
             sync: str | None = None, *, count: bool = False) -> list[Any] | int:
-        """One statement in autocommit: its rows, or (``count``) how many rows it changed;
-        ``sync`` (SQLite) is the durability of its commit, and marks it as a write. ``binds``
-        by name, or (a numbered text's) already in the order of ``sql.names``."""
+        """One statement in autocommit, never run again (a write's: reads take :meth:`read`):
+        its rows, or (``count``) how many rows it changed; ``sync`` (SQLite) is the durability
+        of its commit, and marks it as a write (``outcome_unknown`` when its connection
+        broke). ``binds`` by name, or (a numbered text's) already in the order of
+        ``sql.names``."""
         conn = self.driver()
         if sql.order is not None and not isinstance(binds, tuple):
             binds = sql.order(binds)
@@ -245,12 +258,52 @@ class Connections:
         except Exception as err:
             raise self._failed(err, writing=True) from err
 
-    def first(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...]) -> Any:
-        """A read's first row, or None (the hot read, a repeat's: one step, no list).
-        ``binds`` as the text takes them: a numbered text's by position (``sql.names``'
-        order), a named text's by name."""
+    def read(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...]) -> list[Any]:
+        """A read's rows: a statement that changes nothing, as its caller knows (a write goes
+        through :meth:`run`). On the connection an earlier call left this thread, closed by
+        the server since, it runs once more on a new one (:meth:`_read_again`). ``binds`` as
+        :meth:`run` takes them."""
+        if sql.order is not None and not isinstance(binds, tuple):
+            binds = sql.order(binds)
+        local = self._local  # (driver()'s own look-up, inline: it tells a kept connection)
+        conn = getattr(local, "conn", None)
+        if conn is None or local.forks != _forks:
+            return self._read_new(sql.text, binds, False)  # type: ignore[no-any-return]
         try:
-            return self.driver().execute(sql.text, binds).fetchone()
+            return conn.execute(sql.text, binds).fetchall()  # type: ignore[no-any-return]
+        except Exception as err:
+            return self._read_again(err, sql.text, binds, False)  # type: ignore[no-any-return]
+
+    def first(self, sql: Sql, binds: Mapping[str, Any] | tuple[Any, ...]) -> Any:
+        """A read's first row, or None (the hot read, a repeat's: one step, no list); once
+        more on a new connection as :meth:`read`. ``binds`` as the text takes them: a
+        numbered text's by position (``sql.names``' order), a named text's by name."""
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None or local.forks != _forks:
+            return self._read_new(sql.text, binds, True)
+        try:
+            return conn.execute(sql.text, binds).fetchone()
+        except Exception as err:
+            return self._read_again(err, sql.text, binds, True)
+
+    def _read_again(self, err: Exception, text: str, binds: Any, one: bool) -> Any:
+        """A read that failed with ``err`` on the connection an earlier call left this
+        thread: run once more on a new connection when the server had closed it (Postgres;
+        a read changes nothing, so running it again is safe), else ``err`` as a
+        :class:`StoreError`."""
+        if not is_disconnect(err):
+            raise self._failed(err, writing=False) from err
+        self.drop()
+        return self._read_new(text, binds, one)
+
+    def _read_new(self, text: str, binds: Any, one: bool) -> Any:
+        """A read on a connection opened for it (this thread had none, or it was closed):
+        never run again, so a server that is down fails it after one connect attempt."""
+        conn = self._open()
+        try:
+            cur = conn.execute(text, binds)
+            return cur.fetchone() if one else cur.fetchall()
         except Exception as err:
             raise self._failed(err, writing=False) from err
 
