@@ -10,6 +10,7 @@ against a fresh exploration); a schedule the model no longer enables fails the r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
@@ -40,9 +41,13 @@ def load() -> dict[str, Any]:
     return doc
 
 
+_kept = functools.cache(load)
+"""The file as read once a process (the replays' reads of it; never written to)."""
+
+
 def schedules(config: Config) -> list[tuple[Any, ...]]:
     """The kept cover of ``config`` (actions as tuples again)."""
-    entry = load()[entry_name(config)]
+    entry = _kept()[entry_name(config)]
     return [tuple(tuple(a) for a in schedule) for schedule in entry["schedules"]]
 
 
@@ -78,6 +83,7 @@ def write(configs: list[Config]) -> None:
         print(f"{entry_name(config)}: {cover.classes} classes, {len(cover.schedules)} "
               f"schedules, {cover.steps} steps", flush=True)
         PATH.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
+    _kept.cache_clear()
 
 
 if __name__ == "__main__":

@@ -230,6 +230,36 @@ def test_a_replay_notices_when_the_store_and_the_model_disagree(
     assert replayer.replay(config, schedule)[0] == []  # on main they agree
 
 
+def test_a_counter_the_store_wrote_without_a_ceiling_is_found_after_the_last_step(
+        replayer: Replayer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config without a ceiling has its spend compared once, after its last step (not at
+    every step): a counter that appeared in the store meanwhile is still a finding."""
+    from effectgate.verify import replay
+
+    config = replayer.shaped(next(c for c in BOUNDS["2-worker"]
+                                  if c.name.endswith("two namespaces")))
+    assert not config.budget
+    schedule = (("begin", 0), ("step", 0, False, None), ("begin", 1))
+    real = replay._Run.step
+
+    def step(run: Any, action: Any) -> str | None:
+        found = real(run, action)
+        if action == ("begin", 0):  # a stray counter, written as the first step lands
+            with run.r.store.connection() as conn:
+                conn.execute("INSERT INTO effectgate_budgets (namespace, scope_key, "
+                             "spent_micros, updated_at) VALUES (" +
+                             ", ".join(["?" if run.r.store.is_sqlite else "%s"] * 4) + ")",
+                             (run.names[config.workers[0][0]], "stray", 7, 0.0))
+        return found
+
+    with monkeypatch.context() as patch:
+        patch.setattr(replay._Run, "step", step)
+        problems, steps = replayer.replay(config, schedule)
+    assert steps == len(schedule), problems
+    assert problems and "the store's [('stray', 7)]" in problems[0], problems
+    assert replayer.replay(config, schedule)[0] == []  # on main they agree
+
+
 RECOVERY_BUG = (("begin", 0), ("step", 0, True, None), ("resolve", "failed", True, False),
                 ("step", 0, False, None))
 """Issue 26's bug: the reservation is written, its reply lost; an operator force-resolves it

@@ -231,6 +231,8 @@ class Replayer:
             for n, action in enumerate(schedule, 1):
                 try:
                     problem = run.step(action)
+                    if not problem and n == len(schedule) and not config.budget:
+                        problem = run._compare_spend()
                 except Exception as err:  # a hung or broken step is a finding, not a crash
                     problem = f"{type(err).__name__}: {err}"
                 if not problem and time.monotonic() > ends:
@@ -259,6 +261,15 @@ class _Run:
         spaces = sorted({ns for ns, _ in config.workers})
         self.names = {ns: f"{replayer.prefix}{tag}-{ns}" for ns in spaces}
         self.gates = {ns: base.in_namespace(name) for ns, name in self.names.items()}
+        # The replay's own reads and writes of its namespaces, on the driver connection the
+        # store keeps for this thread (no pool checkout, no statement compiled per step).
+        self._spaces = tuple(self.names.values())
+        mark = "?" if replayer.store.is_sqlite else "%s"
+        self._in = f"({', '.join([mark] * len(self._spaces))})"
+        shift = ", ".join(f"{c} = {c} - {TICK_SECONDS!r}" for c in (
+            "lease_expires_at", "attempt_started_at", "created_at", "updated_at",
+            "vendor_since", "pruned_at"))
+        self._tick_sql = f"UPDATE effectgate_effects SET {shift} WHERE namespace IN {self._in}"
         lease = (config.lease_ticks - 0.5) * TICK_SECONDS
         grace = config.grace_ticks * TICK_SECONDS
         types = sorted({et for _, et in config.workers})
@@ -295,13 +306,10 @@ class _Run:
             runner.release("kill")
         for runner in self.runners.values():
             runner.join()
-        names = list(self.names.values())
-        from sqlalchemy import bindparam, text
-
-        with self.r.store.engine.begin() as conn:
+        with self.r.store.connection() as conn:
             for table in ("effectgate_approvals", "effectgate_budgets", "effectgate_effects"):
-                conn.execute(text(f"DELETE FROM {table} WHERE namespace IN :ns").bindparams(
-                    bindparam("ns", expanding=True)), {"ns": names})
+                conn.execute(f"DELETE FROM {table} WHERE namespace IN {self._in}",
+                             self._spaces)
 
     def call(self, gate: Gate, method: str, *args: Any, **kwargs: Any) -> Any:
         """The operator's (or a holder's) call ``method`` on ``gate``: its sync form, or its
@@ -321,15 +329,8 @@ class _Run:
     # -- actions ---------------------------------------------------------------------------------
 
     def _tick(self, action: Action, before: ModelState, expected: Any) -> str | None:
-        from sqlalchemy import bindparam, text
-
-        shift = ", ".join(f"{c} = {c} - :s" for c in (
-            "lease_expires_at", "attempt_started_at", "created_at", "updated_at",
-            "vendor_since", "pruned_at"))
-        with self.r.store.engine.begin() as conn:
-            conn.execute(text(f"UPDATE effectgate_effects SET {shift} WHERE namespace IN :ns")
-                         .bindparams(bindparam("ns", expanding=True)),
-                         {"s": TICK_SECONDS, "ns": list(self.names.values())})
+        with self.r.store.connection() as conn:
+            conn.execute(self._tick_sql, self._spaces)
         return None
 
     def _midnight(self, action: Action, before: ModelState, expected: Any) -> str | None:
@@ -600,14 +601,17 @@ class _Run:
             if want != got:
                 return (f"{ns}/{key}: the model's row (state, attempt, token, vendor attempt, "
                         f"result, pruned) is {want}, the store's {got}")
-        from sqlalchemy import bindparam, text
+        return self._compare_spend() if self.config.budget else None
 
-        # Every namespace's counters in one read (one round trip a step, not one a namespace).
-        with self.r.store.engine.connect() as conn:
-            stored = conn.execute(text(
-                "SELECT namespace, scope_key, spent_micros FROM effectgate_budgets "
-                "WHERE namespace IN :ns").bindparams(bindparam("ns", expanding=True)),
-                {"ns": list(self.names.values())}).all()
+    def _compare_spend(self) -> str | None:
+        """The store's spend counters against the model's. Every step of a config with a
+        ceiling; once, after its last step, for a config without one (whose model never
+        spends: a counter the store wrote anyway shows up then)."""
+        # Every namespace's counters in one read (one round trip, not one a namespace).
+        with self.r.store.connection() as conn:
+            stored = conn.execute("SELECT namespace, scope_key, spent_micros FROM "
+                                  f"effectgate_budgets WHERE namespace IN {self._in}",
+                                  self._spaces).fetchall()
         for ns, name in self.names.items():
             real_spend = sorted((k, v) for n, k, v in stored if n == name)
             model_spend = sorted((self._stored(k), v) for n, k, v in self.state.spend
