@@ -30,7 +30,7 @@ class Replay:
         conns = gate.store._conns
         # (sql, its binds by name, the durability of its commit, whether one row is read)
         captured: list[tuple[Any, dict[str, Any], str | None, bool]] = []
-        real, first = conns.run, conns.first
+        real, first, read = conns.run, conns.first, conns.read
 
         def by_name(sql: Any, binds: Any) -> dict[str, Any]:
             return dict(binds) if sql.names is None or type(binds) is not tuple else dict(
@@ -44,12 +44,17 @@ class Replay:
             captured.append((sql, by_name(sql, binds), None, True))
             return first(sql, binds)
 
+        def spy_read(sql: Any, binds: Any) -> Any:
+            captured.append((sql, by_name(sql, binds), None, False))
+            return read(sql, binds)
+
         conns.run = spy  # type: ignore[method-assign]
         conns.first = spy_first  # type: ignore[method-assign]
+        conns.read = spy_read  # type: ignore[method-assign]
         try:
             fn(probe)
         finally:
-            del conns.run, conns.first
+            del conns.run, conns.first, conns.read
         rendered = render(probe)
         if not captured or any(binds.get("key") != rendered for _, binds, _, _ in captured):
             raise RuntimeError(f"the probe's statements do not all name its key: {captured}")
