@@ -88,7 +88,9 @@ def targets(store: str, names: tuple[str, ...] = TARGETS) -> Iterator[dict[str, 
     with ExitStack() as stack:
         urls = {}
         for name in names:
-            env = npm_env(PORT=str(_free_port()))  # the everything server's port
+            # PORT: the everything server's; the fixtures' sleeps capped (their upstream's
+            # env is the gateway's)
+            env = npm_env(PORT=str(_free_port()), FIXTURE_MAX_SECONDS="2")
             served = stack.enter_context(serving(runs[name], env=env))
             urls[name] = served.url
         yield urls

@@ -10,7 +10,8 @@ server-side, with the fixtures the suite's tasks scenarios call (``greet``, ``sl
 task-supporting tool is answered with a task, run in this process and answered by
 ``tasks/get`` / ``tasks/cancel`` (``tasks/update`` is acknowledged). This is the upstream the
 gateway's upstream tasks are tested against (``tests/test_mcp_upstream_tasks.py``): with
-``FIXTURE_RUNS`` set, each ``slow_compute`` that finishes appends its ``label`` to that file.
+``FIXTURE_RUNS`` set, each ``slow_compute`` that finishes appends its ``label`` to that file;
+``FIXTURE_MAX_SECONDS`` caps how long one sleeps.
 
 Run: ``python tests/mcp_conformance_upstream.py`` (stdio) or ``... --http PORT`` (0: a free
 port, printed on stderr).
@@ -156,6 +157,11 @@ class TaskParams(RequestParams):
     input_responses: dict[str, Any] | None = None
 
 
+MAX_SECONDS = float(os.environ.get("FIXTURE_MAX_SECONDS") or "inf")
+"""The longest a ``slow_compute`` sleeps (``$FIXTURE_MAX_SECONDS``; unset: as long as asked).
+The conformance runs set it: a client the gateway answers only when its upstream's task ends
+would otherwise wait out the suite's 60-second sleeps until its own 10-second timeout."""
+
 TASK_RUNS: dict[str, Task] = {}
 TASK_GROUP: list[anyio.abc.TaskGroup] = []
 
@@ -163,7 +169,7 @@ TASK_GROUP: list[anyio.abc.TaskGroup] = []
 async def _work(name: str, args: dict[str, Any]) -> types.CallToolResult:
     """What a task-supporting tool does (as a task or, undeclared, synchronously)."""
     if name == "slow_compute":
-        await anyio.sleep(float(args.get("seconds", 1)))
+        await anyio.sleep(min(float(args.get("seconds", 1)), MAX_SECONDS))
         label = str(args.get("label", ""))
         if os.environ.get("FIXTURE_RUNS"):
             with open(os.environ["FIXTURE_RUNS"], "a", encoding="utf-8") as runs:
