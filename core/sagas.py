@@ -153,11 +153,17 @@ def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False,
 
 def _confirmed_ids(confirmed: Iterable[int]) -> frozenset[int]:
     """``confirmed`` as a set of effect ids; :class:`ConfigError` for anything else."""
-    items = (list(confirmed) if isinstance(confirmed, Iterable)
-             and not isinstance(confirmed, (str, bytes)) else None)
-    if items is None or not all(type(i) is int for i in items):
-        raise ConfigError("confirmed must be a collection of effect ids (ints): the steps "
+    refused = ConfigError("confirmed must be a collection of effect ids (ints): the steps "
                           "whose undo the operator confirmed")
+    if not isinstance(confirmed, Iterable) or isinstance(
+            confirmed, (str, bytes, bytearray, memoryview)):
+        raise refused
+    try:
+        items = list(confirmed)
+    except Exception as err:  # the caller's own iterable raised
+        raise refused from err
+    if not all(type(i) is int for i in items):  # (each checked before any is merged)
+        raise refused
     return frozenset(items)
 
 
@@ -209,7 +215,7 @@ def unwind_plan(gate: GateLike, group_key: str) -> tuple[list[EffectRecord], str
     seen: list[str] = []
     for record in records:
         seen.append(f"{record.effect_id}:{record.state.value}:{record.attempt}:"
-                    f"{record.lease_token}")
+                    f"{record.lease_token}:{record.created_at!r}")
         if record.state is State.COMMITTED and record.compensation is not None:
             found = undos.at(record)
             if found is not None:
@@ -387,8 +393,9 @@ def _unconfirmed(w: _Walk, record: EffectRecord, step: dict[str, Any]) -> _Hold 
             "is undone", compensation_effect_id=undo_id))
         return _hold(record, found.state.value)
     w.report.unresolved.append(UnwindStep(
-        **step, detail=f"{_NOT_CONFIRMED}: its undo would run now, but the saga moved since "
-        "the plan was confirmed; nothing was begun; unwind again to review it",
+        **step, detail=f"{_NOT_CONFIRMED}: its undo would run now, but was not among the "
+        "undos confirmed (the saga moved since the plan was shown, or it was left out); "
+        "nothing was begun; unwind again to review it",
         compensation_effect_id=undo_id))
     return _Hold(f"held back: the undo of the newer step {record.key} is {_NOT_CONFIRMED}; "
                  "unwind again to review it (undos run newest first)")

@@ -7,7 +7,9 @@ POST); and the plan and its digest come from one read of each undo key and appro
 from __future__ import annotations
 
 import re
+import sqlite3
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -312,3 +314,77 @@ def test_the_console_unwinds_only_what_its_confirmation_named(
         assert moving.ran == []
         page = client.get(r.headers["location"]).text
         assert "compensated nothing" in page and "3 unresolved" in page
+
+
+# -- found in review: bad `confirmed` values, and an id SQLite gave again ------------------
+
+
+def _trip_gate(tmp_path: Path) -> tuple[eg.Gate, list[str]]:
+    """A SQLite gate (memo off) with a compensator for ``trip.*`` that notes what it undid."""
+    gate = eg.Gate(f"sqlite:///{tmp_path / 'effects.db'}", namespace="review", memo_size=0)
+    ran: list[str] = []
+
+    @gate.compensator("trip.*")
+    def cancel(record: eg.EffectRecord, compensation: Any) -> dict[str, Any]:
+        ran.append(compensation["cancel"])
+        return {}
+
+    return gate, ran
+
+
+def _hotel(gate: eg.Gate, cancel: str) -> eg.BeginDecision:
+    d = gate.begin(effect_type="trip.hotel", key="trip:hotel", payload={}, group_key="trip",
+                   compensation={"cancel": cancel})
+    gate.report(d, "committed")
+    return d
+
+
+def _raises_midway() -> Iterator[int]:
+    yield 1
+    raise ValueError("the caller's own bug")
+
+
+@pytest.mark.parametrize("confirmed", [
+    pytest.param(lambda: bytearray([1]), id="bytearray"),  # bytes is refused; its twins not
+    pytest.param(lambda: memoryview(bytes([1])), id="memoryview"),
+    pytest.param(_raises_midway, id="a generator that raises"),
+])
+def test_confirmed_that_is_not_a_collection_of_ids_is_refused_typed(
+        tmp_path: Path, confirmed: Any) -> None:
+    """``confirmed`` is refused with ConfigError, nothing begun, when it is bytes-like (as
+    ``bytes`` already is: its items are byte values, not effect ids) or raises while read
+    (an untyped ValueError escaped)."""
+    gate, ran = _trip_gate(tmp_path)
+    try:
+        d = _hotel(gate, "A")
+        assert d.effect_id == 1
+        with pytest.raises(eg.ConfigError):
+            sagas.unwind(gate, "trip", "op", confirmed=confirmed())
+        assert ran == []
+        assert gate.get("trip:hotel").state is eg.State.COMMITTED
+        with pytest.raises(eg.UnknownEffect):
+            gate.get(sagas.compensation_key("trip:hotel"))
+    finally:
+        gate.close()
+
+
+def test_a_step_made_again_under_the_same_id_changes_the_plans_digest(tmp_path: Path) -> None:
+    """SQLite reuses the id of the newest row once it is deleted (the effects table has no
+    AUTOINCREMENT). A step deleted out of band and made again under the same key gets the
+    same id, state, attempt and token, so ``unwind_plan``'s digest does not change: the
+    console's POST and the CLI's re-check accept it, and the confirmed ids name the new step,
+    whose undo (a different compensation) no one was shown. The digest must tell them apart."""
+    gate, ran = _trip_gate(tmp_path)
+    try:
+        first = _hotel(gate, "booking A")
+        runs, seen = sagas.unwind_plan(gate, "trip")
+        assert [r.compensation for r in runs] == [{"cancel": "booking A"}]
+        with sqlite3.connect(tmp_path / "effects.db") as db:  # out of band (no API deletes)
+            db.execute("DELETE FROM effectgate_effects WHERE id = ?", (first.effect_id,))
+        time.sleep(0.01)
+        again = _hotel(gate, "booking B")
+        assert again.effect_id == first.effect_id  # the id is reused
+        assert sagas.unwind_plan(gate, "trip")[1] != seen  # fails: the same digest
+        assert ran == []
+    finally:
+        gate.close()

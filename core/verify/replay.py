@@ -232,7 +232,7 @@ class Replayer:
                 try:
                     problem = run.step(action)
                     if not problem and n == len(schedule) and not config.budget:
-                        problem = run._compare_spend()
+                        problem = run.compare_spend()
                 except Exception as err:  # a hung or broken step is a finding, not a crash
                     problem = f"{type(err).__name__}: {err}"
                 if not problem and time.monotonic() > ends:
@@ -601,9 +601,9 @@ class _Run:
             if want != got:
                 return (f"{ns}/{key}: the model's row (state, attempt, token, vendor attempt, "
                         f"result, pruned) is {want}, the store's {got}")
-        return self._compare_spend() if self.config.budget else None
+        return self.compare_spend() if self.config.budget else None
 
-    def _compare_spend(self) -> str | None:
+    def compare_spend(self) -> str | None:
         """The store's spend counters against the model's. Every step of a config with a
         ceiling; once, after its last step, for a config without one (whose model never
         spends: a counter the store wrote anyway shows up then)."""
