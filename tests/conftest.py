@@ -127,6 +127,17 @@ def store_url(backend: str, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def pg_admin() -> Iterator[Any]:
+    """A superuser connection of its own to the suite's Postgres, in autocommit, to watch and
+    kill a gate's backend with (``pg_terminate_backend``)."""
+    require_postgres()
+    import psycopg
+
+    with psycopg.connect(PG_URL.replace("+psycopg", ""), autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
 def namespace() -> str:
     return f"{TEST_PREFIX}{uuid.uuid4().hex[:12]}"
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,57 +29,9 @@ import effectgate as eg
 from effectgate.store import Store, pg_direct
 
 from .conftest import PG_URL, require_postgres
+from .pg_proxy import WedgingProxy
 
 MARGIN = 3.0
-
-
-class WedgingProxy:
-    """A loopback TCP proxy to ``target`` (None: to nowhere) that, once ``wedged`` is set (or
-    always, without a target), accepts each new connection and never sends a byte on it."""
-
-    def __init__(self, target: tuple[str, int] | None) -> None:
-        self.target = target
-        self.wedged = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            self._sockets.append(client)
-            if self.target is None or self.wedged.is_set():
-                continue  # held open, silent
-            upstream = socket.create_connection(self.target)
-            self._sockets.append(upstream)
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(src, dst), daemon=True).start()
-
-    def url(self, query: str = "", password: str = "") -> str:
-        """The test database's URL, through this proxy."""
-        login = f"postgres:{password}" if password else "postgres"
-        return f"postgresql+psycopg://{login}@127.0.0.1:{self.port}/test{query}"
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)
-        self.listener.close()
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture

@@ -44,14 +44,6 @@ WAIT = 30.0  # generous: other suites share the machine's two cores
 
 
 @pytest.fixture
-def admin() -> Iterator[psycopg.Connection[Any]]:
-    """A separate superuser connection (autocommit) to watch and kill the gate's backend."""
-    require_postgres()
-    with psycopg.connect(LIBPQ_URL, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
 def pg_gate(namespace: str) -> Iterator[eg.Gate]:
     require_postgres()
     gate = eg.Gate(PG_URL, namespace=namespace)
@@ -177,7 +169,7 @@ def proxy() -> Iterator[ReplyHoldingProxy]:
 
 
 def test_connection_killed_before_report_commits_is_reported_again_on_a_new_one(
-    pg_gate: eg.Gate, admin: psycopg.Connection[Any], drive: Callable[[eg.Gate], Caller]
+    pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any], drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """pg_terminate_backend while the report's UPDATE waits (so its commit never happens):
     the report is sent once more on a fresh connection, and the body's success is recorded
@@ -190,11 +182,11 @@ def test_connection_killed_before_report_commits_is_reported_again_on_a_new_one(
     lock = psycopg.connect(LIBPQ_URL)  # holds the effect's row lock while the report waits
 
     def terminate_when_report_waits() -> None:
-        waiting = _until(lambda: admin.execute(
+        waiting = _until(lambda: pg_admin.execute(
             "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
         ).fetchone() == ("Lock",))
         if waiting:
-            killed.append(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+            killed.append(pg_admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
         lock.rollback()  # let go (and unblock a report that was never killed)
 
     @c.effect("refund:{txn_id}", effect_type="payment.refund", lease_seconds=1.5)
@@ -222,7 +214,7 @@ def test_connection_killed_before_report_commits_is_reported_again_on_a_new_one(
 
 
 def test_connection_killed_after_report_committed_leaves_effect_committed(
-    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any],
+    proxy: ReplyHoldingProxy, namespace: str, pg_admin: psycopg.Connection[Any],
     drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """The report's commit reached the server but its reply never came back (held by a
@@ -246,11 +238,11 @@ def test_connection_killed_after_report_committed_leaves_effect_committed(
         killed: list[bool] = []
 
         def terminate_once_committed() -> None:
-            _until(lambda: admin.execute(
+            _until(lambda: pg_admin.execute(
                 "SELECT state FROM effectgate_effects WHERE namespace = %s AND key = %s",
                 (namespace, "refund:txn_1"),
             ).fetchone() == ("committed",))
-            killed.append(admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+            killed.append(pg_admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
             proxy.hold.clear()  # the network is back for the report sent again
 
         terminator = threading.Thread(target=terminate_once_committed, daemon=True)
@@ -267,7 +259,7 @@ def test_connection_killed_after_report_committed_leaves_effect_committed(
 
 
 def test_connection_killed_between_calls_is_reopened(
-    pg_gate: eg.Gate, admin: psycopg.Connection[Any], drive: Callable[[eg.Gate], Caller]
+    pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any], drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """A connection the server dropped while idle fails at most the one call that finds it
     dead (with a typed StoreError); the gate reconnects and nothing is lost."""
@@ -275,8 +267,8 @@ def test_connection_killed_between_calls_is_reopened(
     c = drive(gate)
     d = c.begin(effect_type="x", key="k:1", payload={})
     pid = c.backend_pid()
-    assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
-    assert _until(lambda: admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+    assert pg_admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    assert _until(lambda: pg_admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
                                         (pid,)).fetchone() is None)
     try:
         c.report(d, "committed", result=1)
@@ -288,7 +280,7 @@ def test_connection_killed_between_calls_is_reopened(
 
 
 def test_idle_async_connections_the_server_dropped_fail_no_later_call(
-        pg_gate: eg.Gate, admin: psycopg.Connection[Any]) -> None:
+        pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any]) -> None:
     """The server dropped every idle connection of a loop's pool (a restart, an idle
     timeout): the first call to meet one may fail (typed), the rest are closed with it. The
     pool kept them, so every begin met a dead one and its recovering read another: half of
@@ -304,8 +296,8 @@ def test_idle_async_connections_the_server_dropped_fail_no_later_call(
         pids = [conn.info.backend_pid for conn in pool.idle]
         assert len(pids) == 4
         for pid in pids:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        assert _until(lambda: not admin.execute(
+            pg_admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert _until(lambda: not pg_admin.execute(
             "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchall())
         outcomes = []
         for i in range(6):
@@ -325,7 +317,7 @@ def test_idle_async_connections_the_server_dropped_fail_no_later_call(
 
 
 def test_reads_on_a_pooled_connection_the_server_dropped_are_typed_or_answered(
-        pg_gate: eg.Gate, admin: psycopg.Connection[Any]) -> None:
+        pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any]) -> None:
     """Counting by state, listing approvals and the gauges read through the engine's pool:
     a pooled connection the server dropped raised SQLAlchemy's own OperationalError (an
     untyped error, for a read that a new connection answers)."""
@@ -336,8 +328,8 @@ def test_reads_on_a_pooled_connection_the_server_dropped_are_typed_or_answered(
     for _ in range(2):
         with gate.store.engine.connect() as conn:  # the pool's connection, given back
             pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        assert _until(lambda dead=pid: admin.execute(
+        pg_admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert _until(lambda dead=pid: pg_admin.execute(
             "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (dead,)).fetchone() is None)
         assert gate.count_by_state()[eg.State.IN_FLIGHT] == 1  # pre-pinged: a new one
         assert gate.list_approvals() == []
@@ -508,7 +500,7 @@ def test_server_restart_mid_run_loses_nothing_and_the_gate_recovers(namespace: s
 
 
 def _lose_the_reservation_reply(proxy: ReplyHoldingProxy, c: Caller,
-                                admin: psycopg.Connection[Any], key: str,
+                                pg_admin: psycopg.Connection[Any], key: str,
                                 after: Callable[[], None]) -> threading.Thread:
     """Hold back the server's replies, and once the reservation of ``key`` is committed, kill
     the backend of the connection ``c``'s next call runs on (its reply never arrives); then
@@ -518,10 +510,10 @@ def _lose_the_reservation_reply(proxy: ReplyHoldingProxy, c: Caller,
     proxy.hold.set()
 
     def kill_once_reserved() -> None:
-        _until(lambda: admin.execute(
+        _until(lambda: pg_admin.execute(
             "SELECT 1 FROM effectgate_effects WHERE namespace = %s AND key = %s",
             (gate.namespace, key)).fetchone() is not None)
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        pg_admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         after()
 
     killer = threading.Thread(target=kill_once_reserved, daemon=True)
@@ -530,7 +522,7 @@ def _lose_the_reservation_reply(proxy: ReplyHoldingProxy, c: Caller,
 
 
 def test_a_lost_reservation_reply_is_recovered_by_its_lease_secret(
-    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any],
+    proxy: ReplyHoldingProxy, namespace: str, pg_admin: psycopg.Connection[Any],
     drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """The reserving INSERT committed but its reply was lost: the gate reads the key again on
@@ -540,7 +532,7 @@ def test_a_lost_reservation_reply_is_recovered_by_its_lease_secret(
     gate = eg.Gate(url.render_as_string(hide_password=False), namespace=namespace)
     c = drive(gate)
     try:
-        killer = _lose_the_reservation_reply(proxy, c, admin, "refund:lost", proxy.hold.clear)
+        killer = _lose_the_reservation_reply(proxy, c, pg_admin, "refund:lost", proxy.hold.clear)
         d = c.begin(effect_type="payment.refund", key="refund:lost", payload={"n": 1})
         killer.join(WAIT)
         assert not killer.is_alive()
@@ -553,7 +545,7 @@ def test_a_lost_reservation_reply_is_recovered_by_its_lease_secret(
 
 
 def test_a_lost_reservation_reply_that_cannot_be_checked_is_outcome_unknown(
-    proxy: ReplyHoldingProxy, namespace: str, admin: psycopg.Connection[Any],
+    proxy: ReplyHoldingProxy, namespace: str, pg_admin: psycopg.Connection[Any],
     drive: Callable[[eg.Gate], Caller]
 ) -> None:
     """The reply is lost and the store cannot be reached to check: StoreError with
@@ -573,7 +565,7 @@ def test_a_lost_reservation_reply_that_cannot_be_checked_is_outcome_unknown(
         # proxy cut. (Refusing new ones is not enough for an async caller: its check runs on
         # the sync store, off the loop, and may take an idle sync connection that is still
         # open, whose replies the proxy holds back for ever.)
-        killer = _lose_the_reservation_reply(proxy, c, admin, "refund:7", proxy.cut)
+        killer = _lose_the_reservation_reply(proxy, c, pg_admin, "refund:7", proxy.cut)
         with pytest.raises(eg.StoreError) as err:
             refund(7)
         killer.join(WAIT)
@@ -582,7 +574,7 @@ def test_a_lost_reservation_reply_that_cannot_be_checked_is_outcome_unknown(
         gate.close()
     # Nothing was written after the reservation: the row as stored, then as the gate reads it
     # (IN_FLIGHT while its 60-second lease runs; past it, AMBIGUOUS, with nothing written).
-    stored = admin.execute(
+    stored = pg_admin.execute(
         "SELECT state, token, history, lease_expires_at - EXTRACT(EPOCH FROM "
         "statement_timestamp())::float8 FROM effectgate_effects WHERE namespace = %s "
         "AND key = %s", (namespace, "refund:7")).fetchone()

@@ -12,9 +12,6 @@ where a kind of read exists on one side only.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,19 +24,12 @@ import effectgate as eg
 from effectgate.store.sql import Sql
 
 from .conftest import PG_URL, require_postgres
+from .pg_proxy import WedgingProxy
 from .workers.callers import CALLERS, Caller, making
 
 LIBPQ_URL = PG_URL.replace("+psycopg", "")
 APPROVE_PAYMENTS = eg.Policy.from_dict({"effects": {"payment.*": {"approval": "always"}}})
 WAIT = 30.0
-
-
-@pytest.fixture
-def admin() -> Iterator[psycopg.Connection[Any]]:
-    """A separate superuser connection (autocommit) to kill the gate's backend with."""
-    require_postgres()
-    with psycopg.connect(LIBPQ_URL, autocommit=True) as conn:
-        yield conn
 
 
 @pytest.fixture
@@ -58,13 +48,13 @@ def caller(request: pytest.FixtureRequest, pg_gate: eg.Gate) -> Iterator[Caller]
         yield make(pg_gate)
 
 
-def _kill(admin: psycopg.Connection[Any], c: Caller) -> int:
+def _kill(pg_admin: psycopg.Connection[Any], c: Caller) -> int:
     """Terminate the server process of the connection ``c``'s next call runs on (and wait
     until it is gone); its pid."""
     pid = c.backend_pid()
-    assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    assert pg_admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
     deadline = time.monotonic() + WAIT
-    while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+    while pg_admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
         assert time.monotonic() < deadline, f"backend {pid} still alive"
         time.sleep(0.01)
     return pid
@@ -111,20 +101,20 @@ SYNC_READS: dict[str, Callable[[eg.Gate, eg.BeginDecision], Any]] = {
 
 @pytest.mark.parametrize("read", sorted(SYNC_READS))
 def test_a_sync_read_on_a_connection_the_server_closed_is_answered(
-        pg_gate: eg.Gate, admin: psycopg.Connection[Any], read: str) -> None:
+        pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any], read: str) -> None:
     """Each read of the sync per-call path, on this thread's connection killed since its last
     call: answered on a new connection (it raised StoreError once before)."""
     with making("sync") as make:
         c = make(pg_gate)
         _committed(c)
         d = _pending(c)
-        pid = _kill(admin, c)
+        pid = _kill(pg_admin, c)
         assert SYNC_READS[read](pg_gate, d) is True
         assert c.backend_pid() != pid
 
 
 def test_a_duplicate_begin_answered_from_the_store_after_the_connection_was_killed(
-        pg_gate: eg.Gate, admin: psycopg.Connection[Any], caller: Caller) -> None:
+        pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any], caller: Caller) -> None:
     """A repeat of a COMMITTED key with the memo off, answered by the store, on a connection
     the server closed: a duplicate (as before on Postgres: the reservation function is a
     write, recovered by reading the key back), and no second attempt."""
@@ -133,12 +123,12 @@ def test_a_duplicate_begin_answered_from_the_store_after_the_connection_was_kill
         with making(caller.mode) as make:
             c = make(gate)
             _committed(c)
-            _kill(admin, c)
+            _kill(pg_admin, c)
             again = c.begin(effect_type="x", key="k:1", payload={"n": 1})
             assert again.decision is eg.Decision.DUPLICATE and again.result == {"ok": 1}
             # and a read right after a kill, the approval's (a read the begin makes itself)
             d = _pending(c)
-            _kill(admin, c)
+            _kill(pg_admin, c)
             assert c.begin(effect_type="payment.refund", key="refund:1",
                            payload={"cents": 5}).approval_id == d.approval_id
             assert gate.get("k:1").attempt == 1
@@ -157,14 +147,14 @@ ASYNC_READS: dict[str, Callable[[Any, str, eg.BeginDecision], Any]] = {
 
 @pytest.mark.parametrize("read", sorted(ASYNC_READS))
 def test_an_async_read_on_a_pooled_connection_the_server_closed_is_answered(
-        pg_gate: eg.Gate, admin: psycopg.Connection[Any], read: str) -> None:
+        pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any], read: str) -> None:
     """Each read of the async store, on the loop's pooled connection killed since its last
     call: answered on another connection (the dead one discarded)."""
     with making("async") as make:
         c = make(pg_gate)
         _committed(c)
         d = _pending(c)
-        pid = _kill(admin, c)
+        pid = _kill(pg_admin, c)
         face = pg_gate.store.async_face()
         row = c.run(ASYNC_READS[read](face, pg_gate.namespace, d))
         assert row is not None
@@ -174,13 +164,13 @@ def test_an_async_read_on_a_pooled_connection_the_server_closed_is_answered(
 
 
 def test_an_async_begin_that_reads_first_after_the_connection_was_killed(
-        pg_gate: eg.Gate, admin: psycopg.Connection[Any]) -> None:
+        pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any]) -> None:
     """The async begin's own reads (the key, then the approval it waits on), on a pooled
     connection the server closed: answered, the same approval request."""
     with making("async") as make:
         c = make(pg_gate)
         d = _pending(c)
-        _kill(admin, c)
+        _kill(pg_admin, c)
         again = c.begin(effect_type="payment.refund", key="refund:1", payload={"cents": 5})
         assert again.decision is eg.Decision.APPROVAL_REQUIRED
         assert again.approval_id == d.approval_id
@@ -277,7 +267,7 @@ WRITES = [("sync", "extend"), ("sync", "record_outcome"), ("sync", "decide_appro
 
 @pytest.mark.parametrize(("mode", "write"), WRITES)
 def test_a_write_on_a_connection_the_server_closed_still_fails_once_and_is_not_repeated(
-        pg_gate: eg.Gate, admin: psycopg.Connection[Any], mode: str, write: str) -> None:
+        pg_gate: eg.Gate, pg_admin: psycopg.Connection[Any], mode: str, write: str) -> None:
     """A write on a killed connection raises StoreError (outcome unknown) as before, and is
     not sent again on a new connection: the store shows it did not happen (never twice). A
     read on the next killed connection is answered (the difference: reads only)."""
@@ -286,11 +276,11 @@ def test_a_write_on_a_connection_the_server_closed_still_fails_once_and_is_not_r
         d = c.begin(effect_type="x", key="k:w", payload={})
         approval_id = _pending(c).approval_id or ""
         before = pg_gate.get("k:w")
-        _kill(admin, c)
+        _kill(pg_admin, c)
         with pytest.raises(eg.StoreError) as err:
             _write(c, write, d, approval_id)
         assert err.value.outcome_unknown
-        _kill(admin, c)  # the next connection, killed too: a read after it is answered
+        _kill(pg_admin, c)  # the next connection, killed too: a read after it is answered
         if c.mode == "async":
             row = c.run(pg_gate.store.async_face().get(pg_gate.namespace, "k:w"))
             assert row is not None and row.state is eg.State.IN_FLIGHT
@@ -307,78 +297,20 @@ def test_a_write_on_a_connection_the_server_closed_still_fails_once_and_is_not_r
 # -- a server that cannot be reached -------------------------------------------------------
 
 
-class Blackhole:
-    """A loopback TCP proxy to Postgres. :meth:`go_dark` cuts every connection open through
-    it (each end sees it closed, as after a restart) and from then on accepts new ones and
-    never answers them (a server that cannot be reached: the client waits out its connect
-    timeout), counting them in ``dark_attempts``."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.dark = False
-        self.dark_attempts = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                self._sockets.append(client)
-                if self.dark:
-                    self.dark_attempts += 1
-                    continue  # accepted, never answered
-            upstream = socket.create_connection(self.target)
-            with self._lock:
-                self._sockets.append(upstream)
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def go_dark(self) -> None:
-        with self._lock:
-            self.dark = True
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.listener.close()
-        with self._lock:
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
-
-
 CONNECT_TIMEOUT = 2  # libpq's least
 
 
 @pytest.fixture
-def blackhole() -> Iterator[Blackhole]:
+def blackhole() -> Iterator[WedgingProxy]:
     require_postgres()
     url = make_url(PG_URL)
-    proxy = Blackhole((url.host or "127.0.0.1", url.port or 5432))
+    proxy = WedgingProxy((url.host or "127.0.0.1", url.port or 5432))
     yield proxy
     proxy.close()
 
 
 def test_a_read_when_the_server_cannot_be_reached_fails_after_one_connect_attempt(
-        pg_gate: eg.Gate, blackhole: Blackhole, caller: Caller) -> None:
+        pg_gate: eg.Gate, blackhole: WedgingProxy, caller: Caller) -> None:
     """The server went away (every connection cut, new ones never answered): a read on the
     connection it closed tries one new connection, fails after one connect timeout (not
     two), typed; the next read, with no connection kept, tries one again."""
@@ -397,13 +329,13 @@ def test_a_read_when_the_server_cannot_be_reached_fails_after_one_connect_attemp
                     return gate.get("k:1")
                 return c.run(face.get(gate.namespace, "k:1"))
 
-            blackhole.go_dark()
+            blackhole.wedge()
             for tries in (1, 2):
                 started = time.monotonic()
                 with pytest.raises(eg.StoreError):
                     read()
                 took = time.monotonic() - started
-                assert blackhole.dark_attempts == tries
+                assert blackhole.wedged_attempts == tries
                 assert took < 2 * CONNECT_TIMEOUT - 0.5, took
     finally:
         gate.close()
