@@ -30,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from effectgate.integrations.mcp.gateway import Gateway, tool_specs
 from effectgate.integrations.mcp.identity import UpstreamIdentity
 from effectgate.integrations.mcp.multiround import RoundKeys
+from effectgate.integrations.mcp.upstream import Upstream
 
 from . import mcp_upstream
 from .mcp_helpers import serving
@@ -340,7 +341,8 @@ async def test_an_unreadable_stdio_reply_leaves_the_effect_ambiguous(
 
 async def test_a_busy_upstream_is_not_stopped_under_a_running_call(
         tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BLOCK_SECONDS", "11")  # past the 10 s readiness ping
+    monkeypatch.setitem(Upstream.__init__.__kwdefaults__, "ping_timeout", 1.0)  # (10 s)
+    monkeypatch.setenv("BLOCK_SECONDS", "3")  # past the readiness ping's timeout
     target = _script(tmp_path, "raw.py", RAW_UPSTREAM)
     gate = make_gate(policy={"effects": {"t.block": {"key": "block:{id}", "tools": ["block"]},
                                          "t.ok": {"key": "ok:{id}", "tools": ["ok"]}}})
