@@ -14,6 +14,11 @@ approval" answer, as without elicitation. Without a ``console_url``, without the
 capability, or on a stateless session that cannot send requests, nothing is elicited and the
 textual answer stays. On 2026-07-28, which has no mid-call requests, the same page is sent
 inside the call's input-required result instead (:mod:`.multiround`).
+
+A stdio client that closes the server's stdin (how it shuts down, per MCP) can answer nothing
+more: once :attr:`ApprovalElicitor.input_ended` is set, no wait for the client or the decision
+goes on. The call reads the approval once and answers as a client that never answered would
+(nothing is begun for it), or, after an ``accept``, as the decision in the store says.
 """
 
 from __future__ import annotations
@@ -73,6 +78,9 @@ class ApprovalElicitor:
     console_url: str
     wait_seconds: float = 300.0
     poll_seconds: float = 0.5
+    input_ended: anyio.Event | None = None
+    """Set when the client's input has ended (stdio: it closed the server's stdin); None where
+    that cannot be known (HTTP). Once set, nothing waits for the client or the decision."""
 
     async def ask(self, session: Any, approval_id: str, key: str | None = None, *,
                   related_request_id: Any = None) -> bool:
@@ -81,8 +89,10 @@ class ApprovalElicitor:
         supported, declined, cancelled, or still pending after ``wait_seconds``). A client that
         has not answered is waited for until the decision, at most ``wait_seconds``, and then
         gets False: it may be gone (a dropped HTTP stream does not cancel the call), and an
-        ``execute`` begun for a caller that never hears it would be stranded."""
-        if not supports_url_elicitation(session):
+        ``execute`` begun for a caller that never hears it would be stranded. Once
+        :attr:`input_ended` is set the client answers nothing more: the wait ends at once, with
+        one read of the store."""
+        if not supports_url_elicitation(session) or self._ended():
             return False
         what = f"effect {key!r}" if key else "this action"
         message = (f"A person must approve {what} before it runs (approval {approval_id}). "
@@ -110,11 +120,17 @@ class ApprovalElicitor:
                         await anyio.sleep(min(_ANSWER_GRACE, deadline - time.monotonic()))
                 tg.cancel_scope.cancel()
 
+            async def gone(ended: anyio.Event) -> None:  # no answer can come any more
+                await ended.wait()
+                tg.cancel_scope.cancel()
+
             tg.start_soon(elicit)
             tg.start_soon(watch)
+            if self.input_ended is not None:
+                tg.start_soon(gone, self.input_ended)
         if "error" in asked:
             raise asked["error"]
-        answered = "answer" in asked  # else decided (or timed out) with no answer
+        answered = "answer" in asked  # else decided, timed out or input ended: no answer
         # "accept" only means the user agreed to open the page; any content is ignored.
         if answered and getattr(asked["answer"], "action", None) != "accept":
             return False
@@ -131,11 +147,20 @@ class ApprovalElicitor:
         once it is approved or denied."""
         return await self._wait(approval_id, time.monotonic() + self.wait_seconds)
 
+    def _ended(self) -> bool:
+        return self.input_ended is not None and self.input_ended.is_set()
+
     async def _wait(self, approval_id: str, deadline: float) -> bool:
+        """True once the store holds a decision; False at ``deadline`` or, after one more
+        read, at the end of the client's input."""
         while True:
             record = await anyio.to_thread.run_sync(self.gate.approval, approval_id)
             if record.state is not eg.ApprovalState.PENDING:
                 return True
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self._ended():
                 return False
-            await anyio.sleep(self.poll_seconds)
+            if self.input_ended is None:
+                await anyio.sleep(self.poll_seconds)
+            else:
+                with anyio.move_on_after(self.poll_seconds):
+                    await self.input_ended.wait()

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 import signal
@@ -1036,6 +1037,8 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
             with anyio.CancelScope() as scope:
                 tg.start_soon(_stop_on_signal, scope)
                 async with answered_stdio() as (read, write):
+                    if gw.elicitor is not None:  # stdin closed: no answer can come (.elicit)
+                        gw.elicitor = dataclasses.replace(gw.elicitor, input_ended=read.ended)
                     await server.run(read, write, server.create_initialization_options())
         await gw.aclose()
         tg.cancel_scope.cancel()

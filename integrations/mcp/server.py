@@ -174,7 +174,8 @@ _Secret = Annotated[str, Field(description=(
 def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
                  name: str = "effectgate", console_url: str | None = None,
                  approval_wait_seconds: float = 300.0,
-                 state_keys: RoundKeys | None = None) -> MCPServer:
+                 state_keys: RoundKeys | None = None,
+                 input_ended: anyio.Event | None = None) -> MCPServer:
     """An MCP server whose tools drive ``gate``. ``allow_resolve`` offers ``resolve_effect``.
 
     ``console_url``: where the console runs; an ``approval_required`` answer to a client that
@@ -182,13 +183,14 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
     most ``approval_wait_seconds``) for a person's decision there: mid-call on the handshake
     protocols (:mod:`.elicit`), through an input-required round on 2026-07-28
     (:mod:`.multiround`, its ``requestState`` sealed under ``state_keys``, default
-    :meth:`RoundKeys.from_env`)."""
+    :meth:`RoundKeys.from_env`). ``input_ended``: set when the client's input has ended (stdio:
+    it closed stdin); such a wait then ends at once (:attr:`.ApprovalElicitor.input_ended`)."""
     from .elicit import ApprovalElicitor, check_console_url
 
     console = check_console_url(console_url)
     keys = state_keys if state_keys is not None else RoundKeys.from_env()
     elicitor = ApprovalElicitor(gate, console or "http://unused.invalid",
-                                wait_seconds=approval_wait_seconds)
+                                wait_seconds=approval_wait_seconds, input_ended=input_ended)
     rounds = ApprovalRounds(keys, console, elicitor.wait_decided)
     server = MCPServer(name, log_level="WARNING", request_state_security=keys.security(),
                        instructions=(
@@ -449,10 +451,12 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
     gets the JSON-RPC error HTTP gives it (:class:`~.stdio.Answered`). ``console_url``: see
     :func:`build_server`."""
     out = out if out is not None else sys.stderr
-    server = build_server(gate, allow_resolve=allow_resolve, console_url=console_url)
+    ended = anyio.Event() if transport == "stdio" else None  # set when the client closes stdin
+    server = build_server(gate, allow_resolve=allow_resolve, console_url=console_url,
+                          input_ended=ended)
     if transport == "stdio":
         print("effectgate: mcp serve listening on stdio", file=out, flush=True)
-        anyio.run(_serve_stdio, server)
+        anyio.run(_serve_stdio, server, ended)
         return
     check_bind(host, port, allow_remote=allow_remote, guard=guard)
     guard, said = http_auth(gate, host, auth=auth, guard=guard,
@@ -466,10 +470,11 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
         sock.close()
 
 
-async def _serve_stdio(server: MCPServer) -> None:
+async def _serve_stdio(server: MCPServer, ended: anyio.Event | None = None) -> None:
     """Run ``server`` on this process's stdin and stdout, answering every line the SDK cannot
     read, invalid UTF-8 among them (:func:`~.stdio.answered_stdio`), instead of leaving its
-    caller waiting or reading U+FFFD in place of its bytes."""
+    caller waiting or reading U+FFFD in place of its bytes; ``ended`` is set at the end of
+    input."""
     lowlevel = server._lowlevel_server  # as MCPServer.run_stdio_async does
-    async with answered_stdio() as (read, write):
+    async with answered_stdio(ended) as (read, write):
         await lowlevel.run(read, write, lowlevel.create_initialization_options())

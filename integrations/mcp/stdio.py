@@ -51,9 +51,11 @@ _UNREADABLE = ("json_invalid", "string_unicode")  # no JSON; invalid UTF-8 (the 
 
 
 @asynccontextmanager
-async def answered_stdio() -> AsyncIterator[tuple[Answered, Any]]:
+async def answered_stdio(ended: anyio.Event | None = None,
+                         ) -> AsyncIterator[tuple[Answered, Any]]:
     """The read and write streams of the SDK's stdio transport on this process's stdin and
-    stdout, the read stream :class:`Answered`, and stdin decoded strictly: a line with invalid
+    stdout, the read stream :class:`Answered` (setting ``ended``, if given, at the end of
+    input: :attr:`Answered.ended`), and stdin decoded strictly: a line with invalid
     UTF-8 is answered ``-32700`` and never reaches a tool. While serving, fd 0 reads the null
     device, as under the SDK's own stdin (a tool or child reading stdin gets EOF, not the
     client's lines). Its lines are read by a daemon thread (:class:`_DaemonLines`): a server
@@ -63,7 +65,7 @@ async def answered_stdio() -> AsyncIterator[tuple[Answered, Any]]:
         text = _UnownedText(wire, encoding="utf-8", errors="surrogateescape")
         lines: Any = _DaemonLines(text)  # the SDK iterates its stdin: lines are all it needs
         async with stdio_server(stdin=lines) as (read, write):
-            answered = Answered(read, write)
+            answered = Answered(read, write, ended)
             yield answered, answered.replies
 
 
@@ -177,10 +179,14 @@ class Answered:
     :attr:`replies`, the write stream to serve with) or cancelled by the client: the SDK
     cancels whatever is still running when its input ends, and a client that wrote its last
     request and closed stdin (``requests | effectgate mcp serve``) was answered ``Connection
-    closed`` for a call whose reservation, or upstream call, may already have been made."""
+    closed`` for a call whose reservation, or upstream call, may already have been made.
+    :attr:`ended` is set when input ends, before that wait: a call waiting for the client
+    itself (an approval elicited from it, :mod:`.elicit`) can stop waiting."""
 
-    def __init__(self, inner: Any, write: Any) -> None:
+    def __init__(self, inner: Any, write: Any, ended: anyio.Event | None = None) -> None:
         self.inner, self.write = inner, write
+        self.ended = ended if ended is not None else anyio.Event()
+        """Set at the end of input: the client can send nothing more (an answer included)."""
         self.open: set[RequestId] = set()
         """The ids of the requests passed on and not yet answered or cancelled."""
         self.replies = _Replies(write, self.open)
@@ -197,6 +203,7 @@ class Answered:
             try:
                 item = await self.inner.receive()
             except anyio.EndOfStream:
+                self.ended.set()
                 while self.open:  # answered through self.replies, from the SDK's handlers
                     await anyio.sleep(_DRAIN_POLL)
                 raise

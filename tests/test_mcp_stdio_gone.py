@@ -1,0 +1,201 @@
+"""A stdio client that closes the server's stdin (how an MCP client shuts its server down)
+while an approval is elicited from it (URL mode, ``--console-url``) can answer nothing more.
+The call waiting for that answer used to wait on, for the decision or the approval wait (300
+s), and the server did not exit on EOF. Now the wait ends at once with one read of the
+approval: the call is answered as for a client that never answers (approval_required, nothing
+begun: it may be gone), or, after an ``accept``, as the store says (approved: the call
+proceeds, once), and the server exits 0. ``mcp serve`` and the gateway (a gated upstream
+tool), as real processes fed raw JSON-RPC lines.
+
+SQLite only: the store plays no part in the fault (the wait reads the approval through the
+gate, as on any store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import effectgate as eg
+
+pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
+
+from effectgate.integrations.mcp.elicit import ApprovalElicitor
+
+from .mcp_helpers import stop
+from .test_mcp_gateway import UPSTREAM, Upstream
+
+CLI = [sys.executable, "-m", "effectgate.cli"]
+CONSOLE = "http://127.0.0.1:8765"
+EXIT_WITHIN = 8.0  # seconds after stdin closes; the approval wait is 300
+SERVE_POLICY = '[effects."payment.refund"]\napproval = "always"\n'
+GATEWAY_POLICY = ('[effects."sms.send"]\nkey = "sms:{to}:{text}"\ntools = ["send_message"]\n'
+                  'approval = "always"\n')
+REFUND = {"effect_type": "payment.refund", "key": "refund:T1", "payload": {"txn_id": "T1"}}
+
+
+class Leaving:
+    """A raw stdio client that declares URL elicitation, makes one call and reads the
+    ``elicitation/create`` it gets, then closes stdin."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env or dict(os.environ))
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {"url": {}}},
+            "clientInfo": {"name": "leaving", "version": "1"}}})
+        assert self.receive()["id"] == 0
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def receive(self, timeout: float = 20) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, "no message from the server"
+        message: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return message
+
+    def elicited(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Call tool ``name``; the elicitation request it brings."""
+        self.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": name, "arguments": arguments}})
+        asked = self.receive()
+        assert asked["method"] == "elicitation/create", asked
+        assert asked["params"]["url"].startswith(f"{CONSOLE}/approvals/"), asked
+        return asked
+
+    def leave(self) -> dict[str, Any]:
+        """Close stdin; the call's answer once the server has exited 0 (within
+        ``EXIT_WITHIN`` seconds)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        try:
+            code = self.proc.wait(timeout=EXIT_WITHIN)
+        except subprocess.TimeoutExpired:
+            stop(self.proc)
+            pytest.fail(f"the server was still running {EXIT_WITHIN} s after stdin closed")
+        assert code == 0
+        answers: list[dict[str, Any]] = [
+            m for m in map(json.loads, self.proc.stdout.read().splitlines()) if m.get("id") == 1]
+        [answer] = answers
+        return answer
+
+
+def _approve(gate: eg.Gate) -> None:
+    [pending] = gate.list_approvals()
+    gate.approve(pending.approval_id, by="alice")
+
+
+def _decision(answer: dict[str, Any]) -> dict[str, Any]:
+    decision: dict[str, Any] = json.loads(answer["result"]["content"][0]["text"])
+    return decision
+
+
+@pytest.mark.parametrize("client", ["silent", "accepts", "silent, approved first",
+                                    "accepts, then approved"])
+def test_serve_answers_and_exits_when_the_elicited_client_closes_stdin(
+        tmp_path: Path, client: str) -> None:
+    """``mcp serve``: the call answers approval_required (the effect waits for approval,
+    nothing begun) unless the client accepted and a person approved (execute, once); the
+    server exits 0 within seconds, not after the 300 s approval wait."""
+    policy = tmp_path / "effectgate.toml"
+    policy.write_text(SERVE_POLICY, encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'effects.db'}"
+    with eg.Gate(url, namespace="gone", policy=eg.Policy.load(policy)) as gate:
+        raw = Leaving([*CLI, "mcp", "serve", "--url", url, "--namespace", "gone",
+                       "--policy", str(policy), "--console-url", CONSOLE])
+        try:
+            asked = raw.elicited("begin_effect", REFUND)
+            if client.startswith("accepts"):
+                raw.send({"jsonrpc": "2.0", "id": asked["id"],
+                          "result": {"action": "accept"}})
+                time.sleep(0.3)
+            if "approved" in client:
+                _approve(gate)
+            answer = raw.leave()
+        finally:
+            stop(raw.proc)
+        decision = _decision(answer)
+        if client == "accepts, then approved":
+            assert decision["decision"] == "execute", decision
+            assert gate.get("refund:T1").state is eg.State.IN_FLIGHT
+            return
+        assert decision["decision"] == "approval_required", decision
+        assert gate.get("refund:T1").state is eg.State.PENDING_APPROVAL
+        again = gate.begin(**REFUND)  # the decision (or its absence) is kept for the next one
+        assert again.decision is (eg.Decision.EXECUTE if "approved" in client
+                                  else eg.Decision.APPROVAL_REQUIRED)
+
+
+@pytest.mark.parametrize("client", ["silent", "accepts, then approved"])
+def test_the_gateway_answers_and_exits_when_the_elicited_client_closes_stdin(
+        tmp_path: Path, client: str) -> None:
+    """The gateway, for a gated upstream tool: a silent client's call is refused as waiting
+    for approval and the upstream is never called; a client that accepted, its call approved,
+    gets the tool's result (the upstream called once). Either way the gateway exits 0 within
+    seconds."""
+    up = Upstream(tmp_path)
+    up.policy.write_text(GATEWAY_POLICY, encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'effects.db'}"
+    with eg.Gate(url, namespace="gone", policy=eg.Policy.load(up.policy)) as gate:
+        raw = Leaving([*CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", url,
+                       "--namespace", "gone", "--policy", str(up.policy), "--console-url",
+                       CONSOLE], env=up.env())
+        try:
+            asked = raw.elicited("send_message", {"to": "+1", "text": "hi"})
+            if client != "silent":
+                raw.send({"jsonrpc": "2.0", "id": asked["id"],
+                          "result": {"action": "accept"}})
+                time.sleep(0.3)
+                _approve(gate)
+            answer = raw.leave()
+        finally:
+            stop(raw.proc)
+        [effect] = gate.list_effects()
+    if client == "silent":
+        assert answer["result"]["isError"] is True, answer
+        assert _decision(answer)["decision"] == "approval_required", answer
+        assert effect.state is eg.State.PENDING_APPROVAL
+        assert up.lines() == []
+    else:
+        assert answer["result"]["isError"] is False, answer
+        assert effect.state is eg.State.COMMITTED
+        assert up.lines() == ["sms:+1:hi"]
+
+
+async def test_a_retry_waiting_for_the_decision_stops_at_the_end_of_input(
+        tmp_path: Path) -> None:
+    """The wait for a decision (a 2026-07-28 retry's, :meth:`ApprovalElicitor.wait_decided`)
+    ends when input ends: False while the approval is pending, without waiting it out."""
+    policy = eg.Policy.from_dict({"effects": {"payment.refund": {"approval": "always"}}})
+    with eg.Gate(f"sqlite:///{tmp_path / 'effects.db'}", namespace="gone",
+                 policy=policy) as gate:
+        approval_id = gate.begin(**REFUND).approval_id
+        assert approval_id is not None
+        ended = anyio.Event()
+        elicitor = ApprovalElicitor(gate, CONSOLE, wait_seconds=60, input_ended=ended)
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                started = time.monotonic()
+                tg.start_soon(_end_after, ended, 0.3)
+                assert await elicitor.wait_decided(approval_id) is False
+        assert time.monotonic() - started < 2
+        gate.approve(approval_id, by="alice")  # decided: one read says so, ended or not
+        assert await elicitor.wait_decided(approval_id) is True
+
+
+async def _end_after(ended: anyio.Event, seconds: float) -> None:
+    await anyio.sleep(seconds)
+    ended.set()
