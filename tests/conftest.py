@@ -219,28 +219,26 @@ def snapshot(gate: eg.Gate) -> list[tuple[Any, ...]]:
 # rather than after them: each is one unit of work on one worker, and one started last would
 # lengthen the whole run by its own length (``--no-loadscope-reorder`` in addopts keeps this
 # order: xdist would otherwise start every multi-test xdist_group first, by size). Wall seconds
-# of each on this machine's 2 cores, loaded, in the comments. A test of an xdist_group takes its
-# whole group to the front (the "processes" group runs on one worker, in one unit). Sorting
-# changes only the order: every test still runs.
+# of each in a full run on this machine's 2 cores (pytest --durations=0) in the comments. A
+# test of an xdist_group takes its whole group to the front (the "processes" group runs on one
+# worker, in one unit). Sorting changes only the order: every test still runs.
 _LONGEST_FIRST = (
-    "test_every_interleaving_of_the_three_worker_bound",  # 60-260 s each
-    "test_random_sequences_match_the_reference_model",  # 80-120 s each, 4 of them
-    "test_every_notebook_runs_from_the_notebooks_extra_alone",  # 90 s; "processes" group
-    "test_the_gateway_passes_every_fixture_of_the_suite",  # 90 s
-    "test_at_2026_07_28_every_protocol_check_passes",  # 80 s through the gateway, else 15 s
-    "test_bench_postgres_counts_round_trips",  # 70 s
-    "test_inspector_cli_sees_the_gateway_as_it_sees_the_server",  # 75 s
-    "test_more_covering_schedules_on_postgres",  # 55-67 s each
-    "test_every_transition_class_of_the_two_worker_bound_replays",  # 20-30 s each, 16 of them
-    "test_replays_agree_with_the_model_on_both_stores",  # 60 s each
-    "test_a_lost_reply_of_a_write_that_changed_nothing_replays",  # 50 s each
-    "test_verify_exhaustive_reports_states_schedules_and_violations",  # 47 s
-    "test_inspector_cli_write_file_is_gated_once_across_processes",  # 45 s each
-    "test_async_replays_agree_with_the_model_on_both_stores",  # 20-45 s each
-    "test_every_interleaving_of_the_two_worker_bound",  # 25-45 s each (+ its group)
-    "test_init_never_overwrites_and_writes_nothing_it_cannot_check",  # 42 s
-    "test_the_gateway_passes_what_the_everything_server_passes",  # 40 s
-    "test_each_mutation_is_caught_by_the_checker_or_the_replay",  # 5-20 s each
+    "test_every_notebook_runs_from_the_notebooks_extra_alone",  # 37 s; "processes" group
+    "test_every_interleaving_of_the_three_worker_bound",  # 18-30 s each
+    "test_inspector_cli_sees_the_gateway_as_it_sees_the_server",  # 30 s
+    "test_random_sequences_match_the_reference_model",  # 4-28 s each, 4 of them
+    "test_the_gateway_passes_every_fixture_of_the_suite",  # 25 s
+    "test_at_2026_07_28_every_protocol_check_passes",  # 23 s through the gateway, else 8 s
+    "test_the_governed_bounds_in_the_postgres_shape",  # 2-12 s each
+    "test_the_gateway_passes_what_the_everything_server_passes",  # 11 s
+    "test_bench_postgres_counts_round_trips",  # 10.5 s
+    "test_a_call_cancelled_before_it_left_is_failed_not_ambiguous",  # 10 s each
+    "test_every_interleaving_of_the_two_worker_bound",  # up to 9.5 s each (+ its group)
+    "test_more_covering_schedules_on_postgres",  # 7-8 s each
+    "test_init_never_overwrites_and_writes_nothing_it_cannot_check",  # 8 s
+    "test_every_transition_class_of_the_two_worker_bound_replays",  # 1-6 s each, 16 of them
+    "test_inspector_cli_write_file_is_gated_once_across_processes",  # 6.5 s each
+    "test_verify_exhaustive_reports_states_schedules_and_violations",  # 5 s
 )
 
 
