@@ -105,5 +105,9 @@ def evaluate(policy: Policy, effect_type: str, cost: int | None, *,
 
 
 def dollars(micros: int) -> str:
-    """Micro-units as dollars for people: 1_500_000 -> "$1.50"."""
-    return f"${micros / 1_000_000:,.2f}"
+    """Micro-units as dollars for people, exactly: 1_500_000 -> "$1.50", 4_000 -> "$0.004",
+    1_234_567 -> "$1.234567". Never rounded (a model call's cost is a fraction of a cent: a
+    ceiling or an estimate of $0.004 must not read "$0.00"), never through a float."""
+    whole, fraction = divmod(abs(int(micros)), 1_000_000)
+    digits = f"{fraction:06d}".rstrip("0").ljust(2, "0")
+    return f"{'-' if micros < 0 else ''}${whole:,}.{digits}"

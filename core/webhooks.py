@@ -63,6 +63,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
 from .errors import ConfigError
+from .governance import dollars
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, EVENTS, Notice
 from .redact import bound, redact_text, visible
 
@@ -502,7 +503,7 @@ class Webhooks:
         what = f"`{_code(notice.effect_type or '?')}` `{_code(notice.key)}`"
         lines = [f"*{title}*: {what}"]
         if notice.estimated_cost_micros is not None:
-            lines.append(f"Estimated cost: {_dollars(notice.estimated_cost_micros)}")
+            lines.append(f"Estimated cost: {dollars(notice.estimated_cost_micros)}")
         if notice.agent_id or notice.run_id:
             lines.append("Asked by: " + " · ".join(
                 f"{label} `{_code(value)}`" for label, value in
@@ -625,10 +626,6 @@ def _mrkdwn(text: str) -> str:
 def _code(text: str) -> str:
     """Text inside a Slack code span: one line, no backtick to break out of it, escaped."""
     return _mrkdwn(_plain(text).replace("`", "ˋ"))
-
-
-def _dollars(micros: int) -> str:
-    return f"${int(micros) / 1_000_000:,.2f}"
 
 
 def _http_url(url: object, what: str) -> str:

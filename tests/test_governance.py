@@ -675,3 +675,25 @@ def test_an_undo_is_judged_by_what_its_step_actually_cost(make_gate: Any) -> Non
     report = gate.unwind("trip:2", by="ops")
     assert undone == [] and [s.key for s in report.unresolved] == ["charge:1"]
     assert gate.get("compensate:charge:1").state is eg.State.PENDING_APPROVAL
+
+
+@pytest.mark.parametrize(("micros", "shown"), [
+    (0, "$0.00"), (1, "$0.000001"), (1_000, "$0.001"), (4_000, "$0.004"), (10_000, "$0.01"),
+    (1_500_000, "$1.50"), (1_005_000, "$1.005"), (1_234_567, "$1.234567"),
+    (999_999, "$0.999999"), (1_000_000_000_000, "$1,000,000.00"), (-2_500, "-$0.0025"),
+])
+def test_dollars_are_shown_exactly_never_rounded(micros: int, shown: str) -> None:
+    """Costs are counted in micro-units; a person reads them as dollars, to the last
+    micro-unit that is not zero (a model call costs a fraction of a cent)."""
+    from effectgate.governance import dollars
+
+    assert dollars(micros) == shown
+
+
+def test_a_sub_cent_ceiling_says_what_it_is(make_gate: Any) -> None:
+    """A ceiling of 1,000 micro-units refuses with "$0.001" in its reason, not "$0.00"."""
+    gate = governed(make_gate, effects={"payment.*": {"budget": {
+        "per_effect_type_micros": 1_000}}})
+    d = refund(gate, estimated_cost_micros=4_000)
+    assert d.decision is eg.Decision.DENIED
+    assert "ceiling of $0.001 on payment.*" in (d.reason or ""), d.reason
