@@ -3,9 +3,11 @@ while an approval is elicited from it (URL mode, ``--console-url``) can answer n
 The call waiting for that answer used to wait on, for the decision or the approval wait (300
 s), and the server did not exit on EOF. Now the wait ends at once with one read of the
 approval: the call is answered as for a client that never answers (approval_required, nothing
-begun: it may be gone), or, after an ``accept``, as the store says (approved: the call
-proceeds, once), and the server exits 0. ``mcp serve`` and the gateway (a gated upstream
-tool), as real processes fed raw JSON-RPC lines.
+begun: it may be gone), or, after an ``accept``, as the store says (approved: the gateway's
+call proceeds, once; ``mcp serve`` hands an execute lease only to a client still there), and
+the server exits 0. ``mcp serve`` and the gateway (a gated upstream tool), as real processes
+fed raw JSON-RPC lines. Also: a client that dies (both pipes closed) while another gated call
+runs upstream, and an upstream's own question to a client that has left.
 
 SQLite only: the store plays no part in the fault (the wait reads the approval through the
 gate, as on any store)."""
@@ -30,6 +32,7 @@ pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
 
 from effectgate.integrations.mcp.elicit import ApprovalElicitor
 
+from . import mcp_conformance_upstream
 from .mcp_helpers import stop
 from .test_mcp_gateway import UPSTREAM, Upstream
 
@@ -43,14 +46,15 @@ REFUND = {"effect_type": "payment.refund", "key": "refund:T1", "payload": {"txn_
 
 
 class Leaving:
-    """A raw stdio client that declares URL elicitation, makes one call and reads the
-    ``elicitation/create`` it gets, then closes stdin."""
+    """A raw stdio client that declares elicitation (``mode``: URL, or form), makes one call
+    and reads the ``elicitation/create`` it gets, then closes stdin."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, *,
+                 mode: str = "url") -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env or dict(os.environ))
         self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {"url": {}}},
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {mode: {}}},
             "clientInfo": {"name": "leaving", "version": "1"}}})
         assert self.receive()["id"] == 0
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -128,13 +132,15 @@ def test_serve_answers_and_exits_when_the_elicited_client_closes_stdin(
         finally:
             stop(raw.proc)
         decision = _decision(answer)
-        if client == "accepts, then approved":
-            assert decision["decision"] == "execute", decision
+        if client == "accepts, then approved" and decision["decision"] == "execute":
+            # the approval reached the call before the client left: it proceeds, once
             assert gate.get("refund:T1").state is eg.State.IN_FLIGHT
             return
         assert decision["decision"] == "approval_required", decision
         assert gate.get("refund:T1").state is eg.State.PENDING_APPROVAL
         again = gate.begin(**REFUND)  # the decision (or its absence) is kept for the next one
+        # after the client left, nothing is begun for it (an execute lease it could never
+        # report on would strand the effect): an approval stays for the next begin
         assert again.decision is (eg.Decision.EXECUTE if "approved" in client
                                   else eg.Decision.APPROVAL_REQUIRED)
 
@@ -199,3 +205,85 @@ async def test_a_retry_waiting_for_the_decision_stops_at_the_end_of_input(
 async def _end_after(ended: anyio.Event, seconds: float) -> None:
     await anyio.sleep(seconds)
     ended.set()
+
+
+# -- found in review: a client that dies; an upstream's question to a client that left ----
+
+SLOW_POLICY = ('[effects."sms.send"]\nkey = "sms:{to}:{text}"\ntools = ["send_message"]\n'
+               'approval = "always"\n'
+               '[effects."sms.slow"]\nkey = "slow:{to}"\ntools = ["slow_send"]\n'
+               'lease_seconds = 5\n')
+ASKING_UPSTREAM = f"{sys.executable} {Path(mcp_conformance_upstream.__file__)}"
+
+
+def _call(raw: Leaving, request_id: int, name: str, arguments: dict[str, Any]) -> None:
+    raw.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+              "params": {"name": name, "arguments": arguments}})
+
+
+def _wait_for(path: Path, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_client_that_dies_while_elicited_leaves_no_running_gated_call_ambiguous(
+        tmp_path: Path) -> None:
+    """A gated ``slow_send`` is running upstream (2 s) and a ``send_message`` waits on its
+    elicited approval when the client dies (both pipes closed). The running call ends and is
+    recorded COMMITTED, the upstream having run it once; the gateway exits 0."""
+    up = Upstream(tmp_path)
+    up.policy.write_text(SLOW_POLICY, encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'effects.db'}"
+    raw = Leaving([*CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", url,
+                   "--namespace", "gone", "--policy", str(up.policy), "--console-url",
+                   CONSOLE], env=up.env())
+    try:
+        _call(raw, 1, "slow_send", {"to": "A", "seconds": 2})
+        _wait_for(up.started)  # the upstream is running it
+        _call(raw, 2, "send_message", {"to": "+1", "text": "hi"})
+        assert raw.receive()["method"] == "elicitation/create"
+        assert raw.proc.stdin is not None and raw.proc.stdout is not None
+        raw.proc.stdin.close()  # the client dies: neither pipe has a reader or writer
+        raw.proc.stdout.close()
+        try:
+            code = raw.proc.wait(timeout=EXIT_WITHIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the gateway was still running {EXIT_WITHIN} s after its client died")
+    finally:
+        stop(raw.proc)
+    with eg.Gate(url, namespace="gone") as gate:
+        states = {e.key: e.state for e in gate.list_effects()}
+    [slow] = [state for key, state in states.items() if ":slow:" in key]
+    assert slow is eg.State.COMMITTED, states
+    assert up.lines() == ["slow:A"]
+    assert code == 0
+
+
+def test_a_gateway_whose_upstream_asks_the_gone_client_exits(tmp_path: Path) -> None:
+    """An upstream tool elicits (form mode) from the client through the gateway; the client
+    closes stdin instead of answering. The gateway answers the call and exits within
+    seconds."""
+    policy = tmp_path / "effectgate.toml"
+    policy.write_text("", encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'effects.db'}"
+    raw = Leaving([*CLI, "mcp", "gateway", "--upstream", ASKING_UPSTREAM, "--url", url,
+                   "--namespace", "gone", "--policy", str(policy)], mode="form")
+    try:
+        _call(raw, 1, "test_elicitation", {"message": "who are you?"})
+        asked = raw.receive()
+        assert asked["method"] == "elicitation/create", asked
+        assert raw.proc.stdin is not None and raw.proc.stdout is not None
+        raw.proc.stdin.close()
+        try:
+            code = raw.proc.wait(timeout=EXIT_WITHIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the gateway was still running {EXIT_WITHIN} s after stdin closed, "
+                        "its upstream's question to the client unanswered")
+        answers = [m for m in map(json.loads, raw.proc.stdout.read().splitlines())
+                   if m.get("id") == 1]
+    finally:
+        stop(raw.proc)
+    assert code == 0
+    assert len(answers) == 1, answers

@@ -18,7 +18,9 @@ inside the call's input-required result instead (:mod:`.multiround`).
 A stdio client that closes the server's stdin (how it shuts down, per MCP) can answer nothing
 more: once :attr:`ApprovalElicitor.input_ended` is set, no wait for the client or the decision
 goes on. The call reads the approval once and answers as a client that never answered would
-(nothing is begun for it), or, after an ``accept``, as the decision in the store says.
+(nothing is begun for it), or, after an ``accept``, as the decision in the store says (the
+gateway then runs an approved call itself and records it; ``mcp serve`` hands no execute lease
+to a client that has left: the approval stays for its next begin).
 """
 
 from __future__ import annotations

@@ -212,6 +212,8 @@ class Gateway:
         console = check_console_url(console_url)
         self.elicitor = (ApprovalElicitor(gate, console, wait_seconds=approval_wait_seconds)
                          if console is not None else None)
+        self.input_ended: anyio.Event | None = None
+        """Set when the client's input has ended (stdio); None where that cannot be known."""
         self.state_keys = state_keys if state_keys is not None else RoundKeys.from_env()
         self.rounds = ApprovalRounds(self.state_keys, console, self._decided)
         self.target = upstream.strip() if isinstance(upstream, str) else None
@@ -471,7 +473,8 @@ class Gateway:
             link = connection.state.get(_LINK)
             if not isinstance(link, Link):
                 caps = ctx.session.client_capabilities or types.ClientCapabilities()
-                link = Link(self.factory, forwarded_capabilities(caps), ctx.session)
+                link = Link(self.factory, forwarded_capabilities(caps), ctx.session,
+                            self.input_ended)
                 link.upstream.attach(self._tg)
                 connection.state[_LINK] = link
                 connection.exit_stack.push_async_callback(link.upstream.aclose)
@@ -1037,6 +1040,7 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
             with anyio.CancelScope() as scope:
                 tg.start_soon(_stop_on_signal, scope)
                 async with answered_stdio() as (read, write):
+                    gw.input_ended = read.ended  # an upstream's question to the client, too
                     if gw.elicitor is not None:  # stdin closed: no answer can come (.elicit)
                         gw.elicitor = dataclasses.replace(gw.elicitor, input_ended=read.ended)
                     await server.run(read, write, server.create_initialization_options())

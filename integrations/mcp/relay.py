@@ -49,8 +49,9 @@ class Link:
     the client for what the upstream asks (roots, sampling, elicitation) or announces."""
 
     def __init__(self, factory: UpstreamFactory, capabilities: types.ClientCapabilities,
-                 standalone: ServerSession | None) -> None:
+                 standalone: ServerSession | None, ended: anyio.Event | None = None) -> None:
         self._standalone = standalone
+        self._ended = ended
         self._active: list[Ctx] = []
         self.tools: dict[str, types.Tool] = {}
         self.stale = True
@@ -70,13 +71,41 @@ class Link:
         return next((c for c in reversed(self._active) if c.request_id is not None), None)
 
     async def request(self, request: types.ServerRequest, result_type: type[R]) -> R:
-        """Ask the client what the upstream asks (roots, a sampled message, an elicitation)."""
+        """Ask the client what the upstream asks (roots, a sampled message, an elicitation);
+        ``ConnectionError`` once the client's input has ended (it can answer nothing more)."""
         ctx = self._current()
-        if ctx is not None:
-            meta = ServerMessageMetadata(related_request_id=ctx.request_id)
-            return await ctx.session.send_request(request, result_type, metadata=meta)
-        assert self._standalone is not None
-        return await self._standalone.send_request(request, result_type)
+
+        async def send() -> R:
+            if ctx is not None:
+                meta = ServerMessageMetadata(related_request_id=ctx.request_id)
+                return await ctx.session.send_request(request, result_type, metadata=meta)
+            assert self._standalone is not None
+            return await self._standalone.send_request(request, result_type)
+
+        ended = self._ended
+        if ended is None:
+            return await send()
+        got: dict[str, Any] = {}
+        async with anyio.create_task_group() as tg:
+
+            async def ask() -> None:
+                try:
+                    got["answer"] = await send()
+                except Exception as err:  # raised as it is, not in a group
+                    got["error"] = err
+                tg.cancel_scope.cancel()
+
+            async def gone() -> None:
+                await ended.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(ask)
+            tg.start_soon(gone)
+        if "error" in got:
+            raise got["error"]
+        if "answer" not in got:
+            raise ConnectionError("the client has closed its input: it can answer nothing")
+        return got["answer"]  # type: ignore[no-any-return]
 
     async def notify(self, notification: types.ServerNotification) -> None:
         """Pass the upstream's notification on to the client (a changed tool list also makes

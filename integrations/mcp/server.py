@@ -250,11 +250,15 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
                     **fields, "agent_id": agent_id}, key=d.key, approval_id=d.approval_id)
                 if isinstance(asked, InputRequiredResult):
                     return asked
-                if asked or (console is not None and d.approval_id is not None
-                             and await elicitor.ask(
-                                 _session(ctx), d.approval_id, d.key,
-                                 related_request_id=getattr(ctx, "request_id", None))):
-                    d = await begin_unlost(gate, fields)  # decided on the console: ask again
+                decided = asked or (console is not None and d.approval_id is not None
+                                    and await elicitor.ask(
+                                        _session(ctx), d.approval_id, d.key,
+                                        related_request_id=getattr(ctx, "request_id", None)))
+                # Decided on the console: ask again; not for a client whose input has ended
+                # (an execute lease it could never report on would strand the effect; an
+                # approval stays for its next begin).
+                if decided and (input_ended is None or not input_ended.is_set()):
+                    d = await begin_unlost(gate, fields)
         except eg.EffectGateError as err:
             raise tool_error(err) from err
         return decision_answer(d)

@@ -61,10 +61,11 @@ async def answered_stdio(ended: anyio.Event | None = None,
     client's lines). Its lines are read by a daemon thread (:class:`_DaemonLines`): a server
     told to stop while its client still holds stdin open stops, rather than waiting for a
     line that may never come."""
-    with _claimed_stdin() as wire:
+    with _claimed_stdin() as wire, _claimed_stdout() as out:
         text = _UnownedText(wire, encoding="utf-8", errors="surrogateescape")
         lines: Any = _DaemonLines(text)  # the SDK iterates its stdin: lines are all it needs
-        async with stdio_server(stdin=lines) as (read, write):
+        sink: Any = anyio.wrap_file(_Wire(out)) if out is not None else None  # type: ignore[arg-type]
+        async with stdio_server(stdin=lines, stdout=sink) as (read, write):
             answered = Answered(read, write, ended)
             yield answered, answered.replies
 
@@ -135,6 +136,54 @@ def _claimed_stdin() -> Iterator[IO[bytes]]:
         yield os.fdopen(private, "rb", closefd=False)
     finally:
         os.dup2(private, 0)
+
+
+class _Wire:
+    """The transport's stdout: text written to a private duplicate of fd 1, and dropped once
+    the client has closed its end (EPIPE). The SDK's writer would raise, and its transport
+    cancel every call still running (a gated upstream call left AMBIGUOUS) instead of letting
+    it finish and be recorded, as the end of input does (:class:`Answered`)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd, self.broken = fd, False
+
+    def write(self, text: str) -> int:
+        """Write ``text`` whole, or nothing once the client has stopped reading."""
+        data = text.encode("utf-8")
+        try:
+            while data and not self.broken:
+                data = data[os.write(self._fd, data):]
+        except (BrokenPipeError, ConnectionResetError):
+            self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to flush: every write goes straight to the descriptor."""
+
+
+@contextmanager
+def _claimed_stdout() -> Iterator[int | None]:
+    """A private duplicate of fd 1 for the transport, with fd 1 itself on stderr until the end
+    (stray output misses the wire, as under the SDK's own claim), then restored; None where fd
+    1 cannot be moved (the SDK's own stdout is used)."""
+    try:
+        if sys.stdout is None or sys.stdout.fileno() != 1:
+            raise OSError("stdout is not fd 1")
+        sys.stdout.flush()
+        private = os.dup(1)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        yield None
+        return
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(private)
+        yield None
+        return
+    try:  # never closed: a worker thread may still be writing to it
+        yield private
+    finally:
+        os.dup2(private, 1)
 
 
 _DRAIN_POLL = 0.05  # seconds between looks at the open requests, once input has ended
