@@ -80,7 +80,11 @@ def paused_agent(gate: eg.Gate, ledger: list[Any], *calls: dict[str, Any]) -> Ag
 
 def pause(agent: Agent[Any, Any]) -> dict[str, Any]:
     """Run to the pause; what a client saves of it (history as JSON, and the metadata)."""
-    result = agent.run_sync("refund T1")
+    return saved_of(agent.run_sync("refund T1"))
+
+
+def saved_of(result: Any) -> dict[str, Any]:
+    """What a client saves of a run that paused: its history as JSON, and the metadata."""
     assert isinstance(result.output, DeferredToolRequests)
     return {"history": result.all_messages_json(), "metadata": result.output.metadata}
 
@@ -166,16 +170,18 @@ def test_two_resumes_editing_one_request_at_once_run_one_edit(make_gate: Any) ->
     gate = make_gate(policy=eg.Policy.from_dict(POLICY))
     ledger: list[Any] = []
     agent = paused_agent(gate, ledger)
-    saved = pause(agent)
 
-    async def one(amount: int) -> list[str]:
+    async def one(saved: dict[str, Any], amount: int) -> list[str]:
         history = ModelMessagesTypeAdapter.validate_json(saved["history"])
         result = await agent.run(message_history=history,
                                  deferred_tool_results=results_of(saved, edit(amount)))
         return tool_results(result)
 
     async def both() -> list[list[str]]:
-        return list(await asyncio.gather(one(5_000), one(4_000)))
+        # The pause runs on this loop too: ``run_sync`` would leave its own loop as the
+        # thread's default, and ``asyncio.run`` then unsets it without closing it.
+        saved = saved_of(await agent.run("refund T1"))
+        return list(await asyncio.gather(one(saved, 5_000), one(saved, 4_000)))
 
     answers = asyncio.run(both())
     assert len(ledger) == 1
