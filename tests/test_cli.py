@@ -127,6 +127,31 @@ def test_ls_is_a_table_when_it_fits(store: dict[str, Any]) -> None:
     assert lines[1].startswith("refund:b ") and "AMBIGUOUS" in lines[1]
 
 
+def test_an_approved_effect_refused_for_spend_says_it_is_approved_and_what_runs_it(
+        make_gate: Any, store_url: str, namespace: str) -> None:
+    """Approved, then refused by a spend ceiling when its call came: it still waits, approved.
+    ``show`` says who approved it (its reason field is still the request's) and that the next
+    call runs it only if the ceilings have room then; so does ``ls``'s note."""
+    gate = make_gate(policy={"effects": {"pay.*": {
+        "approval": "always", "budget": {"per_effect_type_micros": 1_000}}}})
+    asks = [gate.begin(effect_type="pay.card", key=f"pay:{n}", payload={"n": n},
+                       estimated_cost_micros=800) for n in (1, 2)]
+    for d in asks:
+        gate.approve(d.approval_id, by="bob")
+    assert gate.begin(effect_type="pay.card", key="pay:1", payload={"n": 1},
+                      estimated_cost_micros=800).decision is eg.Decision.EXECUTE
+    refused = gate.begin(effect_type="pay.card", key="pay:2", payload={"n": 2},
+                         estimated_cost_micros=800)
+    assert refused.decision is eg.Decision.DENIED and "$0.001" in (refused.reason or "")
+    where = ["--url", store_url, "--namespace", namespace]
+    shown = " ".join(cli("show", "pay:2", *where, env={"COLUMNS": "200"}).stdout.split())
+    assert f"approval {asks[1].approval_id} approved" in shown, shown
+    assert "by bob" in shown and "if the policy's spend ceilings have room for it then" in shown
+    listed = " ".join(cli("ls", *where, env={"COLUMNS": "200"}).stdout.split())
+    assert ("pay:2: approved by bob; the next call with the same arguments runs it, if the "
+            "policy's spend ceilings have room for it then") in listed, listed
+
+
 def test_ls_plain_is_one_tab_separated_line_per_effect(store: dict[str, Any]) -> None:
     result = cli("ls", *store["args"], "--plain", "--type", "payment.refund")
     assert result.exit_code == 0

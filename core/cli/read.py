@@ -126,6 +126,12 @@ def ls(url: str | None, namespace: str, gate_ref: str | None, state: str | None,
         out.print(f"[dim](the first {limit}; --limit for more)[/]")
 
 
+_NEXT_RUNS = ("the next call with the same arguments runs it, if the policy's spend "
+              "ceilings have room for it then")
+"""What an approval given means (a ceiling is checked when the call comes, not when a person
+approves: an approved effect refused for spend stays waiting, approved, until there is room)."""
+
+
 def _approval_hints(out: Any, waiting: list[Any], approvals: dict[str, Any], where: str) -> None:
     for r in waiting:
         a = approvals.get(r.approval_id)
@@ -135,8 +141,8 @@ def _approval_hints(out: Any, waiting: list[Any], approvals: dict[str, Any], whe
                  f"effectgate approve {r.approval_id}{where}")
         elif status == "approved":
             by = f" by {a.decided_by}" if a is not None and a.decided_by else ""
-            out.print(f"[dim]{safe(r.key)}: approved{safe(by)}; the next call with the same "
-                      "arguments runs it[/]", soft_wrap=True)
+            out.print(f"[dim]{safe(r.key)}: approved{safe(by)}; {_NEXT_RUNS}[/]",
+                      soft_wrap=True)
         else:
             out.print(f"[dim]{safe(r.key)}: its approval is {safe(status)}; the next call "
                       "asks for a new one[/]", soft_wrap=True)
@@ -156,7 +162,8 @@ _LABEL = 22
 @handle_errors
 def show(key: str, url: str | None, namespace: str, gate_ref: str | None, output: str) -> None:
     """Show one effect: its record, its history, and the vendor key it carries; for an effect
-    waiting for approval, the arguments that run if it is approved.
+    waiting for approval, the arguments that run if it is approved, or, once a person decided,
+    who decided and what the next call does.
 
     --plain prints "field<TAB>value" lines, then one "history" line per transition: at,
     from, to, by, token, note."""
@@ -176,8 +183,10 @@ def show(key: str, url: str | None, namespace: str, gate_ref: str | None, output
             continue
         shown = state_label(value) if name == "state" else safe(value)
         _field(out, name, shown, free=name not in _IDENTIFIERS and name != "state")
-    if waiting is not None:
+    if waiting is not None and waiting.state == "pending":
         _show_waiting(out, waiting)
+    elif waiting is not None:
+        _show_decided(out, waiting)
     if record.vendor_key is not None:
         out.print("\n[bold]vendor key[/]")
         for name, value in record.vendor_key.as_dict().items():
@@ -193,16 +202,29 @@ def show(key: str, url: str | None, namespace: str, gate_ref: str | None, output
 
 
 def _waiting_on(gate: Any, record: Any) -> Any:
-    """The pending approval request ``record`` waits for, or None."""
+    """The approval request ``record`` waits for (pending, or decided and not yet taken up by
+    a call), or None."""
     from ..errors import UnknownEffect
 
     if record.state.value != "pending_approval" or not record.approval_id:
         return None
     try:
-        found = gate.approval(record.approval_id)
+        return gate.approval(record.approval_id)
     except UnknownEffect:
         return None
-    return found if found.state == "pending" else None
+
+
+def _show_decided(out: Any, approval: Any) -> None:
+    """An approval decided while its effect still waits (its ``reason`` field is the request's,
+    from before the decision): who decided, and what happens next."""
+    state = str(approval.state)
+    out.print(f"\n[bold]approval[/] {safe(approval.approval_id)} {safe(state)}", soft_wrap=True)
+    parts_line(out, [f"by {safe(approval.decided_by)}" if approval.decided_by else "",
+                     f"at {_when(approval.decided_at)} UTC" if approval.decided_at else "",
+                     safe(approval.reason) if approval.reason else ""], indent=2)
+    text_block(out, _NEXT_RUNS if state == "approved" else
+               "the next call with the same arguments asks for a new approval", indent=2,
+               style="dim")
 
 
 def _show_waiting(out: Any, approval: Any) -> None:
