@@ -35,6 +35,8 @@ import anyio
 
 import effectgate as eg
 
+from .stdio import unless_ended
+
 __all__ = ["ApprovalElicitor", "approval_url", "check_console_url", "supports_url_elicitation"]
 
 _SAFE_SCHEMES = ("http", "https")
@@ -105,10 +107,11 @@ class ApprovalElicitor:
 
             async def elicit() -> None:
                 try:
-                    asked["answer"] = await session.elicit_url(
-                        message=message, url=approval_url(self.console_url, approval_id),
-                        elicitation_id=approval_id, related_request_id=related_request_id)
-                except Exception:  # the client cannot take it: answer in text
+                    asked["answer"] = await unless_ended(self.input_ended, lambda: (
+                        session.elicit_url(
+                            message=message, url=approval_url(self.console_url, approval_id),
+                            elicitation_id=approval_id, related_request_id=related_request_id)))
+                except Exception:  # the client cannot take it, or has gone: answer in text
                     asked["answer"] = None
                 tg.cancel_scope.cancel()
 
@@ -122,17 +125,11 @@ class ApprovalElicitor:
                         await anyio.sleep(min(_ANSWER_GRACE, deadline - time.monotonic()))
                 tg.cancel_scope.cancel()
 
-            async def gone(ended: anyio.Event) -> None:  # no answer can come any more
-                await ended.wait()
-                tg.cancel_scope.cancel()
-
             tg.start_soon(elicit)
             tg.start_soon(watch)
-            if self.input_ended is not None:
-                tg.start_soon(gone, self.input_ended)
         if "error" in asked:
             raise asked["error"]
-        answered = "answer" in asked  # else decided, timed out or input ended: no answer
+        answered = "answer" in asked  # else decided or timed out with no answer
         # "accept" only means the user agreed to open the page; any content is ignored.
         if answered and getattr(asked["answer"], "action", None) != "accept":
             return False

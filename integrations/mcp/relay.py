@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import anyio
 from pydantic import BaseModel
 
+from .stdio import unless_ended
 from .upstream import Upstream
 
 try:
@@ -82,30 +83,7 @@ class Link:
             assert self._standalone is not None
             return await self._standalone.send_request(request, result_type)
 
-        ended = self._ended
-        if ended is None:
-            return await send()
-        got: dict[str, Any] = {}
-        async with anyio.create_task_group() as tg:
-
-            async def ask() -> None:
-                try:
-                    got["answer"] = await send()
-                except Exception as err:  # raised as it is, not in a group
-                    got["error"] = err
-                tg.cancel_scope.cancel()
-
-            async def gone() -> None:
-                await ended.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(ask)
-            tg.start_soon(gone)
-        if "error" in got:
-            raise got["error"]
-        if "answer" not in got:
-            raise ConnectionError("the client has closed its input: it can answer nothing")
-        return got["answer"]  # type: ignore[no-any-return]
+        return await unless_ended(self._ended, send)
 
     async def notify(self, notification: types.ServerNotification) -> None:
         """Pass the upstream's notification on to the client (a changed tool list also makes

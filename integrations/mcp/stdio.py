@@ -17,9 +17,9 @@ import os
 import re
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -45,8 +45,9 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
         'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
     ) from err
 
-__all__ = ["Answered", "answered_stdio"]
+__all__ = ["Answered", "answered_stdio", "unless_ended"]
 
+T = TypeVar("T")
 _UNREADABLE = ("json_invalid", "string_unicode")  # no JSON; invalid UTF-8 (the SDK's types)
 
 
@@ -61,13 +62,42 @@ async def answered_stdio(ended: anyio.Event | None = None,
     client's lines). Its lines are read by a daemon thread (:class:`_DaemonLines`): a server
     told to stop while its client still holds stdin open stops, rather than waiting for a
     line that may never come."""
-    with _claimed_stdin() as wire, _claimed_stdout() as out:
+    with _claimed_stdin() as wire, _claimed(sys.stdout, 1, 2) as out:
         text = _UnownedText(wire, encoding="utf-8", errors="surrogateescape")
         lines: Any = _DaemonLines(text)  # the SDK iterates its stdin: lines are all it needs
         sink: Any = anyio.wrap_file(_Wire(out)) if out is not None else None  # type: ignore[arg-type]
         async with stdio_server(stdin=lines, stdout=sink) as (read, write):
             answered = Answered(read, write, ended)
             yield answered, answered.replies
+
+
+async def unless_ended(ended: anyio.Event | None, call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``'s answer, or :class:`ConnectionError` as soon as ``ended`` is set (the
+    client's input has ended: a request to it can be answered no more). None: no such end is
+    known (HTTP), ``call()`` alone. Its own errors are raised as they came."""
+    if ended is None:
+        return await call()
+    got: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+
+        async def ask() -> None:
+            try:
+                got["answer"] = await call()
+            except Exception as err:  # raised as it is, not in a group
+                got["error"] = err
+            tg.cancel_scope.cancel()
+
+        async def gone() -> None:
+            await ended.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(ask)
+        tg.start_soon(gone)
+    if "error" in got:
+        raise got["error"]
+    if "answer" not in got:
+        raise ConnectionError("the client has closed its input: it can answer nothing more")
+    return got["answer"]  # type: ignore[no-any-return]
 
 
 class _DaemonLines:
@@ -107,35 +137,47 @@ class _UnownedText(io.TextIOWrapper):
 
 @contextmanager
 def _claimed_stdin() -> Iterator[IO[bytes]]:
-    """Stdin for the transport alone: a private duplicate of fd 0, with fd 0 itself on the null
-    device until the end, then restored. Where fd 0 cannot be moved, stdin's own buffer; where
-    the process was started with it closed (``sys.stdin`` None), no input at all: the server
-    ends at once, as at end of input."""
+    """Stdin for the transport alone (:func:`_claimed`, fd 0 on the null device meanwhile);
+    where fd 0 cannot be moved, stdin's own buffer; where the process was started with it
+    closed (``sys.stdin`` None), no input at all: the server ends at once, as at end of
+    input."""
     if sys.stdin is None:
         yield io.BytesIO()
         return
-    stdin = sys.stdin.buffer
+    with _claimed(sys.stdin.buffer, 0, os.devnull) as private:
+        yield sys.stdin.buffer if private is None else os.fdopen(private, "rb", closefd=False)
+
+
+@contextmanager
+def _claimed(stream: IO[Any] | None, fd: int, stand_in: str | int) -> Iterator[int | None]:
+    """A private duplicate of ``fd`` (``stream``'s) for the transport alone, with ``fd`` itself
+    on ``stand_in`` (a path opened for it, or a descriptor) until the end, then restored:
+    stray reads get EOF, stray writes miss the wire, as under the SDK's own claim. None where
+    ``fd`` cannot be moved. The duplicate is never closed: a worker thread may still be
+    blocked on it."""
     try:
-        if stdin.fileno() != 0:
-            raise OSError("stdin is not fd 0")
-        private = os.dup(0)
+        if stream is None or stream.fileno() != fd:
+            raise OSError(f"the stream is not fd {fd}")
+        stream.flush()
+        private = os.dup(fd)
     except (OSError, ValueError, io.UnsupportedOperation):
-        yield stdin
+        yield None
         return
     try:
-        null = os.open(os.devnull, os.O_RDONLY)
+        other = os.open(stand_in, os.O_RDWR) if isinstance(stand_in, str) else stand_in
         try:
-            os.dup2(null, 0)
+            os.dup2(other, fd)
         finally:
-            os.close(null)
+            if other != stand_in:
+                os.close(other)
     except OSError:
         os.close(private)
-        yield stdin
+        yield None
         return
-    try:  # never closed: a worker thread may still be blocked reading it
-        yield os.fdopen(private, "rb", closefd=False)
+    try:
+        yield private
     finally:
-        os.dup2(private, 0)
+        os.dup2(private, fd)
 
 
 class _Wire:
@@ -159,31 +201,6 @@ class _Wire:
 
     def flush(self) -> None:
         """Nothing to flush: every write goes straight to the descriptor."""
-
-
-@contextmanager
-def _claimed_stdout() -> Iterator[int | None]:
-    """A private duplicate of fd 1 for the transport, with fd 1 itself on stderr until the end
-    (stray output misses the wire, as under the SDK's own claim), then restored; None where fd
-    1 cannot be moved (the SDK's own stdout is used)."""
-    try:
-        if sys.stdout is None or sys.stdout.fileno() != 1:
-            raise OSError("stdout is not fd 1")
-        sys.stdout.flush()
-        private = os.dup(1)
-    except (OSError, ValueError, io.UnsupportedOperation):
-        yield None
-        return
-    try:
-        os.dup2(2, 1)
-    except OSError:
-        os.close(private)
-        yield None
-        return
-    try:  # never closed: a worker thread may still be writing to it
-        yield private
-    finally:
-        os.dup2(private, 1)
 
 
 _DRAIN_POLL = 0.05  # seconds between looks at the open requests, once input has ended
