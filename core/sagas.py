@@ -377,21 +377,13 @@ def _unconfirmed(w: _Walk, record: EffectRecord, step: dict[str, Any]) -> _Hold 
     would run now: listed unresolved, holding the older steps back until it is reviewed."""
     what, found = _ahead(w, record)
     undo_id = None if found is None else found.effect_id
-    if what == "done" and found is not None:
-        w.report.compensated.append(UnwindStep(**step, detail="compensated earlier",
-                                               compensation_effect_id=undo_id,
-                                               result=found.result, earlier=True))
-        return None
+    if what in ("done", "waits"):  # listed as for any undo not begun here
+        return _not_begun(w, record, step, None, False)
     if what == "refused" and found is not None:
         w.report.failed.append(UnwindStep(**step, detail=(
             f"its undo's key {compensation_key(record.key)} is taken by another effect "
             f"({found.effect_type}, #{undo_id})")))
         return None
-    if what == "waits" and found is not None:
-        w.report.unresolved.append(UnwindStep(
-            **step, detail=f"compensation {found.state.value}: settle it before anything older "
-            "is undone", compensation_effect_id=undo_id))
-        return _hold(record, found.state.value)
     w.report.unresolved.append(UnwindStep(
         **step, detail=f"{_NOT_CONFIRMED}: its undo would run now, but was not among the "
         "undos confirmed (the saga moved since the plan was shown, or it was left out); "
