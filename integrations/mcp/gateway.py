@@ -73,7 +73,7 @@ from .relay import (
     progress_relay,
 )
 from .results import stored_result
-from .stdio import answered_stdio
+from .stdio import run_stdio
 from .tasks import NotSent, TaskBoard, TaskRun, serve_tasks, state_reader, wants_task
 from .transport import caller
 from .upstream import ALL_CAPABILITIES, StartupPeer, Upstream, _describe
@@ -1039,11 +1039,10 @@ async def _serve(gw: Gateway, transport: str, sock: Any, host: str, guard: Any,
             print("effectgate: gateway listening on stdio", file=out, flush=True)
             with anyio.CancelScope() as scope:
                 tg.start_soon(_stop_on_signal, scope)
-                async with answered_stdio() as (read, write):
-                    gw.input_ended = read.ended  # an upstream's question to the client, too
-                    if gw.elicitor is not None:  # stdin closed: no answer can come (.elicit)
-                        gw.elicitor = dataclasses.replace(gw.elicitor, input_ended=read.ended)
-                    await server.run(read, write, server.create_initialization_options())
+                gw.input_ended = anyio.Event()  # an upstream's question to the client, too
+                if gw.elicitor is not None:  # stdin closed: no answer can come (.elicit)
+                    gw.elicitor = dataclasses.replace(gw.elicitor, input_ended=gw.input_ended)
+                await run_stdio(server, gw.input_ended)
         await gw.aclose()
         tg.cancel_scope.cancel()
     return 0

@@ -12,12 +12,14 @@ error whose text is JSON with the error's fields and ``what_to_do``.
 
     build_server(eg.Gate("sqlite:///effects.db")).run()      # stdio
 
-or ``effectgate mcp serve --url ... [--transport http]``.
+or ``effectgate mcp serve --url ... [--transport http]``: both run stdio the same way
+(:meth:`GateServer.run_stdio_async`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import sys
@@ -33,9 +35,10 @@ from effectgate.principals import require_holder
 from effectgate.sagas import compensation_request
 
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
+from .elicit import ApprovalElicitor, check_console_url
 from .multiround import ApprovalRounds, RoundKeys
 from .reissue import begin_unlost
-from .stdio import answered_stdio
+from .stdio import run_stdio
 from .transport import (
     HttpGuard,
     agent_for,
@@ -64,8 +67,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
-    "build_server", "decision_answer", "error_answer", "is_undo", "rebinding_protection",
-    "serve", "tool_error", "unwind_answer",
+    "GateServer", "build_server", "decision_answer", "error_answer", "is_undo",
+    "rebinding_protection", "serve", "tool_error", "unwind_answer",
 ]
 
 def decision_answer(d: eg.BeginDecision) -> dict[str, Any]:
@@ -175,7 +178,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
                  name: str = "effectgate", console_url: str | None = None,
                  approval_wait_seconds: float = 300.0,
                  state_keys: RoundKeys | None = None,
-                 input_ended: anyio.Event | None = None) -> MCPServer:
+                 input_ended: anyio.Event | None = None) -> GateServer:
     """An MCP server whose tools drive ``gate``. ``allow_resolve`` offers ``resolve_effect``.
 
     ``console_url``: where the console runs; an ``approval_required`` answer to a client that
@@ -183,19 +186,20 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
     most ``approval_wait_seconds``) for a person's decision there: mid-call on the handshake
     protocols (:mod:`.elicit`), through an input-required round on 2026-07-28
     (:mod:`.multiround`, its ``requestState`` sealed under ``state_keys``, default
-    :meth:`RoundKeys.from_env`). ``input_ended``: set when the client's input has ended (stdio:
-    it closed stdin); such a wait then ends at once (:attr:`.ApprovalElicitor.input_ended`)."""
-    from .elicit import ApprovalElicitor, check_console_url
-
+    :meth:`RoundKeys.from_env`). Such a wait ends at once when the client's input has ended
+    (stdio: it closed stdin; :attr:`GateServer.input_ended`); ``input_ended``: an event that
+    ends them when set, and the one a stdio run sets (default: a new one for each run)."""
     console = check_console_url(console_url)
     keys = state_keys if state_keys is not None else RoundKeys.from_env()
-    elicitor = ApprovalElicitor(gate, console or "http://unused.invalid",
-                                wait_seconds=approval_wait_seconds, input_ended=input_ended)
-    rounds = ApprovalRounds(keys, console, elicitor.wait_decided)
-    server = MCPServer(name, log_level="WARNING", request_state_security=keys.security(),
-                       instructions=(
+    server = GateServer(
+        ApprovalElicitor(gate, console or "http://unused.invalid",
+                         wait_seconds=approval_wait_seconds, input_ended=input_ended),
+        input_ended, name, log_level="WARNING", request_state_security=keys.security(),
+        instructions=(
         "Call begin_effect immediately before every action with a side effect and obey its "
         "decision: only 'execute' performs the action; then call report_effect."))
+    rounds = ApprovalRounds(keys, console, lambda approval_id: (
+        server.elicitor.wait_decided(approval_id)))
     server.middleware.append(_UnknownPrompt(server))
 
     @server.tool(description=BEGIN, structured_output=False)
@@ -251,13 +255,14 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
                 if isinstance(asked, InputRequiredResult):
                     return asked
                 decided = asked or (console is not None and d.approval_id is not None
-                                    and await elicitor.ask(
+                                    and await server.elicitor.ask(
                                         _session(ctx), d.approval_id, d.key,
                                         related_request_id=getattr(ctx, "request_id", None)))
                 # Decided on the console: ask again; not for a client whose input has ended
                 # (an execute lease it could never report on would strand the effect; an
                 # approval stays for its next begin).
-                if decided and (input_ended is None or not input_ended.is_set()):
+                ended = server.input_ended
+                if decided and (ended is None or not ended.is_set()):
                     d = await begin_unlost(gate, fields)
         except eg.EffectGateError as err:
             raise tool_error(err) from err
@@ -333,6 +338,37 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
             raise tool_error(err) from err
 
     return server
+
+
+class GateServer(MCPServer):
+    """The server :func:`build_server` returns: an ``MCPServer`` whose stdio (``run()``,
+    ``run("stdio")``, ``await run_stdio_async()``) is effectgate's, as under ``effectgate mcp
+    serve`` (:func:`~.stdio.run_stdio`): a line the SDK cannot read is answered, calls still
+    running at the end of input are answered before it exits, and :attr:`input_ended` is set
+    then, so an approval elicited from a client that closed stdin is waited for no longer."""
+
+    def __init__(self, elicitor: ApprovalElicitor, input_ended: anyio.Event | None,
+                 *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.elicitor = elicitor
+        """What elicits approvals (its ``input_ended`` that of the stdio run under way)."""
+        self._given = input_ended
+
+    @property
+    def input_ended(self) -> anyio.Event | None:
+        """Set when the client's input has ended; None outside a stdio run (HTTP), unless
+        :func:`build_server` was given one."""
+        return self.elicitor.input_ended
+
+    async def run_stdio_async(self) -> None:
+        """Serve on this process's stdin and stdout until the client closes stdin."""
+        ended = self._given if self._given is not None else anyio.Event()
+        before, self.elicitor = self.elicitor, dataclasses.replace(self.elicitor,
+                                                                   input_ended=ended)
+        try:
+            await run_stdio(self._lowlevel_server, ended)
+        finally:
+            self.elicitor = before
 
 
 def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
@@ -455,12 +491,10 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
     gets the JSON-RPC error HTTP gives it (:class:`~.stdio.Answered`). ``console_url``: see
     :func:`build_server`."""
     out = out if out is not None else sys.stderr
-    ended = anyio.Event() if transport == "stdio" else None  # set when the client closes stdin
-    server = build_server(gate, allow_resolve=allow_resolve, console_url=console_url,
-                          input_ended=ended)
+    server = build_server(gate, allow_resolve=allow_resolve, console_url=console_url)
     if transport == "stdio":
         print("effectgate: mcp serve listening on stdio", file=out, flush=True)
-        anyio.run(_serve_stdio, server, ended)
+        server.run("stdio")  # GateServer.run_stdio_async, as for a library user
         return
     check_bind(host, port, allow_remote=allow_remote, guard=guard)
     guard, said = http_auth(gate, host, auth=auth, guard=guard,
@@ -473,12 +507,3 @@ def serve(gate: eg.Gate, *, transport: Literal["stdio", "http"] = "stdio",
     finally:
         sock.close()
 
-
-async def _serve_stdio(server: MCPServer, ended: anyio.Event | None = None) -> None:
-    """Run ``server`` on this process's stdin and stdout, answering every line the SDK cannot
-    read, invalid UTF-8 among them (:func:`~.stdio.answered_stdio`), instead of leaving its
-    caller waiting or reading U+FFFD in place of its bytes; ``ended`` is set at the end of
-    input."""
-    lowlevel = server._lowlevel_server  # as MCPServer.run_stdio_async does
-    async with answered_stdio(ended) as (read, write):
-        await lowlevel.run(read, write, lowlevel.create_initialization_options())

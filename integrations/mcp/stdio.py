@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import IO, Any, TypeVar
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 try:
     from mcp.server.stdio import stdio_server
+    from mcp.shared.dispatcher import coerce_request_id
     from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
     from mcp.shared.message import SessionMessage
     from mcp_types import (
@@ -45,7 +47,7 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
         'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
     ) from err
 
-__all__ = ["Answered", "answered_stdio", "unless_ended"]
+__all__ = ["Answered", "answered_stdio", "run_stdio", "unless_ended"]
 
 T = TypeVar("T")
 _UNREADABLE = ("json_invalid", "string_unicode")  # no JSON; invalid UTF-8 (the SDK's types)
@@ -69,6 +71,14 @@ async def answered_stdio(ended: anyio.Event | None = None,
         async with stdio_server(stdin=lines, stdout=sink) as (read, write):
             answered = Answered(read, write, ended)
             yield answered, answered.replies
+
+
+async def run_stdio(server: Any, ended: anyio.Event | None = None) -> None:
+    """Run the low-level MCP ``server`` on this process's stdin and stdout through
+    :func:`answered_stdio` (``ended`` set at the end of input): the one stdio path of ``mcp
+    serve``, of :func:`~.server.build_server`'s ``run()`` and of the gateway."""
+    async with answered_stdio(ended) as (read, write):
+        await server.run(read, write, server.create_initialization_options())
 
 
 async def unless_ended(ended: anyio.Event | None, call: Callable[[], Awaitable[T]]) -> T:
@@ -208,9 +218,9 @@ _DRAIN_POLL = 0.05  # seconds between looks at the open requests, once input has
 
 class _Replies:
     """The write stream the server answers through: each response or error closes its
-    request's id in ``open`` (:class:`Answered`)."""
+    request in ``open`` (:class:`Answered`)."""
 
-    def __init__(self, inner: Any, open_ids: set[RequestId]) -> None:
+    def __init__(self, inner: Any, open_ids: Counter[RequestId]) -> None:
         self._inner, self._open = inner, open_ids
 
     async def send(self, item: SessionMessage) -> None:
@@ -218,7 +228,7 @@ class _Replies:
         await self._inner.send(item)
         message = item.message
         if isinstance(message, (JSONRPCResponse, JSONRPCError)) and message.id is not None:
-            self._open.discard(message.id)
+            _close(self._open, message.id)
 
     async def aclose(self) -> None:
         """Close the underlying stream."""
@@ -232,6 +242,14 @@ class _Replies:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def _close(open_ids: Counter[RequestId], request_id: RequestId) -> None:
+    """One request under ``request_id`` answered or cancelled."""
+    key = coerce_request_id(request_id)
+    open_ids[key] -= 1
+    if open_ids[key] <= 0:
+        del open_ids[key]
 
 
 class Answered:
@@ -253,8 +271,10 @@ class Answered:
         self.inner, self.write = inner, write
         self.ended = ended if ended is not None else anyio.Event()
         """Set at the end of input: the client can send nothing more (an answer included)."""
-        self.open: set[RequestId] = set()
-        """The ids of the requests passed on and not yet answered or cancelled."""
+        self.open: Counter[RequestId] = Counter()
+        """The requests passed on and not yet answered or cancelled, counted by id as the SDK
+        correlates ids (``"7"`` is 7): a client may reuse an id while it is in flight, and the
+        SDK runs both requests."""
         self.replies = _Replies(write, self.open)
 
     @property
@@ -291,10 +311,12 @@ class Answered:
 
     def _note(self, message: Any) -> None:
         if isinstance(message, JSONRPCRequest):
-            self.open.add(message.id)
+            self.open[coerce_request_id(message.id)] += 1
         elif isinstance(message, JSONRPCNotification) and (
                 message.method == "notifications/cancelled"):  # never answered (MCP)
-            self.open.discard(cancelled_request_id_from_params(message.params))
+            cancelled = cancelled_request_id_from_params(message.params)
+            if cancelled is not None:
+                _close(self.open, cancelled)
 
     async def aclose(self) -> None:
         """Close the underlying stream."""
