@@ -52,7 +52,8 @@ class RawClient:
         self.proc = subprocess.Popen(
             argv or [*CLI, "mcp", "serve", "--url", store_url, "--namespace", namespace],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env=env or dict(os.environ))
+            env=env or dict(os.environ),
+            bufsize=0)
         self.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "raw", "version": "1"}}}))
@@ -66,6 +67,8 @@ class RawClient:
 
     def receive(self, timeout: float = 20) -> dict[str, Any]:
         assert self.proc.stdout is not None
+        # stdout is unbuffered (bufsize=0): a buffered reader's readline could take two
+        # answers at once, and select would then see no data for the second.
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         assert ready, "no answer: the caller would wait forever"
         answer: dict[str, Any] = json.loads(self.proc.stdout.readline())

@@ -52,7 +52,8 @@ class Leaving:
     def __init__(self, argv: list[str], env: dict[str, str] | None = None, *,
                  mode: str = "url") -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env or dict(os.environ))
+                                     stderr=subprocess.DEVNULL, env=env or dict(os.environ),
+                                     bufsize=0)
         self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {mode: {}}},
             "clientInfo": {"name": "leaving", "version": "1"}}})
@@ -66,6 +67,8 @@ class Leaving:
 
     def receive(self, timeout: float = 20) -> dict[str, Any]:
         assert self.proc.stdout is not None
+        # stdout is unbuffered (bufsize=0): a buffered reader's readline could take two
+        # answers at once, and select would then see no data for the second.
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         assert ready, "no message from the server"
         message: dict[str, Any] = json.loads(self.proc.stdout.readline())
