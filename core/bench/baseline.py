@@ -19,12 +19,30 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
-    "Cycle", "KeySource", "RawPostgres", "RawSqlite", "batch", "calling", "connect_raw",
-    "fixed_python", "timed_calls",
+    "Cycle", "KeySource", "RawPostgres", "RawSqlite", "batch", "calling", "connect_postgres",
+    "connect_raw", "fixed_python", "timed_calls",
 ]
 
 _RESULT = '{"ok":true}'
 _HASH = "0" * 64
+
+
+def connect_postgres(dsn: str) -> Any:
+    """A ``psycopg`` connection to ``dsn`` (a libpq URI) in autocommit mode, opened with the
+    store's connect timeout (:func:`~effectgate.store.pg_direct.with_connect_timeout`): a
+    server that is down, or accepts and never answers, fails the run with a
+    :class:`~effectgate.errors.StoreError` naming it (password hidden) instead of hanging it."""
+    import psycopg
+
+    from ..errors import StoreError
+    from ..store.connections import driver_text, safe_url
+    from ..store.pg_direct import with_connect_timeout
+
+    try:
+        return psycopg.connect(dsn, autocommit=True, **with_connect_timeout(dsn, {}))
+    except psycopg.OperationalError as err:
+        raise StoreError(f"bench: cannot reach the Postgres server at {safe_url(dsn)}: "
+                         f"{type(err).__name__}: {driver_text(err)}") from err
 
 
 class KeySource:
@@ -211,9 +229,7 @@ class RawPostgres(_Raw):
     ride = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
     def __init__(self, dsn: str, *, namespace: str, table: str = "raw_effects") -> None:
-        import psycopg
-
-        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn = connect_postgres(dsn)
         self.conn.execute(
             f"CREATE TABLE IF NOT EXISTS {table} (id BIGSERIAL PRIMARY KEY, "
             "namespace VARCHAR(128) NOT NULL, key VARCHAR(512) NOT NULL, "

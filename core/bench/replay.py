@@ -66,9 +66,9 @@ class Replay:
             self.conn.execute("PRAGMA busy_timeout=60000")
             self.conn.execute("PRAGMA journal_mode=WAL")
         else:
-            import psycopg
+            from .baseline import connect_postgres
 
-            self.conn = psycopg.connect(where, autocommit=True)
+            self.conn = connect_postgres(where)
         self.sync: str | None = None
 
     def execute(self, keys: list[str]) -> float:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EffectInFlight
 from ..gate import Gate
-from .baseline import KeySource, calling, connect_raw
+from .baseline import KeySource, calling, connect_postgres, connect_raw
 from .core_paths import gated
 from .measure import Figure, Ratio, Report, interleave
 from .stores import Scratch
@@ -69,9 +69,7 @@ def _bulk_load(s: Scratch, name: str, namespace: str, rows: int) -> None:
         finally:
             conn.close()
         return
-    import psycopg
-
-    with psycopg.connect(s.dsn(name), autocommit=True) as pg:
+    with connect_postgres(s.dsn(name)) as pg:
         pg.execute(
             f"INSERT INTO effectgate_effects ({_LOAD_COLUMNS}) "
             "SELECT %s, 'load:' || lpad(to_hex((i * 2654435761) %% 4294967296), 8, '0'), "

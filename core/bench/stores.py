@@ -20,7 +20,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from .baseline import RawPostgres, RawSqlite
+from ..errors import StoreError
+from .baseline import RawPostgres, RawSqlite, connect_postgres
 
 __all__ = ["DEFAULT_PG_URL", "Scratch", "new_run_id", "postgres_reachable"]
 
@@ -88,14 +89,14 @@ class Scratch:
                 conn.execute(f'CREATE SCHEMA "{probe}"')
                 conn.execute(f'DROP SCHEMA "{probe}"')
             return True
+        except StoreError:
+            raise  # the server is not reached: no namespaces either
         except Exception as err:
             log.info("bench: cannot create a scratch schema (%s); using namespaces", err)
             return False
 
     def _admin(self) -> Any:
-        import psycopg
-
-        return psycopg.connect(_libpq(self.base_url), autocommit=True)
+        return connect_postgres(_libpq(self.base_url))
 
     def _pg_url(self, name: str) -> str:
         if not self.use_schemas:

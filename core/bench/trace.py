@@ -93,9 +93,9 @@ def pg_fingerprint(dsn: str, namespace: str) -> tuple[str, int]:
 
     Any write to an effect row (its history included, which lives in the row) gives it a new
     ``xmin`` and ``ctid``, and so changes the digest."""
-    import psycopg
+    from .baseline import connect_postgres
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect_postgres(dsn) as conn:
         rows = conn.execute(
             "SELECT id, xmin::text, ctid::text FROM effectgate_effects WHERE namespace = %s "
             "ORDER BY id", (namespace,),
