@@ -86,6 +86,22 @@ def test_no_message_shows_a_password(url: str) -> None:
     assert "secret" not in shown and "se%40cret" not in shown and "***" in shown
 
 
+@pytest.mark.parametrize(("url", "shown"), [
+    ("sqlite:////tmp/a\x1b[2J.db", "sqlite:////tmp/a⟨U+001B⟩[2J.db"),
+    ("postgresql://u:secret@h/db?sslkey=/k&sslcert=/c", "postgresql://u:***@h/db?***"),
+    ("postgresql+psycopg://u@h/db?options=-csearch_path%3Ds", "postgresql+psycopg://u@h/db?***"),
+    ("not a url \x1b[2J", "<unprintable url>"),
+])
+def test_the_one_url_helper_hides_the_query_and_escapes_what_a_terminal_reads(
+        url: str, shown: str) -> None:
+    """The store's messages, the CLI and the console show a URL one way: its password and its
+    whole query hidden (libpq reads more than passwords there), unsafe characters escaped."""
+    from effectgate.cli._common import shown_url
+    from effectgate.store.connections import safe_url
+
+    assert safe_url(url) == shown_url(url) == shown
+
+
 @pytest.fixture
 def backend() -> str:
     """Postgres only (conftest's ``pg_schema`` then makes each test a scratch schema)."""

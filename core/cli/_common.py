@@ -55,6 +55,15 @@ def console(*, stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, soft_wrap=False, emoji=False)
 
 
+def shown_url(url: str) -> str:
+    """A store URL as it may be printed: :func:`effectgate.store.connections.safe_url` (the
+    one helper; imported when first needed, so a command that opens no store never loads the
+    store package)."""
+    from ..store.connections import safe_url
+
+    return safe_url(url)
+
+
 def print_json(value: Any) -> None:
     """``value`` as indented JSON on stdout, for scripts (control and format characters inside
     strings as ``\\u`` escapes, so agent-supplied text never reaches a terminal raw)."""
@@ -63,19 +72,6 @@ def print_json(value: Any) -> None:
     click.echo(dumps(value))
 
 
-def shown_url(url: str) -> str:
-    """A store URL as it may be printed: its password and its query string (libpq takes
-    ``?password=`` and ``?sslpassword=`` there) hidden, unsafe characters escaped."""
-    from sqlalchemy.engine import make_url
-
-    from ._safe import plain
-
-    try:
-        text = make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy reads: nothing of it is shown
-        return "<unprintable url>"
-    base, query, _ = text.partition("?")
-    return plain(base + ("?***" if query else ""))
 
 
 by_option = click.option("--by", default=None, metavar="NAME",

@@ -559,21 +559,19 @@ def driver_text(err: BaseException) -> str:
 
 
 def safe_url(url: str) -> str:
-    """``url`` with its password hidden, for messages."""
-    if embedded.database_of(url) is not None:
-        return url  # a plain SQLite URL: no credentials in it
-    plain = pg_direct.hidden(url)
-    if plain is not None:
-        return plain
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    """``url`` as it may be shown (messages, the CLI, the console): its password and its
+    whole query string hidden (libpq reads a password, and a client key's, in the query too:
+    ``?password=``, ``?sslpassword=``), every unsafe character escaped
+    (:func:`~effectgate.redact.visible`). ``<unprintable url>`` for text that is no URL."""
+    from ..redact import visible
 
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return "<bad url>"
-    secret = [name for name in ("password", "sslpassword") if name in parsed.query]
-    if not secret:  # (libpq reads a password, and a client key's, in the query too)
-        return parsed.render_as_string(hide_password=True)
-    hidden = parsed.update_query_dict(dict.fromkeys(secret, "HIDDEN"))
-    return hidden.render_as_string(hide_password=True).replace("=HIDDEN", "=***")
+    plain = url if embedded.database_of(url) is not None else pg_direct.hidden(url)
+    if plain is None:  # not a URL the store opens itself: SQLAlchemy reads it
+        from sqlalchemy.engine import make_url
+
+        try:
+            plain = make_url(url).render_as_string(hide_password=True)
+        except Exception:  # nothing of it is shown
+            return "<unprintable url>"
+    base, query, _ = plain.partition("?")
+    return visible(base + ("?***" if query else ""))
