@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from .policy import ApprovalRule, Policy
 
-__all__ = ["Charge", "Governance", "dollars", "evaluate"]
+__all__ = ["Charge", "Governance", "decided_next", "dollars", "evaluate"]
 
 
 class Charge(NamedTuple):
@@ -111,3 +111,14 @@ def dollars(micros: int) -> str:
     whole, fraction = divmod(abs(int(micros)), 1_000_000)
     digits = f"{fraction:06d}".rstrip("0").ljust(2, "0")
     return f"{'-' if micros < 0 else ''}${whole:,}.{digits}"
+
+
+def decided_next(approval_state: str) -> str:
+    """What the next call does about an effect still waiting on an approval a person decided
+    (``effectgate ls`` and ``show``, the console's effect page). An approval given is no
+    promise to run: a spend ceiling is checked when the call comes, so an approved effect
+    refused for spend stays waiting, approved, until there is room."""
+    if approval_state == "approved":
+        return ("the next call with the same arguments runs it, if the policy's spend ceilings "
+                "have room for it then")
+    return "the next call with the same arguments asks for a new approval"

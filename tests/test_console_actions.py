@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from markupsafe import escape
 from sqlalchemy import text
 from starlette.testclient import TestClient
 
@@ -321,3 +322,42 @@ def test_the_login_page_and_redirects_keep_no_session_for_anonymous_visitors(
         count = conn.execute(text("SELECT count(*) FROM effectgate_sessions WHERE "
                                   "namespace = :ns"), {"ns": cgate.namespace}).scalar()
     assert count == 0
+
+
+def test_the_effect_page_names_a_decided_approval_the_effect_still_waits_on(
+        store_url: str, namespace: str) -> None:
+    """Approved, then refused by a spend ceiling when its call came: the effect still waits,
+    approved. Its page names the approval, who decided it and when, and says — in ``show``'s
+    words — that the next call runs it only if the ceilings have room then. The request's old
+    reason is not all it shows."""
+    from effectgate.cli.read import decided_next
+
+    with eg.Gate(store_url, namespace=namespace, policy={"effects": {"pay.*": {
+            "approval": "always", "budget": {"per_effect_type_micros": 1_000}}}}) as gate:
+        asks = [gate.begin(effect_type="pay.card", key=f"pay:{n}", payload={"n": n},
+                           estimated_cost_micros=800) for n in (1, 2, 3)]
+        for d in asks[:2]:
+            gate.approve(d.approval_id, by="bob")
+        gate.deny(asks[2].approval_id, by="carol", reason="not this one")
+        assert gate.begin(effect_type="pay.card", key="pay:1", payload={"n": 1},
+                          estimated_cost_micros=800).decision is eg.Decision.EXECUTE
+        refused = gate.begin(effect_type="pay.card", key="pay:2", payload={"n": 2},
+                             estimated_cost_micros=800)
+        assert refused.decision is eg.Decision.DENIED
+        waiting = gate.get("pay:2")
+        assert waiting.state is eg.State.PENDING_APPROVAL
+        approved = gate.approval(asks[1].approval_id)
+        with TestClient(build_app(gate), base_url="http://127.0.0.1") as client:
+            _signed_in(gate, client)
+            page = " ".join(client.get(f"/effects/{waiting.effect_id}").text.split())
+            denied = " ".join(client.get(f"/effects/{asks[2].effect_id}").text.split())
+            pending = gate.begin(effect_type="pay.card", key="pay:4", payload={"n": 4},
+                                 estimated_cost_micros=1)
+            asked = client.get(f"/effects/{pending.effect_id}").text
+        assert f"<code>{approved.approval_id}</code></a> <strong>approved</strong> by bob at " \
+               f"{approved.decided_at:%Y-%m-%d %H:%M:%S} UTC" in page, page
+        assert str(escape(decided_next("approved"))) in page
+        assert "if the policy&#39;s spend ceilings have room for it then" in page
+        # a denial ends the effect (DENIED: it waits on nothing); a pending request: nothing
+        # decided to name
+        assert 'class="decided"' not in denied and 'class="decided"' not in asked

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from ..governance import decided_next
 from ._common import (
     BadInput,
     Command,
@@ -126,12 +127,6 @@ def ls(url: str | None, namespace: str, gate_ref: str | None, state: str | None,
         out.print(f"[dim](the first {limit}; --limit for more)[/]")
 
 
-_NEXT_RUNS = ("the next call with the same arguments runs it, if the policy's spend "
-              "ceilings have room for it then")
-"""What an approval given means (a ceiling is checked when the call comes, not when a person
-approves: an approved effect refused for spend stays waiting, approved, until there is room)."""
-
-
 def _approval_hints(out: Any, waiting: list[Any], approvals: dict[str, Any], where: str) -> None:
     for r in waiting:
         a = approvals.get(r.approval_id)
@@ -141,7 +136,7 @@ def _approval_hints(out: Any, waiting: list[Any], approvals: dict[str, Any], whe
                  f"effectgate approve {r.approval_id}{where}")
         elif status == "approved":
             by = f" by {a.decided_by}" if a is not None and a.decided_by else ""
-            out.print(f"[dim]{safe(r.key)}: approved{safe(by)}; {_NEXT_RUNS}[/]",
+            out.print(f"[dim]{safe(r.key)}: approved{safe(by)}; {decided_next(status)}[/]",
                       soft_wrap=True)
         else:
             out.print(f"[dim]{safe(r.key)}: its approval is {safe(status)}; the next call "
@@ -222,9 +217,8 @@ def _show_decided(out: Any, approval: Any) -> None:
     parts_line(out, [f"by {safe(approval.decided_by)}" if approval.decided_by else "",
                      f"at {_when(approval.decided_at)} UTC" if approval.decided_at else "",
                      safe(approval.reason) if approval.reason else ""], indent=2)
-    text_block(out, _NEXT_RUNS if state == "approved" else
-               "the next call with the same arguments asks for a new approval", indent=2,
-               style="dim")
+    text_block(out, decided_next(state), indent=2, style="dim")
+
 
 
 def _show_waiting(out: Any, approval: Any) -> None:

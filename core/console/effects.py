@@ -35,7 +35,7 @@ from ..errors import (
     Unauthenticated,
     UnknownEffect,
 )
-from ..governance import dollars
+from ..governance import decided_next, dollars
 from ..states import Outcome, State
 from .app import ago, before_of, safe_next, when, whole
 
@@ -152,8 +152,27 @@ async def one(c: Console, request: Request, who: Principal) -> Response:
               for k, v in shown.items() if k not in ("history", "effect_id")]
     chances = await run_in_threadpool(offer, c, record)
     undo = await run_in_threadpool(_undo_of, c, record)
+    decided = await run_in_threadpool(_decided_of, c, record)
     return c.page(request, "effect", title=f"Effect #{record.effect_id}", e=record,
-                  fields=fields, offer=chances, undo=undo, seen_of=_seen)
+                  fields=fields, offer=chances, undo=undo, seen_of=_seen, decided=decided)
+
+
+def _decided_of(c: Console, record: EffectRecord) -> dict[str, Any] | None:
+    """The approval ``record`` still waits on once a person decided it (its ``reason`` field
+    is the request's, from before the decision; an approved effect a spend ceiling refused
+    when the call came waits, approved, for room): who decided, when, and what the next call
+    does, in the words ``effectgate show`` uses. None while the approval is pending."""
+    if record.state is not State.PENDING_APPROVAL or not record.approval_id:
+        return None
+    try:
+        approval = c.gate.approval(record.approval_id)
+    except UnknownEffect:
+        return None
+    state = str(approval.state)
+    if state == "pending":
+        return None
+    return {"a": approval, "state": state, "at": when(approval.decided_at),
+            "next": decided_next(state)}
 
 
 def _seen(record: EffectRecord) -> str:

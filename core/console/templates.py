@@ -146,6 +146,10 @@ _EFFECT = """{% extends "base" %}{% block body %}
 {% if undo %}<p role="note" class="warning">Undone: compensated by
 <a href="/effects/{{ undo.effect_id }}">#{{ undo.effect_id }}</a> (<code>{{ undo.key }}</code>, {{ undo.state.value }}).</p>{% endif %}
 {% if e.compensates_effect_id %}<p>This is the undo of <a href="/effects/{{ e.compensates_effect_id }}">#{{ e.compensates_effect_id }}</a>.</p>{% endif %}
+{% if decided %}<p role="note" class="decided">Approval
+<a href="/approvals/{{ decided.a.approval_id | urlencode }}"><code>{{ decided.a.approval_id }}</code></a>
+<strong>{{ decided.state }}</strong>{% if decided.a.decided_by %} by {{ decided.a.decided_by }}{% endif %}{% if decided.at %} at {{ decided.at }}{% endif %}{% if decided.a.reason %} — {{ decided.a.reason }}{% endif %}:
+{{ decided.next }}.</p>{% endif %}
 <table><tbody>
 {% for name, value in fields %}<tr><th>{{ name }}</th><td>{{ value }}</td></tr>{% endfor %}
 </tbody></table>
