@@ -478,6 +478,7 @@ async def adk_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
         texts += [p.text for p in (event.content.parts if event.content else ()) or ()
                   if p.text]
     await runner.close()
+    await service.close()  # the runner flushes its session service, and leaves it open
     return {"requests": requests, "tool_results": results, "texts": texts}
 
 

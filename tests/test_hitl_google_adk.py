@@ -190,19 +190,19 @@ def test_the_tools_own_confirmation_approves_a_request_the_run_was_told_of(
     ledger = tmp_path / "ledger"
 
     async def turns() -> list[str]:
-        service = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
-        await service.create_session(app_name="h", user_id="u", session_id="s")
-        message, said = _ask("refund T1"), []
-        for _ in range(6):
-            asked, answers = await _own_turn(hgate, ledger, service, "s", message)
-            said += answers
-            if asked:
-                message = _yes(asked[-1])
-            elif "refunded" in said[-1]:
-                break
-            else:
-                message = _ask("try again")
-        return said
+        async with DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 's.db'}") as service:
+            await service.create_session(app_name="h", user_id="u", session_id="s")
+            message, said = _ask("refund T1"), []
+            for _ in range(6):
+                asked, answers = await _own_turn(hgate, ledger, service, "s", message)
+                said += answers
+                if asked:
+                    message = _yes(asked[-1])
+                elif "refunded" in said[-1]:
+                    break
+                else:
+                    message = _ask("try again")
+            return said
 
     said = asyncio.run(turns())
     assert any("WAITING FOR APPROVAL" in s for s in said) and "refunded 50000" in said[-1]
@@ -222,16 +222,16 @@ def test_the_tools_own_confirmation_never_approves_another_sessions_request(
     ledger = tmp_path / "ledger"
 
     async def race() -> list[str]:
-        service = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
-        for sid in ("A", "B"):
-            await service.create_session(app_name="h", user_id="u", session_id=sid)
-        asked_a, _ = await _own_turn(hgate, ledger, service, "A", _ask("refund T1"))
-        asked_b, _ = await _own_turn(hgate, ledger, service, "B", _ask("refund T1"))
-        await _own_turn(hgate, ledger, service, "B", _yes(asked_b[-1]))  # opens the request
-        [request] = hgate.list_approvals()
-        named = {"effectgate": {"approval_id": request.approval_id}} if naming else None
-        _, said = await _own_turn(hgate, ledger, service, "A", _yes(asked_a[-1], named))
-        return said
+        async with DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 's.db'}") as service:
+            for sid in ("A", "B"):
+                await service.create_session(app_name="h", user_id="u", session_id=sid)
+            asked_a, _ = await _own_turn(hgate, ledger, service, "A", _ask("refund T1"))
+            asked_b, _ = await _own_turn(hgate, ledger, service, "B", _ask("refund T1"))
+            await _own_turn(hgate, ledger, service, "B", _yes(asked_b[-1]))  # opens the request
+            [request] = hgate.list_approvals()
+            named = {"effectgate": {"approval_id": request.approval_id}} if naming else None
+            _, said = await _own_turn(hgate, ledger, service, "A", _yes(asked_a[-1], named))
+            return said
 
     said = asyncio.run(race())
     assert "WAITING FOR APPROVAL" in said[-1] and lines(ledger) == []
