@@ -113,6 +113,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import logging
 import operator
 import threading
 import typing
@@ -160,6 +161,8 @@ with requires_extra("langchain", "langchain"):
     from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
     from pydantic import PrivateAttr, ValidationError
     from pydantic.v1 import ValidationError as V1ValidationError
+
+log = logging.getLogger("effectgate")
 
 __all__ = [
     "DEFAULT_APPROVER",
@@ -1287,7 +1290,31 @@ def _middleware_class() -> type:
             args = _by_alias(request.tool.args_schema, arguments)
             return request.override(tool_call={**call, "args": args})
 
+        def _unseen(self, request: Any) -> Any:
+            """The answer to a call of a declared tool that reaches this middleware with no
+            tool object (``request.tool`` None: a middleware after this one supplies it, as
+            LangChain's dynamic tools do), else None. The gate cannot validate or key what it
+            cannot see, and passed on, the later middleware ran it ungated — twice for two
+            calls, unrecorded, even under ``strict``: it is refused, and nothing runs."""
+            if request.tool is not None:
+                return None
+            name = request.tool_call.get("name")
+            entry = self._declared.effects.get(name) if isinstance(name, str) else None
+            if entry is None or name in self._declared.read_only:
+                return None
+            text = (f"tool {name!r} has an effect declared, but reached the effect gate with no "
+                    "tool to gate (a later middleware supplies it); it was not run. Put "
+                    "EffectGateMiddleware after the middleware that supplies the tool")
+            log.warning("%s", text, extra={"tool": name})
+            refused = Refused.of("denied", text)
+            if entry.adapter_options().get("on_refusal", self.on_refusal) == "raise":
+                raise refused.error
+            return self._answer(refused, request)
+
         def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            unseen = self._unseen(request)
+            if unseen is not None:
+                return unseen
             prepared = self._prepare(request)
             if prepared is None:
                 return handler(request)
@@ -1306,6 +1333,9 @@ def _middleware_class() -> type:
             return self._answer(out, request, gated, shape.visible)
 
         async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            unseen = self._unseen(request)
+            if unseen is not None:
+                return unseen
             prepared = self._prepare(request)
             if prepared is None:
                 return await handler(request)
