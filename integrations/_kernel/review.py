@@ -367,7 +367,26 @@ def _prepare(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapp
             error = EffectKeyError(text, key=review.key)
             return Refused("invalid", model_message("invalid", review.key, error), error,
                            review.key), None
+        if not _settled(gated, edited, validate):
+            text = ("the tool's schema changes the edited arguments again each time it "
+                    "validates them (a validator that is not idempotent), so an edit cannot "
+                    "bind what would run; reject the call and let the model call again")
+            error = EffectKeyError(text, key=review.key)
+            return Refused("invalid", model_message("invalid", review.key, error), error,
+                           review.key), None
     return None, edited
+
+
+def _settled(gated: GatedCall, edited: Mapping[str, Any], validate: Validate) -> bool:
+    """Whether validating the validated edit again leaves it as it is. The reviewer edits the
+    arguments as shown (validated), and a framework may validate what it runs once more: a
+    validator that converts (dollars to cents) would then run another payload than the one
+    the edit's approval binds, or than the one the reviewer saw (an edit is refused)."""
+    try:
+        again = validate(edited)
+    except Exception:  # the framework's validation error, whatever its type
+        return False
+    return _current_hash(gated, again) == _current_hash(gated, edited)
 
 
 def apply(gated: GatedCall, review: Review, verdict: Verdict, arguments: Mapping[str, Any],
