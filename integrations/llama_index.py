@@ -258,13 +258,18 @@ class GatedFunctionTool(FunctionTool):
                 values = model_arguments(self._schema, visible)
             except ValidationError as err:
                 return _invalid_text(str(err))
+            # A bound partial param the schema also declares (a given fn_schema) is the
+            # partial's, never the schema's default: that default overrode the bound value,
+            # and the call ran with another payload than it would ungated (USD for EUR).
+            values = {k: v for k, v in values.items() if k not in self.partial_params}
         call_kwargs = {**{k: v for k, v in passed.items() if k in self.partial_params}, **values}
         if ctx_name is not None and ctx_name in kwargs:
             call_kwargs[ctx_name] = kwargs[ctx_name]
         # Bound partial params (a client, a tenant) are in the payload only when the key names
         # them: they may not be JSON, and they are the same for every call anyway.
         roots = self.gated_call.spec.template.roots
-        arguments = {**{k: v for k, v in self.partial_params.items() if k in roots}, **values}
+        arguments = {**{k: passed.get(k, v) for k, v in self.partial_params.items()
+                        if k in roots}, **values}
         return arguments, call_kwargs
 
     def _answer(self, out: Any, raw_input: dict[str, Any]) -> ToolOutput:
