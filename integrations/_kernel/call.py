@@ -18,6 +18,7 @@ one thread hop instead of three).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -198,8 +199,8 @@ class GatedCall:
         slot, leading = self._claim(arguments)
         if slot is not None:
             if leading:
-                return await run_off_loop(lambda: twins.lead(slot, lambda: self._call(
-                    arguments, body, slot), _shared))
+                return await _lead_off_loop(run_off_loop, slot, lambda: self._call(
+                    arguments, body, slot))
             answer = await slot.await_answer(self._lease)
             if answer is not None:
                 return answer.give()
@@ -302,6 +303,30 @@ class GatedCall:
             return self.spec.template.render(arguments)
         except Exception:
             return None
+
+
+async def _lead_off_loop(run_off_loop: Hop, slot: Slot, call: Callable[[], Any]) -> Any:
+    """Lead ``slot`` on a worker thread. A caller cancelled while the thread had not started
+    (a busy executor) gives the slot up, and the call never starts: left claimed, every later
+    twin of it in this process waited out a whole lease before asking the store."""
+    lock = threading.Lock()
+    taken = [False]  # by the thread (it leads) or by a cancelled caller (it never will)
+
+    def lead() -> Any:
+        with lock:
+            if taken[0]:
+                return None  # nobody awaits this any more, and the slot is released
+            taken[0] = True
+        return twins.lead(slot, call, _shared)
+
+    try:
+        return await run_off_loop(lead)
+    except BaseException:
+        with lock:
+            abandoned, taken[0] = not taken[0], True
+        if abandoned:
+            twins.release(slot, None)
+        raise
 
 
 def _began(slot: Slot | None) -> Any:
