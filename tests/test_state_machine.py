@@ -603,6 +603,9 @@ class GateMachine(RuleBasedStateMachine):
             elif not held and outcome == COMMITTED:
                 self.spent += e.est
                 self.over_ok |= self.spent > CEILING
+        if e.charged and held and outcome == COMMITTED and e.actual is not None:
+            self.spent += e.actual - (e.est or 0)  # the cost its holder reported counts
+            self.over_ok |= self.spent > CEILING
         e.moved(outcome, token=1)
         e.result = result if outcome == COMMITTED else None
         e.why = None

@@ -495,15 +495,24 @@ class Store:
             "result": result, "error": None, "reason": reason, "actor": actor, "note": note,
             "h_by": encode_text(actor), "h_note": encode_text(note),
         }
-        if not resolution.spend_delta:
+        # A held attempt settled COMMITTED: its counters hold the estimate, corrected by the
+        # actual cost its holder reported with an AMBIGUOUS outcome, if it did (read as the
+        # row is written), as a COMMITTED report would have corrected them.
+        corrects = resolution.to is State.COMMITTED and row.budget_keys is not None and (
+            resolution.expected is not State.FAILED)
+        if not (resolution.spend_delta or corrects):
             rows = self._conns.run(self.sql.resolve, binds, self._reserve_sync)
             return effect_row(rows[0]) if rows else None
         with self._conns.transaction() as tx:
             found = tx.one(self.sql.resolve, binds)
             if found is None:
                 return None
-            self._adjust(tx, row.namespace, row.budget_keys, resolution.spend_delta)
-            return effect_row(found)
+            done = effect_row(found)
+            delta = resolution.spend_delta
+            if corrects and done.actual_cost_micros is not None:
+                delta += done.actual_cost_micros - (done.estimated_cost_micros or 0)
+            self._adjust(tx, row.namespace, row.budget_keys, delta)
+            return done
 
     def _adjust(self, tx: Transaction, namespace: str, keys: str | None,
                 delta: int) -> list[tuple[str, int]]:
