@@ -483,6 +483,33 @@ class Store:
                                self._outcome_sync)
         return float(rows[0][0]) if rows else None
 
+    def unconsume(self, row: EffectHead, note: str) -> bool:
+        """Give back the approval the move that wrote ``row`` (IN_FLIGHT, holding
+        ``row.approval_id``) consumed, for a begin whose caller never took the answer (the
+        body never ran): the effect waits again on its approved request (PENDING_APPROVAL, a
+        new token, so the lost lease can no longer report), the request is approved again
+        and the spend the move charged is released, all or nothing. False when the effect
+        or the request moved on meanwhile (nothing written)."""
+        from ..decide import APPROVAL_REQUESTED
+
+        ns = row.namespace
+        try:
+            with self._conns.transaction() as tx:
+                if tx.one(self.sql.resolve, {
+                    "namespace": ns, "id": row.id, "token": row.token,
+                    "expected_state": State.IN_FLIGHT.value,
+                    "state": State.PENDING_APPROVAL.value, "result": None, "error": None,
+                    "reason": APPROVAL_REQUESTED, "actor": None, "note": note,
+                    "h_by": encode_text(None), "h_note": encode_text(note),
+                }) is None or tx.one(self.sql.approval_restore, {
+                    "namespace": ns, "approval_id": row.approval_id}) is None:
+                    tx.rollback()
+                if row.estimated_cost_micros:
+                    self._adjust(tx, ns, row.budget_keys, -row.estimated_cost_micros)
+        except Rollback:
+            return False
+        return True
+
     # -- an operator's or a reconcile hook's settlement --------------------------------------
 
     def resolve(self, row: EffectHead, resolution: Resolution, *, result: str | None,

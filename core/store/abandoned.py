@@ -81,6 +81,12 @@ def release(store: Store, secret: LeaseSecret, value: Any, error: str = ABANDONE
             and secret.issued and row.lease_secret == secret.hash):
         return False
     try:
+        # A move that consumed a human's approval gives it back: the body never ran, and the
+        # yes is never asked for twice.
+        if row.approval_id is not None and store.unconsume(row, error):
+            log.info("released %s: %s (its approval stands)", row.key, error,
+                     extra={"key": row.key})
+            return True
         done = store.record_outcome(
             row.namespace, Lease(row.key, row.token, secret.raw), Outcome.FAILED, result=None,
             error=error, reason=None, note=None, actual_cost_micros=None, spends=None)

@@ -25,7 +25,8 @@ __all__ = ["NAMES", "Sql", "Statements", "StoredFunction", "dialect_key", "insta
 
 NAMES = (
     "adjust", "approval_consume", "approval_decide", "approval_forget", "approval_get",
-    "approval_insert", "charge", "charge_day", "extend", "fetch", "fetch_brief", "fetch_row",
+    "approval_insert", "approval_restore", "charge", "charge_day", "extend", "fetch",
+    "fetch_brief", "fetch_row",
     "fetch_row_id", "insert", "insert_bare", "insert_lean", "lapse", "lock_row", "note_reason",
     "now",
     "prune", "prune_approvals", "prune_arguments", "prune_count", "report",
@@ -139,6 +140,7 @@ class Statements:
     approval_forget: Sql
     approval_get: Sql
     approval_insert: Sql
+    approval_restore: Sql
     charge: Sql
     charge_day: Sql
     extend: Sql

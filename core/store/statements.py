@@ -430,6 +430,14 @@ class _Definitions:
             .returning(a.id)
         )
         lazy["approval_forget"] = lambda: approvals.update().where(mine).values(arguments=null())
+        # A consumed approval given back (Store.unconsume): its begin's caller never took the
+        # answer, so the body never ran and the human's yes still stands.
+        lazy["approval_restore"] = lambda: (
+            approvals.update()
+            .where(mine & (a.state == _state(ApprovalState.CONSUMED)))
+            .values(state=approved)
+            .returning(a.id)
+        )
 
     def statements(self) -> Statements:
         """The set, compiling each definition on first use."""
