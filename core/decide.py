@@ -211,6 +211,8 @@ def begin_step(row: EffectHead | CommittedHead | None, req: Request,
         if status is ApprovalState.PENDING:
             return Answer(Decision.APPROVAL_REQUIRED, _WAITING, approval_id=approval.id)
         if status is ApprovalState.APPROVED:
+            if _costs_more(req, approval):  # a yes to a cost, never to a larger one
+                return _govern(req, row, None, forget=approval.id)
             return _govern(req, row, approval.id)
         # Expired (or gone): ask afresh, and forget what the old request showed.
         return _govern(req, row, None, forget=approval.id)
@@ -221,6 +223,14 @@ def begin_step(row: EffectHead | CommittedHead | None, req: Request,
     if gov is not None and gov.deny and row.reason == gov.deny:
         return Answer(Decision.DENIED, gov.deny)
     return _govern(req, row, None)
+
+
+def _costs_more(req: Request, approval: ApprovalRow) -> bool:
+    """Whether ``req`` declares a larger cost than the person who approved ``approval`` saw
+    (or a cost where they saw none): the payload hash binds the arguments, not the estimate a
+    caller declares beside them, so an approval given at $150 must not run the call at $9M."""
+    cost, seen = req.estimated_cost_micros, approval.estimated_cost_micros
+    return cost is not None and (seen is None or cost > seen)
 
 
 def _ambiguous(row: EffectHead, req: Request, reconcilable: bool) -> Step:

@@ -47,8 +47,10 @@ def row(state: State, **kw: Any) -> EffectHead:
     return EffectHead(**fields)
 
 
-def approval(status: ApprovalState, *, expires: float = NOW + 60) -> ApprovalRow:
-    return ApprovalRow("apr_1", "ns", 1, "t", "k", "h", status, "agent", None, None, 0,
+def approval(status: ApprovalState, *, expires: float = NOW + 60,
+             cost: int | None = 10) -> ApprovalRow:
+    """Request ``apr_1``, shown at ``cost`` (the requests here declare 10)."""
+    return ApprovalRow("apr_1", "ns", 1, "t", "k", "h", status, "agent", None, cost, 0,
                        NOW - 10, expires, None, None, None, None, NOW)
 
 
@@ -101,6 +103,18 @@ TABLE: list[tuple[str, EffectHead | None, str, ApprovalRow | None, bool, Any]] =
     ("pending, still pending", PENDING, "approval", approval(ApprovalState.PENDING), False,
      (D.APPROVAL_REQUIRED, "waiting")),
     ("pending, approved", PENDING, "approval", approval(ApprovalState.APPROVED), False,
+     expect_move(S.IN_FLIGHT, D.EXECUTE, expected=S.PENDING_APPROVAL,
+                 consume_approval="apr_1")),
+    ("pending, approved at a lower cost: asked again", PENDING, "approval",
+     approval(ApprovalState.APPROVED, cost=9), False,
+     expect_move(S.PENDING_APPROVAL, D.APPROVAL_REQUIRED, expected=S.PENDING_APPROVAL,
+                 forget_approval="apr_1", request_approval=True)),
+    ("pending, approved with no cost shown: asked again", PENDING, "approval",
+     approval(ApprovalState.APPROVED, cost=None), False,
+     expect_move(S.PENDING_APPROVAL, D.APPROVAL_REQUIRED, expected=S.PENDING_APPROVAL,
+                 forget_approval="apr_1", request_approval=True)),
+    ("pending, approved at a higher cost", PENDING, "approval",
+     approval(ApprovalState.APPROVED, cost=11), False,
      expect_move(S.IN_FLIGHT, D.EXECUTE, expected=S.PENDING_APPROVAL,
                  consume_approval="apr_1")),
     ("pending, approval expired", PENDING, "approval",

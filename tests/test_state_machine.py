@@ -356,6 +356,9 @@ class GateMachine(RuleBasedStateMachine):
             if status == "pending":
                 return D.APPROVAL_REQUIRED, "waiting for a human's approval"
             assert status == "approved", status
+            if cost is not None and (e.est is None or cost > e.est):
+                seen("an approval given at a lower cost is asked again")
+                return self._advance(e, cost, d)  # the approved request forgotten, not used
             self.approvals[e.approval_id] = "consumed"
             e.moved(IN_FLIGHT, token=1)
             e.est, e.charged = cost, False
