@@ -345,7 +345,8 @@ class GateServer(MCPServer):
     ``run("stdio")``, ``await run_stdio_async()``) is effectgate's, as under ``effectgate mcp
     serve`` (:func:`~.stdio.run_stdio`): a line the SDK cannot read is answered, calls still
     running at the end of input are answered before it exits, and :attr:`input_ended` is set
-    then, so an approval elicited from a client that closed stdin is waited for no longer."""
+    then, so an approval elicited from a client that closed stdin is waited for no longer. Its
+    ``run("streamable-http")`` and ``run("sse")`` are refused (:func:`_unguarded`)."""
 
     def __init__(self, elicitor: ApprovalElicitor, input_ended: anyio.Event | None,
                  *args: Any, **kwargs: Any) -> None:
@@ -369,6 +370,27 @@ class GateServer(MCPServer):
             await run_stdio(self._lowlevel_server, ended)
         finally:
             self.elicitor = before
+
+    async def run_streamable_http_async(self, **options: Any) -> None:
+        """Refused (:class:`~effectgate.ConfigError`): see :func:`_unguarded`."""
+        raise _unguarded("streamable-http")
+
+    async def run_sse_async(self, **options: Any) -> None:
+        """Refused (:class:`~effectgate.ConfigError`): see :func:`_unguarded`."""
+        raise _unguarded("sse")
+
+
+def _unguarded(transport: str) -> eg.ConfigError:
+    """The SDK's own ``run(transport)`` over HTTP listened with no authentication, on any
+    address it was given and with no rebinding protection: anyone who reached the port
+    could begin, or (``allow_resolve``) resolve an AMBIGUOUS effect FAILED and have it run
+    again. :func:`serve` serves HTTP with all three."""
+    return eg.ConfigError(
+        f"build_server(...).run({transport!r}) would serve the gate over HTTP with no "
+        "authentication: use effectgate.integrations.mcp.serve(gate, transport='http') or "
+        "'effectgate mcp serve --transport http' (bearer tokens, a loopback address unless "
+        "allowed, rebinding protection), or mount server.streamable_http_app() behind your "
+        "own authentication")
 
 
 def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
