@@ -220,15 +220,15 @@ class _Replies:
     """The write stream the server answers through: each response or error closes its
     request in ``open`` (:class:`Answered`)."""
 
-    def __init__(self, inner: Any, open_ids: Counter[RequestId]) -> None:
-        self._inner, self._open = inner, open_ids
+    def __init__(self, inner: Any, close: Callable[[RequestId], None]) -> None:
+        self._inner, self._close = inner, close
 
     async def send(self, item: SessionMessage) -> None:
         """Send ``item``; an answer closes its request."""
         await self._inner.send(item)
         message = item.message
         if isinstance(message, (JSONRPCResponse, JSONRPCError)) and message.id is not None:
-            _close(self._open, message.id)
+            self._close(message.id)
 
     async def aclose(self) -> None:
         """Close the underlying stream."""
@@ -242,14 +242,6 @@ class _Replies:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
-
-
-def _close(open_ids: Counter[RequestId], request_id: RequestId) -> None:
-    """One request under ``request_id`` answered or cancelled."""
-    key = coerce_request_id(request_id)
-    open_ids[key] -= 1
-    if open_ids[key] <= 0:
-        del open_ids[key]
 
 
 class Answered:
@@ -275,7 +267,11 @@ class Answered:
         """The requests passed on and not yet answered or cancelled, counted by id as the SDK
         correlates ids (``"7"`` is 7): a client may reuse an id while it is in flight, and the
         SDK runs both requests."""
-        self.replies = _Replies(write, self.open)
+        self._cancelled: set[RequestId] = set()
+        """The open ids whose newest request the client has cancelled: the SDK cancels only
+        that one (its newest under the id, while it runs), so a second cancel of the id is
+        no answer for an older request still running under it."""
+        self.replies = _Replies(write, self._close)
 
     @property
     def last_context(self) -> Any:
@@ -311,12 +307,27 @@ class Answered:
 
     def _note(self, message: Any) -> None:
         if isinstance(message, JSONRPCRequest):
-            self.open[coerce_request_id(message.id)] += 1
+            key = coerce_request_id(message.id)
+            self.open[key] += 1
+            self._cancelled.discard(key)
         elif isinstance(message, JSONRPCNotification) and (
                 message.method == "notifications/cancelled"):  # never answered (MCP)
             cancelled = cancelled_request_id_from_params(message.params)
-            if cancelled is not None:
-                _close(self.open, cancelled)
+            if cancelled is None:
+                return
+            key = coerce_request_id(cancelled)
+            if key in self.open and key not in self._cancelled:
+                self._close(key)
+                if key in self.open:
+                    self._cancelled.add(key)
+
+    def _close(self, request_id: RequestId) -> None:
+        """One request under ``request_id`` answered or cancelled."""
+        key = coerce_request_id(request_id)
+        self.open[key] -= 1
+        if self.open[key] <= 0:
+            del self.open[key]
+            self._cancelled.discard(key)
 
     async def aclose(self) -> None:
         """Close the underlying stream."""
