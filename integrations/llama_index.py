@@ -212,6 +212,10 @@ def _not_convertible(tool: FunctionTool) -> ConfigError:
         "with effectgate.integrations.langchain.gate_tool")
 
 
+_JSON = (str, int, float, bool, type(None), list, dict)
+"""What a model's tool call can carry (its arguments are JSON)."""
+
+
 class GatedFunctionTool(FunctionTool):
     """A ``FunctionTool`` whose every call passes through an effect gate (see :func:`gate_tool`).
 
@@ -266,10 +270,16 @@ class GatedFunctionTool(FunctionTool):
         if ctx_name is not None and ctx_name in kwargs:
             call_kwargs[ctx_name] = kwargs[ctx_name]
         # Bound partial params (a client, a tenant) are in the payload only when the key names
-        # them: they may not be JSON, and they are the same for every call anyway.
+        # them, the schema declares them or the call gives them as JSON: others may not be
+        # JSON, and they are the same for every call anyway. One a model can send (a schema
+        # field, or any name it passes: LlamaIndex lets a call's value beat the bound one) runs
+        # as sent, so the payload, and an approval bound to it, must carry it: left out, an
+        # approval given for EUR ran a refund in USD.
         roots = self.gated_call.spec.template.roots
+        declared = getattr(self._schema, "model_fields", None) or {}
         arguments = {**{k: passed.get(k, v) for k, v in self.partial_params.items()
-                        if k in roots}, **values}
+                        if k in roots or k in declared
+                        or (k in passed and isinstance(passed[k], _JSON))}, **values}
         return arguments, call_kwargs
 
     def _answer(self, out: Any, raw_input: dict[str, Any]) -> ToolOutput:
