@@ -1295,19 +1295,30 @@ def _middleware_class() -> type:
             tool object (``request.tool`` None: a middleware after this one supplies it, as
             LangChain's dynamic tools do), else None. The gate cannot validate or key what it
             cannot see, and passed on, the later middleware ran it ungated — twice for two
-            calls, unrecorded, even under ``strict``: it is refused, and nothing runs."""
+            calls, unrecorded, even under ``strict``: it is refused, and nothing runs. Under
+            ``strict``, so is an undeclared one (strict runs no tool ungated)."""
             if request.tool is not None:
                 return None
             name = request.tool_call.get("name")
-            entry = self._declared.effects.get(name) if isinstance(name, str) else None
-            if entry is None or name in self._declared.read_only:
+            if not isinstance(name, str) or name in self._declared.read_only:
                 return None
-            text = (f"tool {name!r} has an effect declared, but reached the effect gate with no "
-                    "tool to gate (a later middleware supplies it); it was not run. Put "
-                    "EffectGateMiddleware after the middleware that supplies the tool")
+            entry = self._declared.effects.get(name)
+            if entry is not None:
+                text = (f"tool {name!r} has an effect declared, but reached the effect gate with "
+                        "no tool to gate (a later middleware supplies it); it was not run. Put "
+                        "EffectGateMiddleware after the middleware that supplies the tool")
+                on_refusal = entry.adapter_options().get("on_refusal", self.on_refusal)
+            elif self.strict or self._declared.strict:  # undeclared: strict runs none ungated
+                text = (f"strict mode: tool {name!r} has no effect declared and reached the "
+                        "effect gate with no tool object (a later middleware supplies it, or "
+                        "no such tool exists); it was not run. Declare a key template for it, "
+                        "or list it as read_only if it only reads")
+                on_refusal = self.on_refusal
+            else:
+                return None
             log.warning("%s", text, extra={"tool": name})
             refused = Refused.of("denied", text)
-            if entry.adapter_options().get("on_refusal", self.on_refusal) == "raise":
+            if on_refusal == "raise":
                 raise refused.error
             return self._answer(refused, request)
 
