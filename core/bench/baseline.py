@@ -34,7 +34,7 @@ def connect_postgres(dsn: str) -> Any:
     :class:`~effectgate.errors.StoreError` naming it (password hidden) instead of hanging it."""
     import psycopg
 
-    from ..errors import StoreError
+    from ..errors import ConfigError, StoreError
     from ..store.connections import driver_text, safe_url
     from ..store.pg_direct import with_connect_timeout
 
@@ -43,6 +43,9 @@ def connect_postgres(dsn: str) -> Any:
     except psycopg.OperationalError as err:
         raise StoreError(f"bench: cannot reach the Postgres server at {safe_url(dsn)}: "
                          f"{type(err).__name__}: {driver_text(err)}") from err
+    except psycopg.Error:  # libpq cannot read it; its message quotes the text (a password)
+        raise ConfigError(f"bench: not a connection string libpq reads: {safe_url(dsn)}"
+                          ) from None
 
 
 class KeySource:

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from .baseline import RawPostgres, RawSqlite, connect_postgres
 
 __all__ = ["DEFAULT_PG_URL", "Scratch", "new_run_id", "postgres_reachable"]
@@ -89,8 +89,8 @@ class Scratch:
                 conn.execute(f'CREATE SCHEMA "{probe}"')
                 conn.execute(f'DROP SCHEMA "{probe}"')
             return True
-        except StoreError:
-            raise  # the server is not reached: no namespaces either
+        except (StoreError, ConfigError):
+            raise  # the server is not reached (or its URL not read): no namespaces either
         except Exception as err:
             log.info("bench: cannot create a scratch schema (%s); using namespaces", err)
             return False

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -438,15 +439,25 @@ def make_engine(url: str, *, read_only: bool = False,
 
     try:
         parsed = make_url(url)
-    except ArgumentError as err:
-        raise ConfigError(f"not a database URL: {safe_url(url)} ({err})") from None
+    except (ArgumentError, ValueError) as err:  # ValueError: a port that is no number
+        what = "a port that is no number" if isinstance(err, ValueError) else str(err)
+        raise ConfigError(f"not a database URL: {safe_url(url)} ({what})") from None
+    if parsed.password is not None and "@" in f"{parsed.host or ''}/{parsed.database or ''}":
+        # the password ended at its first '@': the rest of it would be the host the driver
+        # names when it cannot resolve it
+        raise ConfigError(f"not a database URL: {safe_url(url)} (an '@' in a password is "
+                          "written %40)")
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         embedded.check_database(parsed.database or "", safe_url(url), read_only=read_only)
-        engine = create_engine(
-            parsed, isolation_level="AUTOCOMMIT",
-            connect_args={"timeout": 60.0, "check_same_thread": False},
-        )
+        try:
+            engine = create_engine(
+                parsed, isolation_level="AUTOCOMMIT",
+                connect_args={"timeout": 60.0, "check_same_thread": False},
+            )
+        except ArgumentError:  # a user, a password or a host in it: no SQLite URL
+            raise ConfigError(f"not a SQLite URL: {safe_url(url)} (sqlite:///path/to/file.db)"
+                              ) from None
         _fork_safe(engine)
 
         @event.listens_for(engine, "connect")
@@ -574,4 +585,17 @@ def safe_url(url: str) -> str:
         except Exception:  # nothing of it is shown
             return "<unprintable url>"
     base, query, _ = plain.partition("?")
-    return visible(base + ("?***" if query else ""))
+    return visible(_one_at(base) + ("?***" if query else ""))
+
+
+def _one_at(base: str) -> str:
+    """``base`` (a URL without its query, its password shown as ``***``) with whatever follows
+    the password up to the last ``@`` (or ``%40``) hidden too: a password holding a raw ``@``
+    ends, for SQLAlchemy and libpq alike, at its first one, and the rest of it reads as the
+    host (or the host and database)."""
+    scheme, sep, rest = base.partition("://")
+    userinfo, at, after = rest.partition("@")
+    tail = re.split(r"@|%40", after, flags=re.IGNORECASE)  # (the database's '@' is escaped)
+    if not sep or not at or ":" not in userinfo or "/" in userinfo or len(tail) == 1:
+        return base
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@***@{tail[-1]}"

@@ -1,0 +1,287 @@
+"""Review of the round-5 morning commits: what an attack on them found."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import effectgate as eg
+from effectgate.errors import ConfigError
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://u:s3@cr3tpart@127.0.0.1:1/db",  # the rest of the password read as the host
+    "postgresql://u:s3@cr3tpart/x@127.0.0.1:1/db",  # ... as the host and the database
+    "postgresql://u:s3?x@cr3tpart@127.0.0.1:1/db",
+])
+def test_a_raw_at_in_a_password_is_refused_and_never_shown(url: str, tmp_path: object) -> None:
+    """libpq and SQLAlchemy both end a password at its first '@': the rest of it was shown
+    by safe_url as the host, and named again by the driver ('failed to resolve host
+    'cr3tpart@...''). The store refuses such a URL before connecting, with a typed error
+    that shows none of the password."""
+    from effectgate.store.connections import safe_url
+
+    assert "cr3tpart" not in safe_url(url)
+    with pytest.raises(ConfigError) as caught:
+        eg.Gate(url).get("x")
+    assert "cr3tpart" not in str(caught.value) and "%40" in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["postgresql://u:s3cr3t@h:port/db", "sqlite://u:s3cr3t@/x.db"])
+def test_a_malformed_store_url_gets_a_typed_error(url: str) -> None:
+    """A port that is no number (SQLAlchemy's ValueError) and a SQLite URL with credentials
+    (its ArgumentError) escaped Gate() untyped."""
+    with pytest.raises(ConfigError) as caught:
+        eg.Gate(url).get("x")
+    assert "s3cr3t" not in str(caught.value)
+
+
+def test_the_bench_refuses_a_dsn_libpq_cannot_read_without_quoting_it() -> None:
+    """connect_postgres let psycopg's ProgrammingError out, which quotes the DSN's words
+    ('missing "=" after "s3cr3t"')."""
+    from effectgate.bench.baseline import connect_postgres
+
+    with pytest.raises(ConfigError) as caught:
+        connect_postgres("host=127.0.0.1 port=1 s3cr3t")
+    assert "s3cr3t" not in str(caught.value)
+
+
+@pytest.fixture()
+def plain(tmp_path: Any) -> Any:
+    with eg.Gate(f"sqlite:///{tmp_path / 'plain.db'}", namespace="rv5", policy=False) as gate:
+        yield gate
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_strict_refuses_an_undeclared_tool_a_later_middleware_supplies(
+        plain: eg.Gate, asynchronous: bool) -> None:
+    """``_unseen`` refused a declared tool that reaches the gate's middleware with no tool
+    object, but an undeclared one still passed on, and the later middleware ran it ungated
+    under ``strict=True`` (twice for two calls, never reported): strict runs no tool
+    ungated."""
+    pytest.importorskip("langchain.agents")
+    import asyncio
+
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    from effectgate.integrations import langchain as eg_lc
+
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email. Irreversible."""
+        sent.append(to)
+        return "sent"
+
+    @tool
+    def lookup(txn_id: str) -> str:
+        """Look a transaction up."""
+        return "found"
+
+    class DynamicTools(AgentMiddleware):  # type: ignore[type-arg]
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request.override(tools=[*request.tools, send_email]))
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request.override(tools=[*request.tools, send_email]))
+
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            if request.tool_call["name"] == "send_email":
+                request = request.override(tool=send_email)
+            return handler(request)
+
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            if request.tool_call["name"] == "send_email":
+                request = request.override(tool=send_email)
+            return await handler(request)
+
+    class Model(FakeMessagesListChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    calls = [AIMessage("", tool_calls=[{"name": "send_email", "id": f"c{i}",
+                                        "type": "tool_call", "args": {"to": "a@b.c"}}])
+             for i in (1, 2)]
+    gate_mw = eg_lc.EffectGateMiddleware({"refund": "refund:{txn_id}"}, gate=plain,
+                                         read_only=["lookup"], strict=True)
+    agent = create_agent(Model(responses=[*calls, AIMessage("done")]), tools=[lookup],
+                         middleware=[gate_mw, DynamicTools()])
+    payload = {"messages": [{"role": "user", "content": "mail a@b.c"}]}
+    out = asyncio.run(agent.ainvoke(payload)) if asynchronous else agent.invoke(payload)
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert sent == []
+    assert [m.status for m in answers] == ["error", "error"]
+    assert all("strict mode" in str(m.content) for m in answers)
+
+
+def test_stdio_end_of_input_waits_for_a_call_an_id_reused_and_cancelled_twice_leaves_running(
+        ) -> None:
+    """Two requests under id 7 (the SDK runs both), then two cancels of 7: the SDK cancels
+    the newest one only (the second cancel finds the same entry), but each cancel took one
+    from the open count, so at the end of input the server stopped with the older call still
+    running: answered "Connection closed", its body cancelled (a gated call left AMBIGUOUS
+    after its reservation). A cancel of an id never open, then a real request under it, is
+    waited for too."""
+    pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
+    import anyio
+    from mcp.server import MCPServer
+    from mcp.shared.message import SessionMessage
+    from mcp_types import JSONRPCNotification, JSONRPCRequest
+
+    from effectgate.integrations.mcp.stdio import Answered
+
+    done: list[str] = []
+    server = MCPServer("t")
+
+    @server.tool()
+    async def slow(tag: str) -> str:
+        await anyio.sleep({"older": 0.6, "late": 0.1}.get(tag, 30))
+        done.append(tag)
+        return tag
+
+    def call(rid: int, tag: str) -> SessionMessage:
+        return SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=rid, method="tools/call",
+                                             params={"name": "slow", "arguments": {"tag": tag}}))
+
+    def cancel(rid: int) -> SessionMessage:
+        return SessionMessage(JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled",
+                                                  params={"requestId": rid}))
+
+    async def main() -> list[dict[str, Any]]:
+        in_send, in_recv = anyio.create_memory_object_stream[Any](100)
+        out_send, out_recv = anyio.create_memory_object_stream[Any](100)
+        answered = Answered(in_recv, out_send)
+        low = server._lowlevel_server
+        got: list[dict[str, Any]] = []
+
+        async def read() -> None:
+            async for m in out_recv:
+                got.append(m.message.model_dump(exclude_none=True))
+
+        async def serve() -> None:
+            with anyio.fail_after(10):
+                await low.run(answered, answered.replies, low.create_initialization_options())
+            out_send.close()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            tg.start_soon(serve)
+            await in_send.send(SessionMessage(JSONRPCRequest(
+                jsonrpc="2.0", id=1, method="initialize", params={
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "c", "version": "1"}})))
+            await in_send.send(SessionMessage(JSONRPCNotification(
+                jsonrpc="2.0", method="notifications/initialized")))
+            await in_send.send(call(7, "older"))
+            await anyio.sleep(0.05)
+            await in_send.send(call(7, "newer"))
+            await anyio.sleep(0.05)
+            await in_send.send(cancel(7))
+            await in_send.send(cancel(7))
+            await in_send.send(cancel(9))  # never open
+            await in_send.send(call(9, "late"))
+            await anyio.sleep(0.05)
+            in_send.close()
+        return got
+
+    got = anyio.run(main)
+    assert sorted(done) == ["late", "older"]
+    answers = {(g["id"], json.dumps(g.get("result") or g.get("error"))) for g in got
+               if g.get("id") != 1}
+    assert len(answers) == 2 and all("Connection closed" not in a for _, a in answers), answers
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_partial_param_the_model_sends_is_in_the_payload_an_approval_binds(
+        tmp_path: Any) -> None:
+    """``partial_params={"currency": "EUR"}`` beside a given ``fn_schema`` that declares
+    ``currency``: the bound value was dropped from the payload, yet a call that sends
+    ``currency`` runs with it (LlamaIndex lets the call's value win). The approval asked for
+    the EUR call (payload ``{txn_id}``) let the USD call run. Now the payload carries the
+    value that runs: the USD call is another payload, refused, and nothing ran."""
+    pytest.importorskip("llama_index.core")
+    import warnings
+
+    from pydantic import BaseModel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from llama_index.core.tools import FunctionTool, ToolMetadata
+
+    from effectgate.integrations import llama_index as eg_li
+
+    class RefundArgs(BaseModel):
+        txn_id: str
+        currency: str = "USD"
+
+    ran: list[tuple[str, str]] = []
+
+    def refund(txn_id: str, currency: str = "USD") -> str:
+        ran.append((txn_id, currency))
+        return f"refunded {txn_id} in {currency}"
+
+    with eg.Gate(f"sqlite:///{tmp_path / 'e.db'}", policy={
+            "effects": {"refund": {"approval": "always"}}}) as gate:
+        tool = eg_li.gate_tool(FunctionTool(fn=refund, metadata=ToolMetadata(
+            name="refund", description="Refund.", fn_schema=RefundArgs),
+            partial_params={"currency": "EUR"}), "refund:{txn_id}", gate=gate,
+            effect_type="refund")
+        assert "WAITING FOR APPROVAL" in tool.call(txn_id="T1").content
+        gate.approve(gate.get("refund:T1").approval_id, by="alice")
+        other = tool.call(txn_id="T1", currency="USD")
+        assert ran == [], other.content
+        assert tool.call(txn_id="T1").content == "refunded T1 in EUR"
+        assert ran == [("T1", "EUR")]
+        # A partial param no schema shows the model, sent all the same (a model's JSON):
+        hidden = eg_li.gate_tool(FunctionTool.from_defaults(
+            fn=refund, name="refund2", partial_params={"currency": "EUR"}), "refund:{txn_id}",
+            gate=gate, effect_type="refund")
+        assert "currency" not in hidden.metadata.fn_schema.model_fields
+        assert "WAITING FOR APPROVAL" in hidden.call(txn_id="T2").content
+        gate.approve(gate.get("refund:T2").approval_id, by="alice")
+        hidden.call(txn_id="T2", currency="USD")
+        assert ran == [("T1", "EUR")]
+
+
+def test_build_server_refuses_the_sdks_unauthenticated_http(tmp_path: Any) -> None:
+    """``build_server(gate, allow_resolve=True).run("streamable-http", host="0.0.0.0")`` (the
+    SDK's own HTTP, which GateServer inherited): it listened on every address with no token,
+    and a client with none resolved an AMBIGUOUS effect FAILED ("by": anyone), so the next
+    begin executed it again. ``serve`` refuses such a bind and demands a bearer token; the
+    server refuses this path with a typed error, and nothing listens."""
+    pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import sys\nimport effectgate as eg\nfrom effectgate.integrations.mcp import "
+        "build_server\nbuild_server(eg.Gate(sys.argv[1]), allow_resolve=True).run("
+        "'streamable-http', host='0.0.0.0', port=int(sys.argv[2]))\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, str(script), f"sqlite:///{tmp_path / 'e.db'}",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    listened = False
+    try:
+        deadline = time.monotonic() + 20
+        while proc.poll() is None and time.monotonic() < deadline and not listened:
+            with socket.socket() as s:
+                listened = s.connect_ex(("127.0.0.1", port)) == 0
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+    assert not listened
+    assert "ConfigError" in err and "no authentication" in err, err[-2000:]
