@@ -320,10 +320,20 @@ def test_an_actual_cost_at_the_bigint_bound_is_recorded_and_stops_the_counter_th
     assert refund(gate, "c", 1, run_id="r").decision is eg.Decision.DENIED
 
 
+def _processes() -> Any:
+    """Real OS processes, forked from one server process that imported effectgate, its store
+    and this module once (``spawn`` paid those imports again in each of the 8 workers: most
+    of the test's time). Each worker still builds its own gate and its own connections."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__, "effectgate.gate", "effectgate.store.sql",
+                                "effectgate.store.pg_direct", "effectgate.policy", "psycopg"])
+    return ctx
+
+
 def _spend_worker(url: str, ns: str, worker: int, side: str, start: Any) -> None:
     gate = eg.Gate(url, namespace=ns, policy=eg.Policy.from_dict(
         {"effects": {"payment.*": {"budget": {"per_effect_type_micros": 10 * DOLLAR}}}}))
-    start.wait()
+    start.wait(60)  # a barrier: every worker's gate is built before any of them begins
     for i in range(6):
         d = gate.begin(effect_type="payment.charge", key=f"charge:{worker}:{i}",
                        payload={}, estimated_cost_micros=DOLLAR)
@@ -337,13 +347,12 @@ def _spend_worker(url: str, ns: str, worker: int, side: str, start: Any) -> None
 def test_g9_eight_processes_never_spend_past_ceiling(store_url: str, namespace: str,
                                                     tmp_path: Path) -> None:
     side = str(tmp_path / "spent.txt")
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
+    ctx = _processes()
+    start = ctx.Barrier(8)
     procs = [ctx.Process(target=_spend_worker, args=(store_url, namespace, w, side, start))
              for w in range(8)]
     for p in procs:
         p.start()
-    start.set()
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
@@ -513,7 +522,7 @@ def _unwind_worker(url: str, ns: str, side: str, start: Any) -> None:
         with open(side, "a") as f:
             f.write(compensation["cancel"] + "\n")
 
-    start.wait()
+    start.wait(60)  # a barrier: every worker's gate is built before any of them unwinds
     gate.unwind("trip:1")
 
 
@@ -522,13 +531,12 @@ def test_g10_concurrent_unwinds_compensate_once(make_gate: Any, store_url: str,
                                                namespace: str, tmp_path: Path) -> None:
     _trip(make_gate(), [])
     side = str(tmp_path / "undone.txt")
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
+    ctx = _processes()
+    start = ctx.Barrier(4)
     procs = [ctx.Process(target=_unwind_worker, args=(store_url, namespace, side, start))
              for _ in range(4)]
     for p in procs:
         p.start()
-    start.set()
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
