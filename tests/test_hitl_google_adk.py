@@ -51,7 +51,8 @@ def here(gate: eg.Gate, tmp: Path, name: str, answer: Any = None) -> dict[str, A
 @pytest.mark.slow
 def test_a_confirmation_in_another_process_executes_once_and_a_replay_gets_the_result(
         store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
-    first = step(store_url, namespace, tmp_path, "start")
+    # Paused here, confirmed in a new OS process on the session file (one new process only).
+    first = here(hgate, tmp_path, "start")
     [request] = first["requests"]
     shown = request["toolConfirmation"]["payload"]
     [approval] = hgate.list_approvals()

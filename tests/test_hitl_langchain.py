@@ -97,7 +97,11 @@ def interrupt_value(out: dict[str, Any]) -> dict[str, Any]:
 
 def test_paused_in_one_process_approved_on_resume_in_another_executes_once(
         store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
-    first = step(store_url, namespace, tmp_path, "start")
+    # Paused here, resumed in a new OS process on the checkpoint file (LangChain takes seconds
+    # to import: one new process only). Through JSON, as the worker prints it.
+    first = json.loads(json.dumps(worker.langchain_step(
+        hgate, tmp_path / "ledger", tmp_path / "checkpoints.db", "start", None, "tool"),
+        default=str))
     [value] = first["interrupts"]
     [approval] = hgate.list_approvals()
     # LangChain's HITLRequest shape, bound to the store's approval of these exact arguments.

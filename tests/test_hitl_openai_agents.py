@@ -46,7 +46,9 @@ def in_new_process(store_url: str, namespace: str, tmp: Path, name: str,
 
 def test_paused_run_state_approved_in_another_process_executes_once(
         store_url: str, namespace: str, hgate: eg.Gate, tmp_path: Path) -> None:
-    first = in_new_process(store_url, namespace, tmp_path, "start")
+    # Paused here, resumed in a new OS process from the RunState's JSON (the SDK takes
+    # seconds to import: one new process only, as in test_hitl_crewai).
+    first = in_process(hgate, tmp_path, "start")
     assert first["final_output"] is None
     [item] = first["interruptions"]
     assert item["tool_name"] == "refund" and json.loads(item["arguments"]) == worker.ARGS
