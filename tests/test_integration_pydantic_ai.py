@@ -226,7 +226,7 @@ def test_bad_configuration_is_refused_up_front(sqlite_gate: eg.Gate, refund: Any
 
 
 _DBOS_RUN = '''
-import asyncio, json, sys
+import asyncio, json, os, sys
 from dbos import DBOS
 from pydantic_ai import Agent
 from pydantic_ai.durable_exec.dbos import DBOSAgent
@@ -266,8 +266,13 @@ async def main():
 
 try:
     asyncio.run(main())
-finally:
+except BaseException:
     DBOS.destroy()
+    raise
+# Printed, and every write it depends on committed: exit without DBOS.destroy()'s second of
+# joining idle threads.
+sys.stdout.flush()
+os._exit(0)
 '''
 
 
