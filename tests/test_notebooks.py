@@ -122,14 +122,18 @@ def test_every_notebook_runs_from_the_notebooks_extra_alone(tmp_path: Path) -> N
     """A fresh virtual environment with only ``pip install ".[notebooks]"``: quickstart and
     governance run through, each framework notebook skips with its message."""
     import subprocess
+    import sys
     import venv
 
-    venv.create(tmp_path / "venv", with_pip=True)
+    # No pip of its own: this run's pip installs into it (``--python``), which skips
+    # ensurepip (about 5 of this test's 40 seconds); the notebooks never call pip.
+    venv.create(tmp_path / "venv", with_pip=False)
     python = tmp_path / "venv" / "bin" / "python"
     # --no-compile: what is installed is the same; only the modules the notebooks import are
     # compiled (when imported), not all of Jupyter's (about 10 of this test's 40 seconds)
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile",
-                              f"{ROOT}[notebooks]"], capture_output=True, text=True, timeout=900)
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                              "-q", "--no-compile", f"{ROOT}[notebooks]"],
+                             capture_output=True, text=True, timeout=900)
     assert install.returncode == 0, install.stderr[-2000:]
     (tmp_path / "work").mkdir()
     run = subprocess.run([str(python), "-c", RUNNER, str(tmp_path / "work"),
