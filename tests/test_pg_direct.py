@@ -288,3 +288,48 @@ def test_a_connection_lost_while_the_meta_rows_are_read_is_not_kept(scratch_url:
             assert conn.info.backend_pid != pid
     finally:
         store.close()
+
+
+def _sessions(name: str) -> int:
+    return int(_rows(PG_URL, "SELECT count(*) FROM pg_stat_activity "
+                             f"WHERE application_name = '{name}'")[0][0])
+
+
+def test_a_store_refused_when_it_opens_keeps_no_connection_open(scratch_url: str) -> None:
+    """A store a newer effectgate migrated is refused; the connections the refusal opened (the
+    direct one that read the meta rows, SQLAlchemy's that read the schema) are closed with
+    it, not left to the garbage collector."""
+    import uuid
+
+    name = f"eg_refused_{uuid.uuid4().hex[:8]}"
+    Store(scratch_url).close()
+    _rows(scratch_url, "UPDATE effectgate_meta SET value = '99' "
+                       "WHERE name = 'schema_version'")
+    assert _sessions(name) == 0
+    with pytest.raises(eg.EffectGateError, match="99"):
+        Store(f"{scratch_url}&application_name={name}")
+    assert _sessions(name) == 0
+
+
+def test_the_idle_async_connections_of_a_finished_event_loop_are_closed(
+        scratch_url: str) -> None:
+    """``asyncio.run`` returns and its loop is gone: the async face's idle connections of that
+    loop are closed then, not left to the garbage collector (a ResourceWarning each)."""
+    import asyncio
+    import gc
+    import warnings
+
+    with eg.Gate(scratch_url, namespace="dead-loop", policy=False) as gate:
+
+        @gate.effect("a:{n}", effect_type="t.async")
+        async def work(n: int) -> int:
+            return n
+
+        async def main() -> int:
+            return await work(1)
+
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ResourceWarning)
+            assert asyncio.run(main()) == 1
+            gc.collect()
+    assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []

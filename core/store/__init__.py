@@ -147,25 +147,29 @@ class Store:
         self.is_sqlite = self.dialect_name == "sqlite"
         self._conns = Connections(self.url, durability, read_only=read_only, engine=engine,
                                   database=database, conninfo=conninfo)
-        found = self._read_meta() if database is not None or conninfo is not None else None
-        self.meta: dict[str, str] = self._schema() if found is None else found
-        # A store kept open while a newer effectgate migrates it stops writing (read-only:
-        # the database refuses writes already).
-        self.version_watch = None if read_only else VersionWatch(safe_url(self.url))
-        self._conns.watch = self.version_watch
-        self.secret = bytes.fromhex(self.meta["vendor_secret"])
-        self.sql = statements_for(self.dialect_name, durability)
-        functions = (self.sql.reserve_function, self.sql.bare_function,
-                     self.sql.governed_function)
-        if self.sql.reserve_function is not None and not read_only:
-            try:
-                with self._conns.connection() as conn:
-                    install(conn, tuple(f for f in functions if f is not None))
-            except Exception as err:
-                raise StoreError(
-                    "cannot install the reservation functions of this version of effectgate "
-                    f"({driver_text(err)}): open the store once as a role that may create "
-                    "functions in its schema (its owner), then start the workers") from err
+        try:  # a store refused here (newer, missing, no functions) keeps nothing open
+            found = self._read_meta() if database is not None or conninfo is not None else None
+            self.meta: dict[str, str] = self._schema() if found is None else found
+            # A store kept open while a newer effectgate migrates it stops writing (read-only:
+            # the database refuses writes already).
+            self.version_watch = None if read_only else VersionWatch(safe_url(self.url))
+            self._conns.watch = self.version_watch
+            self.secret = bytes.fromhex(self.meta["vendor_secret"])
+            self.sql = statements_for(self.dialect_name, durability)
+            functions = (self.sql.reserve_function, self.sql.bare_function,
+                         self.sql.governed_function)
+            if self.sql.reserve_function is not None and not read_only:
+                try:
+                    with self._conns.connection() as conn:
+                        install(conn, tuple(f for f in functions if f is not None))
+                except Exception as err:
+                    raise StoreError(
+                        "cannot install the reservation functions of this version of effectgate "
+                        f"({driver_text(err)}): open the store once as a role that may create "
+                        "functions in its schema (its owner), then start the workers") from err
+        except BaseException:
+            self._conns.close()
+            raise
         self._reserve_sync = self._conns.sync_reserve
         self._outcome_sync = self._conns.sync_outcome
         self._async_face: ThreadedStore | AsyncPostgres | None = None

@@ -153,6 +153,9 @@ class AsyncPostgres:
         pool = self._pools.get(loop)
         if pool is None:
             pool = self._pools[loop] = _LoopPool()
+            # The loop gone (``asyncio.run`` returned): its idle connections are closed, not
+            # left to the garbage collector (a ResourceWarning, a server session held).
+            weakref.finalize(loop, _finish_idle, pool, self._pid)
         return pool
 
     async def _acquire(self) -> Any:
@@ -385,6 +388,16 @@ class AsyncPostgres:
                               extend_binds(namespace, lease, seconds, vendor_ref),
                               writing=True)
         return float(rows[0][0]) if rows else None
+
+
+def _finish_idle(pool: _LoopPool, pid: int) -> None:
+    """Close the idle connections of a loop that is gone (no loop left to await a close on:
+    libpq's own, as :meth:`AsyncPostgres.close_idle`); never a parent's, in a forked child."""
+    if pid != os.getpid():
+        return
+    for conn in _taken_idle(pool):
+        with contextlib.suppress(Exception):
+            conn.pgconn.finish()
 
 
 def _taken_idle(pool: _LoopPool) -> list[Any]:
