@@ -143,3 +143,21 @@ def _drop_namespaces(url: str, namespaces: list[str]) -> None:
             for ns in namespaces:
                 conn.execute(text(f"DELETE FROM {table} WHERE namespace = :ns"), {"ns": ns})
     engine.dispose()
+
+
+def test_the_header_never_shows_the_stores_password() -> None:
+    """``--url`` with a password (the test server trusts any): the store line of the header
+    shows the URL with its password hidden (it was printed whole)."""
+    from .conftest import PG_URL, require_postgres
+
+    require_postgres()
+    url = PG_URL.replace("postgres@", "postgres:s3cr3t-pw@", 1)
+    assert "s3cr3t-pw" in url
+    result = CliRunner().invoke(main, ["demo", "--url", url, "--agent", "plain"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    [store] = [line for line in result.stdout.splitlines() if line.startswith("store: ")]
+    assert "s3cr3t-pw" not in store and "postgres:***@" in store, store
+    hint = [line.strip() for line in result.stdout.splitlines()
+            if line.strip().startswith("effectgate ls")]
+    _drop_namespaces(url, [shlex.split(hint[0])[-1]])

@@ -16,7 +16,15 @@ from typing import Any
 
 import click
 
-from ._common import Command, console, fail, handle_errors, normalise_url, print_json
+from ._common import (
+    Command,
+    console,
+    fail,
+    handle_errors,
+    normalise_url,
+    print_json,
+    shown_url,
+)
 
 __all__ = ["demo"]
 
@@ -124,7 +132,7 @@ def _header(out: Any, url: str | None, namespace: str) -> None:
     out.print("[bold]effectgate demo[/] — one agent, its tools and a fake payments vendor "
               "that counts every call reaching it, each scene played twice: without the "
               "gate, then with it.")
-    where = f"{url} (namespace {namespace})" if url else "a fresh throw-away SQLite file"
+    where = f"{shown_url(url)} (namespace {namespace})" if url else "a fresh throw-away SQLite file"
     out.print(f"[dim]store: {_esc(where)}[/]", soft_wrap=True)
     out.print("[dim]policy: refunds of $500 or more need approval; $1,000 of refunds per "
               "run[/]")
