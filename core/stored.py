@@ -83,6 +83,13 @@ class EffectRecord:
         """True when the stored state is IN_FLIGHT but the lease has lapsed (reads AMBIGUOUS)."""
         return self.state is State.AMBIGUOUS and self.reason == "lease lapsed"
 
+    @property
+    def vendor_idempotency_key(self) -> str | None:
+        """The key sent to the vendor as its own idempotency key (``vendor_key.value``), as
+        :attr:`~effectgate.BeginDecision.vendor_idempotency_key` names it: what a reconcile
+        hook asks the vendor about. None for an effect without a vendor."""
+        return self.vendor_key.value if self.vendor_key else None
+
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready fields, history included."""
         out: dict[str, Any] = {}

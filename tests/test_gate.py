@@ -117,6 +117,8 @@ def test_g4_failed_permits_new_attempt_with_new_vendor_key(gate: eg.Gate) -> Non
         gate.store.secret, "stripe", namespace=gate.namespace, effect_type="payment.refund",
         key="refund:txn_1", attempt=1,
     ).value
+    # The record names it as the decision does (a reconcile hook reads the record).
+    assert gate.get("refund:txn_1").vendor_idempotency_key == d2.vendor_idempotency_key
 
 
 def test_max_attempts_denies_further_attempts(gate: eg.Gate) -> None:
