@@ -7,7 +7,8 @@ symlink in the path is followed, as a real file server's write would) and append
 received; ``charge`` answers structured content (and its JSON as text) holding the card it was
 given. ``lookup`` is a read. With ``$REFUSE_START`` naming a file that
 exists, the server exits before answering anything (an upstream that cannot start); with
-``$SLOW_START`` naming a file that exists, it waits 5 s before it answers (a slow start).
+``$SLOW_START`` naming a file that exists, it waits ``$SLOW_START_SECONDS`` (5 unless set)
+before it answers (a slow start).
 
 Run: ``python tests/mcp_upstream.py`` (stdio) or ``python tests/mcp_upstream.py --http PORT``.
 """
@@ -24,7 +25,7 @@ if __name__ == "__main__" and Path(os.environ.get("REFUSE_START") or "/nonexiste
 if __name__ == "__main__" and Path(os.environ.get("SLOW_START") or "/nonexistent").exists():
     import time
 
-    time.sleep(5)  # a slow start: nothing is read meanwhile
+    time.sleep(float(os.environ.get("SLOW_START_SECONDS") or 5))  # nothing is read meanwhile
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError

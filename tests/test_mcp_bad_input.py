@@ -50,15 +50,37 @@ def lines(tmp_path: Path) -> list[Any]:
             for x in ledger.read_text().splitlines()] if ledger.exists() else []
 
 
+@pytest.fixture(scope="session")
+def hostile_init(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """``mcp init`` on the hostile server, run once for both store backends (it writes no
+    store), by whichever xdist worker asks first (the others wait for it): the policy file
+    (read, never changed, by each test), its exit status and stderr."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's
+    folder, out = shared / "hostile-init", shared / "hostile-init" / "effectgate.toml"
+    with (shared / "hostile-init.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "done.json").exists():
+            folder.mkdir(exist_ok=True)
+            done = run("mcp", "init", "--upstream", HOSTILE, "-o", str(out),
+                       env=ledger_env(folder))
+            (folder / "done.json").write_text(json.dumps([done.returncode, done.stderr]),
+                                              encoding="utf-8")
+    returncode, stderr = json.loads((folder / "done.json").read_text(encoding="utf-8"))
+    return out, returncode, stderr
+
+
 async def test_init_on_a_hostile_server_writes_a_policy_that_gates_it(
-        tmp_path: Path, store_url: str, namespace: str) -> None:
+        tmp_path: Path, store_url: str, namespace: str,
+        hostile_init: tuple[Path, int, str]) -> None:
     """Tool names with newlines, quotes, braces, globs, 300 characters; parameters no template
     can name: the policy still loads, every write is gated under its exact name, the start
     lines cannot be forged by a name, and a gated call runs once."""
     env = ledger_env(tmp_path)
-    out = tmp_path / "effectgate.toml"
-    done = run("mcp", "init", "--upstream", HOSTILE, "-o", str(out), env=env)
-    assert done.returncode == 0, done.stderr
+    out, returncode, stderr = hostile_init
+    assert returncode == 0, stderr
     policy = eg.Policy.load(out)
     names = {t.name for t in mcp_hostile_upstream.TOOLS}
     assert set(policy.tool_effects()) == names - {"peek"}
@@ -188,12 +210,16 @@ def bound_to(command: str) -> str:
 
 
 async def test_an_impostor_named_like_a_vetted_server_gets_none_of_its_trust(
-        tmp_path: Path, store_url: str, namespace: str) -> None:
+        tmp_path: Path, namespace: str) -> None:
     """A third-party server that reports itself as the vetted ``secure-filesystem-server``
     offers a ``read_text_file`` annotated read-only whose calls write. Under --strict it is
     refused, never run: whether the policy's entry names no command (a name proves nothing),
     or names the vetted server's command (not this one). Only an entry whose command is
-    this very upstream, as the operator configured it, passes its reads."""
+    this very upstream, as the operator configured it, passes its reads.
+
+    One store backend: nothing here is gated (a refusal and a trusted read write no row,
+    checked below), so the store plays no part in what is checked."""
+    store_url = f"sqlite:///{tmp_path / 'effects.db'}"
     env = {**ledger_env(tmp_path), "HOSTILE_NAME": "secure-filesystem-server"}
     policy = tmp_path / "effectgate.toml"
     vetted = shlex.join(["npx", "-y", "@modelcontextprotocol/server-filesystem",
@@ -226,3 +252,5 @@ async def test_an_impostor_named_like_a_vetted_server_gets_none_of_its_trust(
     assert [line[0] for line in lines(tmp_path)] == ["read_text_file"]
     assert "policy rule for upstream 'secure-filesystem-server' (its command)" in (
         errlog.read_text(encoding="utf-8"))
+    with eg.Gate(store_url, namespace=namespace) as gate:
+        assert gate.list_effects() == []

@@ -44,6 +44,9 @@ lease_seconds = 0.3
 """
 
 
+SLOW_START_SECONDS = 2.5  # a slow start: past the 1 s lease of the test that uses it
+
+
 class Upstream:
     """The files the upstream process writes and reads."""
 
@@ -76,7 +79,8 @@ async def gateway(up: Upstream, *args: str, target: str = UPSTREAM,
                   slow_start: Path | None = None) -> AsyncIterator[ClientSession]:
     """A client session on ``effectgate mcp gateway --upstream TARGET ARGS`` over stdio
     (``slow_start``: a file that, once it exists, makes the upstream start slowly)."""
-    env = up.env() if slow_start is None else {**up.env(), "SLOW_START": str(slow_start)}
+    env = up.env() if slow_start is None else {**up.env(), "SLOW_START": str(slow_start),
+                                               "SLOW_START_SECONDS": str(SLOW_START_SECONDS)}
     params = StdioServerParameters(
         command=sys.executable, env=env,
         args=[*CLI, "mcp", "gateway", "--upstream", target, *args])
@@ -258,11 +262,11 @@ async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str
 
 async def test_a_slow_restart_of_the_upstream_never_outlasts_the_lease(
         upstream: Upstream, store_url: str, namespace: str) -> None:
-    """The upstream died; its restart takes 5 s, the lease 1 s. The heartbeat began only
-    once the upstream was ready, so the lease lapsed while the gateway reconnected: an
-    operator could resolve the AMBIGUOUS effect FAILED and a retry send it, and then the
-    lapsed holder's call left too. The lease is kept from the start: IN_FLIGHT throughout,
-    and the call leaves once, under it."""
+    """The upstream died; its restart takes 2.5 s (and its imports), the lease 1 s. The
+    heartbeat began only once the upstream was ready, so the lease lapsed while the gateway
+    reconnected: an operator could resolve the AMBIGUOUS effect FAILED and a retry send it,
+    and then the lapsed holder's call left too. The lease is kept from the start: IN_FLIGHT
+    throughout, and the call leaves once, under it."""
     policy = upstream.policy.with_name("short-lease.toml")
     policy.write_text('[effects."sms.send"]\nkey = "sms:{to}:{text}"\ntools = ["send_message"]'
                       '\nlease_seconds = 1\n\n[effects."sms.slow"]\nkey = "slow:{to}"\n'

@@ -362,6 +362,7 @@ async def test_a_call_cancelled_before_it_left_is_failed_not_ambiguous(
     slow = tmp_path / "slow_start"
     for name in ("STARTED", "REFUSE_START", "SLOW_START"):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.setenv("SLOW_START_SECONDS", "3")  # (and its imports after)
     gate = make_gate(policy={"effects": {
         "sms.send": {"key": "sms:{to}:{text}", "tools": ["send_message"]},
         "sms.slow": {"key": "slow:{to}", "tools": ["slow_send"]}}})
@@ -376,7 +377,7 @@ async def test_a_call_cancelled_before_it_left_is_failed_not_ambiguous(
                 await anyio.sleep(2)  # the gateway is reconnecting: nothing sent yet
                 tg.cancel_scope.cancel()
             slow.unlink()
-            await anyio.sleep(6)
+            await anyio.sleep(4)  # past the slow restart: a call still held would leave now
     assert "sms:+1:hi" not in _ledger(tmp_path)
     assert gate.get(_key(target, "sms:+1:hi")).state is eg.State.FAILED
 

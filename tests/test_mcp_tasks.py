@@ -228,7 +228,7 @@ async def test_a_task_is_its_agents_alone(tmp_path: Path, store_url: str,
 
     with serving(argv, env=env) as gw, anyio.fail_after(90):
         async with agent(gw.url, token_a) as a, agent(gw.url, token_b) as b:
-            handle = await as_task(a, "slow_send", {"to": "+1", "seconds": 1.5})
+            handle = await as_task(a, "slow_send", {"to": "+1", "seconds": 0.8})  # > B's asks
             for intrude in (get, cancel):
                 with pytest.raises(MCPError) as refused:
                     await intrude(b, handle.task_id)

@@ -38,7 +38,7 @@ POLICY = """
 [effects."compute.run"]
 key = "compute:{label}"
 tools = ["slow_compute"]
-lease_seconds = 1.5
+lease_seconds = 1
 reconcile_grace_seconds = 0.5
 """
 
@@ -89,7 +89,7 @@ async def test_a_gateway_killed_mid_task_is_reconciled_by_the_upstream_task(
         args = _gateway(url, tmp_path, store_url, namespace)
         with serving(args) as first:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_call, first.url, "once", 4.0)
+                tg.start_soon(_call, first.url, "once", 3.5)  # outlasts kill + lease
                 deadline = time.monotonic() + 30
                 while (record := _find(gate, "once")) is None or not record.vendor_ref:
                     assert time.monotonic() < deadline, first.stderr()
@@ -101,13 +101,15 @@ async def test_a_gateway_killed_mid_task_is_reconciled_by_the_upstream_task(
         key = record.key
         while gate.get(key).state is not eg.State.AMBIGUOUS:
             await anyio.sleep(0.1)
+        lapsed = time.monotonic()  # the lease lapsed by now
         assert not runs.exists()  # the upstream task is still working
         while not runs.exists():
             await anyio.sleep(0.1)
         assert gate.get(key).state is eg.State.AMBIGUOUS  # nobody asked yet
-        await anyio.sleep(0.6)  # the reconcile grace after the lapse
+        # the reconcile grace (0.5 s) after the lapse: usually over while the task ran
+        await anyio.sleep(max(0.0, lapsed + 0.6 - time.monotonic()))
         with serving(args) as second:
-            answer = await _call(second.url, "once", 4.0)
+            answer = await _call(second.url, "once", 3.5)
         assert not answer.is_error, _text(answer)
         assert _text(answer) == "computed once"
         assert (answer.meta or {})["effectgate"]["decision"] == "duplicate"
