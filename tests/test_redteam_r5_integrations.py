@@ -148,6 +148,43 @@ def test_a_sync_tool_call_cancelled_while_queued_does_not_stall_its_repeats(
 # -- LangChain v1 middleware before a dynamic-tools middleware --------------------------------
 
 
+def _dynamic_stack(supplied: Any, calls: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """LangChain's documented dynamic tools: a middleware that adds ``supplied`` to the
+    model's tools and hands it to the tool node (``request.override(tool=...)``), and a
+    scripted model that makes ``calls`` (one tool call each), then says "done"."""
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
+
+    class DynamicTools(AgentMiddleware):  # type: ignore[type-arg]
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request.override(tools=[*request.tools, supplied]))
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request.override(tools=[*request.tools, supplied]))
+
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            if request.tool_call["name"] == supplied.name:
+                request = request.override(tool=supplied)
+            return handler(request)
+
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            if request.tool_call["name"] == supplied.name:
+                request = request.override(tool=supplied)
+            return await handler(request)
+
+    class Model(FakeMessagesListChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    def model() -> Any:
+        return Model(responses=[
+            *(AIMessage("", tool_calls=[{**call, "id": f"c{i}", "type": "tool_call"}])
+              for i, call in enumerate(calls)), AIMessage("done")])
+
+    return DynamicTools, model
+
+
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_declared_tool_a_later_middleware_supplies_is_never_run_ungated(
         plain: eg.Gate, asynchronous: bool) -> None:
@@ -159,9 +196,7 @@ def test_a_declared_tool_a_later_middleware_supplies_is_never_run_ungated(
     import asyncio
 
     from langchain.agents import create_agent
-    from langchain.agents.middleware import AgentMiddleware
-    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import ToolMessage
     from langchain_core.tools import tool
 
     from effectgate.integrations import langchain as eg_lc
@@ -179,34 +214,11 @@ def test_a_declared_tool_a_later_middleware_supplies_is_never_run_ungated(
         """Look a transaction up."""
         return "found"
 
-    class DynamicTools(AgentMiddleware):  # type: ignore[type-arg]
-        def wrap_model_call(self, request: Any, handler: Any) -> Any:
-            return handler(request.override(tools=[*request.tools, refund]))
-
-        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
-            return await handler(request.override(tools=[*request.tools, refund]))
-
-        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-            if request.tool_call["name"] == "refund":
-                request = request.override(tool=refund)
-            return handler(request)
-
-        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-            if request.tool_call["name"] == "refund":
-                request = request.override(tool=refund)
-            return await handler(request)
-
-    class Model(FakeMessagesListChatModel):
-        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-            return self
-
-    calls = [AIMessage("", tool_calls=[{"name": "refund", "id": f"c{i}", "type": "tool_call",
-                                        "args": {"txn_id": "T1", "amount_cents": 500}}])
-             for i in (1, 2)]
+    call = {"name": "refund", "args": {"txn_id": "T1", "amount_cents": 500}}
+    dynamic_tools, model = _dynamic_stack(refund, [call, call])
     gate_mw = eg_lc.EffectGateMiddleware({"refund": "refund:{txn_id}"}, gate=plain,
                                          read_only=["lookup"], strict=True)
-    agent = create_agent(Model(responses=[*calls, AIMessage("done")]), tools=[lookup],
-                         middleware=[gate_mw, DynamicTools()])
+    agent = create_agent(model(), tools=[lookup], middleware=[gate_mw, dynamic_tools()])
     payload = {"messages": [{"role": "user", "content": "refund T1"}]}
     out = asyncio.run(agent.ainvoke(payload)) if asynchronous else agent.invoke(payload)
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
@@ -217,10 +229,50 @@ def test_a_declared_tool_a_later_middleware_supplies_is_never_run_ungated(
         plain.get("refund:T1")
 
     # In the order the refusal names, the same stack gates it: once, recorded.
-    agent = create_agent(Model(responses=[*calls, AIMessage("done")]), tools=[lookup],
-                         middleware=[DynamicTools(), gate_mw])
+    agent = create_agent(model(), tools=[lookup], middleware=[dynamic_tools(), gate_mw])
     out = asyncio.run(agent.ainvoke(payload)) if asynchronous else agent.invoke(payload)
     assert ran == ["T1"] and plain.get("refund:T1").state is eg.State.COMMITTED
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_strict_refuses_an_undeclared_tool_a_later_middleware_supplies(
+        plain: eg.Gate, asynchronous: bool) -> None:
+    """A declared tool that reaches the gate's middleware with no tool object was refused,
+    but an undeclared one still passed on, and the later middleware ran it ungated under
+    ``strict=True`` (twice for two calls, never reported): strict runs no tool ungated."""
+    pytest.importorskip("langchain.agents")
+    import asyncio
+
+    from langchain.agents import create_agent
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
+    from effectgate.integrations import langchain as eg_lc
+
+    sent: list[str] = []
+
+    @tool
+    def send_email(to: str) -> str:
+        """Send an email. Irreversible."""
+        sent.append(to)
+        return "sent"
+
+    @tool
+    def lookup(txn_id: str) -> str:
+        """Look a transaction up."""
+        return "found"
+
+    call = {"name": "send_email", "args": {"to": "a@b.c"}}
+    dynamic_tools, model = _dynamic_stack(send_email, [call, call])
+    gate_mw = eg_lc.EffectGateMiddleware({"refund": "refund:{txn_id}"}, gate=plain,
+                                         read_only=["lookup"], strict=True)
+    agent = create_agent(model(), tools=[lookup], middleware=[gate_mw, dynamic_tools()])
+    payload = {"messages": [{"role": "user", "content": "mail a@b.c"}]}
+    out = asyncio.run(agent.ainvoke(payload)) if asynchronous else agent.invoke(payload)
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert sent == []
+    assert [m.status for m in answers] == ["error", "error"]
+    assert all("strict mode" in str(m.content) for m in answers)
 
 
 # -- LlamaIndex: a bound partial param is never replaced by the schema's default ---------------
