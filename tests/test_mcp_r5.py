@@ -11,12 +11,9 @@ SQLite only: the store plays no part in the fault."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,7 +26,6 @@ from .test_mcp_gateway import UPSTREAM, Upstream
 from .test_mcp_stdio_gone import (
     CLI,
     CONSOLE,
-    EXIT_WITHIN,
     REFUND,
     SERVE_POLICY,
     Leaving,
@@ -96,19 +92,6 @@ def _gateway(tmp_path: Path) -> tuple[Leaving, Upstream, str]:
     return raw, up, url
 
 
-def _until_exit(raw: Leaving) -> list[dict[str, Any]]:
-    """Close stdin; every message the process wrote once it has exited 0 (within
-    ``EXIT_WITHIN`` seconds)."""
-    assert raw.proc.stdin is not None and raw.proc.stdout is not None
-    raw.proc.stdin.close()
-    try:
-        code = raw.proc.wait(timeout=EXIT_WITHIN)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the server was still running {EXIT_WITHIN} s after stdin closed")
-    assert code == 0
-    return [json.loads(line) for line in raw.proc.stdout.read().splitlines()]
-
-
 def test_a_reused_request_id_does_not_cut_a_running_gated_call_at_the_end_of_input(
         tmp_path: Path) -> None:
     """Two calls under one JSON-RPC id (the SDK runs both): the quick one's answer no longer
@@ -121,7 +104,7 @@ def test_a_reused_request_id_does_not_cut_a_running_gated_call_at_the_end_of_inp
         _wait_for(up.started)
         _call(raw, 1, "send_message", {"to": "+1", "text": "hi"})
         assert raw.receive()["result"]["isError"] is False
-        answers = [m for m in _until_exit(raw) if m.get("id") == 1]
+        answers = [m for m in raw.until_exit() if m.get("id") == 1]
     finally:
         stop(raw.proc)
     assert [a.get("result", {}).get("isError") for a in answers] == [False], answers
@@ -143,7 +126,7 @@ def test_a_call_cancelled_under_its_id_as_a_string_lets_the_server_exit(
         raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                   "params": {"requestId": "1", "reason": "user"}})
         time.sleep(0.3)
-        answers = [m for m in _until_exit(raw) if m.get("id") == 1]
+        answers = [m for m in raw.until_exit() if m.get("id") == 1]
     finally:
         stop(raw.proc)
     assert answers == []  # a cancelled request is never answered (MCP)

@@ -86,6 +86,12 @@ class Leaving:
     def leave(self) -> dict[str, Any]:
         """Close stdin; the call's answer once the server has exited 0 (within
         ``EXIT_WITHIN`` seconds)."""
+        [answer] = [m for m in self.until_exit() if m.get("id") == 1]
+        return answer
+
+    def until_exit(self) -> list[dict[str, Any]]:
+        """Close stdin; every message the server wrote, once it has exited 0 (within
+        ``EXIT_WITHIN`` seconds)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
         try:
@@ -94,10 +100,7 @@ class Leaving:
             stop(self.proc)
             pytest.fail(f"the server was still running {EXIT_WITHIN} s after stdin closed")
         assert code == 0
-        answers: list[dict[str, Any]] = [
-            m for m in map(json.loads, self.proc.stdout.read().splitlines()) if m.get("id") == 1]
-        [answer] = answers
-        return answer
+        return [json.loads(line) for line in self.proc.stdout.read().splitlines()]
 
 
 def _approve(gate: eg.Gate) -> None:
