@@ -227,10 +227,13 @@ def begin_step(row: EffectHead | CommittedHead | None, req: Request,
 
 def _costs_more(req: Request, approval: ApprovalRow) -> bool:
     """Whether ``req`` declares a larger cost than the person who approved ``approval`` saw
-    (or a cost where they saw none): the payload hash binds the arguments, not the estimate a
-    caller declares beside them, so an approval given at $150 must not run the call at $9M."""
+    (or a cost where they saw none, or none where they saw one): the payload hash binds the
+    arguments, not the estimate a caller declares beside them, so an approval given at $150
+    must not run the call at $9M, nor at a cost left out (which no ceiling counts)."""
     cost, seen = req.estimated_cost_micros, approval.estimated_cost_micros
-    return cost is not None and (seen is None or cost > seen)
+    if cost is None:
+        return seen is not None
+    return seen is None or cost > seen
 
 
 def _ambiguous(row: EffectHead, req: Request, reconcilable: bool) -> Step:

@@ -135,6 +135,18 @@ TABLE: list[tuple[str, EffectHead | None, str, ApprovalRow | None, bool, Any]] =
 ]
 
 
+def test_an_approval_shown_a_cost_is_asked_again_for_a_call_that_declares_none() -> None:
+    """No ceiling counts a call without a cost: a yes given to 10 must not run it."""
+    step = decide.begin_step(PENDING, request("approval", cost=None),
+                             approval(ApprovalState.APPROVED, cost=10))
+    assert isinstance(step, decide.Move)
+    assert (step.decision, step.forget_approval, step.consume_approval) == (
+        D.APPROVAL_REQUIRED, "apr_1", None)
+    same = decide.begin_step(PENDING, request("approval", cost=None),
+                             approval(ApprovalState.APPROVED, cost=None))
+    assert isinstance(same, decide.Move) and same.consume_approval == "apr_1"
+
+
 @pytest.mark.parametrize(("case", "stored", "kind", "approved", "reconcilable", "want"),
                          TABLE, ids=[t[0] for t in TABLE])
 def test_begin_step(case: str, stored: EffectHead | None, kind: str,

@@ -170,3 +170,28 @@ def test_an_approval_given_at_one_cost_never_runs_the_call_at_a_larger_one(
     gate.report(cheaper, "committed", result={"ok": True})
     again = gate.begin(**call, estimated_cost_micros=150 * DOLLAR)
     assert again.decision is eg.Decision.DUPLICATE
+
+
+def test_an_approval_given_at_a_cost_never_runs_the_call_with_its_cost_left_out(
+        make_gate: Any) -> None:
+    """Approved at $150, the same payload begun with no ``estimated_cost_micros``: no
+    ceiling can count it (the decision's budget warning says so) and its reported cost moves
+    no counter, so it could run at $9M on a yes given to $150. It is asked again instead,
+    showing no cost; approved so, the call without a cost runs on it."""
+    gate = make_gate(policy=eg.Policy.from_dict({"effects": {"pay.*": {
+        "approval": {"at_or_above_micros": 100 * DOLLAR},
+        "budget": {"per_day_micros": 1_000 * DOLLAR}}}}))
+    call = {"effect_type": "pay.wire", "key": "wire:1", "payload": {"to": "acct-9"}}
+    asked = gate.begin(**call, estimated_cost_micros=150 * DOLLAR)
+    assert asked.decision is eg.Decision.APPROVAL_REQUIRED
+    gate.approve(asked.approval_id, by="alice")
+    unpriced = gate.begin(**call)
+    assert unpriced.decision is eg.Decision.APPROVAL_REQUIRED, unpriced
+    assert unpriced.approval_id != asked.approval_id
+    assert gate.approval(unpriced.approval_id).estimated_cost_micros is None
+    assert gate.get("wire:1").state is eg.State.PENDING_APPROVAL
+    gate.approve(unpriced.approval_id, by="alice")
+    run = gate.begin(**call)
+    assert run.decision is eg.Decision.EXECUTE and run.attempt == 1
+    gate.report(run, "committed")
+    assert gate.begin(**call).decision is eg.Decision.DUPLICATE

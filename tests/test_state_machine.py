@@ -356,9 +356,10 @@ class GateMachine(RuleBasedStateMachine):
             if status == "pending":
                 return D.APPROVAL_REQUIRED, "waiting for a human's approval"
             assert status == "approved", status
-            if cost is not None and (e.est is None or cost > e.est):
-                seen("an approval given at a lower cost is asked again")
-                return self._advance(e, cost, d)  # the approved request forgotten, not used
+            if (cost is None) != (e.est is None) or (cost or 0) > (e.est or 0):
+                seen("an approval given at another cost is asked again")
+                self.approvals[e.approval_id] = "forgotten"  # approved, never used; pruned
+                return self._advance(e, cost, d)  # with its effect
             self.approvals[e.approval_id] = "consumed"
             e.moved(IN_FLIGHT, token=1)
             e.est, e.charged = cost, False
@@ -675,7 +676,8 @@ class GateMachine(RuleBasedStateMachine):
         kept = {a.approval_id for a in self.gate.list_approvals(state=None)}
         for approval_id, status in self.approvals.items():
             if approval_id not in kept:
-                assert status in ("consumed", "denied", "gone"), (approval_id, status)
+                assert status in ("consumed", "denied", "forgotten", "gone"), (
+                    approval_id, status)
                 self.approvals[approval_id] = "gone"
 
     @rule(mode=st.sampled_from(("ok", "ok", "refused", "lost")))
