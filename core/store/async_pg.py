@@ -393,18 +393,26 @@ class AsyncPostgres:
 def _finish_idle(pool: _LoopPool, pid: int) -> None:
     """Close the idle connections of a loop that is gone (no loop left to await a close on:
     libpq's own, as :meth:`AsyncPostgres.close_idle`); never a parent's, in a forked child."""
+    # Never waiting for the pool's lock: a collection run inside ``_taken_idle`` (an
+    # allocation under the lock) calls this on the thread holding it, which would wait
+    # forever. Whoever holds it for a gone loop's pool is closing its idle connections.
     if pid != os.getpid():
         return
-    for conn in _taken_idle(pool):
+    for conn in _taken_idle(pool, wait=False):
         with contextlib.suppress(Exception):
             conn.pgconn.finish()
 
 
-def _taken_idle(pool: _LoopPool) -> list[Any]:
-    """Take every idle connection out of ``pool`` (their slots freed) for closing."""
-    with pool.lock:
+def _taken_idle(pool: _LoopPool, *, wait: bool = True) -> list[Any]:
+    """Take every idle connection out of ``pool`` (their slots freed) for closing; none
+    when ``wait`` is False and another holds the pool's lock."""
+    if not pool.lock.acquire(blocking=wait):
+        return []
+    try:
         taken, pool.idle = pool.idle, []
         pool.opened -= len(taken)
+    finally:
+        pool.lock.release()
     return taken
 
 
