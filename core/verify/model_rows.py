@@ -82,6 +82,8 @@ class MApproval(NamedTuple):
     allow_self: bool = False
     """Whether the policy let the requester approve its own request."""
     decided_by: str | None = None
+    estimated: int | None = None
+    """The cost the requesting begin declared: what the approver was shown."""
 
 
 def report_standing(row: EffectHead, namespace: str, key: str, token: int,
@@ -160,8 +162,8 @@ def full(r: MRow, now: float) -> EffectRow:
 def approval_row(a: MApproval, now: float) -> ApprovalRow:
     """An approval as the store hands it up."""
     return ApprovalRow(a.id, a.namespace, a.effect_id, a.effect_type, a.key, PAYLOAD_HASH,
-                       a.state, a.requested_by, None, None, int(a.allow_self), a.created,
-                       a.created + 1e6, a.decided_by, None, None, None, now)
+                       a.state, a.requested_by, None, a.estimated, int(a.allow_self),
+                       a.created, a.created + 1e6, a.decided_by, None, None, None, now)
 
 
 def dated(scope_key: str, day: int) -> str:

@@ -118,7 +118,8 @@ class ModelStore:
         if c.approval is not None:
             new_approval = MApproval(c.approval.approval_id, req.namespace, s.next_id,
                                      req.effect_type, req.key, ApprovalState.PENDING, now,
-                                     req.agent_id, bool(c.approval.allow_self_approval))
+                                     req.agent_id, bool(c.approval.allow_self_approval),
+                                     estimated=req.estimated_cost_micros)
             s = s._replace(approvals=(*s.approvals, new_approval))
         new = MRow(s.next_id, req.namespace, req.key, req.effect_type, move.to, 1, 1,
                    now + req.lease_seconds if starts else None, now, now, None, move.reason, 1,
@@ -155,7 +156,8 @@ class ModelStore:
         if c.approval is not None:
             new_approval = MApproval(c.approval.approval_id, req.namespace, row.id,
                                      req.effect_type, req.key, ApprovalState.PENDING, now,
-                                     req.agent_id, bool(c.approval.allow_self_approval))
+                                     req.agent_id, bool(c.approval.allow_self_approval),
+                                     estimated=req.estimated_cost_micros)
             s = s._replace(approvals=(*s.approvals, new_approval))
         starts = move.to is State.IN_FLIGHT
         new = row._replace(
