@@ -9,12 +9,31 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from pydantic import BaseModel
 
 import effectgate as eg
 
 from . import hitl_worker as worker
 
 CONFIG = {"configurable": {"thread_id": "rt5"}}
+
+
+class RefundArgs(BaseModel):
+    """The refund tool's schema, given: it declares ``currency``, defaulting to USD."""
+
+    txn_id: str
+    currency: str = "USD"
+
+
+def ledgered_refund() -> tuple[list[tuple[str, str]], Any]:
+    """(the ledger, a ``refund(txn_id, currency="USD")`` that appends to it)."""
+    ran: list[tuple[str, str]] = []
+
+    def refund(txn_id: str, currency: str = "USD") -> str:
+        ran.append((txn_id, currency))
+        return f"refunded {txn_id} in {currency}"
+
+    return ran, refund
 
 
 @pytest.fixture
@@ -289,8 +308,6 @@ def test_a_bound_partial_param_runs_as_bound_not_as_the_schemas_default(
     import asyncio
     import warnings
 
-    from pydantic import BaseModel
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
@@ -300,15 +317,7 @@ def test_a_bound_partial_param_runs_as_bound_not_as_the_schemas_default(
 
     from effectgate.integrations import llama_index as eg_li
 
-    class RefundArgs(BaseModel):
-        txn_id: str
-        currency: str = "USD"
-
-    ran: list[tuple[str, str]] = []
-
-    def refund(txn_id: str, currency: str = "USD") -> str:
-        ran.append((txn_id, currency))
-        return f"refunded {txn_id} in {currency}"
+    ran, refund = ledgered_refund()
 
     def run(tool: Any, txn_id: str) -> list[Any]:
         turns = iter([ChatMessage(role=MessageRole.ASSISTANT, blocks=[ToolCallBlock(
@@ -338,3 +347,45 @@ def test_a_bound_partial_param_runs_as_bound_not_as_the_schemas_default(
     [answer] = run(eg_li.gate_tool(tool(), "refund:{txn_id}", gate=plain), "T1")
     assert ran[1:] == [("T1", "EUR")] and answer.content == "refunded T1 in EUR"
     assert plain.get("refund:T1").state is eg.State.COMMITTED
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_partial_param_the_model_sends_is_in_the_payload_an_approval_binds(
+        tmp_path: Any) -> None:
+    """``partial_params={"currency": "EUR"}`` beside a given ``fn_schema`` that declares
+    ``currency``: the bound value was dropped from the payload, yet a call that sends
+    ``currency`` runs with it (LlamaIndex lets the call's value win). The approval asked for
+    the EUR call (payload ``{txn_id}``) let the USD call run. Now the payload carries the
+    value that runs: the USD call is another payload, refused, and nothing ran."""
+    pytest.importorskip("llama_index.core")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from llama_index.core.tools import FunctionTool, ToolMetadata
+
+    from effectgate.integrations import llama_index as eg_li
+
+    ran, refund = ledgered_refund()
+
+    with eg.Gate(f"sqlite:///{tmp_path / 'e.db'}", policy={
+            "effects": {"refund": {"approval": "always"}}}) as gate:
+        tool = eg_li.gate_tool(FunctionTool(fn=refund, metadata=ToolMetadata(
+            name="refund", description="Refund.", fn_schema=RefundArgs),
+            partial_params={"currency": "EUR"}), "refund:{txn_id}", gate=gate,
+            effect_type="refund")
+        assert "WAITING FOR APPROVAL" in tool.call(txn_id="T1").content
+        gate.approve(gate.get("refund:T1").approval_id, by="alice")
+        other = tool.call(txn_id="T1", currency="USD")
+        assert ran == [], other.content
+        assert tool.call(txn_id="T1").content == "refunded T1 in EUR"
+        assert ran == [("T1", "EUR")]
+        # A partial param no schema shows the model, sent all the same (a model's JSON):
+        hidden = eg_li.gate_tool(FunctionTool.from_defaults(
+            fn=refund, name="refund2", partial_params={"currency": "EUR"}), "refund:{txn_id}",
+            gate=gate, effect_type="refund")
+        assert "currency" not in hidden.metadata.fn_schema.model_fields
+        assert "WAITING FOR APPROVAL" in hidden.call(txn_id="T2").content
+        gate.approve(gate.get("refund:T2").approval_id, by="alice")
+        hidden.call(txn_id="T2", currency="USD")
+        assert ran == [("T1", "EUR")]

@@ -125,58 +125,6 @@ def test_stdio_end_of_input_waits_for_a_call_an_id_reused_and_cancelled_twice_le
     assert len(answers) == 2 and all("Connection closed" not in a for _, a in answers), answers
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_a_partial_param_the_model_sends_is_in_the_payload_an_approval_binds(
-        tmp_path: Any) -> None:
-    """``partial_params={"currency": "EUR"}`` beside a given ``fn_schema`` that declares
-    ``currency``: the bound value was dropped from the payload, yet a call that sends
-    ``currency`` runs with it (LlamaIndex lets the call's value win). The approval asked for
-    the EUR call (payload ``{txn_id}``) let the USD call run. Now the payload carries the
-    value that runs: the USD call is another payload, refused, and nothing ran."""
-    pytest.importorskip("llama_index.core")
-    import warnings
-
-    from pydantic import BaseModel
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from llama_index.core.tools import FunctionTool, ToolMetadata
-
-    from effectgate.integrations import llama_index as eg_li
-
-    class RefundArgs(BaseModel):
-        txn_id: str
-        currency: str = "USD"
-
-    ran: list[tuple[str, str]] = []
-
-    def refund(txn_id: str, currency: str = "USD") -> str:
-        ran.append((txn_id, currency))
-        return f"refunded {txn_id} in {currency}"
-
-    with eg.Gate(f"sqlite:///{tmp_path / 'e.db'}", policy={
-            "effects": {"refund": {"approval": "always"}}}) as gate:
-        tool = eg_li.gate_tool(FunctionTool(fn=refund, metadata=ToolMetadata(
-            name="refund", description="Refund.", fn_schema=RefundArgs),
-            partial_params={"currency": "EUR"}), "refund:{txn_id}", gate=gate,
-            effect_type="refund")
-        assert "WAITING FOR APPROVAL" in tool.call(txn_id="T1").content
-        gate.approve(gate.get("refund:T1").approval_id, by="alice")
-        other = tool.call(txn_id="T1", currency="USD")
-        assert ran == [], other.content
-        assert tool.call(txn_id="T1").content == "refunded T1 in EUR"
-        assert ran == [("T1", "EUR")]
-        # A partial param no schema shows the model, sent all the same (a model's JSON):
-        hidden = eg_li.gate_tool(FunctionTool.from_defaults(
-            fn=refund, name="refund2", partial_params={"currency": "EUR"}), "refund:{txn_id}",
-            gate=gate, effect_type="refund")
-        assert "currency" not in hidden.metadata.fn_schema.model_fields
-        assert "WAITING FOR APPROVAL" in hidden.call(txn_id="T2").content
-        gate.approve(gate.get("refund:T2").approval_id, by="alice")
-        hidden.call(txn_id="T2", currency="USD")
-        assert ran == [("T1", "EUR")]
-
-
 def test_build_server_refuses_the_sdks_unauthenticated_http(tmp_path: Any) -> None:
     """``build_server(gate, allow_resolve=True).run("streamable-http", host="0.0.0.0")`` (the
     SDK's own HTTP, which GateServer inherited): it listened on every address with no token,
