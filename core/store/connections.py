@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -595,7 +594,7 @@ def _one_at(base: str) -> str:
     host (or the host and database)."""
     scheme, sep, rest = base.partition("://")
     userinfo, at, after = rest.partition("@")
-    tail = re.split(r"@|%40", after, flags=re.IGNORECASE)  # (the database's '@' is escaped)
+    tail = after.replace("%40", "@").split("@")  # (the database's '@' is escaped)
     if not sep or not at or ":" not in userinfo or "/" in userinfo or len(tail) == 1:
         return base
     return f"{scheme}://{userinfo.split(':', 1)[0]}:***@***@{tail[-1]}"
