@@ -139,8 +139,8 @@ def _approval_hints(out: Any, waiting: list[Any], approvals: dict[str, Any], whe
             out.print(f"[dim]{safe(r.key)}: approved{safe(by)}; {decided_next(status)}[/]",
                       soft_wrap=True)
         else:
-            out.print(f"[dim]{safe(r.key)}: its approval is {safe(status)}; the next call "
-                      "asks for a new one[/]", soft_wrap=True)
+            out.print(f"[dim]{safe(r.key)}: its approval is {safe(status)}; "
+                      f"{decided_next(status)}[/]", soft_wrap=True)
 
 
 # -- show ----------------------------------------------------------------------------------------
