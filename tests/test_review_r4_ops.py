@@ -352,3 +352,4 @@ def test_effectgate_console_refuses_a_rebound_host_name(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+        proc.stderr.close()  # type: ignore[union-attr]
