@@ -28,10 +28,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import threading
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import StoreError
@@ -76,6 +78,8 @@ if TYPE_CHECKING:
     from .sql import Sql
 
 __all__ = ["AsyncPostgres"]
+
+log = logging.getLogger("effectgate")
 
 
 class _LoopPool:
@@ -232,7 +236,10 @@ class AsyncPostgres:
         reservation: cancelled once sent, it may have committed before the cancel came, and
         is released if it did (:func:`~.abandoned.release_lost`)."""
         conn = await self._acquire()
+        pid = 0
         try:
+            if sent is not None:  # a reservation's backend (:func:`_orphan_ended_then`):
+                pid = conn.pgconn.backend_pid  # unknown once psycopg gives up on ``conn``
             watch = self._store.version_watch
             if writing and watch is not None and watch.due():
                 row = await (await conn.execute(VERSION_SQL)).fetchone()
@@ -240,7 +247,7 @@ class AsyncPostgres:
             cur = await conn.execute(sql.text, binds)
             rows: list[Any] = await cur.fetchall()
         except BaseException as err:
-            await self._failed(conn, err, writing, sent)
+            await self._failed(conn, err, writing, sent, pid)
         self._release(conn)
         return rows
 
@@ -268,14 +275,21 @@ class AsyncPostgres:
         return rows
 
     async def _failed(self, conn: Any, err: BaseException, writing: bool,
-                      sent: tuple[Request, LeaseSecret] | None) -> NoReturn:
+                      sent: tuple[Request, LeaseSecret] | None, pid: int = 0) -> NoReturn:
         """``err`` from a statement on ``conn`` (given back to the pool, or discarded when it
-        is gone or its state unknown), raised: a driver's error as a :class:`StoreError`."""
+        is gone or its state unknown), raised: a driver's error as a :class:`StoreError`.
+        ``pid``: the backend a reservation (``sent``) was sent to."""
         if isinstance(err, Exception) and is_disconnect(err):
             await self._lost(conn)
             raise store_error(err, writing=writing) from err
         if isinstance(err, asyncio.CancelledError):
-            if sent is not None:
+            if sent is not None and conn.closed and pid:
+                # Cancelled again while psycopg asked the server to cancel the statement: it
+                # closed the connection, and the statement may still be running on the
+                # server (waiting on a lock), to commit after any read back. Ended first.
+                _orphan_ended_then(self._conninfo, self._options, pid, release_lost,
+                                   self._store, sent[0].namespace, sent[0].key, sent[1])
+            elif sent is not None:
                 release_lost(self._store, sent[0].namespace, sent[0].key, sent[1])
             await self._discard(conn)  # its state is unknown mid-query
             raise err
@@ -414,6 +428,36 @@ def _taken_idle(pool: _LoopPool, *, wait: bool = True) -> list[Any]:
     finally:
         pool.lock.release()
     return taken
+
+
+_ORPHAN_SQL = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+               "WHERE pid = %s AND state <> 'idle' AND usename = current_user")
+_ALIVE_SQL = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state <> 'idle'"
+_ORPHAN_WAIT = 5.0  # seconds for a terminated backend to be gone
+
+
+def _orphan_ended_then(conninfo: str, options: Mapping[str, Any], pid: int,
+                       then: Callable[..., None], *args: Any) -> None:
+    """On a (non-daemon) thread of its own: end the statement backend ``pid`` may still be
+    running for a connection psycopg closed mid-query (terminated, its transaction rolled
+    back, unless it committed already), wait for it to be gone, then ``then(*args)``."""
+    def run() -> None:
+        import psycopg
+
+        try:
+            with psycopg.connect(conninfo, autocommit=True,
+                                 **with_connect_timeout(conninfo, options)) as pg:
+                pg.execute(_ORPHAN_SQL, (pid,))
+                end = time.monotonic() + _ORPHAN_WAIT
+                while pg.execute(_ALIVE_SQL, (pid,)).fetchone() is not None and (
+                        time.monotonic() < end):
+                    time.sleep(0.01)
+        except Exception as err:  # then reads back as it would have: at worst a lapse
+            log.warning("could not end the statement of a cancelled reservation: %s", err)
+        then(*args)
+
+    with contextlib.suppress(RuntimeError):  # the interpreter is shutting down
+        threading.Thread(target=run, name="effectgate-orphan").start()
 
 
 async def _close(conn: Any) -> None:
