@@ -70,13 +70,23 @@ def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: A
                                reason=f"{how} {parsed.value} by {actor}", actor=actor,
                                note=note)
         if done is not None:
-            log.info("%s %s: %s by %s", how, key, parsed.value, actor,
-                     extra={"key": key, "state": parsed.value, "reason": note})
+            log.info("%s %s: %s by %s", how, key, parsed.value, _shown(actor),
+                     extra={"key": key, "state": parsed.value, "reason": _shown(note)})
             if parsed is Outcome.COMMITTED:
                 r.flow.remember(key, done.payload_hash, done.effect_type, done.id,
                                 done.attempt, done.token, done.result)
             return done
     raise StoreError("the effect kept changing under contention; try again", key=key)
+
+
+def _shown(text: str | None) -> str | None:
+    """An operator's free text (``by``, a note) for the log: each control, line-breaking or
+    invisible character shown as ``⟨U+XXXX⟩`` (:func:`~effectgate.redact.visible`), so a line
+    feed in it cannot forge a log line nor an escape drive the terminal tailing it. The
+    store keeps what was said."""
+    from .redact import visible
+
+    return None if text is None else visible(text)
 
 
 def _is_record(value: object) -> bool:
@@ -115,7 +125,8 @@ def _decide_approval(store: Store, namespace: str, redact: Callable[[str | None]
             done = store.deny(row, actor, text, why)
         if done:
             log.info("%s %s (%s) by %s", "approved" if approving else "denied", row.key,
-                     approval_id, actor, extra={"key": row.key, "reason": text})
+                     _shown(approval_id), _shown(actor),
+                     extra={"key": row.key, "reason": _shown(text)})
             return approval_id
     raise StoreError("the approval kept changing under contention; try again")
 

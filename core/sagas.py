@@ -9,7 +9,15 @@ listed as unresolved, a committed step with no compensation as irreversible.
 Undos run newest first, and never out of that order: once a step's undo is left unsettled
 (AMBIGUOUS, IN_FLIGHT — e.g. a racing unwind or an agent performing it — or waiting for
 approval), so that the step may still stand, unwind begins no undo of an older step. Those are
-listed as unresolved ("held back") until that undo is settled and unwind is run again.
+listed as unresolved ("held back") until that undo is settled and unwind is run again. An undo
+that ran but whose outcome the store did not take (an outage) is such an unsettled undo.
+
+An undo counts only if it began after its step committed (:func:`ran_before`): one an agent
+began while the step was still in flight (or failed, or unknown) undid nothing the step then
+did, and can never run again at its key, so that step is listed failed, for a person.
+
+A step that joins the group while unwind walks it (an agent still at work) is listed when the
+walk ends (unresolved if it may stand): an unwind is never complete with a step it never saw.
 
 An unwind an operator confirmed (``confirmed``: the steps whose undo :func:`unwind_plan` showed)
 begins no other undo: a step whose undo would run now but was not shown (the saga moved since:
@@ -40,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Compensator", "UnwindReport", "UnwindStep", "compensation_key", "compensation_request",
-    "is_undo", "unwind", "unwind_plan",
+    "is_undo", "ran_before", "unwind", "unwind_plan",
 ]
 
 Compensator = Callable[["EffectRecord", Any], Any]
@@ -147,8 +155,37 @@ def unwind(gate: GateLike, group_key: str, by: str, *, hand_off: bool = False,
     group_key = validate.text(group_key, "group_key", 512, required=True) or ""
     by = validate.text(by, "by", 256, required=True) or ""
     shown = None if confirmed is None else _confirmed_ids(confirmed)
-    return _walk(_Walk(gate, by, UnwindReport(group_key), _Undos(gate), hand_off,
-                       confirmed=shown), gate.group_steps(group_key))
+    records = gate.group_steps(group_key)
+    report = _walk(_Walk(gate, by, UnwindReport(group_key), _Undos(gate), hand_off,
+                         confirmed=shown), records)
+    return _joined(gate, report, {r.effect_id for r in records})
+
+
+def _joined(gate: GateLike, report: UnwindReport, walked: set[int]) -> UnwindReport:
+    """``report``, with the steps that joined the group while it was walked (an agent still
+    at work) put first in their lists: each one that may stand (committed with an undo, or
+    not settled) is unresolved, so an unwind is never complete with a step it never saw; one
+    committed with no undo is irreversible, one that did nothing skipped. Read once more at
+    the end; a store that fails then leaves the report as it was."""
+    try:
+        late = [r for r in gate.group_steps(report.group_key) if r.effect_id not in walked]
+    except EffectGateError:
+        return report
+    lists: dict[str, list[UnwindStep]] = {"unresolved": [], "irreversible": [], "skipped": []}
+    for record in late:  # newest first, as each list is
+        fields = (record.effect_id, record.key, record.effect_type, record.state.value)
+        if record.state is State.COMMITTED and record.compensation is None:
+            lists["irreversible"].append(UnwindStep(*fields, "no compensation declared"))
+        elif record.state is State.COMMITTED or record.state in _UNSETTLED:
+            lists["unresolved"].append(UnwindStep(*fields, (
+                "joined the group while it was being unwound (after the older steps' undos "
+                "had begun): unwind again")))
+        else:
+            lists["skipped"].append(UnwindStep(*fields, f"the step is {record.state.value}: "
+                                               "nothing happened to undo"))
+    for name, steps in lists.items():
+        getattr(report, name)[:0] = steps
+    return report
 
 
 def _confirmed_ids(confirmed: Iterable[int]) -> frozenset[int]:
@@ -231,12 +268,26 @@ class _Undos:
     read from the store at most once in one walk (when it is first needed), so a plan's digest
     and its choice of undos come from the same reads."""
 
-    __slots__ = ("_asked", "_found", "_gate")
+    __slots__ = ("_asked", "_found", "_gate", "_read")
 
     def __init__(self, gate: GateLike) -> None:
         self._gate = gate
         self._found: dict[int, EffectRecord | None] = {}
         self._asked: dict[int, str] = {}
+        self._read: dict[int, EffectRecord] = {}
+
+    def read(self, record: EffectRecord) -> EffectRecord:
+        """The COMMITTED step ``record`` with its history (a saga's steps are read without):
+        for :func:`ran_before`, once its undo is found committed. A step read back moved
+        (it cannot, being committed) or gone is ``record`` as it was."""
+        if record.effect_id not in self._read:
+            try:
+                again = self._gate.get(record.key)
+            except UnknownEffect:
+                again = record
+            self._read[record.effect_id] = again if again.effect_id == record.effect_id and (
+                again.state is State.COMMITTED) else record
+        return self._read[record.effect_id]
 
     def at(self, record: EffectRecord) -> EffectRecord | None:
         """Whatever effect is at ``record``'s undo key (its undo or not), if any."""
@@ -301,6 +352,10 @@ def _not_begun(w: _Walk, record: EffectRecord, step: dict[str, Any], held: _Hold
     report = w.report
     undo = w.undos.undo(record)
     undo_id = None if undo is None else undo.effect_id
+    if undo is not None and undo.state is State.COMMITTED and _early(w, record):
+        report.failed.append(UnwindStep(**step, detail=_EARLY.format(undo_id),
+                                        compensation_effect_id=undo_id))
+        return held
     if undo is not None and undo.state is State.COMMITTED:
         report.compensated.append(UnwindStep(**step, detail="compensated earlier",
                                              compensation_effect_id=undo_id,
@@ -346,14 +401,15 @@ def _ahead(w: _Walk, record: EffectRecord) -> tuple[str, EffectRecord | None]:
     """What ``begin`` of ``record``'s undo would answer now, read without writing, and the
     effect at its undo key: ``"runs"`` (nothing there, the undo FAILED, or a person approved
     it; a DENIED undo too, as the policy may allow it now), ``"done"`` (it committed
-    earlier), ``"waits"`` (unsettled) or ``"refused"`` (another effect took its key)."""
+    earlier), ``"waits"`` (unsettled), ``"refused"`` (another effect took its key) or
+    ``"early"`` (it committed, but began before the step committed: :func:`ran_before`)."""
     found = w.undos.at(record)
     if found is None:
         return "runs", None
     if not is_undo(found, compensation_request(record)):
         return "refused", found
     if found.state is State.COMMITTED:
-        return "done", found
+        return ("early" if _early(w, record) else "done"), found
     if found.state in _UNSETTLED and w.undos.asked(found) != ApprovalState.APPROVED.value:
         return "waits", found
     return "runs", found
@@ -377,7 +433,7 @@ def _unconfirmed(w: _Walk, record: EffectRecord, step: dict[str, Any]) -> _Hold 
     would run now: listed unresolved, holding the older steps back until it is reviewed."""
     what, found = _ahead(w, record)
     undo_id = None if found is None else found.effect_id
-    if what in ("done", "waits"):  # listed as for any undo not begun here
+    if what in ("done", "waits", "early"):  # listed as for any undo not begun here
         return _not_begun(w, record, step, None, False)
     if what == "refused" and found is not None:
         w.report.failed.append(UnwindStep(**step, detail=(
@@ -408,6 +464,7 @@ def is_undo(effect: EffectRecord, undo: dict[str, Any]) -> bool:
 
 
 _AS_SAID = {"blocked": "ambiguous", "in_flight": "in flight",
+            "unrecorded": "unrecorded (it ran; the store failed to record it)",
             "approval_required": "waiting for approval", "pending_approval": "waiting for approval"}
 
 
@@ -455,6 +512,10 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
     unsettled."""
     gate, report = w.gate, w.report
     d = gate.begin(**compensation_request(record), agent_id=w.by)
+    if d.decision is Decision.DUPLICATE and _early(w, record):
+        report.failed.append(UnwindStep(**step, detail=_EARLY.format(d.effect_id),
+                                        compensation_effect_id=d.effect_id))
+        return None
     if d.decision is Decision.DUPLICATE:
         report.compensated.append(UnwindStep(**step, detail="compensated earlier",
                                              compensation_effect_id=d.effect_id,
@@ -470,12 +531,17 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
             result = compensator(record, record.compensation)
     except BaseException as exc:
         outcome = classify_body(exc, gate.classifiers)
+        lost: EffectGateError | None = None
         try:
             gate.report(d, outcome, error=describe(exc))
         except EffectGateError as err:
             exc.add_note(f"effectgate could not record {outcome.value}: {err}")
+            lost = err
         if not isinstance(exc, Exception):
             raise
+        if lost is not None:  # the undo stays in flight, then AMBIGUOUS: unsettled
+            return _unrecorded(w, record, step, d.effect_id, f"{outcome.value} ("
+                               f"{describe(exc)})", lost)
         target = report.failed if outcome is Outcome.FAILED else report.unresolved
         target.append(UnwindStep(
             **step, detail=_text(gate, f"compensation {outcome.value}: {describe(exc)}"),
@@ -483,13 +549,56 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
         return None if outcome is Outcome.FAILED else _hold(record, outcome.value)
     detail = "compensated"
     try:
-        gate.report(d, Outcome.COMMITTED, result=result)
-    except PayloadError:  # the undo ran: record it, without a result it cannot store
-        gate.report(d, Outcome.COMMITTED, result=None)
-        detail, result = "compensated (its result has no JSON form and was not stored)", None
+        try:
+            gate.report(d, Outcome.COMMITTED, result=result)
+        except PayloadError:  # the undo ran: record it, without a result it cannot store
+            gate.report(d, Outcome.COMMITTED, result=None)
+            detail, result = ("compensated (its result has no JSON form and was not stored)",
+                              None)
+    except EffectGateError as err:  # it ran; the store did not take the word (an outage)
+        return _unrecorded(w, record, step, d.effect_id, "committed", err)
     report.compensated.append(UnwindStep(**step, detail=detail,
                                          compensation_effect_id=d.effect_id, result=result))
     return None
+
+
+_EARLY = ("its undo (#{}) committed, but began before the step committed: it did not undo "
+          "what the step did, and cannot run again at its key; a person must check the step")
+
+
+def ran_before(undo: EffectRecord, step: EffectRecord) -> bool:
+    """Whether the committed ``undo`` (found at ``step``'s undo key) began the attempt that
+    committed it before the COMMITTED ``step`` committed, on the store's clock: an undo begun
+    while the step was in flight, failed or unknown — by an agent, a script — ran before what
+    it was to undo, so it undid nothing the step did. Read from both histories (``step`` read
+    with its history), each instant written alike there, so one undo begun in the step's
+    commit's own tick is never taken for an early one; where either history was pruned, the
+    undo's commit is compared with the step's instead (an undo that committed first is early)."""
+    began = [h.at for h in undo.history if h.to_state is State.IN_FLIGHT]
+    done = [h.at for h in step.history if h.to_state is State.COMMITTED]
+    if began and done:
+        return began[-1] < done[-1]
+    return undo.updated_at < step.updated_at
+
+
+def _early(w: _Walk, record: EffectRecord) -> bool:
+    """:func:`ran_before` of the committed undo at ``record``'s undo key, each read once."""
+    found = w.undos.at(record)
+    return (found is not None and found.state is State.COMMITTED
+            and ran_before(found, w.undos.read(record)))
+
+
+def _unrecorded(w: _Walk, record: EffectRecord, step: dict[str, Any], undo_id: int,
+                outcome: str, err: EffectGateError) -> _Hold:
+    """The undo ran (its compensator returned or raised) but its outcome could not be
+    recorded: it stays in flight, then AMBIGUOUS, until someone resolves it. Listed unresolved
+    (not failed: it may well have happened) and, as any unsettled undo, it holds the older
+    steps back."""
+    w.report.unresolved.append(UnwindStep(**step, detail=_text(w.gate, (
+        f"compensation ran ({outcome}) but could not be recorded ({type(err).__name__}: "
+        f"{err.message}): it reads in flight, then ambiguous; check it, then resolve "
+        f"{compensation_key(record.key)}")), compensation_effect_id=undo_id))
+    return _hold(record, "unrecorded")
 
 
 def _text(gate: GateLike, text: str) -> str:

@@ -470,7 +470,7 @@ class Webhooks:
                 cut = deadline.passed
                 after = err.headers.get("Retry-After") if err.headers else None
                 err.close()
-                wait = float(after) if after and after.strip().isdigit() else None
+                wait = _retry_after(after)
                 answer = int(err.code), wait, f"HTTP {err.code}"
             except Exception as err:  # refused, reset, timed out, DNS: all worth a retry
                 cut = deadline.passed
@@ -636,8 +636,9 @@ def _http_url(url: object, what: str) -> str:
     except ValueError:
         raise ConfigError(f"webhook {what} is not a URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or any(
-            c in url for c in "\r\n\x00 "):
-        raise ConfigError(f"webhook {what} must be an http(s) URL with a host")
+            c <= " " or c == "\x7f" for c in url):  # urlsplit drops a tab; http.client not
+        raise ConfigError(f"webhook {what} must be an http(s) URL with a host (and no space "
+                          "or control character)")
     if "@" in parts.netloc:  # urllib would look the password up in DNS as part of the host
         raise ConfigError(f"webhook {what} must not carry credentials (user:password@): pass "
                           "them as headers={'Authorization': ...}")
@@ -646,6 +647,13 @@ def _http_url(url: object, what: str) -> str:
     except ValueError:
         raise ConfigError(f"webhook {what} has an invalid port") from None
     return url
+
+
+def _retry_after(value: object) -> float | None:
+    """A ``Retry-After`` of delay-seconds (ASCII digits only: ``str.isdigit`` also says yes to
+    ``²``, which ``float`` refuses, and the exception lost the delivery); None otherwise."""
+    text = value.strip() if isinstance(value, str) else ""
+    return float(text[:12]) if text.isascii() and text.isdigit() else None
 
 
 def _origin(url: str) -> str:
