@@ -58,7 +58,7 @@ def _why_not(c: Console, record: EffectRecord) -> str:
 
 def steps_of(c: Console, group_key: str) -> list[Step]:
     """The group's steps, newest first, each with its undo (one read for all of them)."""
-    from ..sagas import compensation_key, compensation_request, is_undo
+    from ..sagas import compensation_key, compensation_request, is_undo, ran_before
     from ..store.queue import compensations_of
     from ..translate import effect_record
 
@@ -76,6 +76,10 @@ def steps_of(c: Console, group_key: str) -> list[Step]:
                                             f"effect ({undo.effect_type}, #{undo.effect_id})"))
             continue
         undone = undo is not None and undo.state is State.COMMITTED
+        if undo is not None and undone and ran_before(c.gate.get(undo.key), c.gate.get(r.key)):
+            out.append(Step(r, undo, False, "not undone: its undo began before the step "
+                                            "committed (a person must check the step)"))
+            continue
         out.append(Step(r, undo, undone, "" if undo is not None else _why_not(c, r)))
     return out
 

@@ -422,6 +422,9 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
                 "compensation_effect_id": None,
                 "detail": "its undo's key is taken by another effect "
                           f"({done.effect_type}, effect {done.effect_id}): a person must check it"})
+        elif state == "committed" and done is not None and sagas.ran_before(
+                done, gate.get(record.key)):  # begun before the step committed: undid nothing
+            answer["failed"].append(step.as_dict())
         elif state == "committed":
             assert done is not None
             answer["compensated"].append(row | {"detail": "compensated by an agent",
