@@ -36,13 +36,15 @@ Enter = Callable[[BeginDecision], AbstractContextManager[Any]]
 
 class Attempt:
     """One call of a gated function: the decision its body ran under (None: it never ran),
-    and the :class:`StaleLease` an engine's heartbeat met while it ran (None: none)."""
+    the :class:`StaleLease` an engine's heartbeat met while it ran (None: none), and whether
+    the body returned (its effect is done, whatever the store says since)."""
 
-    __slots__ = ("decision", "lost")
+    __slots__ = ("decision", "lost", "returned")
 
     def __init__(self) -> None:
         self.decision: BeginDecision | None = None
         self.lost: StaleLease | None = None
+        self.returned = False
 
     @staticmethod
     def current() -> Attempt | None:
@@ -95,6 +97,12 @@ def _noted(enter: Enter | None) -> AbstractContextManager[Any]:
     return enter(decision) if enter is not None else contextlib.nullcontext()
 
 
+def _returned() -> None:
+    attempt = _attempt.get()
+    if attempt is not None:
+        attempt.returned = True
+
+
 def is_async(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` gives a coroutine to await: a coroutine function, or a callable
     object whose ``__call__`` is one (the test ``gate.effect`` makes), also through a
@@ -134,14 +142,18 @@ def gated(gate: Gate, fn: Callable[..., Any], key: str, options: dict[str, Any],
         @functools.wraps(fn)
         async def abody(*args: Any, **kwargs: Any) -> Any:
             with _noted(enter):
-                return await fn(*args, **kwargs)
+                result = await fn(*args, **kwargs)
+            _returned()
+            return result
 
         return effect(abody)
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
         with _noted(enter):
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        _returned()
+        return result
 
     return effect(body)
 

@@ -24,7 +24,12 @@ What the re-run gets:
   resolve KEY --committed|--failed`` or the console, then ``dbos workflow fork WORKFLOW_ID
   --step N``, whose re-run of this step the gate answers from the store);
 * a body error the gate recorded FAILED (:class:`~effectgate.NotExecuted`, an error raised
-  before a byte left): raised as it is, so ``retries_allowed`` retries it as attempt n+1.
+  before a byte left): raised as it is, so ``retries_allowed`` retries it as attempt n+1;
+* a body that returned after someone settled its effect FAILED (``effectgate resolve
+  --failed --force`` while it ran): its report is fenced, and the step raises
+  :class:`~effectgate.EffectAmbiguous` (the effect happened: record it ``--committed``), so
+  that nothing runs it again on that FAILED unawares. A body that raised is not covered here:
+  the one who settled it FAILED said it did nothing.
 
 DBOS's own retries (``step={"retries_allowed": True, ...}``) never retry what the gate refuses
 (``effectgate.retry.NEVER_RETRY``: AMBIGUOUS, approvals, denials, key and payload errors;
@@ -45,7 +50,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from effectgate import (
     ConfigError,
@@ -113,11 +118,11 @@ def effect_step(gate: Gate, key: str, *, step: StepOptions | None = None,
                         with Attempt.scope() as attempt:
                             try:
                                 return await call(*args, **kwargs)
-                            except EffectInFlight as err:
-                                pause = _pause(err, deadline)
                             except Exception as err:
-                                state = await attempt.arecorded(gate, err)
-                                _raise(_translated(gate, err, attempt, state), err)
+                                if (elsewhere := _elsewhere(err, attempt)) is None:
+                                    state = await attempt.arecorded(gate, err)
+                                    _raise(_translated(gate, err, attempt, state), err)
+                                pause = _pause(elsewhere, deadline)
                         await asyncio.sleep(pause)
 
             return DBOS.step(**step_options)(astep)  # type: ignore[return-value]
@@ -130,11 +135,11 @@ def effect_step(gate: Gate, key: str, *, step: StepOptions | None = None,
                     with Attempt.scope() as attempt:
                         try:
                             return call(*args, **kwargs)
-                        except EffectInFlight as err:
-                            pause = _pause(err, deadline)
                         except Exception as err:
-                            state = attempt.recorded(gate, err)
-                            _raise(_translated(gate, err, attempt, state), err)
+                            if (elsewhere := _elsewhere(err, attempt)) is None:
+                                state = attempt.recorded(gate, err)
+                                _raise(_translated(gate, err, attempt, state), err)
+                            pause = _pause(elsewhere, deadline)
                     time.sleep(pause)
 
         return DBOS.step(**step_options)(sync_step)  # type: ignore[return-value]
@@ -212,6 +217,13 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def _elsewhere(err: Exception, attempt: Attempt) -> EffectInFlight | None:
+    """``err`` if it says this step's own key is in flight elsewhere: an
+    :class:`EffectInFlight` from the gate before the body ran, else None. One the body raised
+    (a gated call inside it met another holder) is the body's error: its effect may be done."""
+    return err if isinstance(err, EffectInFlight) and attempt.decision is None else None
+
+
 def _pause(err: EffectInFlight, deadline: float) -> float:
     """How long to wait before asking again; re-raises ``err`` once the deadline has passed."""
     left = deadline - time.monotonic()
@@ -242,10 +254,15 @@ def _translated(gate: Gate, err: Exception, attempt: Attempt,
         return unknown_outcome(
             gate, held.key, f"the step raised {type(err).__name__} after its body started",
             _then(), effect_id=held.effect_id)
+    if attempt.returned and state is State.FAILED:  # its report was fenced: a fork runs it again
+        return unknown_outcome(
+            gate, held.key, "it was settled failed by someone else while the step ran, and "
+            "then its body returned: it most likely happened", _then(),
+            effect_id=held.effect_id)
     return err
 
 
-def _raise(error: Exception, cause: Exception) -> None:
+def _raise(error: Exception, cause: Exception) -> NoReturn:
     if error is cause:
         raise cause
     raise error from cause

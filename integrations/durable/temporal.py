@@ -36,11 +36,12 @@ quarter of the lease (a heartbeat in between only reaches Temporal; a store that
 reached is logged and tried again at the next heartbeat). A lease found no longer held stops
 the activity: a sync body gets :class:`~effectgate.StaleLease` from ``heartbeat()``, an async
 one is cancelled, and the activity fails with a non-retryable
-``ApplicationError(type="StaleLease")`` while the effect is unresolved. The loss is found at
-the first heartbeat a quarter of the lease or more after the last extension (or the body's
-start), not at every heartbeat: a body may go on for up to that long, and until its next
-heartbeat, after losing its lease. What it reports then is never written over what an
-operator or a newer holder did since (its fencing token is stale).
+``ApplicationError(type="StaleLease")`` while the effect is unresolved, or when the body
+returned though someone settled the effect FAILED meanwhile (it happened: a retry would run it
+again). The loss is found at the first heartbeat a quarter of the lease or more after the last
+extension (or the body's start), not at every heartbeat: a body may go on for up to that long,
+and until its next heartbeat, after losing its lease. What it reports then is never written
+over what an operator or a newer holder did since (its fencing token is stale).
 
 Temporal cancels a sync activity by raising ``CancelledError`` into its thread. The gate's own
 store calls (``begin``, ``report``, lease extensions, reads) run under
@@ -355,6 +356,14 @@ def _lease_lost(gate: Gate, attempt: Attempt, state: State | None) -> Applicatio
     assert held is not None
     lost = attempt.lost or StaleLease("the lease no longer holds", key=held.key)
     why = f"its lease was lost while the activity ran: {lost.reason or lost.message}"
+    if attempt.returned and state is State.FAILED:
+        # The body finished: its effect is done, though the store was told it never
+        # happened meanwhile. A retry would run it again.
+        why = ("it was settled failed by someone else while the activity ran, and then its "
+               "body returned: it most likely happened")
+        stop = unknown_outcome(gate, held.key, why, _THEN, effect_id=held.effect_id)
+        return ApplicationError(stop.message, _fields(stop), type="StaleLease",
+                                non_retryable=True)
     if state in (State.AMBIGUOUS, State.IN_FLIGHT, None):
         stop = unknown_outcome(gate, held.key, why, _THEN, effect_id=held.effect_id)
         return ApplicationError(stop.message, _fields(stop), type="StaleLease",
