@@ -465,9 +465,10 @@ class AgentFramework(Driver):
         return asyncio.run(go())
 
 
-def af_client(turns: list[list[tuple[str, dict[str, Any]]]]) -> Any:
+def af_client(turns: list[list[tuple[str, Any]]]) -> Any:
     """A scripted Agent Framework chat client: each turn's function calls (until the last
-    message is a tool result the script has no turn for), then "All done."."""
+    message is a tool result the script has no turn for), then "All done.". A call's
+    arguments: a mapping, or the model's raw JSON text as it is."""
     from agent_framework import (
         BaseChatClient,
         ChatResponse,
@@ -484,7 +485,8 @@ def af_client(turns: list[list[tuple[str, dict[str, Any]]]]) -> Any:
         async def _answer(self) -> Any:
             if self.script:
                 calls = [Content.from_function_call(call_id=c, name="refund",
-                                                    arguments=json.dumps(a))
+                                                    arguments=a if isinstance(a, str)
+                                                    else json.dumps(a))
                          for c, a in self.script.pop(0)]
                 return ChatResponse(messages=[Message(role="assistant", contents=calls)])
             return ChatResponse(messages=[Message(role="assistant", contents=["All done."])])

@@ -16,6 +16,8 @@ import pytest
 
 import effectgate as eg
 
+from .test_cancelled_begins import _settled
+
 # psycopg's native async connection: Postgres only, on a schema of its own (the lock below
 # must not hold up the rest of the suite's writes).
 _POSTGRES_ONLY = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -45,19 +47,6 @@ def _table_locked(url: str, seconds: float) -> Iterator[None]:
         yield
     finally:
         holder.join()
-
-
-def _settled(gate: eg.Gate, key: str, timeout: float = 10.0) -> eg.EffectRecord | None:
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            record = gate.get(key)
-        except eg.UnknownEffect:
-            record = None
-        if record is None or record.state is not eg.State.IN_FLIGHT or (
-                time.monotonic() > end):
-            return record
-        time.sleep(0.05)
 
 
 @_POSTGRES_ONLY

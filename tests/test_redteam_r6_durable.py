@@ -219,36 +219,13 @@ def _af_run(gate: eg.Gate, func: Any, turns: list[list[tuple[str, Any]]],
     import asyncio
 
     pytest.importorskip("agent_framework")
-    from agent_framework import (
-        Agent,
-        BaseChatClient,
-        ChatResponse,
-        Content,
-        FunctionInvocationLayer,
-        Message,
-    )
+    from agent_framework import Agent
 
     from effectgate.integrations.agent_framework import EffectGateMiddleware
-    from tests.adapter_drivers import af_results
-
-    class Scripted(FunctionInvocationLayer, BaseChatClient):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.script = list(turns)
-
-        async def _answer(self) -> Any:
-            if self.script:
-                calls = [Content.from_function_call(call_id=c, name="refund", arguments=a)
-                         for c, a in self.script.pop(0)]
-                return ChatResponse(messages=[Message(role="assistant", contents=calls)])
-            return ChatResponse(messages=[Message(role="assistant", contents=["All done."])])
-
-        def _inner_get_response(self, *, messages: Any, stream: bool, options: Any,
-                                **kwargs: Any) -> Any:
-            return self._answer()
+    from tests.adapter_drivers import af_client, af_results
 
     middleware = EffectGateMiddleware({"refund": "refund:{txn_id}"}, gate=gate)
-    agent = Agent(client=Scripted(), name="billing", tools=[func], middleware=[middleware])
+    agent = Agent(client=af_client(turns), name="billing", tools=[func], middleware=[middleware])
 
     async def go() -> dict[str, str]:
         response = await agent.run("refund", session=agent.create_session(session_id=session))

@@ -5,10 +5,8 @@ Each test states the attack and what must hold."""
 
 from __future__ import annotations
 
-import http.server
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,12 +16,26 @@ from effectgate.notices import AMBIGUOUS, Notice
 from effectgate.sagas import compensation_request, unwind, unwind_plan
 from effectgate.webhooks import Webhooks
 
+from .test_webhooks import Receiver
+
 GROUP = "trip:r6"
 
 
 def _booked(gate: eg.Gate, step: str) -> eg.BeginDecision:
     return gate.begin(effect_type=f"booking.{step}", key=f"{step}:r6", payload={},
                       group_key=GROUP, compensation={"cancel": step})
+
+
+def _cancelling(gate: eg.Gate) -> list[str]:
+    """Register a compensator for the bookings; the list of what it cancelled."""
+    undone: list[str] = []
+
+    @gate.compensator("booking.*")
+    def cancel(record: eg.EffectRecord, compensation: Any) -> dict[str, Any]:
+        undone.append(compensation["cancel"])
+        return {"cancelled": compensation["cancel"]}
+
+    return undone
 
 
 # -- an undo that ran before its step committed --------------------------------------------------
@@ -34,12 +46,7 @@ def test_an_undo_committed_while_its_step_was_in_flight_is_not_counted(make_gate
     commits (the booking is made). The undo never undid that booking: unwind must not call
     the step "compensated earlier" and the report must not be complete."""
     gate: eg.Gate = make_gate()
-    undone: list[str] = []
-
-    @gate.compensator("booking.*")
-    def cancel(record: eg.EffectRecord, compensation: Any) -> dict[str, Any]:
-        undone.append(compensation["cancel"])
-        return {"cancelled": compensation["cancel"]}
+    undone = _cancelling(gate)
 
     step = _booked(gate, "hotel")
     assert step.decision is eg.Decision.EXECUTE
@@ -88,12 +95,7 @@ def test_an_undo_that_failed_early_and_ran_after_the_commit_counts(make_gate: An
     """The other side: an undo begun too early that FAILED, run again by unwind once the step
     committed, is a real undo: compensated, complete (no false alarm)."""
     gate: eg.Gate = make_gate()
-    undone: list[str] = []
-
-    @gate.compensator("booking.*")
-    def cancel(record: eg.EffectRecord, compensation: Any) -> dict[str, Any]:
-        undone.append(compensation["cancel"])
-        return {"cancelled": compensation["cancel"]}
+    undone = _cancelling(gate)
 
     step = _booked(gate, "car")
     early = gate.begin(**compensation_request(gate.get("car:r6")), agent_id="rogue")
@@ -113,58 +115,13 @@ def test_an_undo_that_failed_early_and_ran_after_the_commit_counts(make_gate: An
 SECRET = "whsec_" + "r" * 32
 
 
-class _Hostile:
-    """A local receiver answering each POST with ``answers`` in turn (status, extra header
-    lines), then 200; keeps the bodies it got."""
-
-    def __init__(self, answers: list[tuple[int, list[tuple[str, str]]]]) -> None:
-        self.answers = list(answers)
-        self.got: list[bytes] = []
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                owner.got.append(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                status, extra = owner.answers.pop(0) if owner.answers else (200, [])
-                self.send_response(status)
-                for name, value in extra:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def hostile() -> Iterator[Any]:
-    made: list[_Hostile] = []
-
-    def make(answers: list[tuple[int, list[tuple[str, str]]]]) -> _Hostile:
-        made.append(_Hostile(answers))
-        return made[-1]
-
-    yield make
-    for one in made:
-        one.close()
-
-
 @pytest.mark.parametrize("after", ["\u00b2", "\u00b9\u00b3", "\u0663"])
 def test_a_retry_after_of_unicode_digits_neither_loses_nor_uncounts_a_delivery(
-        hostile: Any, after: str) -> None:
+        after: str) -> None:
     """A receiver answers 503 with ``Retry-After: ²`` (a latin-1 superscript: ``isdigit``
     says yes, ``float`` says no). The delivery must still be retried and delivered — not
     dropped by an exception on the delivery thread, counted nowhere."""
-    receiver = hostile([(503, [("Retry-After", after)])])
+    receiver = Receiver((503,), headers=((("Retry-After", after),),))
     hooks = Webhooks(receiver.url, SECRET, backoff_seconds=0.05, max_backoff_seconds=0.1,
                      flush_on_exit=0)
     try:
@@ -175,6 +132,7 @@ def test_a_retry_after_of_unicode_digits_neither_loses_nor_uncounts_a_delivery(
         assert len(receiver.got) == 2
     finally:
         hooks.close(0.5)
+        receiver.close()
 
 
 # -- an undo that ran but could not be recorded ---------------------------------------------------

@@ -26,11 +26,14 @@ CEILING = {"effects": {"payment.*": {"budget": {"per_run_micros": 10_000_000}}}}
 
 class Receiver:
     """An HTTP server on a free local port, in a thread; answers with ``statuses`` in turn
-    (then 200), after ``delay`` seconds, and keeps what it got."""
+    (then 200), each with the header lines ``headers`` holds for it, after ``delay`` seconds,
+    and keeps what it got."""
 
-    def __init__(self, statuses: tuple[int, ...] = (), delay: float = 0.0) -> None:
+    def __init__(self, statuses: tuple[int, ...] = (), delay: float = 0.0,
+                 headers: tuple[tuple[tuple[str, str], ...], ...] = ()) -> None:
         self.got: list[tuple[dict[str, str], bytes]] = []
         self.statuses = list(statuses)
+        self.headers = list(headers)
         self.delay = delay
         self.arrived = threading.Condition()
         owner = self
@@ -40,10 +43,13 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 time.sleep(owner.delay)
                 status = owner.statuses.pop(0) if owner.statuses else 200
+                extra = owner.headers.pop(0) if owner.headers else ()
                 with owner.arrived:
                     owner.got.append((dict(self.headers.items()), body))
                     owner.arrived.notify_all()
                 self.send_response(status)
+                for name, value in extra:
+                    self.send_header(name, value)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
