@@ -38,7 +38,10 @@ def write_lock(gate: eg.Gate, seconds: float) -> Iterator[None]:
         else:
             import psycopg
 
-            with psycopg.connect(PG_URL.replace("postgresql+psycopg", "postgresql")) as pg:
+            url = gate.store.url  # on a schema of its own (own_store_url): that one's table
+            schema = url.rsplit("search_path%3D", 1)[1] if "search_path%3D" in url else None
+            with psycopg.connect(PG_URL.replace("postgresql+psycopg", "postgresql"), **(
+                    {"options": f"-csearch_path={schema}"} if schema else {})) as pg:
                 pg.execute("LOCK TABLE effectgate_effects IN EXCLUSIVE MODE")
                 ready.set()
                 time.sleep(seconds)

@@ -8,45 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 import effectgate as eg
 
-from .test_cancelled_begins import _settled
+from .test_cancelled_begins import _settled, write_lock
 
 # psycopg's native async connection: Postgres only, on a schema of its own (the lock below
 # must not hold up the rest of the suite's writes).
 _POSTGRES_ONLY = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-
-
-@contextlib.contextmanager
-def _table_locked(url: str, seconds: float) -> Iterator[None]:
-    """Every write to the effects table of the store at ``url`` waits ``seconds`` behind
-    another session's lock."""
-    import psycopg
-
-    ready = threading.Event()
-    schema = url.rsplit("%3D", 1)[1]
-
-    def hold() -> None:
-        with psycopg.connect(url.split("?")[0].replace("postgresql+psycopg", "postgresql"),
-                             options=f"-csearch_path={schema}") as pg:
-            pg.execute("LOCK TABLE effectgate_effects IN EXCLUSIVE MODE")
-            ready.set()
-            time.sleep(seconds)
-            pg.rollback()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    ready.wait(10)
-    try:
-        yield
-    finally:
-        holder.join()
 
 
 @_POSTGRES_ONLY
@@ -72,7 +44,7 @@ def test_a_reservation_cancelled_twice_while_it_waits_on_a_lock_is_released(
             await task
 
     try:
-        with _table_locked(own_store_url, 2.5):
+        with write_lock(gate, 2.5):
             asyncio.run(main())
         time.sleep(0.5)  # the orphaned statement has had its chance to commit
         record = _settled(gate, key)
@@ -98,7 +70,7 @@ def test_an_anyio_cancel_scope_around_a_waiting_reservation_leaves_it_released(
             await gate.abegin(effect_type="payment.refund", key=key, payload={"txn": key})
 
     try:
-        with _table_locked(own_store_url, 2.5):
+        with write_lock(gate, 2.5):
             anyio.run(main)
         time.sleep(0.5)
         record = _settled(gate, key)
