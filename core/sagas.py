@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from . import validate
 from .classify import classify_body
 from .context import current_effect_scope
-from .errors import ConfigError, EffectGateError, PayloadError, UnknownEffect
+from .errors import ConfigError, EffectGateError, PayloadError, StaleLease, UnknownEffect
 from .keys import MAX_KEY_LENGTH
 from .payload import payload_hash
 from .redact import describe
@@ -593,10 +593,15 @@ def _unrecorded(w: _Walk, record: EffectRecord, step: dict[str, Any], undo_id: i
     """The undo ran (its compensator returned or raised) but its outcome could not be
     recorded: it stays in flight, then AMBIGUOUS, until someone resolves it. Listed unresolved
     (not failed: it may well have happened) and, as any unsettled undo, it holds the older
-    steps back."""
+    steps back. One fenced (:class:`StaleLease`: settled by someone else while it ran) reads
+    as they settled it: FAILED would have the next unwind run it again."""
+    then = "it reads in flight, then ambiguous"
+    if isinstance(err, StaleLease):
+        then = (f"someone else settled it while it ran (it reads {err.state or 'settled'}; "
+                "if failed, the next unwind runs it again)")
     w.report.unresolved.append(UnwindStep(**step, detail=_text(w.gate, (
         f"compensation ran ({outcome}) but could not be recorded ({type(err).__name__}: "
-        f"{err.message}): it reads in flight, then ambiguous; check it, then resolve "
+        f"{err.message}): {then}; check it, then resolve "
         f"{compensation_key(record.key)}")), compensation_effect_id=undo_id))
     return _hold(record, "unrecorded")
 

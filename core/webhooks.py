@@ -639,6 +639,9 @@ def _http_url(url: object, what: str) -> str:
             c <= " " or c == "\x7f" for c in url):  # urlsplit drops a tab; http.client not
         raise ConfigError(f"webhook {what} must be an http(s) URL with a host (and no space "
                           "or control character)")
+    if what == "url" and not (parts.path + parts.query).isascii():  # http.client sends ASCII
+        raise ConfigError(f"webhook {what} must have an ASCII path and query (percent-encode "
+                          "the rest): every delivery would fail")
     if "@" in parts.netloc:  # urllib would look the password up in DNS as part of the host
         raise ConfigError(f"webhook {what} must not carry credentials (user:password@): pass "
                           "them as headers={'Authorization': ...}")
