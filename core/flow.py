@@ -36,7 +36,7 @@ from ._commands import (
     Write,
 )
 from .decide import Answer, Move, ReadApproval
-from .errors import PayloadError, StoreError
+from .errors import InvalidTransition, PayloadError, StoreError, UnknownEffect
 from .memo import CommittedMemo, MemoEntry
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
 from .payload import canonical_json, result_json
@@ -296,6 +296,23 @@ def _answer(parts: Parts, row: EffectHead, answer: Answer) -> BeginDecision:
                      approval_id=answer.approval_id)
 
 
+def _undoable(req: Request, step: EffectRow | None) -> None:
+    """Refuse the undo ``req`` unless the step it names (``compensates_effect_id``, read as
+    ``step``) committed: begun while its step is in flight, waiting, failed or unknown, an
+    undo would undo nothing the step then does, and could never run again at its key
+    (:class:`UnknownEffect` for no such step in the namespace, else
+    :class:`InvalidTransition`; nothing is written). A COMMITTED step never moves again, so
+    the read stays true."""
+    if step is None:
+        raise UnknownEffect(f"{req.key!r} undoes effect {req.compensates_effect_id}, which is "
+                            "not in this namespace", key=req.key)
+    if step.state is not State.COMMITTED:
+        state = decide.effective_state(step).value
+        raise InvalidTransition(
+            f"{req.key!r} undoes {step.key!r}, which is {state}, not committed: an undo runs "
+            "only once its step committed (resolve the step first)", key=req.key, state=state)
+
+
 def _duplicate(parts: Parts, row: EffectHead | CommittedHead, answer: Answer) -> BeginDecision:
     """The answer to a repeat of the COMMITTED ``row``: its stored result (remembered in the
     memo: COMMITTED is terminal)."""
@@ -368,6 +385,8 @@ class BeginFlow:
 
     def begin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store (sync callers)."""
+        if req.compensates_effect_id is not None:  # an undo: its step, read first
+            _undoable(req, self._store.get_by_id(req.namespace, req.compensates_effect_id))
         secret = self._secrets()
         try:
             done: BeginDecision = _drive.drive(begin_steps(self.parts, req, secret),
@@ -379,6 +398,11 @@ class BeginFlow:
 
     async def abegin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store's async face (async callers)."""
+        if req.compensates_effect_id is not None:  # an undo (rare): its step read off the loop
+            from asyncio import to_thread
+
+            _undoable(req, await to_thread(self._store.get_by_id, req.namespace,
+                                        req.compensates_effect_id))
         secret = self._secrets()
         try:
             done: BeginDecision = await _drive.adrive(

@@ -40,7 +40,47 @@ def _cancelling(gate: eg.Gate) -> list[str]:
 
 # -- an undo that ran before its step committed --------------------------------------------------
 
-def test_an_undo_committed_while_its_step_was_in_flight_is_not_counted(make_gate: Any) -> None:
+def _as_before_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Begin undos as effectgate did before ``begin`` refused an undo of an uncommitted step
+    (:func:`effectgate.flow._undoable`): a store may hold such early undos, written then."""
+    monkeypatch.setattr("effectgate.flow._undoable", lambda req, step: None)
+
+
+@pytest.mark.parametrize("call", ["begin", "abegin"])
+def test_an_undo_of_a_step_not_committed_is_refused_and_writes_nothing(
+        make_gate: Any, call: str) -> None:
+    """The root of the early undo: ``begin`` of an undo (``compensates_effect_id``) whose step
+    is in flight, failed or unknown, or names no step, is refused before anything is
+    written; once the step committed, the same undo executes."""
+    import asyncio
+
+    from .conftest import snapshot
+
+    gate: eg.Gate = make_gate()
+
+    def begin(**fields: Any) -> eg.BeginDecision:
+        if call == "begin":
+            return gate.begin(**fields)
+        return asyncio.run(gate.abegin(**fields))
+
+    step = _booked(gate, "boat")
+    undo = compensation_request(gate.get("boat:r6"))
+    before = snapshot(gate)
+    with pytest.raises(eg.InvalidTransition, match="in_flight, not committed"):
+        begin(**undo)
+    with pytest.raises(eg.UnknownEffect, match="not in this namespace"):
+        begin(**{**undo, "compensates_effect_id": 10**9})
+    assert snapshot(gate) == before
+    gate.report(step, "failed", error="no boat")
+    with pytest.raises(eg.InvalidTransition, match="failed, not committed"):
+        begin(**compensation_request(gate.get("boat:r6")))
+    again = _booked(gate, "boat")
+    gate.report(again, "committed", result={"booked": "boat"})
+    assert begin(**compensation_request(gate.get("boat:r6"))).decision is eg.Decision.EXECUTE
+
+
+def test_an_undo_committed_while_its_step_was_in_flight_is_not_counted(
+        make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """An agent (or a buggy script) begins the undo of a step while the step is still in
     flight — a cancel that found nothing to cancel — and records it committed; then the step
     commits (the booking is made). The undo never undid that booking: unwind must not call
@@ -50,8 +90,9 @@ def test_an_undo_committed_while_its_step_was_in_flight_is_not_counted(make_gate
 
     step = _booked(gate, "hotel")
     assert step.decision is eg.Decision.EXECUTE
+    _as_before_the_check(monkeypatch)
     early = gate.begin(**compensation_request(gate.get("hotel:r6")), agent_id="rogue")
-    assert early.decision is eg.Decision.EXECUTE  # (the gate's begin does not check the step)
+    assert early.decision is eg.Decision.EXECUTE
     gate.report(early, "committed", result={"cancelled": "nothing yet"})
     time.sleep(0.01)
     gate.report(step, "committed", result={"booked": "hotel"})  # the booking stands
@@ -69,7 +110,7 @@ def test_an_undo_committed_while_its_step_was_in_flight_is_not_counted(make_gate
 
 
 def test_an_early_undo_is_neither_compensated_over_mcp_nor_on_the_console(
-        make_gate: Any) -> None:
+        make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same early undo where no compensator is registered: the MCP server's unwind (it
     hands such steps to the agent) and the console's saga page read the undo at the step's
     undo key themselves, and must not call the step compensated either."""
@@ -79,6 +120,7 @@ def test_an_early_undo_is_neither_compensated_over_mcp_nor_on_the_console(
 
     gate: eg.Gate = make_gate()
     step = _booked(gate, "car")
+    _as_before_the_check(monkeypatch)
     early = gate.begin(**compensation_request(gate.get("car:r6")), agent_id="rogue")
     gate.report(early, "committed", result={"cancelled": "nothing yet"})
     time.sleep(0.01)
@@ -91,13 +133,15 @@ def test_an_early_undo_is_neither_compensated_over_mcp_nor_on_the_console(
     (shown,) = steps_of(Console(gate, secure_cookies=False), GROUP)
     assert not shown.undone and "before the step committed" in shown.note, shown
 
-def test_an_undo_that_failed_early_and_ran_after_the_commit_counts(make_gate: Any) -> None:
+def test_an_undo_that_failed_early_and_ran_after_the_commit_counts(
+        make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The other side: an undo begun too early that FAILED, run again by unwind once the step
     committed, is a real undo: compensated, complete (no false alarm)."""
     gate: eg.Gate = make_gate()
     undone = _cancelling(gate)
 
     step = _booked(gate, "car")
+    _as_before_the_check(monkeypatch)
     early = gate.begin(**compensation_request(gate.get("car:r6")), agent_id="rogue")
     gate.report(early, "failed", error="nothing to cancel yet")
     time.sleep(0.01)
