@@ -35,6 +35,21 @@ reach a ``Task(async_execution=True)`` or an agent with ``max_execution_time``: 
 those on threads of its own without copying it, so their calls record no run or agent, and a
 per-run or per-agent ceiling cannot count them (each logs and warns its ``budget_warning``).
 
+**Tools CrewAI adds at kickoff** (``Agent(mcps=[...])``, ``Agent(apps=[...])``: CrewAI
+connects and builds them when the crew or ``Agent.kickoff`` starts) never pass through
+:func:`gate_tools`: they cannot be gated, and naming one in ``effects`` is refused ("not in the
+list"). Without ``strict`` they run ungated and unrecorded, like any tool left out of the list.
+Under ``strict=True`` (or ``policy.strict``) each call of such a tool is refused at the call —
+not before the run: the list cannot see the agent it is given to — by a CrewAI
+``before_tool_call`` hook this module registers (once, process-wide): nothing reaches the MCP
+server or the app, the model is told "Tool execution blocked by hook", and each refusal is
+logged and warned (``UngatedToolWarning``). CrewAI's own delegation tools are let through: they
+hand work to another agent, whose tools its own list gates. The hook finds the strict list
+through the gated tools of the agent or the task, so a strict list with no gated tool (only
+reads) refuses nothing, and ``crewai.hooks.clear_before_tool_call_hooks()`` removes the hook
+until the next strict :func:`gate_tools`. To gate an MCP server's writes, put effectgate's
+MCP gateway in front of it (``effectgate mcp gateway``) and point ``mcps`` at the gateway.
+
 **Approvals**: CrewAI 1.6 has no pause that survives a process: ``Task(human_input=True)`` asks
 for feedback on a task's final answer at the console (``input()``), and a tool hook's
 ``request_human_input`` prompts the console too; neither can stop a run and resume it
@@ -51,11 +66,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
+import threading
+import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from effectgate import ConfigError, EffectSpec, Gate
+from effectgate import ConfigError, EffectSpec, Gate, Policy
 
 from ._kernel import (
     Framework,
@@ -69,6 +87,7 @@ from ._kernel import (
 from ._kernel import gate_tools as _gate_tools
 
 with requires_extra("crewai", "crewai"):
+    from crewai.hooks import get_before_tool_call_hooks, register_before_tool_call_hook
     from crewai.tools import BaseTool
     from pydantic import PrivateAttr
 
@@ -98,6 +117,7 @@ class GatedCrewTool(BaseTool):
 
     _inner: BaseTool = PrivateAttr()
     _gated: GatedCall = PrivateAttr()
+    _strict_names: frozenset[str] | None = PrivateAttr(default=None)
 
     @property
     def inner(self) -> BaseTool:
@@ -217,7 +237,68 @@ def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
     ``effects``: tool name → key template, → ``{"key": ..., **options}``, or → None
     (read-only); or an :class:`effectgate.Policy` whose rules name their ``tools`` (the gate
     must carry that policy). Every tool left ungated is reported once by name;
-    ``strict=True`` (or ``policy.strict``) refuses them with ``ConfigError``.
+    ``strict=True`` (or ``policy.strict``) refuses them with ``ConfigError``, and refuses at
+    the call every tool CrewAI adds at kickoff (``mcps``, ``apps``) to an agent or task holding
+    this list's gated tools (see the module docstring).
     """
-    return _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
-                       read_only=read_only)
+    gated = _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
+                        read_only=read_only)
+    if strict or (isinstance(effects, Policy) and effects.strict):
+        # Tools CrewAI adds at kickoff (``mcps``, ``apps``) never come through here: the
+        # strict list's gated tools carry its names, and a tool hook refuses the others.
+        names = frozenset(t.name for t in gated if isinstance(t, BaseTool))
+        for tool in gated:
+            if is_gated(tool):
+                tool._strict_names = names
+        _register_strict_hook()
+    return gated
+
+
+log = logging.getLogger("effectgate")
+_hook_lock = threading.Lock()
+
+_CREWAI_OWN = "crewai.tools.agent_tools."
+"""CrewAI's own agent tools (delegate work, ask a coworker, add an image): they hand work to
+another agent, whose tools are gated by its own list, and run no effect of their own."""
+
+
+def _strict_names(*lists: Any) -> frozenset[str] | None:
+    """The names a strict :func:`gate_tools` list declared, if one of ``lists`` holds its
+    gated tools; None when none does (the agent is not strict)."""
+    names: frozenset[str] | None = None
+    for tools in lists:
+        for tool in tools or ():
+            if isinstance(tool, GatedCrewTool) and tool._strict_names is not None:
+                names = (names or frozenset()) | tool._strict_names
+    return names
+
+
+def _refuse_undeclared(context: Any) -> bool | None:
+    """CrewAI's ``before_tool_call`` hook: under a strict list, block a tool the list never
+    held (one CrewAI added at kickoff from ``mcps`` or ``apps``), so it cannot run ungated.
+
+    A hook's exception is logged by CrewAI and the tool runs anyway: this hook never raises."""
+    agent, task = getattr(context, "agent", None), getattr(context, "task", None)
+    names = _strict_names(getattr(agent, "tools", None), getattr(task, "tools", None))
+    if names is None:
+        return None
+    try:
+        tool = getattr(context.tool, "_original_tool", None) or context.tool
+        if is_gated(tool) or tool.name in names or type(tool).__module__.startswith(_CREWAI_OWN):
+            return None
+        text = (f"strict mode: CrewAI tool {tool.name!r} was added to agent "
+                f"{getattr(agent, 'role', '?')!r} outside gate_tools (Agent(mcps=...) or "
+                f"Agent(apps=...)) and would run ungated: refused")
+    except Exception:  # strict fails closed: a call it cannot read is refused
+        log.exception("effectgate: could not check a CrewAI tool call under strict; refused")
+        return False
+    log.error("%s", text)
+    warnings.warn(text, UngatedToolWarning, stacklevel=2)
+    return False
+
+
+def _register_strict_hook() -> None:
+    """Register :func:`_refuse_undeclared` with CrewAI once (again if it was cleared)."""
+    with _hook_lock:
+        if _refuse_undeclared not in get_before_tool_call_hooks():
+            register_before_tool_call_hook(_refuse_undeclared)
