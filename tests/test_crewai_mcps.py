@@ -71,6 +71,13 @@ def _refund(ledger: list[str]) -> BaseTool:
     return Refund()
 
 
+def _strict_refund(gate: eg.Gate) -> tuple[list[Any], list[str]]:
+    """A strict list holding the gated refund tool, and the refunds it made."""
+    refunds: list[str] = []
+    return eg_crew.gate_tools([_refund(refunds)], {"refund": "refund:{txn_id}"}, gate=gate,
+                              strict=True), refunds
+
+
 def _server(tmp_path: Path) -> tuple[Any, str, Path]:
     """A stdio MCP server config, the name CrewAI gives its tool, and the server's ledger."""
     from crewai.mcp import MCPServerStdio
@@ -121,9 +128,7 @@ def test_without_strict_an_mcps_tool_runs_ungated(tmp_path: Path, gate: eg.Gate)
 
 def test_strict_refuses_an_mcps_tool_at_the_call(tmp_path: Path, gate: eg.Gate) -> None:
     config, name, ledger = _server(tmp_path)
-    refunds: list[str] = []
-    tools = eg_crew.gate_tools([_refund(refunds)], {"refund": "refund:{txn_id}"}, gate=gate,
-                               strict=True)
+    tools, refunds = _strict_refund(gate)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         seen = _crew(tools, [config], [("c0", name, {}),
@@ -142,9 +147,7 @@ def test_strict_refuses_an_mcps_tool_when_the_list_is_the_tasks(tmp_path: Path,
     from crewai import Agent, Crew, Task
 
     config, name, ledger = _server(tmp_path)
-    refunds: list[str] = []
-    tools = eg_crew.gate_tools([_refund(refunds)], {"refund": "refund:{txn_id}"}, gate=gate,
-                               strict=True)
+    tools, _ = _strict_refund(gate)
     seen: dict[str, str] = {}
     agent = Agent(role="ops", goal="Handle the incident", backstory="An operator.",
                   llm=crew_llm([("c0", name, {})], seen), mcps=[config], verbose=False)
@@ -161,9 +164,7 @@ def test_strict_refuses_an_mcps_tool_in_agent_kickoff(tmp_path: Path, gate: eg.G
     from crewai import Agent
 
     config, name, ledger = _server(tmp_path)
-    refunds: list[str] = []
-    tools = eg_crew.gate_tools([_refund(refunds)], {"refund": "refund:{txn_id}"}, gate=gate,
-                               strict=True)
+    tools, _ = _strict_refund(gate)
     seen: dict[str, str] = {}
     agent = Agent(role="ops", goal="Handle the incident", backstory="An operator.",
                   llm=crew_llm([("c0", name, {})], seen), tools=tools, mcps=[config],
