@@ -57,7 +57,8 @@ def _why_not(c: Console, record: EffectRecord) -> str:
 
 
 def steps_of(c: Console, group_key: str) -> list[Step]:
-    """The group's steps, newest first, each with its undo (one read for all of them)."""
+    """The group's steps, newest first, each with its undo (one read for all of them, then,
+    for each undo that committed, both histories: :func:`~effectgate.sagas.ran_before`)."""
     from ..sagas import compensation_key, compensation_request, is_undo, ran_before
     from ..store.queue import compensations_of
     from ..translate import effect_record
