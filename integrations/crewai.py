@@ -46,8 +46,11 @@ server or the app, the model is told "Tool execution blocked by hook", and each 
 logged and warned (``UngatedToolWarning``). CrewAI's own delegation tools are let through: they
 hand work to another agent, whose tools its own list gates. The hook finds the strict list
 through the gated tools of the agent or the task, so a strict list with no gated tool (only
-reads) refuses nothing, and ``crewai.hooks.clear_before_tool_call_hooks()`` removes the hook
-until the next strict :func:`gate_tools`. To gate an MCP server's writes, put effectgate's
+reads) refuses nothing; beside a strict list, a read any list declared (``None``,
+``read_only``) runs, a tool a list without strict left ungated does not. The hook is put first
+among CrewAI's hooks (CrewAI skips the rest once one raises, and runs the tool), and
+``crewai.hooks.clear_before_tool_call_hooks()`` removes it until the next strict
+:func:`gate_tools`. To gate an MCP server's writes, put effectgate's
 MCP gateway in front of it (``effectgate mcp gateway``) and point ``mcps`` at the gateway.
 
 **Approvals**: CrewAI 1.6 has no pause that survives a process: ``Task(human_input=True)`` asks
@@ -81,13 +84,18 @@ from ._kernel import (
     OnRefusal,
     Refused,
     UngatedToolWarning,
+    read_declarations,
     requires_extra,
     resolve_gate,
 )
 from ._kernel import gate_tools as _gate_tools
 
 with requires_extra("crewai", "crewai"):
-    from crewai.hooks import get_before_tool_call_hooks, register_before_tool_call_hook
+    from crewai.hooks import (
+        clear_before_tool_call_hooks,
+        get_before_tool_call_hooks,
+        register_before_tool_call_hook,
+    )
     from crewai.tools import BaseTool
     from pydantic import PrivateAttr
 
@@ -241,8 +249,14 @@ def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
     the call every tool CrewAI adds at kickoff (``mcps``, ``apps``) to an agent or task holding
     this list's gated tools (see the module docstring).
     """
+    read_only = tuple(read_only)
     gated = _gate_tools(_FRAMEWORK, tools, effects, gate=gate, strict=strict,
                         read_only=read_only)
+    listed = [t.name for t in gated if isinstance(t, BaseTool)]
+    reads = read_declarations(effects, gate=resolve_gate(gate), read_only=read_only,
+                              tool_names=listed).read_only
+    with _hook_lock:  # every list's declared reads, strict or not (see _listed)
+        _listed.update(name for name in listed if name in reads)
     if strict or (isinstance(effects, Policy) and effects.strict):
         # Tools CrewAI adds at kickoff (``mcps``, ``apps``) never come through here: the
         # strict list's gated tools carry its names, and a tool hook refuses the others.
@@ -256,6 +270,11 @@ def gate_tools(tools: Iterable[Any], effects: Any, *, gate: Gate | None = None,
 
 log = logging.getLogger("effectgate")
 _hook_lock = threading.Lock()
+_listed: set[str] = set()
+"""The names of the tools every :func:`gate_tools` list of this process declared read-only
+(strict or not): under a strict list, such a read of another list beside it (a list of reads
+of its own, or one without strict) is declared, not one CrewAI added at kickoff; a tool another
+list left ungated is still refused."""
 
 _CREWAI_OWN = "crewai.tools.agent_tools."
 """CrewAI's own agent tools (delegate work, ask a coworker, add an image): they hand work to
@@ -274,8 +293,8 @@ def _strict_names(*lists: Any) -> frozenset[str] | None:
 
 
 def _refuse_undeclared(context: Any) -> bool | None:
-    """CrewAI's ``before_tool_call`` hook: under a strict list, block a tool the list never
-    held (one CrewAI added at kickoff from ``mcps`` or ``apps``), so it cannot run ungated.
+    """CrewAI's ``before_tool_call`` hook: under a strict list, block a tool no list held
+    (one CrewAI added at kickoff from ``mcps`` or ``apps``), so it cannot run ungated.
 
     A hook's exception is logged by CrewAI and the tool runs anyway: this hook never raises."""
     agent, task = getattr(context, "agent", None), getattr(context, "task", None)
@@ -284,7 +303,8 @@ def _refuse_undeclared(context: Any) -> bool | None:
         return None
     try:
         tool = getattr(context.tool, "_original_tool", None) or context.tool
-        if is_gated(tool) or tool.name in names or type(tool).__module__.startswith(_CREWAI_OWN):
+        if (is_gated(tool) or tool.name in names or tool.name in _listed
+                or type(tool).__module__.startswith(_CREWAI_OWN)):
             return None
         text = (f"strict mode: CrewAI tool {tool.name!r} was added to agent "
                 f"{getattr(agent, 'role', '?')!r} outside gate_tools (Agent(mcps=...) or "
@@ -298,7 +318,13 @@ def _refuse_undeclared(context: Any) -> bool | None:
 
 
 def _register_strict_hook() -> None:
-    """Register :func:`_refuse_undeclared` with CrewAI once (again if it was cleared)."""
+    """Register :func:`_refuse_undeclared` with CrewAI, first in line (again if it was
+    cleared, or hooks were registered before it): CrewAI runs its hooks in one ``try``, and a
+    hook that raises skips those after it while the tool runs anyway."""
     with _hook_lock:
-        if _refuse_undeclared not in get_before_tool_call_hooks():
-            register_before_tool_call_hook(_refuse_undeclared)
+        hooks = get_before_tool_call_hooks()
+        if hooks[:1] == [_refuse_undeclared]:
+            return
+        clear_before_tool_call_hooks()
+        for hook in (_refuse_undeclared, *(h for h in hooks if h is not _refuse_undeclared)):
+            register_before_tool_call_hook(hook)
