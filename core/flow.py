@@ -433,6 +433,8 @@ class BeginFlow:
         """What :meth:`begin` would answer now, writing nothing (no reservation, no approval
         request, no charge; spend ceilings are not consulted). For a framework's "does this
         call need approval?" question before it runs anything."""
+        if req.compensates_effect_id is not None:  # refused as begin refuses it
+            _undoable(req, self._store.get_by_id(req.namespace, req.compensates_effect_id))
         row = self._store.fetch(req.namespace, req.key)
         approval = None
         for _ in range(3):

@@ -68,6 +68,8 @@ def test_an_undo_of_a_step_not_committed_is_refused_and_writes_nothing(
     before = snapshot(gate)
     with pytest.raises(eg.InvalidTransition, match="in_flight, not committed"):
         begin(**undo)
+    with pytest.raises(eg.InvalidTransition, match="in_flight, not committed"):
+        gate.preview(**undo)  # what begin would answer
     with pytest.raises(eg.UnknownEffect, match="not in this namespace"):
         begin(**{**undo, "compensates_effect_id": 10**9})
     assert snapshot(gate) == before
