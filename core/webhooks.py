@@ -642,6 +642,8 @@ def _http_url(url: object, what: str) -> str:
     if what == "url" and not (parts.path + parts.query).isascii():  # http.client sends ASCII
         raise ConfigError(f"webhook {what} must have an ASCII path and query (percent-encode "
                           "the rest): every delivery would fail")
+    if not parts.hostname.isascii():  # http.client sends it IDNA-encoded
+        _idna_host(parts.hostname, what)
     if "@" in parts.netloc:  # urllib would look the password up in DNS as part of the host
         raise ConfigError(f"webhook {what} must not carry credentials (user:password@): pass "
                           "them as headers={'Authorization': ...}")
@@ -650,6 +652,21 @@ def _http_url(url: object, what: str) -> str:
     except ValueError:
         raise ConfigError(f"webhook {what} has an invalid port") from None
     return url
+
+
+def _idna_host(host: str, what: str) -> None:
+    """A non-ASCII host is sent IDNA-encoded: one the codec refuses would fail every delivery,
+    and one with an invisible character (a zero-width space, a soft hyphen) is sent to a host
+    other than the one shown (IDNA drops the character), so both are refused."""
+    if not host.isprintable():
+        raise ConfigError(f"webhook {what} has an invisible or control character in its host "
+                          "(IDNA would drop it and send to another host)")
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise ConfigError(f"webhook {what} has a host that IDNA cannot encode (a label empty "
+                          "or over 63 characters, or a character IDNA refuses): every "
+                          "delivery would fail") from None
 
 
 def _retry_after(value: object) -> float | None:

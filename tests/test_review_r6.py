@@ -57,3 +57,21 @@ def test_an_undo_settled_failed_while_it_ran_is_not_said_to_turn_ambiguous(
     assert gate.get("compensate:hotel:rv6").state is eg.State.FAILED
     assert "in flight, then ambiguous" not in held.detail, held.detail
     assert "reads failed" in held.detail and "runs it again" in held.detail, held.detail
+
+
+@pytest.mark.parametrize("host", ["exa\u200bmple.com", "ex\u00adample.com",
+                                  "b\u00fccher-" + "\u00e9" * 60 + ".example"])
+def test_a_webhook_host_idna_would_alter_or_refuse_is_refused_when_configured(
+        host: str) -> None:
+    """A non-ASCII host goes out IDNA-encoded. IDNA drops a zero-width space or a soft
+    hyphen, so deliveries went to ``example.com`` while the configuration showed another
+    host; a label IDNA cannot encode (over 63 characters once encoded) failed every
+    delivery. Both are a :class:`~effectgate.ConfigError` when configured."""
+    with pytest.raises(eg.ConfigError, match="host"):
+        Webhooks(url=f"https://{host}/T0", secret=SECRET, flush_on_exit=0)
+
+
+def test_a_webhook_host_in_plain_idn_form_is_kept() -> None:
+    """An internationalised host IDNA encodes as itself is fine."""
+    hooks = Webhooks(url="https://b\u00fccher.example/T0", secret=SECRET, flush_on_exit=0)
+    assert hooks._url == "https://b\u00fccher.example/T0"
