@@ -59,6 +59,7 @@ __all__ = [
     "outcome_spend_delta",
     "over_ceiling",
     "reads_first",
+    "reconcile_wait",
     "resolution",
     "same_principal",
 ]
@@ -241,20 +242,27 @@ def _ambiguous(row: EffectHead, req: Request, reconcilable: bool) -> Step:
     gov = req.governance
     if not reconcilable or (gov is not None and gov.on_ambiguous == "block"):
         return Answer(Decision.BLOCKED, reason)
-    if row.lease_expires_at is not None:
-        # A lapsed lease: its holder may be slow, not dead. The vendor may not know of the
-        # request yet, so the hook is asked only after a grace period: the policy's, else the
-        # holder's own lease again (as long as it held it; never the asker's lease, which a
-        # caller chooses).
-        grace = req.reconcile_grace_seconds
-        if grace is None:
-            grace = max(req.lease_seconds, row.lease_expires_at - (
-                row.attempt_started_at or row.lease_expires_at))
-        wait = row.lease_expires_at + grace - row.now
-        if wait > 0:
-            return Answer(Decision.BLOCKED, f"{reason}; the reconcile hook is asked once the "
-                          f"grace period ends, in {wait:.0f}s")
+    wait = reconcile_wait(row, req.reconcile_grace_seconds, req.lease_seconds)
+    if wait > 0:
+        return Answer(Decision.BLOCKED, f"{reason}; the reconcile hook is asked once the "
+                      f"grace period ends, in {wait:.0f}s")
     return RECONCILE
+
+
+def reconcile_wait(row: EffectHead | EffectRow, grace: float | None,
+                   lease_seconds: float = 0.0) -> float:
+    """Seconds before the reconcile hook may be asked about ``row`` (none left when not
+    positive). A lapsed lease's holder may be slow, not dead, and the vendor may not know of
+    its request yet: the hook waits a grace period past the lapse, ``grace`` (the policy's),
+    else the longer of the holder's own lease (as long as it held it) and ``lease_seconds``
+    (the lease a begin of its type takes). An outcome reported AMBIGUOUS (no lease) may be
+    asked at once."""
+    if row.lease_expires_at is None:
+        return 0.0
+    if grace is None:
+        grace = max(lease_seconds, row.lease_expires_at - (
+            row.attempt_started_at or row.lease_expires_at))
+    return row.lease_expires_at + grace - row.now
 
 
 def _govern(req: Request, row: EffectHead | None, consume: str | None, *,

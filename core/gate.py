@@ -556,11 +556,11 @@ class Gate:
     def reconcile(self, key: str, *, by: str) -> EffectRecord:
         """Ask the registered reconcile hook about the AMBIGUOUS effect ``key`` now (an
         operator's "Reconcile now"); its verdict is recorded as by ``by`` via the hook. The
-        effect after it (still AMBIGUOUS when the hook could not tell).
-        :class:`InvalidTransition` when the effect is not AMBIGUOUS, :class:`ConfigError` when
-        no hook for its type is registered in this process."""
+        effect after it (still AMBIGUOUS when the hook could not tell). :class:`InvalidTransition`
+        when it is not AMBIGUOUS or a lapsed lease's grace period runs (as for a ``begin``),
+        :class:`ConfigError` when no hook for its type is registered in this process."""
         return self.get(operations.reconcile(self._store, self.namespace, self._flow,
-                                             self._reconcilers, key, by=by))
+                                             self._reconcilers, key, by=by, kind=self.kind))
 
     def ambiguous_queue(self, *, before_id: int | None = None, limit: int = 50,
                         ) -> tuple[list[EffectRecord], int | None]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .records import EffectRecord
     from .registry import Registry
     from .reporting import Reporter
+    from .request_builder import EffectKind
     from .store import Store
     from .store.rows import EffectRow
 
@@ -132,9 +133,13 @@ def _decide_approval(store: Store, namespace: str, redact: Callable[[str | None]
 
 
 def reconcile(store: Store, namespace: str, flow: BeginFlow, hooks: Registry[Reconciler],
-              key: str, *, by: str) -> str:
+              key: str, *, by: str, kind: Callable[[str], EffectKind] | None = None) -> str:
     """Ask the registered hook about the AMBIGUOUS ``key`` now, as ``by`` (see
-    :meth:`Gate.reconcile`); the checked key."""
+    :meth:`Gate.reconcile`); the checked key. A lapsed lease is asked about only after the
+    grace period a ``begin`` of its type waits (``kind``: the gate's options for a type, the
+    policy's applied): before it, the holder may still be running and the vendor not yet
+    know of its request, so a "failed" would let a new attempt run it twice
+    (:class:`InvalidTransition`, nothing asked or written)."""
     key = lookup_key(key)
     actor = validate.text(by, "by", 256, required=True) or ""
     row = store.fetch(namespace, key)
@@ -147,5 +152,14 @@ def reconcile(store: Store, namespace: str, flow: BeginFlow, hooks: Registry[Rec
     if hooks.find(row.effect_type) is None:
         raise ConfigError(f"no reconcile hook for {row.effect_type!r} is registered here "
                           "(give the gate your code defines, with its hooks)", key=key)
+    options = None if kind is None else kind(row.effect_type)
+    wait = decide.reconcile_wait(row, None) if options is None else decide.reconcile_wait(
+        row, options.reconcile_grace_seconds, options.lease_seconds)
+    if wait > 0:
+        raise InvalidTransition(
+            f"{key!r}'s lease lapsed, but its holder may still be running and the vendor may "
+            f"not know of its request yet: the reconcile hook is asked once the grace period "
+            f"ends, in {wait:.0f}s (resolve it by hand if you know the holder stopped)",
+            key=key, state=state.value)
     flow.reconcile(row, by=actor)
     return key

@@ -131,6 +131,39 @@ def test_a_grace_period_per_effect_type_from_the_policy(make_gate: Any) -> None:
 
 
 
+@pytest.mark.parametrize("grace", [{"reconcile_grace_seconds": 3600}, {"lease_seconds": 3600}])
+def test_an_operator_reconcile_waits_the_grace_period_a_begin_waits(
+        make_gate: Any, grace: dict[str, float]) -> None:
+    """"Reconcile now" asked the hook at once about a lease that had just lapsed. Its holder
+    may still be running and the vendor not yet know of its request: the hook says "failed",
+    the record reads FAILED, the next call runs attempt 2, and the slow holder's request
+    lands as well: twice. The operator's reconcile waits the grace period a ``begin`` waits
+    (the policy's, else the lease again), refused with nothing asked or written."""
+    gate = make_gate(policy={"effects": {"payment.*": grace}})
+    asked: list[str] = []
+    gate.reconciler("payment.refund")(lambda record: asked.append(record.key) or "failed")
+    begin(gate, lease_seconds=30)
+    lapse_leases(gate, seconds_ago=60)  # a minute ago: inside an hour's grace
+    before = snapshot(gate)
+    with pytest.raises(eg.InvalidTransition, match="grace period ends, in 3540s"):
+        gate.reconcile("refund:txn_1", by="ops@example.com")
+    assert asked == [] and snapshot(gate) == before
+    lapse_leases(gate)  # long ago
+    assert gate.reconcile("refund:txn_1", by="ops@example.com").state is eg.State.FAILED
+    assert asked == ["refund:txn_1"]
+
+
+def test_an_operator_reconcile_of_a_reported_ambiguous_outcome_asks_at_once(
+        make_gate: Any) -> None:
+    """An outcome the holder itself reported AMBIGUOUS has no holder left running: no grace
+    period, the hook is asked now."""
+    gate = make_gate()
+    gate.reconciler("payment.refund")(lambda record: "committed")
+    d = begin(gate)
+    gate.report(d, "ambiguous", error="timeout")
+    assert gate.reconcile("refund:txn_1", by="ops@example.com").state is eg.State.COMMITTED
+
+
 def test_lapse_leases_never_moves_a_lapse_later(make_gate: Any) -> None:
     """The test helper moves a lease that lapsed long ago no later when asked for "a minute
     ago" (time passing only moves a lapse back): it brought such a lease into the grace
