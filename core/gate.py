@@ -505,11 +505,11 @@ class Gate:
         approval. Every gate of this process on this store and namespace forgets its memo of
         committed results (another process's memo keeps what it saw until it prunes or
         restarts: ``memo_size=0`` where results must leave memory with the store's copy)."""
-        if not isinstance(older_than, datetime.timedelta) or older_than.total_seconds() < 0:
+        if not isinstance(older_than, datetime.timedelta) or (  # its own seconds, not a
+                seconds := datetime.timedelta.total_seconds(older_than)) < 0:  # subclass's
             raise ConfigError("older_than must be a non-negative datetime.timedelta")
         if not isinstance(dry_run, bool):
             raise ConfigError("dry_run must be a bool")
-        seconds = older_than.total_seconds()
         if dry_run:
             return self._store.prune(self.namespace, seconds, dry_run=True)
         try:

@@ -12,6 +12,7 @@
 import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .errors import StoreError
 from .rendering import html_table, iso
 from .request import Lease
 from .states import Decision, State
@@ -26,10 +27,17 @@ __all__ = [
 
 
 def epoch_to_datetime(epoch: float | None) -> datetime.datetime | None:
-    """Seconds since the epoch (the store's clock) as an aware UTC datetime."""
+    """Seconds since the epoch (the store's clock) as an aware UTC datetime.
+    :class:`~effectgate.StoreError` for a time no date can show (NaN, infinite, past year
+    9999): a row effectgate did not write, refused by name rather than by a bare
+    ``OverflowError``."""
     if epoch is None:
         return None
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+    try:
+        return datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        raise StoreError(f"the store holds {epoch!r} as a time, which is no date: a row "
+                         "effectgate did not write", reason="unreadable time") from None
 
 
 _new_lease = tuple.__new__

@@ -49,12 +49,8 @@ def sweep_lapsed(gate: Gate, notify: Observer | None = None, *,
     sweep that announces to nobody would only hide the lapses from the next one)."""
     from .store.queue import lapsed_in_flight
 
-    observer = notify if notify is not None else gate_observer(gate)
-    if observer is None or not callable(observer):
-        raise ConfigError("nothing to notify: give the gate webhooks ($EFFECTGATE_WEBHOOK_URL "
-                          "and $EFFECTGATE_WEBHOOK_SECRET) or pass notify=")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise ConfigError("limit must be a whole number from 1 to 10000")
+    observer = _observer(gate, notify)
+    _check_limit(limit)
     store = gate.store
     sent: list[Notice] = []
     for row in lapsed_in_flight(store.engine, gate.namespace, limit):
@@ -72,10 +68,27 @@ def sweep_lapsed(gate: Gate, notify: Observer | None = None, *,
     return sent
 
 
+def _observer(gate: Gate, notify: Observer | None) -> Observer:
+    """``notify``, else the gate's webhooks; :class:`ConfigError` when there is nothing
+    callable to tell."""
+    observer = notify if notify is not None else gate_observer(gate)
+    if observer is None or not callable(observer):
+        raise ConfigError("nothing to notify: give the gate webhooks ($EFFECTGATE_WEBHOOK_URL "
+                          "and $EFFECTGATE_WEBHOOK_SECRET) or pass notify=")
+    return observer
+
+
+def _check_limit(limit: object) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ConfigError("limit must be a whole number from 1 to 10000")
+
+
 class Sweeper:
     """:func:`sweep_lapsed` every ``interval`` seconds on a daemon thread, from :meth:`start`
     (the first sweep at once) until :meth:`stop`. A store that fails is logged and tried again
-    at the next tick. Also a context manager."""
+    at the next tick. Also a context manager. Its arguments are checked here, as
+    :func:`sweep_lapsed` checks them (:class:`ConfigError`): a sweeper that could never
+    sweep would otherwise only log its refusal at every tick."""
 
     def __init__(self, gate: Gate, notify: Observer | None = None, *,
                  interval: float = 10.0, limit: int = 500) -> None:
@@ -83,9 +96,8 @@ class Sweeper:
                 0.05 <= interval <= 86400):
             raise ConfigError("the sweep interval is from 0.05 to 86400 seconds")
         self.gate = gate
-        self.notify = notify if notify is not None else gate_observer(gate)
-        if self.notify is None:
-            raise ConfigError("nothing to notify: the gate has no webhooks")
+        self.notify = _observer(gate, notify)
+        _check_limit(limit)
         self.interval = float(interval)
         self.limit = limit
         self.sent = 0

@@ -38,6 +38,9 @@ def loads(text: str | None) -> Any:
         return value if end == len(text) else json.loads(text)
     except RecursionError:
         raise PayloadError("the stored result is nested too deeply to be read back") from None
+    except ValueError:  # a row effectgate did not write (JSONDecodeError is a ValueError)
+        raise PayloadError("the stored value is not JSON: a row effectgate did not "
+                           "write") from None
 
 
 def vendor_key_of(row: EffectHead | EffectRow, secret: bytes) -> VendorKey | None:

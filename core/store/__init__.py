@@ -84,7 +84,7 @@ from .rows import (
     found_head,
 )
 from .sql import install, statements_for
-from .version import VersionWatch
+from .version import VersionWatch, vendor_secret_of
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -154,7 +154,7 @@ class Store:
             # the database refuses writes already).
             self.version_watch = None if read_only else VersionWatch(safe_url(self.url))
             self._conns.watch = self.version_watch
-            self.secret = bytes.fromhex(self.meta["vendor_secret"])
+            self.secret = vendor_secret_of(self.meta)
             self.sql = statements_for(self.dialect_name, durability)
             functions = (self.sql.reserve_function, self.sql.bare_function,
                          self.sql.governed_function)

@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 from ..states import State
 from .sql import Sql, dialect_key
 
-__all__ = ["Filters", "like", "listing_binds", "listing_sql", "named_sqlite"]
+__all__ = ["Filters", "glob", "like", "listing_binds", "listing_sql", "matches",
+           "named_sqlite"]
 
 
 class Filters(NamedTuple):
@@ -53,7 +54,7 @@ def listing_sql(filters: Filters, dialect: Any) -> Sql:
         with _KEPT_LOCK:
             found = _KEPT.get(key)
             if found is None:
-                found = _KEPT[key] = Sql(_select(filters), dialect)
+                found = _KEPT[key] = Sql(_select(filters, dialect.name), dialect)
     return found
 
 
@@ -67,15 +68,18 @@ def named_sqlite() -> Any:
 
 
 def listing_binds(namespace: str, filters: Filters) -> dict[str, Any]:
-    """The binds of ``filters``' statement: the glob and the prefix as LIKE patterns."""
+    """The binds of ``filters``' statement: the effect type's glob and the key prefix each as
+    a LIKE pattern and as SQLite's GLOB (each dialect's statement reads its own)."""
     binds: dict[str, Any] = {"namespace": namespace}
     f = filters
     if f.state is not None and f.state not in (State.AMBIGUOUS, State.IN_FLIGHT):
         binds["state"] = f.state.value
     if f.effect_type is not None:
         binds["effect_type"] = like(f.effect_type)
+        binds["effect_glob"] = glob(f.effect_type)
     if f.key_prefix is not None:
         binds["key_prefix"] = like(f.key_prefix, glob=False) + "%"
+        binds["key_glob"] = glob(f.key_prefix, wildcards=False) + "*"
     for name in ("run_id", "agent_id", "group_key", "before_id", "limit"):
         value = getattr(f, name)
         if value is not None:
@@ -93,7 +97,26 @@ def like(pattern: str, *, glob: bool = True) -> str:
     return out
 
 
-def _select(f: Filters) -> Any:
+def glob(pattern: str, *, wildcards: bool = True) -> str:
+    """A SQLite GLOB pattern matching ``pattern`` literally, except the globs ``*`` and ``?``
+    (with ``wildcards=False``, those too)."""
+    out = pattern.replace("[", "[[]")
+    if not wildcards:
+        out = out.replace("*", "[*]").replace("?", "[?]")
+    return out
+
+
+def matches(column: Any, dialect_name: str, like_pattern: Any, glob_pattern: Any) -> Any:
+    """``column`` matches a pattern, upper and lower case told apart on every dialect:
+    SQLite's GLOB with the :func:`glob` form, elsewhere LIKE with the :func:`like` form.
+    (SQLite's LIKE is blind to ASCII case: the prefix ``refund:`` would list ``REFUND:1``,
+    another effect, too.)"""
+    if dialect_name == "sqlite":
+        return column.op("GLOB")(glob_pattern)
+    return column.like(like_pattern, escape="\\")
+
+
+def _select(f: Filters, dialect_name: str) -> Any:
     from sqlalchemy import Integer, select
     from sqlalchemy import bindparam as p
 
@@ -111,9 +134,10 @@ def _select(f: Filters) -> Any:
     elif f.state is not None:
         stmt = stmt.where(t.state == p("state"))
     if f.effect_type is not None:
-        stmt = stmt.where(t.effect_type.like(p("effect_type"), escape="\\"))
+        stmt = stmt.where(matches(t.effect_type, dialect_name, p("effect_type"),
+                                  p("effect_glob")))
     if f.key_prefix is not None:
-        stmt = stmt.where(t.key.like(p("key_prefix"), escape="\\"))
+        stmt = stmt.where(matches(t.key, dialect_name, p("key_prefix"), p("key_glob")))
     for column in ("run_id", "agent_id", "group_key"):
         if getattr(f, column) is not None:
             stmt = stmt.where(t[column] == p(column))

@@ -27,7 +27,7 @@ from sqlalchemy import (
 
 from ..errors import StoreError
 from ..states import ApprovalState
-from .listing import like
+from .listing import glob, like, matches
 from .rows import (
     HEAD_COLUMNS,
     ROW_COLUMNS,
@@ -200,10 +200,12 @@ def approvals_page(engine: Engine, namespace: str, *, state: ApprovalState | Non
         where = where & (a.state == state.value) & (a.expires_at >= now)
     elif state is not None:
         where = where & (a.state == state.value)
+    dialect = engine.dialect.name
     if key_prefix is not None:
-        where = where & a.key.like(like(key_prefix, glob=False) + "%", escape="\\")
+        where = where & matches(a.key, dialect, like(key_prefix, glob=False) + "%",
+                                glob(key_prefix, wildcards=False) + "*")
     if effect_type is not None:
-        where = where & a.effect_type.like(like(effect_type), escape="\\")
+        where = where & matches(a.effect_type, dialect, like(effect_type), glob(effect_type))
     if requested_by is not None:
         where = where & (a.requested_by == requested_by)
     if run_id is not None:

@@ -48,7 +48,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from ..errors import ConfigError, StoreError
 from ..states import State
-from .version import SCHEMA_VERSION, VERSION_SQL, newer_schema, version_of
+from .version import SCHEMA_VERSION, VERSION_SQL, newer_schema, vendor_secret_of, version_of
 
 __all__ = [
     "ambiguous_since", "approvals", "audit", "budgets", "db_clock", "db_day", "db_now", "effects",
@@ -509,7 +509,7 @@ def ensure_schema(engine: Engine, where: str = "this URL") -> dict[str, str]:
                     {"v": str(SCHEMA_VERSION)},
                 )
             _check_latest(conn)
-            rows = {name: value for name, value in conn.execute(meta.select())}
+            rows = _meta_rows(conn)
             conn.exec_driver_sql("COMMIT")
         except BaseException:
             conn.exec_driver_sql("ROLLBACK")
@@ -534,8 +534,16 @@ def read_schema(engine: Engine, where: str) -> dict[str, str]:
                 f"version {SCHEMA_VERSION} (open it read-write once to migrate)"
             )
         _check_latest(conn)
-        rows = {name: value for name, value in conn.execute(meta.select())}
+        rows = _meta_rows(conn)
         conn.rollback()
+    return rows
+
+
+def _meta_rows(conn: Connection) -> dict[str, str]:
+    """The ``effectgate_meta`` rows, refused without a usable vendor secret
+    (:func:`~effectgate.store.version.vendor_secret_of`)."""
+    rows = {str(name): str(value) for name, value in conn.execute(meta.select())}
+    vendor_secret_of(rows)
     return rows
 
 
