@@ -153,12 +153,17 @@ _init_upstream_name = click.option(
 @click.option("--no-auth", is_flag=True,
               help="With --transport http on localhost only: accept requests without a bearer "
                    "token (by default each needs a token of an agent principal).")
+@click.option("--call-timeout", type=click.FloatRange(0, 7 * 24 * 3600, min_open=True),
+              default=300.0, show_default=True, metavar="SECONDS",
+              help="How long a request sent upstream may go unanswered; then it is cancelled "
+                   "there, and a gated call is recorded ambiguous (it may have acted).")
 @_console_url
 @handle_errors
 def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None,
             policy: Path | None, upstream_name: str | None, transport: str, host: str,
             port: int, allow_remote: bool, strict: bool, max_sessions: int,
-            tool_errors: str, no_auth: bool, console_url: str | None) -> None:
+            tool_errors: str, no_auth: bool, call_timeout: float,
+            console_url: str | None) -> None:
     """Serve everything an upstream MCP server offers (tools, resources, prompts, ...); gate
     the tools the policy declares, pass its reads, and print on stderr at start every tool that
     writes with no effect declared (refused with --strict)."""
@@ -176,7 +181,7 @@ def gateway(upstream: str, url: str | None, namespace: str, gate_ref: str | None
                            transport="http" if transport == "http" else "stdio", host=host,
                            port=port, allow_remote=allow_remote, upstream_name=upstream_name,
                            max_sessions=max_sessions, console_url=console_url,
-                           auth=not no_auth)
+                           auth=not no_auth, call_timeout_seconds=call_timeout)
     sys.exit(code)
 
 

@@ -30,6 +30,18 @@ left, or a client that cancels it then → AMBIGUOUS; a tool error reported by t
 AMBIGUOUS (it may have acted), or FAILED with ``tool_errors="failed"``. A repeat of an
 identical call in flight (a twin) gets the answer the store would give it.
 
+No request the gateway sends upstream for a client waits longer than ``call_timeout_seconds``
+(default :data:`DEFAULT_CALL_TIMEOUT_SECONDS`; None: no limit), the MCP SDK's own per-request
+timeout (``request_read_timeout_seconds``): the SDK then cancels the request the MCP way
+(``notifications/cancelled``; on 2026-07-28 streamable HTTP, the closed response stream) and
+the client is answered ``UpstreamTimeout``. A gated call cut so is AMBIGUOUS, never
+FAILED (the upstream may have acted before the cancellation reached it): a retry is refused
+until an operator or a reconcile hook resolves it. The limit counts the whole call, progress
+notifications and the upstream's own questions to the client (a person answering an
+elicitation) included. A call an upstream runs as its own task (:mod:`.upstream_tasks`) may
+take longer: the limit bounds the call until the upstream answers it with the task, not the
+task.
+
 ::
 
     effectgate mcp gateway --upstream "npx @modelcontextprotocol/server-filesystem ./data" \\
@@ -54,6 +66,7 @@ import anyio.abc
 from pydantic import BaseModel
 
 import effectgate as eg
+from effectgate.validate import seconds as checked_seconds
 
 from .._kernel.context import framework_context
 from .._kernel.twins import registry as twins
@@ -89,11 +102,17 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
         'effectgate.integrations.mcp.gateway needs the mcp package: pip install "effectgate[mcp]"'
     ) from err
 
-__all__ = ["Gateway", "UpstreamFactory", "UpstreamToolError", "run_gateway", "tool_specs"]
+__all__ = ["DEFAULT_CALL_TIMEOUT_SECONDS", "Gateway", "UpstreamFactory", "UpstreamTimeout",
+           "UpstreamToolError", "run_gateway", "tool_specs"]
 
 log = logging.getLogger("effectgate")
 # How long the start waits for an HTTP upstream's server/discover (does it declare tasks?).
 _DISCOVER_SECONDS = 10.0
+DEFAULT_CALL_TIMEOUT_SECONDS = 300.0
+"""How long a request sent upstream for a client may go unanswered: five minutes, beyond the
+usual client-side limits (the TypeScript SDK's 60 s), so the gateway does not cut what a
+client still waits for; short enough that a wedged upstream's effect reaches an operator as
+AMBIGUOUS the same hour (its heartbeat would keep it IN_FLIGHT for ever)."""
 R = TypeVar("R", bound=BaseModel)
 
 # The one upstream answer to a gated ``tools/call`` taken as "it did not run": the method is
@@ -133,6 +152,17 @@ def _still_held(beat: asyncio.Task[None]) -> None:
     if beat.done():
         raise NotSent("the lease could not be kept while the upstream was reached; the call "
                       "was not sent")
+
+
+class UpstreamTimeout(Exception):
+    """The upstream did not answer a request within the gateway's call timeout; the request
+    was cancelled there (the SDK's ``notifications/cancelled``, or the closed stream)."""
+
+    def __init__(self, method: str, seconds: float) -> None:
+        super().__init__(f"the upstream did not answer {method} within {seconds:g} s; the "
+                         "request was cancelled there, but it may have acted")
+        self.method = method
+        self.seconds = seconds
 
 
 class UpstreamToolError(Exception):
@@ -193,7 +223,9 @@ class Gateway:
     ``upstream`` is a command line or URL, or an :data:`UpstreamFactory`. ``identity`` is the
     upstream's :class:`~.identity.UpstreamIdentity` (default: that of the command line or URL;
     none for a factory): it picks the policy's rule and scopes every gated key
-    (:attr:`key_scope`). ``await start(tg)`` probes the upstream (its tools, what it serves);
+    (:attr:`key_scope`). ``call_timeout_seconds``: how long a request sent upstream for a
+    client may go unanswered (None: no limit; see the module's docstring).
+    ``await start(tg)`` probes the upstream (its tools, what it serves);
     ``server()`` is the MCP server to run; each client connection then gets its own upstream
     session.
     """
@@ -205,10 +237,13 @@ class Gateway:
                  upstream_name: str | None = None, out: TextIO | None = None,
                  console_url: str | None = None, approval_wait_seconds: float = 300.0,
                  identity: UpstreamIdentity | None = None,
-                 state_keys: RoundKeys | None = None) -> None:
+                 state_keys: RoundKeys | None = None,
+                 call_timeout_seconds: float | None = DEFAULT_CALL_TIMEOUT_SECONDS) -> None:
         from .elicit import ApprovalElicitor, check_console_url
 
         self.gate = gate
+        self.call_timeout_seconds = _call_timeout(call_timeout_seconds)
+        """How long a request sent upstream may go unanswered (None: no limit)."""
         console = check_console_url(console_url)
         self.elicitor = (ApprovalElicitor(gate, console, wait_seconds=approval_wait_seconds)
                          if console is not None else None)
@@ -309,7 +344,8 @@ class Gateway:
             spec = by_type.get(effect_type)
             return spec.redact(result) if spec is not None and spec.redact else result
 
-        tasks = UpstreamTasks(self.target, tool_errors=self.tool_errors, redact=redact)
+        tasks = UpstreamTasks(self.target, tool_errors=self.tool_errors, redact=redact,
+                              call_timeout=self.call_timeout_seconds)
         try:
             with anyio.fail_after(_DISCOVER_SECONDS):
                 async with tasks.session():
@@ -482,10 +518,15 @@ class Gateway:
 
     async def _send(self, link: Link, ctx: Ctx, request: Any, result_type: type[R]) -> R:
         session = await link.upstream.session()
+        sent_at = anyio.current_time()
         try:
-            return await session.send_request(request, result_type,
-                                              progress_callback=progress_relay(ctx))
-        except MCPError:
+            return await session.send_request(
+                request, result_type, request_read_timeout_seconds=self.call_timeout_seconds,
+                progress_callback=progress_relay(ctx))
+        except MCPError as err:
+            timeout = self._timed_out(err, request, sent_at)
+            if timeout is not None:
+                raise MCPError(types.REQUEST_TIMEOUT, str(timeout)) from err
             raise
         except Exception as err:
             link.upstream.close()
@@ -663,6 +704,9 @@ class Gateway:
                               else _AMBIGUOUS_HINT, ran)
         except eg.EffectGateError as err:
             return _error(_refused(err))
+        except UpstreamTimeout as err:
+            return _error({"error": "UpstreamTimeout", "key": ran[0].key if ran else None,
+                           "message": str(err), "what_to_do": _AMBIGUOUS_HINT})
         except Exception as err:
             key = ran[0].key if ran else None
             why = _why_not_run(err)
@@ -765,12 +809,18 @@ class Gateway:
                 _not_run(exc, "unsent")
                 raise
             asked = link.upstream.asked
+            sent_at = anyio.current_time()
             try:
-                result = await session.send_request(request, types.CallToolResult,
-                                                    progress_callback=progress_relay(ctx))
+                result = await session.send_request(
+                    request, types.CallToolResult,
+                    request_read_timeout_seconds=self.call_timeout_seconds,
+                    progress_callback=progress_relay(ctx))
             except MCPError as err:
                 if err.code in _REJECTED_BEFORE_RUN and link.upstream.asked == asked:
                     _not_run(err, "refused")
+                timeout = self._timed_out(err, request, sent_at)
+                if timeout is not None:
+                    raise timeout from err  # AMBIGUOUS: it may have acted (_classify)
                 raise
         finally:
             beat.cancel()
@@ -796,6 +846,7 @@ class Gateway:
                                                                         handle.task_id))
 
         result: types.CallToolResult | None = None
+        sent_at = anyio.current_time()
         try:
             if run is None:
                 result = await tasks.call(request.params, sending, started)
@@ -806,6 +857,9 @@ class Gateway:
             # 2026-07-28 the upstream cannot have asked the client anything during it
             if err.code in _REJECTED_BEFORE_RUN:
                 _not_run(err, "refused")
+            timeout = self._timed_out(err, request, sent_at)
+            if timeout is not None:
+                raise timeout from err  # no answer, not even a task: it may have acted
             raise
         finally:
             beat.cancel()
@@ -826,6 +880,18 @@ class Gateway:
                 log.warning("could not extend the lease of %s: %s", d.key, err.message)
                 return
 
+    def _timed_out(self, err: MCPError, request: Any,
+                   sent_at: float) -> UpstreamTimeout | None:
+        """The :class:`UpstreamTimeout` ``err`` is when the SDK raised it for the call
+        timeout (an upstream's own ``-32001`` answer, sooner, is not)."""
+        limit = self.call_timeout_seconds
+        if (limit is None or err.code != types.REQUEST_TIMEOUT
+                or anyio.current_time() - sent_at < limit):
+            return None
+        name = getattr(getattr(request, "params", None), "name", None)
+        method = f"{request.method} {name!r}" if isinstance(name, str) else request.method
+        return UpstreamTimeout(method, limit)
+
     def _classify(self, exc: BaseException) -> eg.Outcome | None:
         if _why_not_run(exc) is not None:
             return eg.Outcome.FAILED  # provably never ran upstream (:func:`_not_run`)
@@ -835,12 +901,19 @@ class Gateway:
 
     async def _forward(self, link: Link, ctx: Ctx | None,
                        request: types.CallToolRequest) -> types.CallToolResult:
+        sent_at = anyio.current_time()
         try:
             session = await link.upstream.ready()
-            return await session.send_request(request, types.CallToolResult,
-                                              progress_callback=progress_relay(ctx))
-        except MCPError:
-            raise
+            return await session.send_request(
+                request, types.CallToolResult,
+                request_read_timeout_seconds=self.call_timeout_seconds,
+                progress_callback=progress_relay(ctx))
+        except MCPError as err:
+            timeout = self._timed_out(err, request, sent_at)
+            if timeout is None:
+                raise
+            return _error({"error": "UpstreamTimeout", "message": str(timeout), "what_to_do": (
+                "It may or may not have happened; check before calling this tool again.")})
         except Exception as err:
             return _error({"error": "UpstreamLost", "message": (
                 f"the upstream failed: {_describe(err)}"),
@@ -943,6 +1016,11 @@ def _text(result: types.CallToolResult) -> str:
 
 
 
+def _call_timeout(seconds: object) -> float | None:
+    """``call_timeout_seconds`` checked: None, or more than 0 and at most a week."""
+    return None if seconds is None else checked_seconds(seconds, "call_timeout_seconds")
+
+
 def _agent_name() -> str | None:
     """The agent a gated call is recorded for: the authenticated caller over HTTP (its bearer
     token's principal); None over stdio or ``--no-auth``, where nobody proved a name."""
@@ -972,14 +1050,16 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
                 host: str = "127.0.0.1", port: int = 8000, allow_remote: bool = False,
                 upstream_name: str | None = None, guard: Any = None, max_sessions: int = 64,
                 session_idle_timeout: float = 300.0, console_url: str | None = None,
-                auth: bool = True) -> int:
+                auth: bool = True,
+                call_timeout_seconds: float | None = DEFAULT_CALL_TIMEOUT_SECONDS) -> int:
     """Run the gateway until the client leaves (stdio) or it is stopped (HTTP); the exit status
     (0, or 2 when it could not start). Prints the start lines on ``out`` (stderr): where it
     listens, and every upstream tool that writes with no effect declared, one per line.
 
     Over HTTP every client session has its own upstream session (for a stdio upstream: its own
     process), so at most ``max_sessions`` are open at once and one idle for
-    ``session_idle_timeout`` seconds is closed. ``console_url``: approvals are elicited
+    ``session_idle_timeout`` seconds is closed. ``call_timeout_seconds``: how long a request
+    sent upstream may go unanswered (:class:`Gateway`). ``console_url``: approvals are elicited
     (URL mode) to the console's approval page (:mod:`.elicit`). HTTP requires a bearer token
     of an agent principal (:func:`.transport.bearer_guard`) unless ``auth=False``, which only
     a loopback address may use."""
@@ -999,7 +1079,7 @@ def run_gateway(gate: eg.Gate, upstream: str | UpstreamFactory, effects: Any, *,
         policy = effects if isinstance(effects, eg.Policy) else None
         gw = Gateway(gate, upstream, tool_specs(gate, effects), strict=strict,
                      tool_errors=errors, policy=policy, upstream_name=upstream_name, out=out,
-                     console_url=console_url)
+                     console_url=console_url, call_timeout_seconds=call_timeout_seconds)
     except eg.EffectGateError as err:
         print(f"effectgate: error: {err.message}", file=out, flush=True)
         if sock is not None:

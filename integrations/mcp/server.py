@@ -38,7 +38,7 @@ from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
 from .elicit import ApprovalElicitor, check_console_url
 from .multiround import ApprovalRounds, RoundKeys
 from .reissue import begin_unlost
-from .stdio import run_stdio
+from .stdio import check_stdio_free, run_stdio
 from .transport import (
     HttpGuard,
     agent_for,
@@ -362,7 +362,11 @@ class GateServer(MCPServer):
         return self.elicitor.input_ended
 
     async def run_stdio_async(self) -> None:
-        """Serve on this process's stdin and stdout until the client closes stdin."""
+        """Serve on this process's stdin and stdout until the client closes stdin.
+        :class:`~effectgate.ConfigError` while stdio is already served in this process (a
+        second run at once could serve no client: :func:`~.stdio.check_stdio_free`), before
+        this server's elicitor is touched."""
+        check_stdio_free()
         ended = self._given if self._given is not None else anyio.Event()
         before, self.elicitor = self.elicitor, dataclasses.replace(self.elicitor,
                                                                    input_ended=ended)

@@ -7,7 +7,9 @@ The SDK decodes stdin with ``errors="replace"``: a line with invalid UTF-8 would
 with U+FFFD in place of its bad bytes, and two calls differing only in those bytes would share
 an effect key (the second answered as the first's duplicate). :func:`answered_stdio` reads
 stdin itself, keeping bad bytes as lone surrogates (``surrogateescape``) that the SDK cannot
-parse, so :class:`Answered` answers the line ``-32700``."""
+parse, so :class:`Answered` answers the line ``-32700``.
+
+A process has one stdin: one stdio run at a time (:func:`one_stdio_run`)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from pydantic import ValidationError
+
+import effectgate as eg
 
 try:
     from mcp.server.stdio import stdio_server
@@ -47,10 +51,38 @@ except ImportError as err:  # pragma: no cover - depends on the extras installed
         'effectgate.integrations.mcp needs the mcp package: pip install ".[mcp]"'
     ) from err
 
-__all__ = ["Answered", "answered_stdio", "run_stdio", "unless_ended"]
+__all__ = ["Answered", "answered_stdio", "check_stdio_free", "one_stdio_run", "run_stdio",
+           "unless_ended"]
 
 T = TypeVar("T")
 _UNREADABLE = ("json_invalid", "string_unicode")  # no JSON; invalid UTF-8 (the SDK's types)
+_STDIO_IN_USE = threading.Lock()  # held while this process's stdin is served
+
+
+def check_stdio_free() -> None:
+    """:class:`~effectgate.ConfigError` while this process's stdin is already served."""
+    if _STDIO_IN_USE.locked():
+        raise _stdio_busy()
+
+
+@contextmanager
+def one_stdio_run() -> Iterator[None]:
+    """Hold this process's stdin for one run; :func:`check_stdio_free`'s error if another
+    run holds it."""
+    if not _STDIO_IN_USE.acquire(blocking=False):
+        raise _stdio_busy()
+    try:
+        yield
+    finally:
+        _STDIO_IN_USE.release()
+
+
+def _stdio_busy() -> eg.ConfigError:
+    return eg.ConfigError(
+        "stdio is already being served in this process: a process has one stdin, so a second "
+        "stdio run at once would serve no client (it reads the null device the first leaves "
+        "on fd 0) and its end of input could end the first one's approval waits; run one at "
+        "a time")
 
 
 @asynccontextmanager
@@ -63,8 +95,8 @@ async def answered_stdio(ended: anyio.Event | None = None,
     device, as under the SDK's own stdin (a tool or child reading stdin gets EOF, not the
     client's lines). Its lines are read by a daemon thread (:class:`_DaemonLines`): a server
     told to stop while its client still holds stdin open stops, rather than waiting for a
-    line that may never come."""
-    with _claimed_stdin() as wire, _claimed(sys.stdout, 1, 2) as out:
+    line that may never come. One run at a time (:func:`one_stdio_run`)."""
+    with one_stdio_run(), _claimed_stdin() as wire, _claimed(sys.stdout, 1, 2) as out:
         text = _UnownedText(wire, encoding="utf-8", errors="surrogateescape")
         lines: Any = _DaemonLines(text)  # the SDK iterates its stdin: lines are all it needs
         sink: Any = anyio.wrap_file(_Wire(out)) if out is not None else None  # type: ignore[arg-type]

@@ -119,12 +119,15 @@ class UpstreamTasks:
     reconcile hook run by a sync ``gate.reconcile``).
 
     ``rejected_before_run`` are the JSON-RPC error codes that mean the upstream refused a call
-    before running it; ``tool_errors`` is the gateway's reading of a tool error."""
+    before running it; ``tool_errors`` is the gateway's reading of a tool error;
+    ``call_timeout``: how long the call may wait for its answer (a result or a task), the
+    SDK's own request timeout (None: no limit)."""
 
     def __init__(self, url: str, *, rejected_before_run: frozenset[int] = frozenset(),
                  tool_errors: Literal["ambiguous", "failed"] = "ambiguous",
                  redact: Callable[[str, Any], Any] | None = None,
-                 connect_timeout: float = 30.0, poll_every: float = 0.25) -> None:
+                 connect_timeout: float = 30.0, poll_every: float = 0.25,
+                 call_timeout: float | None = None) -> None:
         if not url.startswith(("http://", "https://")):
             raise eg.ConfigError("upstream tasks need a streamable HTTP upstream")
         self.url = url
@@ -133,6 +136,7 @@ class UpstreamTasks:
         self.redact = redact
         self.connect_timeout = connect_timeout
         self.poll_every = poll_every
+        self.call_timeout = call_timeout
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[ClientSession]:
@@ -163,6 +167,7 @@ class UpstreamTasks:
         async with self._opened() as session:
             sending()
             answer = await session.call_tool(params.name, params.arguments,
+                                             read_timeout_seconds=self.call_timeout,
                                              meta=params.meta, allow_claimed=True)
             if isinstance(answer, types.CallToolResult):
                 return answer
