@@ -114,7 +114,7 @@ def build_request(
         kind.lease_seconds, kind.reconcile_grace_seconds,
         None if run_id is None else text(run_id, "run_id", 256),
         None if agent_id is None else text(agent_id, "agent_id", 256),
-        None if group_key is None else text(group_key, "group_key", 512),
+        None if group_key is None else validate.name(group_key, "group_key", 512),
         None if compensation is None else _compensation(compensation),
         compensates_effect_id, cost, gov, payload, kind.redact_arguments,
     ))

@@ -335,6 +335,11 @@ CASES: list[tuple[str, Case, type[eg.EffectGateError]]] = [
     ("agent id with a NUL", lambda s: s.begin(agent_id="agent\x00"), E.ConfigError),
     ("run id with a lone surrogate", lambda s: s.begin(run_id="run\ud800"), E.ConfigError),
     ("group key not a str", lambda s: s.begin(group_key=["trip"]), E.ConfigError),
+    # "trip:1" and "trip:1" + U+200B looked alike and were two groups: an unwind of the one an
+    # operator reads missed the other's steps.
+    ("group key with a zero-width space",
+     lambda s: s.begin(group_key="trip:1\u200b"), E.ConfigError),
+    ("group key with a line feed", lambda s: s.begin(group_key="trip:1\nx"), E.ConfigError),
     ("compensates_effect_id as a str", lambda s: s.begin(compensates_effect_id="7"),
      E.ConfigError),
     # A step of a group that claimed to be an undo was left out of the group's steps: its
