@@ -12,10 +12,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from .states import Decision
+
 if TYPE_CHECKING:
     from .policy import ApprovalRule, Policy
 
-__all__ = ["Charge", "Governance", "decided_next", "dollars", "evaluate"]
+WAITS_FOR_ROOM = "approved; refused when called, it waits for room"
+"""How the reason of an approved effect that a spend ceiling refused when it was called
+starts (it keeps waiting, approved, for room: :func:`waits_for_room`)."""
+
+__all__ = [
+    "WAITS_FOR_ROOM", "Charge", "Governance", "decided_next", "dollars", "evaluate",
+    "superseded", "waits_for_room",
+]
 
 
 class Charge(NamedTuple):
@@ -113,12 +122,40 @@ def dollars(micros: int) -> str:
     return f"{'-' if micros < 0 else ''}${whole:,}.{digits}"
 
 
-def decided_next(approval_state: str) -> str:
+def waits_for_room(label: str) -> str:
+    """The reason written on an approved effect whose call the spend ceiling ``label``
+    refused: it still waits for its approval (unconsumed) and runs on it once there is room,
+    so its state does not move, but an operator reads why it has not run."""
+    return f"{WAITS_FOR_ROOM}: spend ceiling reached: {label}"
+
+
+def superseded(cost: int | None, decision: Decision, approval_id: str | None) -> str:
+    """The reason written on an approved request that a call declaring another cost (a
+    larger one, one where none was shown, or none where one was) set aside: its effect was
+    decided again without it (``decision``; ``approval_id`` the new request it asks for), so
+    it can never run anything."""
+    declared = "no estimated cost" if cost is None else f"an estimated cost of {dollars(cost)}"
+    if decision is Decision.APPROVAL_REQUIRED and approval_id is not None:
+        then = f"asked for a new approval, {approval_id}"
+    elif decision is Decision.EXECUTE:
+        then = "started without one (the policy asks none at that cost)"
+    else:
+        then = f"was {decision.value}"
+    return (f"superseded: a call declared {declared}, not the cost this approval was given "
+            f"for, and {then}")
+
+
+def decided_next(approval_state: str, effect_reason: str | None = None) -> str:
     """What the next call does about an effect still waiting on an approval a person decided
     (``effectgate ls`` and ``show``, the console's effect page). An approval given is no
     promise to run: a spend ceiling is checked when the call comes, so an approved effect
-    refused for spend stays waiting, approved, until there is room."""
+    refused for spend stays waiting, approved, until there is room — its ``effect_reason``
+    (:func:`waits_for_room`) says which ceiling refused the last call, and so does this."""
     if approval_state == "approved":
-        return ("the next call with the same arguments runs it, if the policy's spend ceilings "
-                "have room for it then")
+        nxt = ("the next call with the same arguments runs it, if the policy's spend ceilings "
+               "have room for it then")
+        if effect_reason is not None and effect_reason.startswith(WAITS_FOR_ROOM):
+            refused = effect_reason.removeprefix(WAITS_FOR_ROOM).removeprefix(": ")
+            return f"{nxt} (its last call was refused: {refused})"
+        return nxt
     return "the next call with the same arguments asks for a new approval"

@@ -57,11 +57,19 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from .discovery import find_policy
 from .errors import EffectKeyError, PolicyError
 from .keys import KeyTemplate
+from .registry import UNDO_SUFFIX
 from .validate import MAX_INT
 from .vendors import VENDOR_RULES
 
@@ -144,6 +152,19 @@ class EffectRule(_Strict):
         if "|" in value:  # a spend counter is "pattern|scope|id": two ceilings would share one
             raise ValueError(f"an effect type pattern has no '|', not {value!r} (its spend "
                              "counters could be another rule's)")
+        return value
+
+    @field_validator("budget")
+    @classmethod
+    def _no_undo_budget(cls, value: Budget | None, info: ValidationInfo) -> Budget | None:
+        pattern = info.data.get("effect_type")
+        if value is not None and isinstance(pattern, str) and pattern.endswith(UNDO_SUFFIX):
+            raise ValueError(
+                f"{pattern!r} names undos (a saga's compensations), and no spend ceiling "
+                "counts an undo: it gives back what its step spent, and a budget spent must "
+                "never stop an unwind halfway (a booked flight with its hotel cancelled). "
+                "Put the ceiling on the steps' own type; to have a person look at large "
+                "undos, give this rule an approval (at_or_above_micros)")
         return value
 
     @field_validator("approval", mode="before")
@@ -322,9 +343,12 @@ class Policy(_Strict):
             raise ValueError(
                 'effects."*" has a budget beside the top-level [budget]: both would count on '
                 'the same counters ("*"), charging each call twice; put the ceilings in one')
-        # Most specific pattern first: exact names, then longer literal prefixes.
+        # Most specific pattern first: exact names, then longer literal prefixes; for an undo's
+        # type, the patterns written for undos before any other.
         ordered = sorted(self.effects.values(), key=lambda r: -len(r.effect_type.split("*")[0]))
+        undo_first = sorted(ordered, key=lambda r: not r.effect_type.endswith(UNDO_SUFFIX))
         object.__setattr__(self, "_ordered", tuple(ordered))
+        object.__setattr__(self, "_undo_first", tuple(undo_first))
         object.__setattr__(self, "_cache", {})
         object.__setattr__(self, "_ceilings", {})
 
@@ -360,13 +384,18 @@ class Policy(_Strict):
         return cls.from_dict(data, source=str(path), text=text)
 
     def rule_for(self, effect_type: str) -> EffectRule | None:
-        """The rule for ``effect_type``: an exact entry, else the most specific glob."""
+        """The rule for ``effect_type``: an exact entry, else the most specific glob. For an
+        undo's type (``….compensate``) a pattern written for undos (``*.compensate``) is more
+        specific than one that is not (``booking.*``), however long that one's prefix: the
+        rule someone wrote for undos governs them."""
         cache: dict[str, EffectRule | None] = self._cache  # type: ignore[attr-defined]
         if effect_type in cache:
             return cache[effect_type]
         rule = self.effects.get(effect_type)
         if rule is None:
-            for candidate in self._ordered:  # type: ignore[attr-defined]
+            undo = effect_type.endswith(UNDO_SUFFIX)
+            ordered = self._undo_first if undo else self._ordered  # type: ignore[attr-defined]
+            for candidate in ordered:
                 if fnmatch.fnmatchcase(effect_type, candidate.effect_type):
                     rule = candidate
                     break

@@ -40,7 +40,9 @@ class Outcome(StrEnum):
 
 class ApprovalState(StrEnum):
     """Where a request for a human's approval stands. ``CONSUMED``: an attempt started on it;
-    ``EXPIRED`` is read from the clock, never stored."""
+    ``EXPIRED`` is read from the clock, never stored: past its expiry, or ended by a call
+    that declared another cost than it was given for (its expiry moved to that moment, its
+    reason saying it was superseded)."""
 
     PENDING = "pending"
     APPROVED = "approved"

@@ -358,8 +358,12 @@ class GateMachine(RuleBasedStateMachine):
             assert status == "approved", status
             if (cost is None) != (e.est is None) or (cost or 0) > (e.est or 0):
                 seen("an approval given at another cost is asked again")
-                self.approvals[e.approval_id] = "forgotten"  # approved, never used; pruned
-                return self._advance(e, cost, d)  # with its effect
+                # approved, never used: ended by the begin that asked again (it reads
+                # EXPIRED, its reason says why); pruned with its effect
+                self.approvals[e.approval_id] = "forgotten"
+                answer = self._advance(e, cost, d)
+                self._check_approvals()
+                return answer
             self.approvals[e.approval_id] = "consumed"
             e.moved(IN_FLIGHT, token=1)
             e.est, e.charged = cost, False
@@ -650,6 +654,20 @@ class GateMachine(RuleBasedStateMachine):
         e.moved(DENIED, token=1)
         e.human_denied, e.why = True, "approval denied by bob"
         self._check_get(e.key)
+
+    def _check_approvals(self) -> None:
+        """Every approval request the store lists reads as the model says (a forgotten one
+        as EXPIRED, saying it was superseded), and a pruned one is gone."""
+        listed = {a.approval_id: a for a in self.gate.list_approvals(state=None)}
+        for approval_id, status in self.approvals.items():
+            if status == "gone":
+                assert approval_id not in listed, approval_id
+                continue
+            a = listed[approval_id]
+            shown = "expired" if status == "forgotten" else status
+            assert a.state.value == shown, (approval_id, a.state, status)
+            if status == "forgotten":
+                assert (a.reason or "").startswith("superseded: a call declared"), a.reason
 
     @staticmethod
     def _approval_error(status: str) -> type[Exception] | None:

@@ -136,8 +136,8 @@ def _approval_hints(out: Any, waiting: list[Any], approvals: dict[str, Any], whe
                  f"effectgate approve {r.approval_id}{where}")
         elif status == "approved":
             by = f" by {a.decided_by}" if a is not None and a.decided_by else ""
-            out.print(f"[dim]{safe(r.key)}: approved{safe(by)}; {decided_next(status)}[/]",
-                      soft_wrap=True)
+            out.print(f"[dim]{safe(r.key)}: approved{safe(by)}; "
+                      f"{safe(decided_next(status, r.reason))}[/]", soft_wrap=True)
         else:
             out.print(f"[dim]{safe(r.key)}: its approval is {safe(status)}; "
                       f"{decided_next(status)}[/]", soft_wrap=True)
@@ -210,8 +210,9 @@ def _waiting_on(gate: Any, record: Any) -> Any:
 
 
 def _show_decided(out: Any, approval: Any) -> None:
-    """An approval decided while its effect still waits (its ``reason`` field is the request's,
-    from before the decision): who decided, and what happens next."""
+    """An approval decided while its effect still waits (the effect's ``reason``, above, says
+    which spend ceiling refused an approved one's last call): who decided, and what happens
+    next."""
     state = str(approval.state)
     out.print(f"\n[bold]approval[/] {safe(approval.approval_id)} {safe(state)}", soft_wrap=True)
     parts_line(out, [f"by {safe(approval.decided_by)}" if approval.decided_by else "",

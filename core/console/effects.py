@@ -158,10 +158,10 @@ async def one(c: Console, request: Request, who: Principal) -> Response:
 
 
 def _decided_of(c: Console, record: EffectRecord) -> dict[str, Any] | None:
-    """The approval ``record`` still waits on once a person decided it (its ``reason`` field
-    is the request's, from before the decision; an approved effect a spend ceiling refused
-    when the call came waits, approved, for room): who decided, when, and what the next call
-    does, in the words ``effectgate show`` uses. None while the approval is pending."""
+    """The approval ``record`` still waits on once a person decided it (an approved effect a
+    spend ceiling refused when the call came waits, approved, for room; its ``reason`` says
+    which ceiling): who decided, when, and what the next call does, in the words
+    ``effectgate ls`` uses. None while the approval is pending."""
     if record.state is not State.PENDING_APPROVAL or not record.approval_id:
         return None
     try:
@@ -172,7 +172,7 @@ def _decided_of(c: Console, record: EffectRecord) -> dict[str, Any] | None:
     if state == "pending":
         return None
     return {"a": approval, "state": state, "at": when(approval.decided_at),
-            "next": decided_next(state)}
+            "next": decided_next(state, record.reason)}
 
 
 def _seen(record: EffectRecord) -> str:

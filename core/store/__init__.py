@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import validate
 from ..decide import outcome_spend_delta, reads_first
 from ..errors import ConfigError, StoreError
+from ..governance import superseded, waits_for_room
 from ..states import ApprovalState, Outcome, State
 from . import embedded, pg_direct
 from .binds import (
@@ -364,15 +365,19 @@ class Store:
         over: str | None = None
         try:
             with self._conns.transaction() as tx:
-                if move.consume_approval is not None and tx.one(self.sql.approval_consume, {
-                    "namespace": req.namespace, "approval_id": move.consume_approval,
-                    "effect_type": req.effect_type, "key": req.key,
-                    "payload_hash": req.payload_hash,
-                }) is None:
-                    tx.rollback()
+                if move.consume_approval is not None:
+                    tx.conn.execute(_BEFORE_CONSUME)
+                    if tx.one(self.sql.approval_consume, {
+                        "namespace": req.namespace, "approval_id": move.consume_approval,
+                        "effect_type": req.effect_type, "key": req.key,
+                        "payload_hash": req.payload_hash,
+                    }) is None:
+                        tx.rollback()
                 if move.forget_approval is not None:
-                    tx.all(self.sql.approval_forget, {"namespace": req.namespace,
-                                                      "approval_id": move.forget_approval})
+                    tx.all(self.sql.approval_forget, {
+                        "namespace": req.namespace, "approval_id": move.forget_approval,
+                        "reason": superseded(req.estimated_cost_micros, move.decision,
+                                             approval.approval_id if approval else None)})
                 if move.charges and row is not None and not self.is_sqlite:
                     tx.all(self.sql.lock_row, {"namespace": req.namespace, "id": row.id})
                 charged: list[str] = []
@@ -384,7 +389,10 @@ class Store:
                     )
                     if got is None:
                         over = charge.label
-                        tx.rollback()
+                        if row is None or move.consume_approval is None:
+                            tx.rollback()
+                        self._waits_for_room(tx, row, over)
+                        return Moved(None, over)
                     charged.append(got[0])
                 binds["budget_keys"] = json.dumps(charged) if charged else None
                 new = _moved(tx.all(sql, binds), row)
@@ -406,6 +414,15 @@ class Store:
         except Rollback:
             return Moved(None, over)
         return Moved(new)
+
+    def _waits_for_room(self, tx: Transaction, row: EffectHead, label: str) -> None:
+        """An approved move refused by the ceiling ``label``: undo what it wrote (the
+        approval consumed, the counters charged) and, in the same transaction, write why on
+        its effect, which keeps waiting, approved, for room (compare-and-set on the token
+        the move read: an effect that moved since is left as it is)."""
+        tx.conn.execute(_UNDO_CONSUME)
+        tx.all(self.sql.note_reason, {"namespace": row.namespace, "key": row.key,
+                                      "token": row.token, "reason": waits_for_room(label)})
 
     def one_call(self, move: Move) -> bool:
         """Whether the insert of a new key by ``move`` is one round trip that reads first
@@ -716,6 +733,12 @@ class Store:
                     raise StoreError(f"cannot record {name}: {type(err).__name__}") from err
                 raise
         self.meta[name] = value
+
+
+_BEFORE_CONSUME = "SAVEPOINT effectgate_consume"
+_UNDO_CONSUME = "ROLLBACK TO SAVEPOINT effectgate_consume"
+"""An approved move's writes before its charges are known to fit: undone, without ending the
+transaction, when a ceiling refuses one (:meth:`Store._waits_for_room`)."""
 
 
 def _moved(rows: list[Any], row: EffectHead | None) -> EffectHead | None:

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     String,
+    Text,
     case,
     cast,
     false,
@@ -429,7 +430,21 @@ class _Definitions:
             .values(state=_state(ApprovalState.CONSUMED), arguments=null())
             .returning(a.id)
         )
-        lazy["approval_forget"] = lambda: approvals.update().where(mine).values(arguments=null())
+        # A request its effect was decided on again without (a call declaring a cost its
+        # approver did not see asks anew) can never run anything: one still live ends here,
+        # its expiry moved to the millisecond before this write (live through its expiry's
+        # instant; SQLite's clock counts milliseconds), so it reads EXPIRED from now on, with
+        # ``reason`` saying why (ahead of an approver's note). One already expired keeps its
+        # expiry. Either way its arguments go.
+        still_live = a.state.in_((pending, approved)) & (a.expires_at >= now)
+        why = p("reason", type_=Text())
+        lazy["approval_forget"] = lambda: approvals.update().where(mine).values(
+            arguments=null(),
+            expires_at=case((still_live, now - literal_column("0.001")), else_=a.expires_at),
+            reason=case((still_live & a.reason.is_(None), why),
+                        (still_live, why + literal("; the approver noted ") + a.reason),
+                        else_=a.reason),
+        )
         # A consumed approval given back (Store.unconsume): its begin's caller never took the
         # answer, so the body never ran and the human's yes still stands.
         lazy["approval_restore"] = lambda: (

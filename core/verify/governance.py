@@ -76,8 +76,28 @@ def check_g8(ctx: VerifyContext) -> str:
         pass
     else:
         raise CheckFailed("a consumed approval was approved again")
-    return ("approval bound to its payload: a changed payload refused, self-approval refused, "
-            "executed once, not reusable")
+    _check_g8_cost(gate)
+    return ("approval bound to its payload and the cost it was shown: a changed payload "
+            "refused, self-approval refused, executed once, not reusable, one set aside by a "
+            "larger cost ended")
+
+
+def _check_g8_cost(gate: Gate) -> None:
+    """An approval given at one cost does not run a call declaring a larger one: that call
+    asks again, and the approval it set aside ends (never listed as approved again)."""
+    def ask(cost: int) -> Any:
+        return gate.begin(effect_type="verify.g8", key="verify:G8:cost", payload={},
+                          agent_id="verify-agent", estimated_cost_micros=cost)
+
+    first = ask(DOLLAR)
+    gate.approve(first.approval_id or "", by="verify-operator")
+    larger = ask(1_000 * DOLLAR)
+    expect(larger.decision is Decision.APPROVAL_REQUIRED and larger.approval_id not in (
+        None, first.approval_id), f"an approval at $1 answered a $1,000 call "
+           f"{larger.decision.value!r}")
+    old = gate.approval(first.approval_id or "")
+    expect(old.state.value == "expired", "the approval a larger cost set aside still reads "
+           f"{old.state.value!r}: it can never run anything")
 
 
 def check_g9(ctx: VerifyContext) -> str:

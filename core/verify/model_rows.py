@@ -68,7 +68,8 @@ class MRow(NamedTuple):
 
 
 class MApproval(NamedTuple):
-    """A stored approval request (its clock columns: created; it never expires here)."""
+    """A stored approval request (its clock columns: created; it never expires with time
+    here, only when a begin ends it, :attr:`ended`)."""
 
     id: str
     namespace: str
@@ -84,6 +85,8 @@ class MApproval(NamedTuple):
     decided_by: str | None = None
     estimated: int | None = None
     """The cost the requesting begin declared: what the approver was shown."""
+    ended: float | None = None
+    """When a begin that decided its effect again without it ended it (its expiry then)."""
 
 
 def report_standing(row: EffectHead, namespace: str, key: str, token: int,
@@ -163,7 +166,8 @@ def approval_row(a: MApproval, now: float) -> ApprovalRow:
     """An approval as the store hands it up."""
     return ApprovalRow(a.id, a.namespace, a.effect_id, a.effect_type, a.key, PAYLOAD_HASH,
                        a.state, a.requested_by, None, a.estimated, int(a.allow_self),
-                       a.created, a.created + 1e6, a.decided_by, None, None, None, now)
+                       a.created, a.created + 1e6 if a.ended is None else a.ended,
+                       a.decided_by, None, None, None, now)
 
 
 def dated(scope_key: str, day: int) -> str:

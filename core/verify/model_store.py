@@ -1,7 +1,8 @@
 """The model checker's in-memory store: it answers the real flow's commands
 (:mod:`effectgate._commands`) from a :class:`~effectgate.verify.model_state.ModelState`, with the
 semantics of the store's SQL — each write all or nothing, in the store's order (consume the
-approval, charge, then the compare-and-set or the insert), a refused one writing nothing.
+approval, forget one set aside, charge, then the compare-and-set or the insert), a refused one
+writing nothing but, for an approved move a ceiling refused, why on its effect.
 
 Every rule a write needs is the product's (:mod:`effectgate.decide`); what is written is the
 columns the statements write.
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import decide
 from .._commands import Examine, Fetch, GetApproval, Lapse, Reserve, Resolve, Write
+from ..governance import waits_for_room
 from ..states import ApprovalState, State
 from ..store.rows import Moved
 from .model_rows import (
@@ -33,6 +35,7 @@ from .model_state import ModelState
 
 if TYPE_CHECKING:
     from .._commands import Command
+    from ..store.rows import EffectHead
 
 __all__ = ["CALLS", "ModelStore", "Performed", "resolved"]
 
@@ -140,13 +143,18 @@ class ModelStore:
             used = next((a for a in s.approvals if a.namespace == req.namespace
                          and a.id == move.consume_approval), None)
             if used is None or used.state is not ApprovalState.APPROVED or (
-                used.effect_type != req.effect_type or used.key != req.key
+                used.ended is not None or used.effect_type != req.effect_type
+                or used.key != req.key
             ):
                 return Performed(base, Moved(None), "consume: it moved")
             s = s._replace(approvals=put_approval(s.approvals, used._replace(
                 state=ApprovalState.CONSUMED)))
+        if move.forget_approval is not None:
+            s = _forget(s, req.namespace, move.forget_approval, now)
         s, keys, over = charge(s, req.namespace, move)
         if over is not None:
+            if move.consume_approval is not None:  # the refusal written on the effect
+                base = _note(base, seen, waits_for_room(over))
             return Performed(base, Moved(None, over), f"over the ceiling ({over})")
         if row is None or row.id != seen.id or row.token != seen.token or (
             row.state is not seen.state
@@ -230,3 +238,23 @@ def resolved(row: MRow, res: decide.Resolution, result: str | None, actor: str,
 
 def _row(s: ModelState, ns: str, key: str) -> MRow | None:
     return next((r for r in s.rows if r.namespace == ns and r.key == key), None)
+
+
+def _forget(s: ModelState, namespace: str, approval_id: str, now: float) -> ModelState:
+    """The store's ``approval_forget``: a request its effect was decided on again without
+    ends, if it was still live (it reads EXPIRED from now on)."""
+    found = next((a for a in s.approvals if a.namespace == namespace and a.id == approval_id),
+                 None)
+    if found is None or found.ended is not None or found.state not in (
+            ApprovalState.PENDING, ApprovalState.APPROVED):
+        return s
+    return s._replace(approvals=put_approval(s.approvals, found._replace(ended=now - 0.001)))
+
+
+def _note(s: ModelState, seen: EffectHead, reason: str) -> ModelState:
+    """The store's ``note_reason``: ``reason`` on the effect ``seen`` read, if its token has
+    not moved since."""
+    row = _row(s, seen.namespace, seen.key)
+    if row is None or row.token != seen.token:
+        return s
+    return s._replace(rows=put(s.rows, row._replace(reason=reason)))
