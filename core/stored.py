@@ -126,7 +126,8 @@ class EffectRecord:
 class ApprovalRecord:
     """A request for a human's approval, bound to one effect's key and payload hash.
 
-    ``state``: pending, approved, denied, consumed (an attempt started on it) or expired.
+    ``state``: pending, approved, denied, consumed (an attempt started on it) or expired
+    (past its expiry, or set aside by a call declaring another cost: ``reason`` says so).
     ``arguments`` are the normalised arguments that will execute if it is approved (names the
     policy redacts read ``"[redacted]"``); they are kept only while the request is pending.
     ``unattributed`` is True when it was requested without an agent identity, so a
