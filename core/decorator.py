@@ -34,6 +34,7 @@ from .errors import (
     ResultNotStoredWarning,
 )
 from .keys import KeyTemplate
+from .payload import apayload_hash, is_small
 from .records import BeginDecision
 from .redact import describe, redact_fields
 from .states import Decision, Outcome
@@ -156,6 +157,34 @@ class EffectSpec:
         key = self.template.render(arguments)
         if self._plain:
             return self.gate._checked_request(self.kind, key, self.template.normalise(arguments))
+        cost, compensation = self._cost_and_compensation(key, arguments)
+        return self.gate._checked_request(
+            self.kind, key, self.template.normalise(arguments),
+            group_key=self.group_template.render(arguments) if self.group_template else None,
+            compensation=compensation, estimated_cost_micros=cost,
+        )
+
+    async def arequest(self, arguments: Mapping[str, Any]) -> Request:
+        """:meth:`request` for an async caller: the same request, or the same error. Large
+        arguments are hashed by steps the event loop runs other tasks between
+        (:func:`~effectgate.payload.apayload_hash`); the request is then built around an
+        empty stand-in and given the arguments and their hash."""
+        if is_small(arguments):
+            return self.request(arguments)
+        key = self.template.render(arguments)
+        cost, compensation = (None, None) if self._plain else self._cost_and_compensation(
+            key, arguments)
+        payload = self.template.normalise(arguments)
+        group = self.group_template.render(arguments) if self.group_template else None
+        digest = await apayload_hash(payload)
+        req = self.gate._checked_request(self.kind, key, {}, group_key=group,
+                                         compensation=compensation,
+                                         estimated_cost_micros=cost)
+        return req._replace(payload_hash=digest, payload=payload)
+
+    def _cost_and_compensation(self, key: str, arguments: Mapping[str, Any]) -> tuple[Any, Any]:
+        """The call's estimated cost and its undo's description, each worked out from the
+        arguments when it is a function (:class:`ConfigError` when that raises)."""
         cost = self.cost_micros
         if callable(cost):
             names, everything = self._cost_params or (None, True)
@@ -173,11 +202,7 @@ class EffectSpec:
             except Exception as err:
                 raise ConfigError(f"compensation for {key!r} raised {type(err).__name__}",
                                   key=key) from err
-        return self.gate._checked_request(
-            self.kind, key, self.template.normalise(arguments),
-            group_key=self.group_template.render(arguments) if self.group_template else None,
-            compensation=compensation, estimated_cost_micros=cost,
-        )
+        return cost, compensation
 
     def answer(self, d: BeginDecision) -> Any:
         """The value a non-executing decision stands for: a duplicate's stored result (rebuilt
@@ -300,7 +325,7 @@ class EffectSpec:
         import asyncio  # here: a program with no async tool never pays for importing it
 
         gate = self.gate
-        req = self.request(arguments)
+        req = await self.arequest(arguments)
         begun = asyncio.ensure_future(gate.abegin(req))
         try:
             d = await asyncio.shield(begun)

@@ -31,7 +31,7 @@ from .errors import (
 )
 from .keys import lookup_key
 from .notices import reported
-from .payload import result_json
+from .payload import aresult_json, is_small, result_json
 from .records import BeginDecision
 from .redact import bound, redact_fields
 from .request import Lease, secret_hash
@@ -158,8 +158,13 @@ class Reporter:
             else:
                 effect_type = held.effect_type
             result = kept(self.policy, effect_type, result)
+        encode: Callable[[Any], str | None] = result_json
+        if result is not None and not is_small(result):
+            self.holder(held)  # its errors and the outcome's first, as :meth:`written` has them
+            if validate.parse_outcome(outcome) is _COMMITTED:
+                encode = _encoded(await aresult_json(result))
         lease, parsed, text, reason, fields = self.written(held, outcome, result, error,
-                                                           actual_cost_micros)
+                                                           actual_cost_micros, encode)
         try:
             done = await _record(self.flow.astore.record_outcome, self.namespace, lease,
                                  parsed, text, fields)
@@ -184,24 +189,29 @@ class Reporter:
 
     def written(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                 error: str | None, actual_cost_micros: int | None,
+                encode: Callable[[Any], str | None] = result_json,
                 ) -> tuple[Lease, Outcome, str | None, str | None, dict[str, Any] | None]:
-        """What a report writes: the proof, the outcome, the stored JSON, the reason, and the
-        rest of :meth:`fields` — None for the common report, the decorator's (a COMMITTED
-        outcome, the member itself, with nothing but its result, by an ``execute`` decision
-        charged to no ceiling), whose fields are only those: none are built for it."""
+        """What a report writes: the proof, the outcome, the stored JSON (``encode`` of the
+        result), the reason, and the rest of :meth:`fields` — None for the common report, the
+        decorator's (a COMMITTED outcome, the member itself, with nothing but its result, by an
+        ``execute`` decision charged to no ceiling), whose fields are only those: none are
+        built for it."""
         if outcome is _COMMITTED and error is None and actual_cost_micros is None and (
                 type(held) is BeginDecision and not held.spends):
-            return self.holder(held)[0], _COMMITTED, result_json(result), None, None
-        lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros)
+            return self.holder(held)[0], _COMMITTED, encode(result), None, None
+        lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros,
+                                            encode)
         return lease, parsed, fields["result"], fields["reason"], fields
 
     def fields(self, held: BeginDecision | Lease, outcome: Outcome | str, result: Any,
                error: str | None, actual_cost_micros: int | None,
+               encode: Callable[[Any], str | None] = result_json,
                ) -> tuple[Lease, Outcome, dict[str, Any]]:
-        """Everything a report writes, validated (nothing is written when this raises)."""
+        """Everything a report writes, validated (nothing is written when this raises);
+        ``encode`` makes the stored JSON of a COMMITTED result."""
         lease, spends = self.holder(held)
         parsed = validate.parse_outcome(outcome)
-        text = result_json(result) if parsed is Outcome.COMMITTED else None
+        text = encode(result) if parsed is Outcome.COMMITTED else None
         if error is not None and not isinstance(error, str):
             raise ConfigError("error must be a str")
         error = self.redact(error)
@@ -308,6 +318,14 @@ class Reporter:
         if expiry is None:
             raise await to_thread(self.stale, lease, "extend the lease")
         return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
+
+
+def _encoded(text: str | None) -> Callable[[Any], str | None]:
+    """An ``encode`` for :meth:`Reporter.written` whose JSON is already made: ``text``."""
+    def encode(_result: Any) -> str | None:
+        return text
+
+    return encode
 
 
 def _record(record: Callable[..., T], namespace: str, lease: Lease, outcome: Outcome,
