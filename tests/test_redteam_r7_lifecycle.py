@@ -17,6 +17,7 @@ from effectgate.store.version import policy_meta_name
 from effectgate.sweep import Sweeper
 
 from .conftest import snapshot
+from .test_schema import _tables
 
 
 def _sql(url: str, *statements: str, **binds: Any) -> None:
@@ -28,21 +29,6 @@ def _sql(url: str, *statements: str, **binds: Any) -> None:
         with engine.connect() as conn:
             for statement in statements:
                 conn.execute(text(statement), binds)
-    finally:
-        engine.dispose()
-
-
-def _tables(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every effectgate table, with the columns each has."""
-    from sqlalchemy import create_engine, inspect, text
-
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            names = sorted(n for n in inspect(conn).get_table_names()
-                           if n.startswith("effectgate_"))
-            return {n: sorted(map(tuple, conn.execute(text(f"SELECT * FROM {n}"))))
-                    for n in names}
     finally:
         engine.dispose()
 

@@ -244,14 +244,16 @@ def _set_version(url: str, version: int) -> None:
 
 
 def _tables(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    from sqlalchemy import create_engine, text
+    """Every row of every effectgate table, with the columns each has."""
+    from sqlalchemy import create_engine, inspect, text
 
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            return {t: sorted(tuple(r) for r in conn.execute(text(f"SELECT * FROM {t}")))
-                    for t in ("effectgate_effects", "effectgate_approvals", "effectgate_budgets",
-                              "effectgate_principals", "effectgate_meta")}
+            names = sorted(n for n in inspect(conn).get_table_names()
+                           if n.startswith("effectgate_"))
+            return {n: sorted(map(tuple, conn.execute(text(f"SELECT * FROM {n}"))))
+                    for n in names}
     finally:
         engine.dispose()
 
