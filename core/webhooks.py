@@ -656,17 +656,24 @@ def _http_url(url: object, what: str) -> str:
 
 def _idna_host(host: str, what: str) -> None:
     """A non-ASCII host is sent IDNA-encoded: one the codec refuses would fail every delivery,
-    and one with an invisible character (a zero-width space, a soft hyphen) is sent to a host
-    other than the one shown (IDNA drops the character), so both are refused."""
+    and one IDNA maps to another host than the one shown is refused: it drops an invisible
+    character (a zero-width space, a soft hyphen) and maps others (``ß`` to ``ss``, full-width
+    letters and the ideographic full stop to ASCII), so deliveries went elsewhere. ``host`` is
+    as :func:`~urllib.parse.urlsplit` gives it (lower case)."""
     if not host.isprintable():
         raise ConfigError(f"webhook {what} has an invisible or control character in its host "
                           "(IDNA would drop it and send to another host)")
     try:
-        host.encode("idna")
+        sent = host.encode("idna")
+        named = sent.decode("idna")
     except UnicodeError:
         raise ConfigError(f"webhook {what} has a host that IDNA cannot encode (a label empty "
                           "or over 63 characters, or a character IDNA refuses): every "
                           "delivery would fail") from None
+    if named != host:
+        raise ConfigError(f"webhook {what} has a host that IDNA sends as {sent.decode()!r}, "
+                          "another host than the one configured: configure the host meant (its "
+                          "xn-- form where IDNA 2008 spells it otherwise)")
 
 
 def _retry_after(value: object) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,13 @@ _init_upstream_name = click.option(
          "the entry is bound to --upstream either way.")
 
 
+def _a_number(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``value`` unless NaN, which every range check of ``click.FloatRange`` lets by."""
+    if math.isnan(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", ctx, param)
+    return value
+
+
 @mcp.command(cls=Command)
 @_upstream
 @gate_options
@@ -154,7 +162,7 @@ _init_upstream_name = click.option(
               help="With --transport http on localhost only: accept requests without a bearer "
                    "token (by default each needs a token of an agent principal).")
 @click.option("--call-timeout", type=click.FloatRange(0, 7 * 24 * 3600, min_open=True),
-              default=300.0, show_default=True, metavar="SECONDS",
+              callback=_a_number, default=300.0, show_default=True, metavar="SECONDS",
               help="How long a request sent upstream may go unanswered; then it is cancelled "
                    "there, and a gated call is recorded ambiguous (it may have acted).")
 @_console_url

@@ -39,8 +39,8 @@ FAILED (the upstream may have acted before the cancellation reached it): a retry
 until an operator or a reconcile hook resolves it. The limit counts the whole call, progress
 notifications and the upstream's own questions to the client (a person answering an
 elicitation) included. A call an upstream runs as its own task (:mod:`.upstream_tasks`) may
-take longer: the limit bounds the call until the upstream answers it with the task, not the
-task.
+take longer: the limit bounds the call until the upstream answers it with the task, and each
+``tasks/get`` after it (one unanswered ends the call AMBIGUOUS), not the task.
 
 ::
 

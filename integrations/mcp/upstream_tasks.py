@@ -37,6 +37,7 @@ from typing import Any, Literal
 import anyio
 
 import effectgate as eg
+from effectgate.validate import seconds as checked_seconds
 
 from .tasks import TASKS_EXTENSION, DetailedTask, GetTaskParams, GetTaskRequest, TaskHandle
 
@@ -120,8 +121,11 @@ class UpstreamTasks:
 
     ``rejected_before_run`` are the JSON-RPC error codes that mean the upstream refused a call
     before running it; ``tool_errors`` is the gateway's reading of a tool error;
-    ``call_timeout``: how long the call may wait for its answer (a result or a task), the
-    SDK's own request timeout (None: no limit)."""
+    ``call_timeout``: how long the call may wait for its answer (a result or a task), and each
+    ``tasks/get`` for its own, the SDK's request timeout (None: no limit; else more than 0 and
+    at most a week, or :class:`~effectgate.ConfigError`, checked here: the SDK reads it only
+    once the call has left). A task the upstream says is working is followed for as long as
+    it says so."""
 
     def __init__(self, url: str, *, rejected_before_run: frozenset[int] = frozenset(),
                  tool_errors: Literal["ambiguous", "failed"] = "ambiguous",
@@ -136,7 +140,8 @@ class UpstreamTasks:
         self.redact = redact
         self.connect_timeout = connect_timeout
         self.poll_every = poll_every
-        self.call_timeout = call_timeout
+        self.call_timeout = (None if call_timeout is None
+                             else checked_seconds(call_timeout, "call_timeout"))
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[ClientSession]:
@@ -201,7 +206,7 @@ class UpstreamTasks:
 
     async def _poll(self, session: ClientSession, task_id: str) -> DetailedTask:
         while True:
-            task = await get_task(session, task_id)
+            task = await get_task(session, task_id, self.call_timeout)
             if task.status in ("completed", "failed", "cancelled"):
                 return task
             if task.status == "input_required":
@@ -212,7 +217,7 @@ class UpstreamTasks:
     async def get(self, task_id: str) -> DetailedTask:
         """``tasks/get`` of one task (``MCPError`` for a task the upstream does not know)."""
         async with self.session() as session:
-            return await get_task(session, task_id)
+            return await get_task(session, task_id, self.call_timeout)
 
     async def reconcile(self, record: eg.EffectRecord) -> eg.Reconciled:
         """The reconcile hook of an AMBIGUOUS effect the gateway ran as an upstream task: the
@@ -247,7 +252,10 @@ class UpstreamTasks:
         return eg.Reconciled("unknown", note=f"the upstream task is {task.status}")
 
 
-async def get_task(session: ClientSession, task_id: str) -> DetailedTask:
-    """One ``tasks/get``."""
+async def get_task(session: ClientSession, task_id: str,
+                   timeout: float | None = None) -> DetailedTask:
+    """One ``tasks/get``, answered within ``timeout`` seconds (None: no limit) or
+    ``MCPError`` ``-32001``."""
     return await session.send_request(
-        GetTaskRequest(params=GetTaskParams(task_id=task_id)), DetailedTask)
+        GetTaskRequest(params=GetTaskParams(task_id=task_id)), DetailedTask,
+        request_read_timeout_seconds=timeout)
