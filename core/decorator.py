@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
+from ._payload_steps import apayload_hash, is_small
 from .classify import Classifier, classify_body
 from .context import _current, current_effect, current_effect_scope
 from .errors import (
@@ -34,7 +35,6 @@ from .errors import (
     ResultNotStoredWarning,
 )
 from .keys import KeyTemplate
-from .payload import apayload_hash, is_small
 from .records import BeginDecision
 from .redact import describe, redact_fields
 from .states import Decision, Outcome
@@ -167,7 +167,7 @@ class EffectSpec:
     async def arequest(self, arguments: Mapping[str, Any]) -> Request:
         """:meth:`request` for an async caller: the same request, or the same error. Large
         arguments are hashed by steps the event loop runs other tasks between
-        (:func:`~effectgate.payload.apayload_hash`); the request is then built around an
+        (:func:`~effectgate._payload_steps.apayload_hash`); the request is then built around an
         empty stand-in and given the arguments and their hash."""
         if is_small(arguments):
             return self.request(arguments)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import decide, validate
 from ._drive import to_thread
+from ._payload_steps import aresult_json, is_small
 from .errors import (
     ConfigError,
     EffectGateError,
@@ -31,7 +32,7 @@ from .errors import (
 )
 from .keys import lookup_key
 from .notices import reported
-from .payload import aresult_json, is_small, result_json
+from .payload import result_json
 from .records import BeginDecision
 from .redact import bound, redact_fields
 from .request import Lease, secret_hash

@@ -21,18 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import effectgate as eg
-from effectgate import payload
-from effectgate.payload import (
+from effectgate import _payload_steps
+from effectgate._payload_steps import (
     INLINE_CHARS,
     INLINE_NODES,
-    MAX_RESULT_DEPTH,
-    _depth,
     apayload_hash,
     aresult_json,
     is_small,
-    payload_hash,
-    result_json,
 )
+from effectgate.payload import MAX_RESULT_DEPTH, _depth, payload_hash, result_json
 
 from .conftest import snapshot
 
@@ -323,6 +320,6 @@ def test_by_steps_any_value_is_made_as_at_once(value: dict[str, Any],
     """With the bounds shrunk so that nearly every value is "large", the steps take apart
     what hypothesis builds (nested dicts, lists, tuples, non-str keys, NaN, big ints, models)
     and must give the hash, the text and the error made at once, to the character."""
-    monkeypatch.setattr(payload, "INLINE_NODES", 2)
-    monkeypatch.setattr(payload, "INLINE_CHARS", 4)
+    monkeypatch.setattr(_payload_steps, "INLINE_NODES", 2)
+    monkeypatch.setattr(_payload_steps, "INLINE_CHARS", 4)
     _made_as_at_once(value)
