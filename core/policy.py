@@ -387,7 +387,8 @@ class Policy(_Strict):
         """The rule for ``effect_type``: an exact entry, else the most specific glob. For an
         undo's type (``….compensate``) a pattern written for undos (``*.compensate``) is more
         specific than one that is not (``booking.*``), however long that one's prefix: the
-        rule someone wrote for undos governs them."""
+        rule someone wrote for undos governs them, taking what it leaves unset from that
+        other rule and keeping no more of their data than it does (:func:`_over_its_step`)."""
         cache: dict[str, EffectRule | None] = self._cache  # type: ignore[attr-defined]
         if effect_type in cache:
             return cache[effect_type]
@@ -399,6 +400,8 @@ class Policy(_Strict):
                 if fnmatch.fnmatchcase(effect_type, candidate.effect_type):
                     rule = candidate
                     break
+        if rule is not None and _for_undos(rule):
+            rule = _over_its_step(rule, self._besides_undo_rules(effect_type))
         cache[effect_type] = rule
         return rule
 
@@ -425,12 +428,62 @@ class Policy(_Strict):
 
     def _ceilings_uncached(self, effect_type: str) -> list[tuple[str, str, int]]:
         out: list[tuple[str, str, int]] = []
-        rule = self.rule_for(effect_type)
+        rule = self._spending_rule(effect_type)
         if rule is not None and rule.budget is not None:
             out += [(rule.effect_type, s, limit) for s, limit in rule.budget.ceilings()]
         if self.budget is not None:
             out += [("*", s, limit) for s, limit in self.budget.ceilings()]
         return out
+
+    def _spending_rule(self, effect_type: str) -> EffectRule | None:
+        """The rule whose ceilings count a call of ``effect_type``: :meth:`rule_for`'s, unless
+        that one was written for undos. Such a rule carries no ceiling (no ceiling counts an
+        undo, which is exempt by its ``compensates_effect_id``, not by its name), so a call
+        that only bears an undo's name is counted by the most specific other rule: naming a
+        type ``….compensate`` is no leave to spend past its step glob's ceiling."""
+        rule = self.rule_for(effect_type)
+        if rule is None or not _for_undos(rule):
+            return rule
+        return self._besides_undo_rules(effect_type)
+
+    def _besides_undo_rules(self, effect_type: str) -> EffectRule | None:
+        """The most specific rule for ``effect_type`` among those not written for undos (the
+        one that governed an undo's type before rules for undos went first)."""
+        ordered: tuple[EffectRule, ...] = self._ordered  # type: ignore[attr-defined]
+        return next((r for r in ordered if not _for_undos(r)
+                     and fnmatch.fnmatchcase(effect_type, r.effect_type)), None)
+
+
+def _for_undos(rule: EffectRule) -> bool:
+    """Whether ``rule`` was written for undos (its pattern ends in ``.compensate``)."""
+    return rule.effect_type.endswith(UNDO_SUFFIX)
+
+
+def _over_its_step(rule: EffectRule, step: EffectRule | None) -> EffectRule:
+    """``rule`` (written for undos) as it governs an undo's type that ``step`` (the most
+    specific other rule, which governed it before rules for undos went first) matches too.
+    What ``rule`` says of approval, denial and ceilings stands. An option it leaves unset
+    (:data:`_STEP_OPTIONS`: the vendor, the lease, attempts, the reconcile grace,
+    ``on_ambiguous``) is ``step``'s: a rule added to have undos approved does not take from
+    the undo of a Stripe step its vendor key, nor shorten its grace. And it keeps no more of
+    an undo's data than ``step`` does (``store_result``, ``redact_result``,
+    ``redact_arguments``: each the stricter of the two)."""
+    if step is None:
+        return rule
+    update: dict[str, Any] = {name: getattr(step, name) for name in _STEP_OPTIONS
+                              if name not in rule.model_fields_set}
+    update["store_result"] = rule.store_result and step.store_result
+    update["redact_result"] = tuple(dict.fromkeys((*rule.redact_result, *step.redact_result)))
+    update["redact_arguments"] = tuple(dict.fromkeys((*rule.redact_arguments,
+                                                      *step.redact_arguments)))
+    changed = {name: value for name, value in update.items() if getattr(rule, name) != value}
+    return rule.model_copy(update=changed) if changed else rule
+
+
+_STEP_OPTIONS = ("vendor", "lease_seconds", "max_attempts", "reconcile_grace_seconds",
+                 "on_ambiguous")
+"""The options of an undo's type that a rule written for undos takes from its step's rule
+when it leaves them unset (:func:`_over_its_step`)."""
 
 
 def _policy_error(err: ValidationError, source: str, text: str | None) -> PolicyError:
