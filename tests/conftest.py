@@ -211,6 +211,29 @@ def gate(make_gate: Any) -> eg.Gate:
     return make_gate()  # type: ignore[no-any-return]
 
 
+@pytest.fixture(scope="session")
+def shared_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One ``tests/mcp_upstream.py`` process over streamable HTTP per worker, for the MCP
+    tests whose subject is the gateway rather than its upstream's process (each starts an
+    in-process gateway in front of it: :class:`tests.mcp_helpers.SharedUpstream`)."""
+    pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
+    from .mcp_helpers import http_upstream_process
+
+    with http_upstream_process(tmp_path_factory.mktemp("shared-upstream")) as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="session")
+def shared_task_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One ``tests/mcp_conformance_upstream.py`` process over streamable HTTP per worker (the
+    upstream whose tools run as tasks), shared like ``shared_upstream``."""
+    pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
+    from .mcp_helpers import task_upstream_process
+
+    with task_upstream_process(tmp_path_factory.mktemp("shared-task-upstream")) as upstream:
+        yield upstream
+
+
 def snapshot(gate: eg.Gate) -> list[tuple[Any, ...]]:
     """Every row of this gate's namespace (effects with their history, approvals, spend
     counters), for asserting that nothing changed."""

@@ -10,12 +10,15 @@ fails the test; elsewhere it skips.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -23,15 +26,18 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters, types
+from mcp import Client, ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+
+import effectgate as eg
 
 from .conftest import IN_CI
 
 NPM_BIN = Path(os.environ.get("EFFECTGATE_NPM_BIN")
                or Path.home() / ".cache" / "effectgate-ci" / "npm" / "node_modules" / ".bin")
 CLI = [sys.executable, "-m", "effectgate.cli"]
+UPSTREAM_SCRIPT = Path(__file__).with_name("mcp_upstream.py")
 _LISTENING = re.compile(r"listening on (?:(http://\S+)|port (\d+))")
 
 
@@ -196,3 +202,105 @@ async def wait_for(predicate: Any, timeout: float = 10) -> None:
     with anyio.fail_after(timeout):
         while not predicate():
             await anyio.sleep(0.05)
+
+
+class SharedUpstream:
+    """``tests/mcp_upstream.py`` over streamable HTTP, one process that many tests share (the
+    ``shared_upstream`` fixture): each test brings its own gate and namespace, and its own
+    argument values (a :func:`tag` in them), so the ledger lines it reads are its own."""
+
+    def __init__(self, url: str, folder: Path) -> None:
+        self.url = url
+        self.ledger = folder / "ledger.txt"
+        self.started = folder / "started.txt"
+
+    def env(self) -> dict[str, str]:
+        """Its environment: its own files, and none of a test's start-up faults."""
+        mine = {k: v for k, v in os.environ.items() if k not in ("REFUSE_START", "SLOW_START")}
+        return {**mine, "LEDGER": str(self.ledger), "STARTED": str(self.started)}
+
+    def lines(self, marker: str) -> list[str]:
+        """The executions whose arguments held ``marker`` (a :func:`tag`), in order."""
+        if not self.ledger.exists():
+            return []
+        return [line for line in self.ledger.read_text(encoding="utf-8").splitlines()
+                if marker in line]
+
+
+def tag() -> str:
+    """A value no other test puts in its arguments to a shared upstream."""
+    return os.urandom(4).hex()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def http_upstream_process(folder: Path) -> Iterator[SharedUpstream]:
+    """``tests/mcp_upstream.py --http PORT`` on a free port, once it accepts connections."""
+    shared = SharedUpstream("", folder)
+    with listening([sys.executable, str(UPSTREAM_SCRIPT), "--http"], env=shared.env()) as url:
+        shared.url = url
+        yield shared
+
+
+@contextmanager
+def listening(argv: list[str], *, env: dict[str, str] | None = None,
+              timeout: float = 60) -> Iterator[str]:
+    """``ARGV PORT`` on a free port (a server that prints nothing useful): its MCP URL once
+    it accepts connections; terminated afterwards."""
+    port = _free_port()
+    proc = subprocess.Popen([*argv, str(port)], env=env or dict(os.environ),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        _wait_until_listening(proc, port, timeout)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(proc)
+
+
+def _wait_until_listening(proc: subprocess.Popen[Any], port: int, timeout: float) -> None:
+    until = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        assert proc.poll() is None, f"the upstream exited with status {proc.returncode}"
+        assert time.monotonic() < until, f"the upstream did not listen on {port}"
+        time.sleep(0.05)
+
+
+@contextmanager
+def task_upstream_process(folder: Path) -> Iterator[SharedUpstream]:
+    """``tests/mcp_conformance_upstream.py`` over streamable HTTP (its tools run as tasks of
+    the Tasks extension); its ledger holds the label of each ``slow_compute`` that ran."""
+    shared = SharedUpstream("", folder)
+    script = Path(__file__).with_name("mcp_conformance_upstream.py")
+    with serving([sys.executable, str(script), "--http", "0"],
+                 env={**os.environ, "FIXTURE_RUNS": str(shared.ledger)}) as served:
+        shared.url = served.url
+        yield shared
+
+
+@asynccontextmanager
+async def gateway_in_process(gate: eg.Gate, target: str, *, out: io.StringIO | None = None,
+                             mode: str = "legacy", **options: Any) -> AsyncIterator[Client]:
+    """The gateway in this process in front of ``target``, gating by ``gate``'s policy (as
+    ``effectgate mcp gateway`` runs it, start lines on ``out``), and the mcp package's own
+    ``Client`` on the SDK's in-memory transport to it."""
+    from effectgate.integrations.mcp.gateway import Gateway, tool_specs
+
+    policy = gate.policy
+    assert policy is not None
+    gw = Gateway(gate, target, tool_specs(gate, policy), policy=policy,
+                 out=out if out is not None else io.StringIO(), **options)
+    async with anyio.create_task_group() as tg:
+        await gw.start(tg)
+        gw.print_start()
+        async with Client(gw.server(), mode=mode) as client:
+            yield client
+        await gw.aclose()
+        tg.cancel_scope.cancel()

@@ -50,7 +50,12 @@ def page_oncall() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    import sys
+
+    if sys.argv[1:2] == ["--http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()
 '''
 
 
@@ -179,26 +184,31 @@ def test_strict_refuses_an_mcps_tool_in_agent_kickoff(tmp_path: Path, gate: eg.G
 
 def test_an_mcps_server_behind_the_gateway_runs_its_effect_once(tmp_path: Path) -> None:
     """What the module docstring tells a user to do instead: ``mcps`` pointed at effectgate's
-    MCP gateway in front of the server. Two crews make the same call: the page goes out once."""
+    MCP gateway in front of the server. Two crews make the same call: the page goes out once.
+    (The server runs once, over HTTP: each of CrewAI's connections starts a gateway, and each
+    gateway would start a stdio server twice.)"""
     import os
     import shutil
 
     from crewai.mcp import MCPServerStdio
 
+    from .mcp_helpers import listening
+
     _, _, ledger = _server(tmp_path)
-    upstream = f"{sys.executable} {tmp_path / 'pager.py'}"
-    policy = tmp_path / "effectgate.toml"
-    policy.write_text(f'[upstreams.pager]\ncommand = "{upstream}"\n\n'
-                      '[effects."pager.page_oncall"]\nkey = "page:oncall"\n'
-                      'tools = ["page_oncall"]\n', encoding="utf-8")
-    cli = shutil.which("effectgate", path=str(Path(sys.executable).parent))
-    assert cli is not None
-    args = ["mcp", "gateway", "--upstream", upstream, "--url",
-            f"sqlite:///{tmp_path / 'effects.db'}", "--policy", str(policy), "--strict"]
-    config = MCPServerStdio(command=cli, args=args, env={**os.environ, "LEDGER": str(ledger)})
-    name = f"{cli}_{'_'.join(args)}_page_oncall"
-    first = _crew([], [config], [("c0", name, {})])
-    second = _crew([], [config], [("c1", name, {})])
+    pager = [sys.executable, str(tmp_path / "pager.py"), "--http"]
+    with listening(pager, env={**os.environ, "LEDGER": str(ledger)}) as upstream:
+        policy = tmp_path / "effectgate.toml"
+        policy.write_text(f'[upstreams.pager]\nurl = "{upstream}"\n\n'
+                          '[effects."pager.page_oncall"]\nkey = "page:oncall"\n'
+                          'tools = ["page_oncall"]\n', encoding="utf-8")
+        cli = shutil.which("effectgate", path=str(Path(sys.executable).parent))
+        assert cli is not None
+        args = ["mcp", "gateway", "--upstream", upstream, "--url",
+                f"sqlite:///{tmp_path / 'effects.db'}", "--policy", str(policy), "--strict"]
+        config = MCPServerStdio(command=cli, args=args, env=dict(os.environ))
+        name = f"{cli}_{'_'.join(args)}_page_oncall"
+        first = _crew([], [config], [("c0", name, {})])
+        second = _crew([], [config], [("c1", name, {})])
     assert _lines(ledger) == ["paged"], (first, second)
     assert "paged the on-call engineer" in first["c0"]
     assert "paged the on-call engineer" in second["c1"], second

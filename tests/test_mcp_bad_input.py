@@ -104,7 +104,15 @@ async def test_init_on_a_hostile_server_writes_a_policy_that_gates_it(
     assert all(line.startswith(("effectgate: ", "Traceback")) for line in printed), printed
 
 
-def test_init_never_overwrites_and_writes_nothing_it_cannot_check(tmp_path: Path) -> None:
+def test_init_never_overwrites_and_writes_nothing_it_cannot_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command as a process refuses to overwrite, and writes with --force; each upstream
+    it cannot list (the same command, run in this process) is one error line, exit 2, and
+    no file."""
+    from click.testing import CliRunner
+
+    from effectgate.cli import main
+
     env = ledger_env(tmp_path)
     out = tmp_path / "effectgate.toml"
     out.write_text("# mine\n", encoding="utf-8")
@@ -114,15 +122,18 @@ def test_init_never_overwrites_and_writes_nothing_it_cannot_check(tmp_path: Path
     forced = run("mcp", "init", "--upstream", HOSTILE, "-o", str(out), "--force", env=env)
     assert forced.returncode == 0 and "strict = true" in out.read_text()
     missing = tmp_path / "other.toml"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     for upstream in ("", "   ", "'unclosed", f"{sys.executable} -c 'import sys; sys.exit(3)'",
                      "/nonexistent/mcp-server", "http://127.0.0.1:9/mcp"):
-        done = run("mcp", "init", "--upstream", upstream, "-o", str(missing), env=env)
-        assert done.returncode == 2, (upstream, done.stderr)
+        done = CliRunner().invoke(main, ["mcp", "init", "--upstream", upstream, "-o",
+                                         str(missing)], catch_exceptions=False)
+        assert done.exit_code == 2, (upstream, done.output)
         assert done.stderr.startswith("effectgate: error: "), (upstream, done.stderr)
         assert not missing.exists()
-    directory = run("mcp", "init", "--upstream", HOSTILE, "-o", str(tmp_path), "--force",
-                    env=env)
-    assert directory.returncode == 2
+    directory = CliRunner().invoke(main, ["mcp", "init", "--upstream", HOSTILE, "-o",
+                                          str(tmp_path), "--force"], catch_exceptions=False)
+    assert directory.exit_code == 2, directory.output
 
 
 async def test_gateway_refuses_hostile_calls_and_changes_nothing(

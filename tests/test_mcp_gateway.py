@@ -1,10 +1,13 @@
 """``effectgate mcp gateway``: a real upstream MCP server (``tests/mcp_upstream.py``, which
 appends a line to a ledger file per execution) behind the gateway, both real processes, driven
-by the mcp package's own client; store tests on SQLite and Postgres."""
+by the mcp package's own client; store tests on SQLite and Postgres. Where the subject is what
+the gateway decides (strict, approvals, keys, redaction, its answers), the gateway runs in
+this process in front of one upstream process that the tests share (``shared_upstream``)."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -24,11 +27,12 @@ import effectgate as eg
 
 pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult
 
 from . import mcp_upstream
+from .mcp_helpers import SharedUpstream, gateway_in_process, tag
 
 CLI = ["-m", "effectgate.cli"]
 UPSTREAM = shlex.join([sys.executable, str(Path(mcp_upstream.__file__))])
@@ -239,25 +243,23 @@ async def test_upstream_killed_mid_call_leaves_the_effect_ambiguous(
 
 
 async def test_gateway_gates_an_http_upstream(upstream: Upstream, store_url: str,
-                                              namespace: str) -> None:
+                                              namespace: str,
+                                              shared_upstream: SharedUpstream) -> None:
     """An upstream over streamable HTTP is gated the same way: one execution for two calls;
     a call that outlasts its lease (0.3 s) commits, because the gateway extends the lease while
     the upstream works."""
-    async with http_upstream([mcp_upstream.__file__, "--http"], upstream.env()) as http:
-        with anyio.fail_after(60):
-            async with gateway(upstream, "--url", store_url, "--namespace", namespace,
-                               "--policy", str(upstream.policy), target=http) as s:
-                for expected in ("execute", "duplicate"):
-                    result = await s.call_tool("send_message", {"to": "+9", "text": "hi"})
-                    assert decision(result) == expected and text(result).startswith("sent")
-                slow = await s.call_tool("slow_send", {"to": "+10", "seconds": 1.0})
-                assert not slow.is_error and decision(slow) == "execute"
-        assert upstream.lines() == ["sms:+9:hi", "slow:+10"]
-        gate = open_gate(store_url, namespace)
-        try:
-            assert gate.get(scoped("slow:+10", http)).state is eg.State.COMMITTED
-        finally:
-            gate.close()
+    http, t = shared_upstream.url, tag()
+    with anyio.fail_after(60):
+        async with gateway(upstream, "--url", store_url, "--namespace", namespace,
+                           "--policy", str(upstream.policy), target=http) as s:
+            for expected in ("execute", "duplicate"):
+                result = await s.call_tool("send_message", {"to": f"+9-{t}", "text": "hi"})
+                assert decision(result) == expected and text(result).startswith("sent")
+            slow = await s.call_tool("slow_send", {"to": f"+10-{t}", "seconds": 1.0})
+            assert not slow.is_error and decision(slow) == "execute"
+    assert shared_upstream.lines(t) == [f"sms:+9-{t}:hi", f"slow:+10-{t}"]
+    with open_gate(store_url, namespace) as gate:
+        assert gate.get(scoped(f"slow:+10-{t}", http)).state is eg.State.COMMITTED
 
 
 async def test_a_slow_restart_of_the_upstream_never_outlasts_the_lease(
@@ -330,14 +332,15 @@ async def test_an_upstream_reply_the_client_cannot_read_leaves_the_effect_ambigu
 
 
 async def test_strict_gateway_refuses_ungated_tools_and_can_trust_tool_errors(
-        upstream: Upstream, tmp_path: Path) -> None:
+        upstream: Upstream, shared_upstream: SharedUpstream, tmp_path: Path) -> None:
     """--strict: the undeclared tool is printed as refused and a call to it never reaches the
     upstream. --tool-errors failed: an upstream tool error leaves the effect FAILED, so the
-    same call may run again."""
+    same call may run again. (The gateway in this process, in front of a shared upstream.)"""
     url = f"sqlite:///{tmp_path / 'effects.db'}"
-    with anyio.fail_after(60):
-        async with gateway(upstream, "--url", url, "--policy", str(upstream.policy),
-                           "--strict", "--tool-errors", "failed") as s:
+    start = io.StringIO()
+    with eg.Gate(url, policy=eg.Policy.load(upstream.policy)) as gate, anyio.fail_after(60):
+        async with gateway_in_process(gate, shared_upstream.url, out=start, strict=True,
+                                      tool_errors="failed") as s:
             answer = refusal(await s.call_tool("lookup", {"name": "alice"}))
             assert answer["error"] == "UngatedTool"
             for _ in range(2):
@@ -345,13 +348,10 @@ async def test_strict_gateway_refuses_ungated_tools_and_can_trust_tool_errors(
                 assert rejected.is_error and "carrier rejected" in text(rejected)
                 assert "did not happen" in rejected.content[-1].text  # type: ignore[union-attr]
     assert "effectgate: refused (strict) tool, no effect declared: lookup" in (
-        upstream.stderr().splitlines())
-    gate = eg.Gate(url)
-    try:
-        record = gate.get(scoped("sms:reject:x"))
+        start.getvalue().splitlines())
+    with eg.Gate(url) as gate:
+        record = gate.get(scoped("sms:reject:x", shared_upstream.url))
         assert record.state is eg.State.FAILED and record.attempt == 2
-    finally:
-        gate.close()
 
 
 def test_gateway_will_not_start_when_a_template_names_a_missing_argument(
@@ -492,7 +492,13 @@ def all_text(result: CallToolResult) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
 
-async def approved_call(s: ClientSession, gate: eg.Gate, tool: str,
+def files_policy(folder: Path) -> eg.Policy:
+    path = folder / "files-policy.toml"
+    path.write_text(FILES_POLICY, encoding="utf-8")
+    return eg.Policy.load(path)
+
+
+async def approved_call(s: ClientSession | Client, gate: eg.Gate, tool: str,
                         arguments: dict[str, Any]) -> tuple[CallToolResult, Any]:
     """Call ``tool``; it waits for approval: approve it (as a person would, in the store),
     call again. The answer and the arguments the approver was shown."""
@@ -504,28 +510,25 @@ async def approved_call(s: ClientSession, gate: eg.Gate, tool: str,
 
 
 async def test_the_upstream_receives_exactly_what_was_approved_and_keyed(
-        upstream: Upstream, store_url: str, namespace: str, tmp_path: Path) -> None:
+        shared_upstream: SharedUpstream, store_url: str, namespace: str,
+        tmp_path: Path) -> None:
     """``{path|path}``: the approver is shown, the key is built from, and the upstream receives
     one and the same path. Where a symlink precedes ``..`` (``link/../a.txt`` is not
     ``a.txt`` on the filesystem), the path keeps its ``..``: the write lands where the path
     says, and a later write of ``a.txt`` is its own effect, not answered as a duplicate."""
-    upstream.policy.write_text(FILES_POLICY, encoding="utf-8")
     root = tmp_path / "files"
     (root / "real" / "sub").mkdir(parents=True)
     (root / "link").symlink_to(root / "real" / "sub", target_is_directory=True)
-    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
-    gate = open_gate(store_url, namespace)
-    try:
+    with open_gate(store_url, namespace) as gate, eg.Gate(
+            store_url, namespace=namespace, policy=files_policy(tmp_path)) as gated:
         with anyio.fail_after(60):
-            async with gateway(upstream, *store) as s:
+            async with gateway_in_process(gated, shared_upstream.url) as s:
                 answers = []
                 for path in (f"{root}/link/../a.txt", f"{root}/a.txt", f"{root}//./b.txt"):
                     answer, shown = await approved_call(s, gate, "write_file",
                                                         {"path": path, "content": "v"})
                     assert not answer.is_error and decision(answer) == "execute", all_text(answer)
-                    answers.append((shown["path"], upstream.lines()[-1]))
-    finally:
-        gate.close()
+                    answers.append((shown["path"], shared_upstream.lines(str(root))[-1]))
     assert answers == [(f"{root}/link/../a.txt", f"write:{root}/link/../a.txt"),
                        (f"{root}/a.txt", f"write:{root}/a.txt"),
                        (f"{root}/b.txt", f"write:{root}/b.txt")]
@@ -534,47 +537,44 @@ async def test_the_upstream_receives_exactly_what_was_approved_and_keyed(
 
 
 async def test_a_redacted_result_field_is_stored_nowhere_and_never_repeated(
-        upstream: Upstream, store_url: str, namespace: str) -> None:
+        shared_upstream: SharedUpstream, store_url: str, namespace: str,
+        tmp_path: Path) -> None:
     """``redact_result = ["card"]``: the upstream answers the card in its structured content
     and in the text that carries the same JSON. The store holds neither, and the repeat's
     answer (from the store) shows the field as redacted in both."""
-    upstream.policy.write_text(FILES_POLICY, encoding="utf-8")
-    card = f"4242-{os.getpid()}-CARD"
-    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
-    with anyio.fail_after(60):
-        async with gateway(upstream, *store) as s:
-            first = await s.call_tool("charge", {"ref": "r1", "card": card})
-            again = await s.call_tool("charge", {"ref": "r1", "card": card})
+    card, ref = f"4242-{os.getpid()}-CARD", f"r1-{tag()}"
+    with eg.Gate(store_url, namespace=namespace, policy=files_policy(tmp_path)) as gated, \
+            anyio.fail_after(60):
+        async with gateway_in_process(gated, shared_upstream.url) as s:
+            first = await s.call_tool("charge", {"ref": ref, "card": card})
+            again = await s.call_tool("charge", {"ref": ref, "card": card})
     assert decision(first) == "execute" and card in all_text(first)  # the live answer
     assert decision(again) == "duplicate"
-    assert again.structured_content == {"charge_id": "ch_r1", "card": "[redacted]"}
-    assert card not in all_text(again) and "ch_r1" in all_text(again)
+    assert again.structured_content == {"charge_id": f"ch_{ref}", "card": "[redacted]"}
+    assert card not in all_text(again) and f"ch_{ref}" in all_text(again)
     assert json.loads(text(again)) == again.structured_content
-    gate = open_gate(store_url, namespace)
-    try:
+    with open_gate(store_url, namespace) as gate:
         stored = gate.get((first.meta or {})["effectgate"]["key"]).result
-    finally:
-        gate.close()
-    assert card not in json.dumps(stored) and "ch_r1" in json.dumps(stored)
-    assert upstream.lines() == ["charge:r1"]
+    assert card not in json.dumps(stored) and f"ch_{ref}" in json.dumps(stored)
+    assert shared_upstream.lines(ref) == [f"charge:{ref}"]
 
 
 async def test_every_answer_names_only_tools_the_gateway_offers(
-        upstream: Upstream, store_url: str, namespace: str) -> None:
+        shared_upstream: SharedUpstream, store_url: str, namespace: str,
+        tmp_path: Path) -> None:
     """Waiting for approval, in flight, denied, ambiguous, a key mismatch, an unusable key:
     what the gateway tells the agent to do names this tool (or none), never a tool of
     ``mcp serve`` (``begin_effect`` ...) that the gateway does not offer."""
     from effectgate.integrations.mcp import build_server
 
-    upstream.policy.write_text(FILES_POLICY, encoding="utf-8")
-    store = ["--url", store_url, "--namespace", namespace, "--policy", str(upstream.policy)]
     gate = open_gate(store_url, namespace)
+    gated = eg.Gate(store_url, namespace=namespace, policy=files_policy(tmp_path))
     protocol = {t.name for t in await build_server(gate, allow_resolve=True).list_tools()}
     assert "begin_effect" in protocol
     answers: dict[str, dict[str, Any]] = {}
     try:
         with anyio.fail_after(60):
-            async with gateway(upstream, *store) as s:
+            async with gateway_in_process(gated, shared_upstream.url) as s:
                 offered = {t.name for t in (await s.list_tools()).tools}
                 waiting = refusal(await s.call_tool("slow_send", {"to": "+1", "seconds": 0}))
                 answers["approval"] = waiting
@@ -598,6 +598,7 @@ async def test_every_answer_names_only_tools_the_gateway_offers(
                                                            {"to": " ", "text": "x"}))
     finally:
         gate.close()
+        gated.close()
     assert [a["error"] for a in answers.values()] == [
         "ApprovalRequired", "EffectDenied", "PayloadMismatch", "EffectInFlight",
         "EffectAmbiguous", "EffectKeyError"]

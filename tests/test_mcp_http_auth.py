@@ -7,8 +7,6 @@ a DNS-rebinding web page does, is refused."""
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -28,8 +26,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from . import mcp_upstream
-from .mcp_helpers import serving
+from .mcp_helpers import SharedUpstream, serving
 
 CLI = ["-m", "effectgate.cli"]
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -172,7 +169,7 @@ def _has_ipv6_loopback() -> bool:
 ])
 @pytest.mark.parametrize("command", ["serve", "gateway"])
 async def test_a_dns_rebinding_page_is_refused_on_every_loopback_address(
-        command: str, host: str, tmp_path: Path) -> None:
+        command: str, host: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A web page that rebinds its own name (evil.example) to the loopback address a
     ``--no-auth`` server listens on sends that name as Host and its own Origin: refused (421
     for the Host, 403 for the Origin) on 127.0.0.2 and [::1] as on 127.0.0.1, so it cannot
@@ -181,12 +178,11 @@ async def test_a_dns_rebinding_page_is_refused_on_every_loopback_address(
     if command == "serve":
         argv = _argv(store, "default", "--host", host, "--no-auth")
     else:
-        upstream = shlex.join([sys.executable, mcp_upstream.__file__])
-        argv = [sys.executable, *CLI, "mcp", "gateway", "--upstream", upstream, "--url", store,
-                "--transport", "http", "--host", host, "--port", "0", "--no-auth"]
-    env = {**os.environ, "LEDGER": str(tmp_path / "ledger"),
-           "STARTED": str(tmp_path / "started")}
-    with serving(argv, env=env) as served:
+        upstream: SharedUpstream = request.getfixturevalue("shared_upstream")
+        argv = [sys.executable, *CLI, "mcp", "gateway", "--upstream", upstream.url,
+                "--url", store, "--transport", "http", "--host", host, "--port", "0",
+                "--no-auth"]
+    with serving(argv) as served:
         port = httpx.URL(served.url).port
         assert served.url == f"http://{host}:{port}/mcp", served.url
         evil = f"evil.example:{port}"

@@ -28,7 +28,7 @@ pytest.importorskip("mcp", reason='needs the mcp extra: pip install ".[mcp]"')
 
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE as MAX_BODY_BYTES
 
-from .mcp_helpers import serving, stop
+from .mcp_helpers import SharedUpstream, serving, stop, tag
 from .test_mcp_gateway import UPSTREAM, Upstream, scoped
 
 CLI = [sys.executable, "-m", "effectgate.cli"]
@@ -49,8 +49,9 @@ def serve_argv(store_url: str, namespace: str, *extra: str) -> list[str]:
     return [*CLI, "mcp", "serve", "--url", store_url, "--namespace", namespace, *extra]
 
 
-def gateway_argv(upstream: Upstream, store_url: str, namespace: str, *extra: str) -> list[str]:
-    return [*CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", store_url, "--namespace",
+def gateway_argv(upstream: Upstream, store_url: str, namespace: str, *extra: str,
+                 target: str = UPSTREAM) -> list[str]:
+    return [*CLI, "mcp", "gateway", "--upstream", target, "--url", store_url, "--namespace",
             namespace, "--policy", str(upstream.policy), *extra]
 
 
@@ -61,10 +62,10 @@ def begin(request_id: int, key: bytes) -> bytes:
             + key + b'","payload":{"to":"x"}}}}')
 
 
-def send_message(request_id: int, text: bytes) -> bytes:
+def send_message(request_id: int, text: bytes, to: str = "+1") -> bytes:
     """A gated ``send_message`` call through the gateway whose text is the raw bytes ``text``."""
     return (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"send_message",'
-            b'"arguments":{"to":"+1","text":"' % request_id + text + b'"}}}')
+            b'"arguments":{"to":"%s","text":"' % (request_id, to.encode()) + text + b'"}}}')
 
 
 class Stdio:
@@ -147,18 +148,20 @@ def test_invalid_utf8_in_the_id_is_answered_with_a_null_id(
 
 
 def test_invalid_utf8_through_the_gateway_on_stdio_is_a_parse_error(
-        upstream: Upstream, store_url: str, namespace: str) -> None:
-    with stdio(gateway_argv(upstream, store_url, namespace), env=upstream.env()) as gateway:
-        assert_parse_error(gateway.ask(send_message(1, b"hi\xff"), 1), 1)
-        assert_parse_error(gateway.ask(send_message(2, b"hi\xfe"), 2), 2)
+        upstream: Upstream, shared_upstream: SharedUpstream, store_url: str,
+        namespace: str) -> None:
+    to, target = f"+1-{tag()}", shared_upstream.url
+    with stdio(gateway_argv(upstream, store_url, namespace, target=target)) as gateway:
+        assert_parse_error(gateway.ask(send_message(1, b"hi\xff", to), 1), 1)
+        assert_parse_error(gateway.ask(send_message(2, b"hi\xfe", to), 2), 2)
         with eg.Gate(store_url, namespace=namespace) as gate:
             assert gate.list_effects() == []
-        assert upstream.lines() == []
-        answer = gateway.ask(send_message(3, b"hi"), 3)
+        assert shared_upstream.lines(to) == []
+        answer = gateway.ask(send_message(3, b"hi", to), 3)
         assert answer["result"].get("isError") is not True, answer
-    assert upstream.lines() == ["sms:+1:hi"]
+    assert shared_upstream.lines(to) == [f"sms:{to}:hi"]
     with eg.Gate(store_url, namespace=namespace) as gate:
-        assert [e.key for e in gate.list_effects()] == [scoped("sms:+1:hi")]
+        assert [e.key for e in gate.list_effects()] == [scoped(f"sms:{to}:hi", target)]
 
 
 def big_call(request_id: int, tool: str, arguments: dict[str, Any], pad: str) -> bytes:
@@ -219,19 +222,21 @@ async def test_an_oversized_body_to_mcp_serve_is_413_and_writes_nothing(
 
 
 async def test_an_oversized_body_to_the_gateway_is_413_and_writes_nothing(
-        upstream: Upstream, store_url: str, namespace: str) -> None:
+        upstream: Upstream, shared_upstream: SharedUpstream, store_url: str,
+        namespace: str) -> None:
+    to = f"+1-{tag()}"
     argv = gateway_argv(upstream, store_url, namespace, "--transport", "http", "--port", "0",
-                        "--no-auth")
-    with serving(argv, env=upstream.env()) as served:
-        body = big_call(1, "send_message", {"to": "+1"}, "text")
+                        "--no-auth", target=shared_upstream.url)
+    with serving(argv) as served:
+        body = big_call(1, "send_message", {"to": to}, "text")
         for chunked in (False, True):
             await oversized_is_413(served.url, body, chunked=chunked)
         with eg.Gate(store_url, namespace=namespace) as gate:
             assert gate.list_effects() == []
-        assert upstream.lines() == []
-        answer = await small_call_works(served.url, "send_message", {"to": "+1", "text": "hi"})
+        assert shared_upstream.lines(to) == []
+        answer = await small_call_works(served.url, "send_message", {"to": to, "text": "hi"})
         assert answer["result"].get("isError") is not True, answer
-    assert upstream.lines() == ["sms:+1:hi"]
+    assert shared_upstream.lines(to) == [f"sms:{to}:hi"]
 
 
 def test_a_gateway_told_to_stop_while_its_client_holds_stdin_open_stops(

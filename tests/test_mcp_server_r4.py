@@ -38,7 +38,7 @@ from effectgate.integrations.mcp.multiround import RoundKeys
 from effectgate.integrations.mcp.server import build_server
 
 from .conftest import snapshot
-from .mcp_helpers import serving
+from .mcp_helpers import SharedUpstream, serving, tag
 
 CLI = [sys.executable, "-m", "effectgate.cli"]
 DEEP = '{"a":' * 3000 + "{}" + "}" * 3000
@@ -140,27 +140,28 @@ def test_a_line_the_sdk_cannot_read_gets_a_typed_error_and_writes_nothing(
         assert [r.key for r in gate.list_effects()] == ["k9"]
 
 
-def test_the_gateway_answers_a_line_the_sdk_cannot_read(tmp_path: Any, store_url: str,
-                                                        namespace: str) -> None:
+def test_the_gateway_answers_a_line_the_sdk_cannot_read(
+        tmp_path: Any, store_url: str, namespace: str,
+        shared_upstream: SharedUpstream) -> None:
     """The gateway's stdio too: a tools/call whose arguments hold a lone surrogate is answered
     ``-32700`` under its id (it got no answer: the client waited for ever), the upstream is
     never called, and the gateway goes on serving."""
-    from .test_mcp_gateway import UPSTREAM, Upstream
+    from .test_mcp_gateway import Upstream
 
-    up = Upstream(tmp_path)
-    client = RawClient(store_url, namespace, env=up.env(), argv=[
-        *CLI, "mcp", "gateway", "--upstream", UPSTREAM, "--url", store_url, "--namespace",
-        namespace, "--policy", str(up.policy)])
+    up, to = Upstream(tmp_path), f"+1-{tag()}"
+    client = RawClient(store_url, namespace, argv=[
+        *CLI, "mcp", "gateway", "--upstream", shared_upstream.url, "--url", store_url,
+        "--namespace", namespace, "--policy", str(up.policy)])
     try:
         client.send('{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":'
-                    '"send_message","arguments":{"to":"+1","text":"\\udc00"}}}')
+                    '"send_message","arguments":{"to":"' + to + '","text":"\\udc00"}}}')
         answer = client.receive()
         assert answer["id"] == 5 and answer["error"]["code"] == -32700, answer
         client.send('{"jsonrpc":"2.0","id":6,"method":"tools/list"}')
         assert client.receive()["id"] == 6
     finally:
         client.close()
-    assert up.lines() == []
+    assert shared_upstream.lines(to) == []
 
 
 POLICY = {"effects": {"payment.refund": {"approval": "always"}}}

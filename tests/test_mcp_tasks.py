@@ -1,6 +1,7 @@
 """The MCP Tasks extension (2026-07-28) as an outcome path of the gateway's gated calls: a
-real upstream process, the mcp package's own ``Client`` declaring the extension (its result
-claim resolves a task handle), both store backends."""
+real upstream process (one shared over HTTP, or a stdio one of the test's own where its start
+matters), the mcp package's own ``Client`` declaring the extension (its result claim resolves
+a task handle), both store backends."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from effectgate.integrations.mcp.tasks import (
 )
 
 from .conftest import snapshot
+from .mcp_helpers import SharedUpstream, tag
 from .test_mcp_multiround import KEYS, ledger, scoped, upstream_command
 
 POLICY = {"effects": {
@@ -42,16 +44,14 @@ POLICY = {"effects": {
 
 
 @asynccontextmanager
-async def gateway(gate: eg.Gate, tmp: Path, monkeypatch: pytest.MonkeyPatch, *,
-                  tasks: bool = True, mode: str = "auto",
+async def gateway(gate: eg.Gate, target: str, *, tasks: bool = True, mode: str = "auto",
                   warm: bool = True) -> AsyncIterator[Client]:
+    """The gateway in this process in front of ``target``, and a client of it."""
     from effectgate.integrations.mcp.gateway import Gateway, tool_specs
 
-    for name in ("LEDGER", "STARTED", "REFUSE_START", "SLOW_START"):
-        monkeypatch.setenv(name, str(tmp / name.lower()))
     policy = gate.policy
     assert policy is not None
-    gw = Gateway(gate, upstream_command(), tool_specs(gate, policy), policy=policy,
+    gw = Gateway(gate, target, tool_specs(gate, policy), policy=policy,
                  out=io.StringIO(), state_keys=KEYS)
     kw: dict[str, Any] = {"mode": mode}
     if tasks:
@@ -84,49 +84,52 @@ async def as_task(client: Client, tool: str, arguments: dict[str, Any]) -> TaskH
 
 
 async def test_a_long_gated_call_answers_with_a_task_that_holds_the_lease_and_commits(
-        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared_upstream: SharedUpstream, make_gate: Any) -> None:
     gate = make_gate(policy=POLICY)
-    key = scoped("slow:+1", upstream_command())
-    async with gateway(gate, tmp_path, monkeypatch) as client:
-        handle = await as_task(client, "slow_send", {"to": "+1", "seconds": 2.5})
+    to = f"+1-{tag()}"
+    key = scoped(f"slow:{to}", shared_upstream.url)
+    async with gateway(gate, shared_upstream.url) as client:
+        handle = await as_task(client, "slow_send", {"to": to, "seconds": 2.5})
         assert handle.status == "working" and len(handle.task_id) >= 32
         await anyio.sleep(1.6)  # past the 1 s lease: the heartbeat holds it
         working = await get(client, handle.task_id)
         assert working.status == "working" and working.result is None
         assert gate.get(key).state is eg.State.IN_FLIGHT
         done = await poll(client.session, handle.task_id, timeout=10)
-        again = await client.call_tool("slow_send", {"to": "+1", "seconds": 2.5})
+        again = await client.call_tool("slow_send", {"to": to, "seconds": 2.5})
     assert done.status == "completed" and done.result is not None
     result = types.CallToolResult.model_validate(done.result)
-    assert not result.is_error and result.content[0].text == "sent to +1"  # type: ignore[union-attr]
+    assert not result.is_error and result.content[0].text == f"sent to {to}"  # type: ignore[union-attr]
     assert (result.meta or {})["effectgate"]["decision"] == "execute"
     record = gate.get(key)
     assert record.state is eg.State.COMMITTED and record.attempt == 1
     assert (again.meta or {})["effectgate"]["decision"] == "duplicate"  # from the store
-    assert ledger(tmp_path) == ["slow:+1"]
+    assert shared_upstream.lines(to) == [f"slow:{to}"]
 
 
 async def test_the_sdk_client_resolves_the_task_into_the_tool_result(
-        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared_upstream: SharedUpstream, make_gate: Any) -> None:
     gate = make_gate(policy=POLICY)
-    async with gateway(gate, tmp_path, monkeypatch) as client:
-        result = await client.call_tool("slow_send", {"to": "+2", "seconds": 0.3})
-        repeat = await client.session.call_tool("slow_send", {"to": "+2", "seconds": 0.3},
+    to = f"+2-{tag()}"
+    async with gateway(gate, shared_upstream.url) as client:
+        result = await client.call_tool("slow_send", {"to": to, "seconds": 0.3})
+        repeat = await client.session.call_tool("slow_send", {"to": to, "seconds": 0.3},
                                                 allow_claimed=True)
-    assert not result.is_error and result.content[0].text == "sent to +2"  # type: ignore[union-attr]
+    assert not result.is_error and result.content[0].text == f"sent to {to}"  # type: ignore[union-attr]
     # a repeat holds no lease: answered at once from the store, not as a task
     assert isinstance(repeat, types.CallToolResult)
     assert (repeat.meta or {})["effectgate"]["decision"] == "duplicate"
-    assert ledger(tmp_path) == ["slow:+2"]
+    assert shared_upstream.lines(to) == [f"slow:{to}"]
 
 
 async def test_a_task_cancelled_after_its_call_left_is_ambiguous_never_failed(
-        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared_upstream: SharedUpstream, make_gate: Any) -> None:
     gate = make_gate(policy=POLICY)
-    key = scoped("slow:+3", upstream_command())
-    async with gateway(gate, tmp_path, monkeypatch) as client:
+    key = scoped("slow:+3", shared_upstream.url)
+    started = shared_upstream.started
+    async with gateway(gate, shared_upstream.url) as client:
+        started.unlink(missing_ok=True)  # an earlier test's call
         handle = await as_task(client, "slow_send", {"to": "+3", "seconds": 3})
-        started = tmp_path / "started"
         with anyio.fail_after(10):
             while not started.exists():  # the upstream is running it
                 await anyio.sleep(0.02)
@@ -141,9 +144,12 @@ async def test_a_task_cancelled_after_its_call_left_is_ambiguous_never_failed(
 
 async def test_a_task_cancelled_before_its_call_left_is_failed_and_runs_again(
         tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own stdio upstream, whose next start is made slow."""
     gate = make_gate(policy=POLICY)
     key = scoped("sms:+4:hi", upstream_command())
-    async with gateway(gate, tmp_path, monkeypatch, warm=False) as client:
+    for name in ("LEDGER", "STARTED", "REFUSE_START", "SLOW_START"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    async with gateway(gate, upstream_command(), warm=False) as client:
         (tmp_path / "slow_start").write_text("1")  # the upstream session opens slowly
         handle = await as_task(client, "send_message", {"to": "+4", "text": "hi"})
         await cancel(client, handle.task_id)  # while the gateway still waits to send
@@ -158,9 +164,9 @@ async def test_a_task_cancelled_before_its_call_left_is_failed_and_runs_again(
 
 
 async def test_an_unknown_task_is_invalid_params_and_changes_nothing(
-        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared_upstream: SharedUpstream, make_gate: Any) -> None:
     gate = make_gate(policy=POLICY)
-    async with gateway(gate, tmp_path, monkeypatch) as client:
+    async with gateway(gate, shared_upstream.url) as client:
         before = snapshot(gate)
         for ask in (get, cancel):
             with pytest.raises(MCPError) as caught:
@@ -171,9 +177,9 @@ async def test_an_unknown_task_is_invalid_params_and_changes_nothing(
 
 @pytest.mark.parametrize("how", ["no-extension", "legacy"])
 async def test_a_client_without_the_extension_gets_the_result_itself(
-        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+        shared_upstream: SharedUpstream, make_gate: Any, how: str) -> None:
     gate = make_gate(policy=POLICY)
-    async with gateway(gate, tmp_path, monkeypatch, tasks=how == "legacy",
+    async with gateway(gate, shared_upstream.url, tasks=how == "legacy",
                        mode="legacy" if how == "legacy" else "auto") as client:
         result = await client.session.call_tool("slow_send", {"to": "+5", "seconds": 0.2},
                                                 allow_claimed=True)
@@ -182,23 +188,22 @@ async def test_a_client_without_the_extension_gets_the_result_itself(
 
 
 async def test_tasks_methods_need_the_extension_declared(
-        tmp_path: Path, make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared_upstream: SharedUpstream, make_gate: Any) -> None:
     from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY
 
     gate = make_gate(policy=POLICY)
-    async with gateway(gate, tmp_path, monkeypatch, tasks=False) as client:
+    async with gateway(gate, shared_upstream.url, tasks=False) as client:
         for ask in (get, cancel):
             with pytest.raises(MCPError) as caught:
                 await ask(client, "any")
             assert caught.value.error.code == MISSING_REQUIRED_CLIENT_CAPABILITY
 
 
-async def test_a_task_is_its_agents_alone(tmp_path: Path, store_url: str,
-                                          namespace: str) -> None:
+async def test_a_task_is_its_agents_alone(tmp_path: Path, store_url: str, namespace: str,
+                                          shared_upstream: SharedUpstream) -> None:
     """Over HTTP with bearer tokens: another agent asking for a task is told it does not
     exist. Agent B read A's result and cancelled A's call after it left for the upstream,
     leaving A's effect AMBIGUOUS (the spec: tasks are bound to their authorisation)."""
-    import os
     import sys
 
     from mcp.client.streamable_http import streamable_http_client
@@ -212,9 +217,7 @@ async def test_a_task_is_its_agents_alone(tmp_path: Path, store_url: str,
     with eg.Gate(store_url, namespace=namespace, policy=False) as gate:
         _, token_a = gate.add_principal("bot-a", "agent")
         _, token_b = gate.add_principal("bot-b", "agent")
-    env = {**os.environ, "LEDGER": str(tmp_path / "ledger"),
-           "STARTED": str(tmp_path / "started")}
-    argv = [sys.executable, *gateway_args(upstream_command(), "--policy", str(policy),
+    argv = [sys.executable, *gateway_args(shared_upstream.url, "--policy", str(policy),
                                           "--url", store_url, "--namespace", namespace,
                                           "--transport", "http", "--port", "0")]
 
@@ -226,7 +229,7 @@ async def test_a_task_is_its_agents_alone(tmp_path: Path, store_url: str,
                 extensions=[TasksExtension()]) as client:
             yield client
 
-    with serving(argv, env=env) as gw, anyio.fail_after(90):
+    with serving(argv) as gw, anyio.fail_after(90):
         async with agent(gw.url, token_a) as a, agent(gw.url, token_b) as b:
             handle = await as_task(a, "slow_send", {"to": "+1", "seconds": 0.8})  # > B's asks
             for intrude in (get, cancel):

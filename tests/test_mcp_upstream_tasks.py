@@ -1,7 +1,9 @@
 """An upstream's own tasks (the Tasks extension, MCP 2026-07-28) as the gateway's way to run a
 gated call and as its reconciler after a crash: the suite's fixture server over streamable HTTP
-(it passes the official suite's tasks scenarios, ``tests/test_mcp_conformance.py``), the
-gateway as a real process killed with SIGKILL mid-call, both store backends."""
+(it passes the official suite's tasks scenarios, ``tests/test_mcp_conformance.py``; one process
+shared by the tests that only call it, each with labels of its own), the gateway as a real
+process killed with SIGKILL mid-call (and in this process where it is not), both store
+backends."""
 
 from __future__ import annotations
 
@@ -31,7 +33,14 @@ from effectgate.integrations.mcp.upstream_tasks import (
     task_ref_of,
 )
 
-from .mcp_helpers import gateway_args, http_session, serving
+from .mcp_helpers import (
+    SharedUpstream,
+    gateway_args,
+    gateway_in_process,
+    http_session,
+    serving,
+    tag,
+)
 
 FIXTURES = [sys.executable, str(Path(__file__).with_name("mcp_conformance_upstream.py"))]
 POLICY = """
@@ -79,19 +88,21 @@ def _find(gate: eg.Gate, label: str) -> eg.EffectRecord | None:
 
 
 async def test_a_gateway_killed_mid_task_is_reconciled_by_the_upstream_task(
-        tmp_path: Path, store_url: str, namespace: str) -> None:
+        tmp_path: Path, store_url: str, namespace: str,
+        shared_task_upstream: SharedUpstream) -> None:
     """SIGKILL on the gateway while its upstream runs the call as a task: the task id is in
     the store, the effect AMBIGUOUS once the lease lapses; after the task completes, a new
     gateway process answers the repeat from the upstream's ``tasks/get`` (COMMITTED with the
     task's result, through the reconcile hook), and the upstream ran the call once."""
     gate = eg.Gate(store_url, namespace=namespace)
-    with upstream(tmp_path) as (url, runs), anyio.fail_after(120):
-        args = _gateway(url, tmp_path, store_url, namespace)
+    up, once = shared_task_upstream, f"once-{tag()}"
+    with anyio.fail_after(120):
+        args = _gateway(up.url, tmp_path, store_url, namespace)
         with serving(args) as first:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_call, first.url, "once", 3.5)  # outlasts kill + lease
+                tg.start_soon(_call, first.url, once, 3.5)  # outlasts kill + lease
                 deadline = time.monotonic() + 30
-                while (record := _find(gate, "once")) is None or not record.vendor_ref:
+                while (record := _find(gate, once)) is None or not record.vendor_ref:
                     assert time.monotonic() < deadline, first.stderr()
                     await anyio.sleep(0.05)
                 assert task_ref_of(record) is not None, record.vendor_ref
@@ -102,41 +113,45 @@ async def test_a_gateway_killed_mid_task_is_reconciled_by_the_upstream_task(
         while gate.get(key).state is not eg.State.AMBIGUOUS:
             await anyio.sleep(0.1)
         lapsed = time.monotonic()  # the lease lapsed by now
-        assert not runs.exists()  # the upstream task is still working
-        while not runs.exists():
+        assert not up.lines(once)  # the upstream task is still working
+        while not up.lines(once):
             await anyio.sleep(0.1)
         assert gate.get(key).state is eg.State.AMBIGUOUS  # nobody asked yet
         # the reconcile grace (0.5 s) after the lapse: usually over while the task ran
         await anyio.sleep(max(0.0, lapsed + 0.6 - time.monotonic()))
         with serving(args) as second:
-            answer = await _call(second.url, "once", 3.5)
+            answer = await _call(second.url, once, 3.5)
         assert not answer.is_error, _text(answer)
-        assert _text(answer) == "computed once"
+        assert _text(answer) == f"computed {once}"
         assert (answer.meta or {})["effectgate"]["decision"] == "duplicate"
     done = gate.get(key)
     assert done.state is eg.State.COMMITTED
-    assert done.result["structuredContent"] == {"label": "once"}
+    assert done.result["structuredContent"] == {"label": once}
     assert [h.by for h in done.history][-1].startswith("reconciler:")
-    assert runs.read_text(encoding="utf-8").splitlines() == ["once"]
+    assert up.lines(once) == [once]
     gate.close()
 
 
 async def test_a_call_run_as_an_upstream_task_commits_its_result(
-        tmp_path: Path, store_url: str, namespace: str) -> None:
-    """No crash: the call runs as an upstream task (its id recorded), the gateway polls it
-    to its end, and the repeat is the stored duplicate."""
-    gate = eg.Gate(store_url, namespace=namespace)
-    with upstream(tmp_path) as (url, runs), anyio.fail_after(90), serving(
-            _gateway(url, tmp_path, store_url, namespace)) as gw:
-        first = await _call(gw.url, "plain", 0.2)
-        again = await _call(gw.url, "plain", 0.2)
-    assert _text(first) == _text(again) == "computed plain"
+        tmp_path: Path, store_url: str, namespace: str,
+        shared_task_upstream: SharedUpstream) -> None:
+    """No crash: the call runs as an upstream task (its id recorded), the gateway (in this
+    process) polls it to its end, and the repeat is the stored duplicate."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY, encoding="utf-8")
+    up, plain = shared_task_upstream, f"plain-{tag()}"
+    call = {"seconds": 0.2, "label": plain}
+    with eg.Gate(store_url, namespace=namespace, policy=eg.Policy.load(policy)) as gate, \
+            anyio.fail_after(90):
+        async with gateway_in_process(gate, up.url) as client:
+            first = await client.call_tool("slow_compute", call)
+            again = await client.call_tool("slow_compute", call)
+        record = _find(gate, plain)
+    assert _text(first) == _text(again) == f"computed {plain}"
     assert (again.meta or {})["effectgate"]["decision"] == "duplicate"
-    record = _find(gate, "plain")
     assert record is not None and record.state is eg.State.COMMITTED
     assert task_ref_of(record) is not None
-    assert runs.read_text(encoding="utf-8").splitlines() == ["plain"]
-    gate.close()
+    assert up.lines(plain) == [plain]
 
 
 async def test_a_task_the_upstream_lost_while_polled_is_unknown_never_refused(
@@ -224,15 +239,15 @@ async def test_forged_or_unknown_task_ids_leave_the_effect_ambiguous(
 
 
 async def test_upstream_task_outcomes_map_to_what_the_protocol_says(
-        tmp_path: Path, store_url: str, namespace: str) -> None:
+        store_url: str, namespace: str, shared_task_upstream: SharedUpstream) -> None:
     """Real tasks of the fixture server, read by the hook: completed → committed with its
     result; a tool error (completed, ``isError``) → unknown (the gateway's default reading);
     a protocol failure (``-32603``) → unknown; cancelled mid-run → unknown, never failed."""
     from effectgate.integrations.mcp.tasks import CancelTaskParams, CancelTaskRequest
 
     gate = eg.Gate(store_url, namespace=namespace)
-    with upstream(tmp_path) as (url, _), anyio.fail_after(60):
-        tasks = UpstreamTasks(url, rejected_before_run=frozenset({-32602}))
+    with anyio.fail_after(60):
+        tasks = UpstreamTasks(shared_task_upstream.url, rejected_before_run=frozenset({-32602}))
         ids: dict[str, str] = {}
         async with tasks.session() as s:
             for name, tool, args in (("done", "slow_compute", {"seconds": 0, "label": "d"}),
