@@ -43,9 +43,15 @@ on an event loop."""
 INLINE_CHARS = 32_768
 """The most characters of text (and bytes) a value may hold to be made JSON at once on an event
 loop; a longer string is encoded a slice of this many characters at a time."""
+_DEEPEST = min(64, MAX_RESULT_DEPTH)
+"""The deepest a value is made by steps. A deeper one (rare) is made at once, by the at-once
+function itself: where recursion runs out (and the error it then raises) is its own, and the
+steps' generators nest otherwise; a result deeper than :data:`MAX_RESULT_DEPTH` is refused
+there."""
 _SLICE_SECONDS = 0.0005  # work done between two returns to the event loop
 _LEAVES = frozenset((int, float, bool, type(None)))
 _NATIVE = (str, int, float, list, tuple, dict)  # what the JSON encoder writes without default=
+_SCALAR = (Enum, str, int, float)  # to_canonical's rules before its cycle check and mappings
 _CONVERTED = (str, int, float, Enum, Mapping, list, tuple, set, frozenset, datetime.date,
               datetime.time, bytes, bytearray, memoryview)  # to_canonical's rules before models
 _escape = json.encoder.encode_basestring
@@ -57,8 +63,8 @@ Steps = Generator[None, None, T]
 def is_small(value: Any) -> bool:
     """Whether ``value`` holds at most :data:`INLINE_NODES` values and :data:`INLINE_CHARS`
     characters, so that making its JSON takes well under a millisecond. A walk that stops as
-    soon as either is passed (its own cost is bounded too); a value of a type it does not know
-    counts as large."""
+    soon as either is passed (its own cost is bounded too); a value of a type it does not know,
+    and a model (its ``model_dump`` is made on the way by steps), counts as large."""
     nodes, chars = INLINE_NODES, INLINE_CHARS
     stack = [value]
     while stack:
@@ -77,7 +83,10 @@ def is_small(value: Any) -> bool:
                 return False
             stack.extend(item)
         elif t not in _LEAVES:
-            size = _leaf_size(item, stack)
+            try:
+                size = _leaf_size(item, stack)
+            except Exception:  # a released memoryview: the at-once functions raise their error
+                return False
             if size < 0:
                 return False
             chars -= size
@@ -97,37 +106,49 @@ def _leaf_size(item: Any, stack: list[Any]) -> int:
     if isinstance(item, (int, float, datetime.date, datetime.time)) or instance_of(
             item, "decimal", "Decimal") or instance_of(item, "uuid", "UUID"):
         return 0
-    if hasattr(type(item), "model_dump") or dataclasses.is_dataclass(item):
+    if dataclasses.is_dataclass(item) and not hasattr(type(item), "model_dump"):
         try:
             stack.extend(vars(item).values())
         except TypeError:
             return -1
         return 0
-    return -1
+    return -1  # a model among them: what its model_dump makes (extra fields, computed ones,
+    # a serializer of its own) is known only once it has been made
+
+
+class _TooDeep(Exception):
+    """The value nests deeper than :data:`_DEEPEST`: it is made at once instead."""
+
+
+def _check_depth(level: int, piece: str) -> None:
+    """Raise :class:`_TooDeep` when the JSON ``piece``, written at ``level``, nests deeper than
+    :data:`_DEEPEST` (its depth worked out only when its brackets could take it there)."""
+    if level + piece.count("[") + piece.count("{") > _DEEPEST and (
+            level + _depth(piece) > _DEEPEST):
+        raise _TooDeep
 
 
 class _Text:
-    """JSON text made a piece at a time, and the nesting depth it reaches (exact past
-    :data:`MAX_RESULT_DEPTH`)."""
+    """JSON text made a piece at a time, never deeper than :data:`_DEEPEST`
+    (:class:`_TooDeep`)."""
 
-    __slots__ = ("deepest", "level", "pieces")
+    __slots__ = ("level", "pieces")
 
     def __init__(self) -> None:
         self.pieces: list[str] = []
-        self.level = self.deepest = 0
+        self.level = 0
 
     def value(self, piece: str) -> None:
-        """Add the JSON of a whole value, at the current level (its depth worked out only
-        when its brackets could take the text past :data:`MAX_RESULT_DEPTH`)."""
+        """Add the JSON of a whole value, at the current level."""
+        _check_depth(self.level, piece)
         self.pieces.append(piece)
-        if self.level + piece.count("[") + piece.count("{") > MAX_RESULT_DEPTH:
-            self.deepest = max(self.deepest, self.level + _depth(piece))
 
     def open(self, bracket: str) -> None:
         """Start an array or an object."""
+        if self.level >= _DEEPEST:
+            raise _TooDeep
         self.pieces.append(bracket)
         self.level += 1
-        self.deepest = max(self.deepest, self.level)
 
     def close(self, bracket: str) -> None:
         """End the array or object last opened."""
@@ -169,47 +190,66 @@ class _Failed(NamedTuple):
 
 
 def _canonical_steps(value: Any, path: str, seen: frozenset[int],
-                     encode: Callable[[Any], str]) -> Steps[Any]:
+                     encode: Callable[[Any], str], level: int) -> Steps[Any]:
     """:func:`to_canonical` by steps, each small part written by ``encode`` at once: a large
-    dict, list, tuple, model or dataclass is taken apart here (its parts in the same order,
+    mapping, list, tuple, model or dataclass is taken apart here (its parts in the same order,
     with the same paths and checks), anything else handed to :func:`to_canonical` whole.
-    Its JSON text, a :class:`_Part` or a :class:`_Failed`."""
+    Its JSON text, a :class:`_Part` or a :class:`_Failed`; :class:`_TooDeep` past
+    :data:`_DEEPEST` (``level``: how deep ``value`` sits)."""
     t = type(value)
     if t is str and len(value) > INLINE_CHARS:
         yield
         return _Part('"', [], value)
-    if (t is dict or t is list or t is tuple) and not is_small(value):
-        ident = id(value)
-        if ident in seen:
-            raise PayloadError(f"{path}: the payload contains a cycle")
-        inner = seen | {ident}
-        if t is not dict:
-            parts = []
-            for i, item in enumerate(list(value)):
-                parts.append((yield from _canonical_steps(item, f"{path}[{i}]", inner, encode)))
-            return _Part("[", parts)
-        named = []
-        for k in list(value):
-            if not isinstance(k, str):
-                raise PayloadError(
-                    f"{path}: mapping keys must be str; {k!r} is a {type(k).__name__}")
-            named.append((k, (yield from _canonical_steps(value[k], f"{path}.{k}", inner,
-                                                          encode))))
-        return _Part("{", named)
-    if t is not str and t not in _LEAVES and not is_small(value):
+    if t is not str and t not in _LEAVES and not isinstance(value, _SCALAR) and (
+            not is_small(value)):
+        if isinstance(value, (Mapping, list, tuple)):
+            return (yield from _container_steps(value, path, seen, encode, level))
         source = _fields_source(value)
         if source is not None:
+            if level >= _DEEPEST:
+                raise _TooDeep
             if id(value) in seen:
                 raise PayloadError(f"{path}: the payload contains a cycle")
             fields = source()
             yield
-            return (yield from _canonical_steps(fields, path, seen | {id(value)}, encode))
+            return (yield from _canonical_steps(fields, path, seen | {id(value)}, encode,
+                                                level + 1))
     canonical = to_canonical(value, path, seen)
     yield
     try:
-        return encode(canonical)
+        piece = encode(canonical)
+    except RecursionError:
+        raise
     except Exception as err:  # raised when the text reaches it, as the encoder would
         return _Failed(err)
+    _check_depth(level, piece)
+    return piece
+
+
+def _container_steps(value: Mapping[Any, Any] | list[Any] | tuple[Any, ...], path: str,
+                     seen: frozenset[int], encode: Callable[[Any], str],
+                     level: int) -> Steps[_Part]:
+    """:func:`_canonical_steps` of a large mapping, list or tuple: an item at a time."""
+    if level >= _DEEPEST:
+        raise _TooDeep
+    ident = id(value)
+    if ident in seen:
+        raise PayloadError(f"{path}: the payload contains a cycle")
+    inner = seen | {ident}
+    if not isinstance(value, Mapping):
+        parts = []
+        for i, item in enumerate(list(value)):
+            parts.append((yield from _canonical_steps(item, f"{path}[{i}]", inner, encode,
+                                                      level + 1)))
+        return _Part("[", parts)
+    named = []
+    for k, item in list(value.items()):
+        if not isinstance(k, str):
+            raise PayloadError(
+                f"{path}: mapping keys must be str; {k!r} is a {type(k).__name__}")
+        named.append((k, (yield from _canonical_steps(item, f"{path}.{k}", inner, encode,
+                                                      level + 1))))
+    return _Part("{", named)
 
 
 def _written_steps(part: Any, text: _Text, *, sort: bool) -> Steps[None]:
@@ -252,42 +292,58 @@ def _first(item: tuple[str, Any]) -> str:
 
 def _json_steps(value: Any, text: _Text, markers: set[int]) -> Steps[None]:
     """Add ``value``'s JSON, as :func:`result_json` writes it, to ``text`` by steps: a long
-    string a slice at a time, a large list or dict of str keys an item at a time
-    (``markers``: the containers being written, as the encoder's own cycle check), a large
-    model or dataclass made canonical by steps (the encoder's ``default`` would make it
-    canonical whole), anything else by the encoder at once."""
+    string a slice at a time, a large list, tuple (or a subclass: the encoder iterates it) or
+    dict of str keys an item at a time (``markers``: the containers being written, as the
+    encoder's own cycle check), a large model, dataclass or other mapping made canonical by
+    steps (the encoder's ``default`` would make it canonical whole), anything else by the
+    encoder at once."""
     t = type(value)
     if t is str and len(value) > INLINE_CHARS:
         yield from _long_string_steps(value, text)
         return
-    if (t is list or t is tuple or (t is dict and _KEYS.issuperset(map(type, value)))) and (
-            not is_small(value)):
-        yield from _container_json_steps(value, text, markers)
-        return
+    if isinstance(value, (list, tuple, dict)) and not is_small(value):
+        entries = _str_entries(value) if isinstance(value, dict) else value
+        if entries is not None:
+            yield from _container_json_steps(value, entries, text, markers)
+            return
     if value is not None and not isinstance(value, _NATIVE) and not is_small(value):
-        part = yield from _canonical_steps(value, "result", frozenset(), _encode_result)
+        part = yield from _canonical_steps(value, "result", frozenset(), _encode_result,
+                                           text.level)
         yield from _written_steps(part, text, sort=False)
         return
     text.value(_encode_result(value))
     yield
 
 
-def _container_json_steps(value: dict[str, Any] | list[Any] | tuple[Any, ...], text: _Text,
-                          markers: set[int]) -> Steps[None]:
-    """:func:`_json_steps` of a large list, tuple or dict of str keys: an item at a time."""
+def _str_entries(value: dict[Any, Any]) -> list[tuple[str, Any]] | None:
+    """A dict's entries as the encoder reads them (a subclass's ``items()``) when every key is
+    a str, which it writes as it is; None for any other (made at once)."""
+    if type(value) is dict:
+        return list(value.items()) if _KEYS.issuperset(map(type, value)) else None
+    entries = list(value.items())
+    for entry in entries:
+        if type(entry) is not tuple or len(entry) != 2 or type(entry[0]) is not str:
+            return None
+    return entries
+
+
+def _container_json_steps(value: Any, entries: Any, text: _Text, markers: set[int],
+                          ) -> Steps[None]:
+    """:func:`_json_steps` of a large list or tuple (``entries``: the value itself), or of a
+    dict (``entries``: its key and value pairs, every key a str): an item at a time."""
     ident = id(value)
     if ident in markers:
         raise ValueError("Circular reference detected")
     markers.add(ident)
     if isinstance(value, dict):
         text.open("{")
-        for at, k in enumerate(list(value)):
+        for at, (k, item) in enumerate(entries):
             text.pieces.append(("," if at else "") + _escape(k) + ":")
-            yield from _json_steps(value[k], text, markers)
+            yield from _json_steps(item, text, markers)
         text.close("}")
     else:
         text.open("[")
-        for at, item in enumerate(list(value)):
+        for at, item in enumerate(list(entries)):
             if at:
                 text.pieces.append(",")
             yield from _json_steps(item, text, markers)
@@ -299,12 +355,10 @@ def _hash_steps(payload: Mapping[str, Any]) -> Steps[str]:
     """:func:`payload_hash` of a mapping, by steps."""
     text = _Text()
     try:
-        part = yield from _canonical_steps(payload, "payload", frozenset(), _dumps)
+        part = yield from _canonical_steps(payload, "payload", frozenset(), _dumps, 0)
         yield from _written_steps(part, text, sort=True)
-    except PayloadError:
+    except (PayloadError, _TooDeep, RecursionError):
         raise
-    except RecursionError:
-        raise PayloadError("payload: nested too deeply to be made canonical") from None
     except (ValueError, OverflowError) as err:
         raise PayloadError(f"payload: {err}") from None
     except Exception as err:
@@ -325,9 +379,9 @@ def _result_steps(result: Any) -> Steps[str]:
     text = _Text()
     try:
         yield from _json_steps(result, text, set())
-    except PayloadError:
+    except (PayloadError, _TooDeep, RecursionError):
         raise
-    except (ValueError, TypeError, RecursionError, OverflowError) as err:
+    except (ValueError, TypeError, OverflowError) as err:
         raise PayloadError(f"the result cannot be stored as JSON: {err}") from None
     except Exception as err:
         raise PayloadError(f"the result cannot be stored as JSON ({_raised(err)})") from None
@@ -335,10 +389,7 @@ def _result_steps(result: Any) -> Steps[str]:
         if not piece.isascii() and not is_utf8(piece):
             raise PayloadError(_SURROGATE.format("result"))
         yield
-    if text.deepest > MAX_RESULT_DEPTH:
-        raise PayloadError(f"the result is nested more than {MAX_RESULT_DEPTH} deep; it could "
-                           "be stored but not read back everywhere")
-    return "".join(text.pieces)
+    return "".join(text.pieces)  # never deeper than _DEEPEST: within MAX_RESULT_DEPTH
 
 
 async def _run_by_steps(steps: Steps[T]) -> T:
@@ -361,16 +412,23 @@ async def _run_by_steps(steps: Steps[T]) -> T:
 
 async def apayload_hash(payload: Any) -> str:
     """:func:`payload_hash` for an async caller: the same hash (or error), never holding the
-    event loop more than a fraction of a millisecond at a time (:func:`is_small` values at
-    once)."""
+    event loop more than a fraction of a millisecond at a time (:func:`is_small` values, and
+    those nested deeper than :data:`_DEEPEST`, at once)."""
     if not isinstance(payload, Mapping) or is_small(payload):
         return payload_hash(payload)
-    return await _run_by_steps(_hash_steps(payload))
+    try:
+        return await _run_by_steps(_hash_steps(payload))
+    except (_TooDeep, RecursionError):
+        return payload_hash(payload)
 
 
 async def aresult_json(result: Any) -> str | None:
     """:func:`result_json` for an async caller: the same text (or error), never holding the
-    event loop more than a fraction of a millisecond at a time."""
+    event loop more than a fraction of a millisecond at a time (:func:`is_small` values, and
+    those nested deeper than :data:`_DEEPEST`, at once)."""
     if result is None or is_small(result):
         return result_json(result)
-    return await _run_by_steps(_result_steps(result))
+    try:
+        return await _run_by_steps(_result_steps(result))
+    except (_TooDeep, RecursionError):
+        return result_json(result)

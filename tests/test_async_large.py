@@ -7,15 +7,18 @@ never by timings."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime
 import decimal
 import enum
 import json
+import types
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -300,26 +303,98 @@ def test_a_cost_function_that_raises_is_the_error_before_the_hash(gate: eg.Gate)
         asyncio.run(spec.arequest(arguments))
 
 
+class Text(str):
+    """A str subclass (its own text is what counts)."""
+
+
+class Number(int):
+    """An int subclass."""
+
+
+class Real(float):
+    """A float subclass."""
+
+
+class Table(dict[str, Any]):
+    """A dict subclass."""
+
+
+class Rows(list[Any]):
+    """A list subclass."""
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Mode(enum.StrEnum):
+    FAST = "fast"
+
+
+Pair = collections.namedtuple("Pair", "left right")
+
+
+class Aliased(pydantic.BaseModel):
+    """A model with an alias, a nested value of any type and extra fields."""
+
+    model_config = pydantic.ConfigDict(populate_by_name=True, extra="allow",
+                                       arbitrary_types_allowed=True)
+    amount: Any = pydantic.Field(alias="Amount")
+    inner: Any = None
+
+
+@dataclasses.dataclass(slots=True, frozen=True)
+class Slotted:
+    x: Any
+    hidden: Any = dataclasses.field(default=None, repr=False)
+
+
 _SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.text(alphabet=st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=3),
+    st.sampled_from([-0.0, 1e16, 2.0**53, 2.0**53 + 2, 9007199254740993, 5e-324]),
+    st.decimals(allow_nan=True, allow_infinity=True),
+    st.builds(Text, st.text(max_size=6)), st.builds(Number, st.integers(-9, 9)),
+    st.builds(Real, st.floats(allow_nan=False)),
     st.sampled_from([Color.RED, decimal.Decimal("1.10"), uuid.UUID(int=7), b"\x00\xff",
                      datetime.date(2026, 1, 2), Point(1, "p"), frozenset({3, 1}),
-                     datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)]))
-_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=5), st.tuples(inner, inner),
-    st.dictionaries(st.one_of(st.text(max_size=6), st.integers(0, 3)), inner, max_size=5)),
-    max_leaves=25)
+                     datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+                     datetime.datetime(2026, 1, 2), decimal.Decimal("-0"),
+                     decimal.Decimal("1E+5000"), Level.HIGH, Mode.FAST, bytearray(b"ab"),
+                     memoryview(b"cd"), datetime.time(1, 2), object()]))
+_KEYS = st.one_of(st.text(max_size=6), st.integers(0, 3), st.builds(Text, st.text(max_size=3)),
+                  st.sampled_from(["é", "z", "\U0001f600", 'a"\\', "\ud800", None, 1.5]))
 
 
-@settings(max_examples=300, deadline=None,
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    plain = st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    return st.one_of(
+        st.lists(inner, max_size=5), st.tuples(inner, inner),
+        st.dictionaries(_KEYS, inner, max_size=5),
+        st.builds(Table, plain), st.builds(Rows, st.lists(inner, max_size=3)),
+        st.builds(collections.OrderedDict, plain), st.builds(types.MappingProxyType, plain),
+        st.builds(Pair, inner, inner),
+        st.frozensets(st.one_of(st.integers(-3, 3), st.text(max_size=2)), max_size=4),
+        st.builds(lambda a, b, c: Aliased(Amount=a, inner=b, extra=c), inner, inner, inner),
+        st.builds(pydantic.RootModel[Any], inner), st.builds(Slotted, inner, inner))
+
+
+_VALUES = st.recursive(_SCALARS, _containers, max_leaves=25)
+
+
+@settings(max_examples=1000, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(value=st.dictionaries(st.text(max_size=6), _VALUES, max_size=5))
-def test_by_steps_any_value_is_made_as_at_once(value: dict[str, Any],
+@given(value=st.one_of(st.dictionaries(st.text(max_size=6), _VALUES, max_size=5), _VALUES))
+@pytest.mark.parametrize("deepest", [64, 2])
+def test_by_steps_any_value_is_made_as_at_once(value: Any, deepest: int,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """With the bounds shrunk so that nearly every value is "large", the steps take apart
-    what hypothesis builds (nested dicts, lists, tuples, non-str keys, NaN, big ints, models)
-    and must give the hash, the text and the error made at once, to the character."""
+    what hypothesis builds (nested mappings and sequences and their subclasses, non-str keys,
+    NaN, big ints, enums, models, dataclasses; with ``deepest`` 2, most of them past the
+    depth the steps go to, made at once instead) and must give the hash, the text and the
+    error made at once, to the character."""
     monkeypatch.setattr(_payload_steps, "INLINE_NODES", 2)
     monkeypatch.setattr(_payload_steps, "INLINE_CHARS", 4)
+    monkeypatch.setattr(_payload_steps, "_DEEPEST", deepest)
     _made_as_at_once(value)
