@@ -18,6 +18,7 @@ from effectgate._payload_steps import apayload_hash, aresult_json, is_small
 from effectgate.payload import payload_hash, result_json
 
 from .conftest import snapshot
+from .test_async_large import Ticks
 
 LONG = "y" * 40_000  # past INLINE_CHARS: a value holding it is large
 
@@ -110,19 +111,6 @@ def test_async_arguments_holding_a_released_memoryview_are_refused_unwritten(
         asyncio.run(tool("a1", {"rows": rows(), "view": released()}))
     assert ran == []
     assert snapshot(gate) == before
-
-
-class Ticks:
-    """A task that counts its turns on the loop while gated work runs."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.running = True
-
-    async def run(self) -> None:
-        while self.running:
-            self.count += 1
-            await asyncio.sleep(0)
 
 
 class Probe:
