@@ -15,10 +15,10 @@ import pytest
 
 import effectgate as eg
 from effectgate._payload_steps import apayload_hash, aresult_json, is_small
-from effectgate.payload import payload_hash, result_json
 
 from .conftest import snapshot
 from .test_async_large import Ticks
+from .test_async_large import _made_as_at_once as made_as_at_once
 
 LONG = "y" * 40_000  # past INLINE_CHARS: a value holding it is large
 
@@ -31,19 +31,6 @@ def nested(depth: int, leaf: Any) -> Any:
     for _ in range(depth):
         leaf = [leaf]
     return leaf
-
-
-def made_as_at_once(value: Any) -> None:
-    """``value``'s hash and result JSON by steps are those made at once, or the same error."""
-    for at_once, by_steps in ((payload_hash, apayload_hash), (result_json, aresult_json)):
-        try:
-            expected = at_once(value)
-        except eg.PayloadError as err:
-            with pytest.raises(eg.PayloadError) as caught:
-                asyncio.run(by_steps(value))
-            assert caught.value.message == err.message
-        else:
-            assert asyncio.run(by_steps(value)) == expected
 
 
 def released() -> memoryview:
