@@ -256,8 +256,10 @@ def llama_agent(gate: eg.Gate, ledger: Path, args: dict[str, Any] | None = None)
 
 LLAMA_FIELDS = ("approval_id", "payload_hash", "key", "tool", "arguments", "allowed_decisions",
                 "prefix")
-SETTLE_SECONDS = 20.0  # how long the resume waits for one answer's effect before the next
-# (it goes on as soon as the answer shows; a loaded CI machine needed more than 5 s)
+SETTLE_SECONDS = 10.0  # how long the resume waits for one answer's effect before the next
+# (it goes on as soon as the answer shows)
+FINISH_SECONDS = (15.0, 25.0)  # how long the resume waits for the run to finish, before and
+# after it sends every answer a second time
 
 
 async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
@@ -313,17 +315,31 @@ async def llama_step(gate: eg.Gate, ledger: Path, state_file: Path, step: str,
                 progress.set()
 
     consumer = asyncio.create_task(consume())
-    answers = answer.get("events", [answer])
-    for n, one in enumerate(answers):
+    answers = []
+    for one in answer.get("events", [answer]):
         fields = dict(one)
         pause = saved["events"][fields.pop("for", 0)]
         fields.setdefault("approval_id", pause["approval_id"])
+        answers.append(fields)
+    for n, fields in enumerate(answers):
         progress.clear()
         handler.ctx.send_event(HumanResponseEvent(**fields))
         if n < len(answers) - 1:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(progress.wait(), timeout=SETTLE_SECONDS)
-    result = await asyncio.wait_for(handler, timeout=30)
+    try:
+        result = await asyncio.wait_for(asyncio.shield(handler), timeout=FINISH_SECONDS[0])
+    except TimeoutError:
+        # llama-index-workflows can drop an answer that arrives while the restored run
+        # re-registers its waiters (Context.from_dict keeps no filters, and a re-registered
+        # waiter replaces one the answer had just resolved): the run then waits for ever.
+        # A client that sees no end sends its answers again, as a person would click again;
+        # the adapter takes a second delivery as the same answer (never a second effect).
+        print(f"resume: no end after {FINISH_SECONDS[0]} s; answers sent again "
+              f"(tool results so far: {outputs}, asked again: {reasked})", file=sys.stderr)
+        for fields in answers:
+            handler.ctx.send_event(HumanResponseEvent(**fields))
+        result = await asyncio.wait_for(handler, timeout=FINISH_SECONDS[1])
     await consumer
     return {"tool_results": outputs, "reasked": reasked, "final": str(result.response.content)}
 
