@@ -98,6 +98,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
+_RELEASE_WAIT = 5.0  # seconds close() waits for each release thread (one takes ~1 s)
+
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
 
 
@@ -148,6 +150,9 @@ class Store:
         self.is_sqlite = self.dialect_name == "sqlite"
         self._conns = Connections(self.url, durability, read_only=read_only, engine=engine,
                                   database=database, conninfo=conninfo)
+        self.releasing: set[threading.Thread] = set()
+        """The threads releasing abandoned reservations (:mod:`.abandoned`) still running:
+        :meth:`close` waits for them (closing the connection one is using could crash it)."""
         try:  # a store refused here (newer, missing, no functions) keeps nothing open
             found = self._read_meta() if database is not None or conninfo is not None else None
             self.meta: dict[str, str] = self._schema() if found is None else found
@@ -263,7 +268,12 @@ class Store:
             yield conn
 
     def close(self) -> None:
-        """Close every connection this store opened (the async callers' idle ones too)."""
+        """Close every connection this store opened (the async callers' idle ones too), once
+        the threads releasing abandoned reservations are done (each at most
+        ``_RELEASE_WAIT`` seconds)."""
+        for thread in tuple(self.releasing):
+            if thread is not threading.current_thread():
+                thread.join(_RELEASE_WAIT)
         if self._async_face is not None:
             self._async_face.close_idle()
         self._conns.close()

@@ -17,7 +17,6 @@ once, FAILED — never left to lapse into AMBIGUOUS, where it would wait for an 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -128,6 +127,11 @@ def _in_thread(fn: Callable[..., Any], store: Store, *args: Any) -> None:
             fn(store, *args)
         finally:
             store.drop_thread_connection()
+            store.releasing.discard(thread)
 
-    with contextlib.suppress(RuntimeError):  # the interpreter is shutting down
-        threading.Thread(target=run, name="effectgate-release").start()
+    thread = threading.Thread(target=run, name="effectgate-release")
+    store.releasing.add(thread)  # before it starts: a close() from now on waits for it
+    try:
+        thread.start()
+    except RuntimeError:  # the interpreter is shutting down
+        store.releasing.discard(thread)
