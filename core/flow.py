@@ -37,7 +37,7 @@ from ._commands import (
 )
 from .decide import Answer, Move, ReadApproval
 from .errors import InvalidTransition, PayloadError, StoreError, UnknownEffect
-from .memo import CommittedMemo, MemoEntry
+from .memo import CommittedMemo
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
 from .payload import canonical_json, result_json
 from .reconcile import Reconciler, verdict
@@ -59,7 +59,7 @@ __all__ = ["BeginFlow", "Flow", "Parts", "begin_steps", "done_head", "reconcile_
 log = logging.getLogger("effectgate")
 _MAX_STEPS = 16
 _REDACTED = "[redacted]"
-_AMBIGUOUS = State.AMBIGUOUS
+_AMBIGUOUS, _EXECUTE = State.AMBIGUOUS, Decision.EXECUTE
 _LOST = "the reservation's reply was lost and the key could not be read back: never ran"
 
 _new = tuple.__new__
@@ -116,8 +116,8 @@ def begin_steps(parts: Parts, req: Request,
             return _duplicate(parts, row, repeat)
         full: EffectHead | None = yield Fetch(req.namespace, req.key)  # the rules ask more
         row = full
-    elif row is not None and row.inserted:
-        return _decision(parts, row, Decision.EXECUTE, secret=secret)
+    elif row is not None and row.inserted:  # every executed effect: the decision itself
+        return decision(row, _EXECUTE, parts.vendor_secret, secret.raw)
     approval: ApprovalRow | None = None
     for _ in range(_MAX_STEPS):
         step = decide.begin_step(row, req, approval, reconcilable=row is not None and (
@@ -212,7 +212,7 @@ def _move(parts: Parts, row: EffectHead | None, step: Move, req: Request,
         return found  # not ours: decided on again
     if moved.over_ceiling is not None:
         instead = decide.over_ceiling(step, moved.over_ceiling)
-        if isinstance(instead, Answer):  # an approved request waits for room, unconsumed
+        if isinstance(instead, Answer):  # an approved request waits, unconsumed (see decide)
             assert row is not None
             return _answer(parts, row, instead)
         step = instead
@@ -317,8 +317,8 @@ def _duplicate(parts: Parts, row: EffectHead | CommittedHead, answer: Answer) ->
     """The answer to a repeat of the COMMITTED ``row``: its stored result (remembered in the
     memo: COMMITTED is terminal)."""
     if parts.memo.size:
-        parts.memo.put(row.key, MemoEntry(row.payload_hash, row.effect_type, row.id,
-                                          row.attempt, row.token, row.result))
+        parts.memo.remember(row.key, row.payload_hash, row.effect_type, row.id, row.attempt,
+                            row.token, row.result)
     result = loads(row.result)
     if isinstance(row, CommittedHead):  # no lease, approval or spend to tell of
         return committed_decision(row, parts.vendor_secret, result, answer.reason)
@@ -353,6 +353,8 @@ class BeginFlow:
         self.observe = observe  # told of approvals requested, lapses, budget warnings
         self.memo = memo
         self._remembers, self._find = memo.size > 0, memo.find
+        self.remember = memo.remember
+        """Keep a COMMITTED effect in the memo (the memo's own method: one call a report)."""
         self._secrets = secrets
         self.parts = Parts(store.one_call, store.secret, reconcilers, memo, redact, kept,
                            approval_ids)
@@ -362,13 +364,6 @@ class BeginFlow:
         """The store's async face (made on an async caller's first call: a sync worker never
         imports asyncio)."""
         return self._store.async_face()
-
-    def remember(self, key: str, payload: str, effect_type: str, effect_id: int, attempt: int,
-                 token: int, result: str | None) -> None:
-        """Keep a COMMITTED effect in the memo."""
-        if self.memo.size:
-            self.memo.put(key, _new(MemoEntry, (payload, effect_type, effect_id, attempt, token,
-                                                result)))
 
     def from_memo(self, req: Request) -> BeginDecision | None:
         """A duplicate answered from memory, or None (ask the store)."""

@@ -290,8 +290,8 @@ class KeyTemplate:
     ``fields`` are the field expressions without their filters (``{content|sha256}`` gives
     ``content``); ``roots`` the argument names they start from."""
 
-    __slots__ = ("_literal", "_normalisers", "_one", "_parts", "_walks", "fields", "roots",
-                 "template")
+    __slots__ = ("_literal", "_normalisers", "_one", "_parts", "_walks", "fields",
+                 "normalises", "roots", "template")
 
     def __init__(self, template: str) -> None:
         if not isinstance(template, str):
@@ -331,6 +331,8 @@ class KeyTemplate:
             if field is not None and prefix and field == _root(field):
                 normal.setdefault(field, prefix)
         self._normalisers = normal
+        self.normalises = bool(normal)
+        """Whether :meth:`normalise` changes anything (else it hands the arguments back)."""
         self.roots = frozenset(_root(f) for f in self.fields)
         # A template without fields is one key: its text with "{{" and "}}" unescaped.
         self._literal = check_key("".join(p[0] for p in parts)) if not self.fields else ""

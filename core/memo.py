@@ -28,6 +28,9 @@ class MemoEntry(NamedTuple):
     result: str | None
 
 
+_new_entry = tuple.__new__
+
+
 class CommittedMemo:
     """Key → :class:`MemoEntry` of COMMITTED effects, at most ``size`` of them."""
 
@@ -43,8 +46,16 @@ class CommittedMemo:
 
     def put(self, key: str, entry: MemoEntry) -> None:
         """Remember a COMMITTED effect."""
+        self.remember(key, *entry)
+
+    def remember(self, key: str, payload: str, effect_type: str, effect_id: int, attempt: int,
+                 token: int, result: str | None) -> None:
+        """Remember a COMMITTED effect from its fields (an executed effect's report, a
+        duplicate read from the store: its entry built here, in one call, as the tuple it
+        is)."""
         if not self.size:
             return
+        entry = _new_entry(MemoEntry, (payload, effect_type, effect_id, attempt, token, result))
         with self._lock:
             self._entries[key] = entry
             if len(self._entries) > self.size:

@@ -49,6 +49,7 @@ __all__ = ["Overspend", "Reporter", "kept", "observe_decision"]
 
 log = logging.getLogger("effectgate")
 _COMMITTED = Outcome.COMMITTED
+_new_lease = tuple.__new__
 T = TypeVar("T")
 
 
@@ -199,7 +200,13 @@ class Reporter:
         built for it."""
         if outcome is _COMMITTED and error is None and actual_cost_micros is None and (
                 type(held) is BeginDecision and not held.spends):
-            return self.holder(held)[0], _COMMITTED, encode(result), None, None
+            # :meth:`holder`'s checks of an ``execute`` decision, inline (every executed
+            # effect reports so); one that fails them goes on to :meth:`fields` (its error).
+            secret = held.lease_secret
+            if held.decision is _EXECUTE and secret is not None and (
+                    held.namespace == self.namespace):
+                return (_new_lease(Lease, (held.key, held.lease_token, secret)), _COMMITTED,
+                        encode(result), None, None)
         lease, parsed, fields = self.fields(held, outcome, result, error, actual_cost_micros,
                                             encode)
         return lease, parsed, fields["result"], fields["reason"], fields

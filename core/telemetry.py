@@ -49,6 +49,7 @@ log = logging.getLogger("effectgate")
 T = TypeVar("T")
 SPANS = ("effectgate.begin", "effectgate.body", "effectgate.report")
 _LOOK_EVERY = 1.0  # seconds between looks for a global tracer provider, until one is set
+_MODULES, _TRACE, _METRICS = sys.modules, "opentelemetry.trace", "opentelemetry.metrics"
 _default: list[Telemetry] = []
 _default_lock = threading.Lock()
 _instances: weakref.WeakSet[Telemetry] = weakref.WeakSet()
@@ -119,13 +120,15 @@ class Telemetry:
 
     def decision(self, decision: str, effect_type: str) -> None:
         """Count one ``begin`` decision."""
-        if self._counting or self._metrics_state._METER_PROVIDER is not None:
+        if self._counting or (_METRICS in _MODULES  # (else no provider: nothing to ask)
+                              and self._metrics_state._METER_PROVIDER is not None):
             self._counting = True  # for good: a provider, once set, stays
             self._decisions.add(1, {"decision": decision, "effect_type": effect_type})
 
     def outcome(self, outcome: str) -> None:
         """Count one reported outcome."""
-        if self._counting or self._metrics_state._METER_PROVIDER is not None:
+        if self._counting or (_METRICS in _MODULES
+                              and self._metrics_state._METER_PROVIDER is not None):
             self._counting = True
             self._outcomes.add(1, {"outcome": outcome})
 
@@ -137,6 +140,8 @@ class Telemetry:
         found = self._tracer
         if found is not None:
             return found
+        if _TRACE not in _MODULES and _METRICS not in _MODULES:  # (:func:`_imported`, inline)
+            return None  # no provider can have been set: no clock to read
         now = time.monotonic()
         if now < self._next_look:
             return None
@@ -342,7 +347,7 @@ def _installed() -> bool:
 
 def _imported() -> bool:
     """Whether some code has imported OpenTelemetry's API (no provider is set before)."""
-    return "opentelemetry.trace" in sys.modules or "opentelemetry.metrics" in sys.modules
+    return _TRACE in _MODULES or _METRICS in _MODULES
 
 
 class _NotImported:

@@ -236,6 +236,7 @@ def test_one_lease_secret_hash_per_begin(make_gate: Any, monkeypatch: pytest.Mon
     gate: eg.Gate = make_gate(policy=False)
     counting = _CountingSha256()
     monkeypatch.setattr(request_module, "hashlib", counting)
+    monkeypatch.setattr(request_module, "short_sha256", counting.sha256)  # a short secret's
     d = gate.begin(effect_type="t.hash", key="hash:1", payload={"n": 1})
     assert d.decision is eg.Decision.EXECUTE
     gate.extend_lease(d, seconds=30)

@@ -90,19 +90,14 @@ COMMITTED_NAMES = ("result", "namespace", "key", "token", "lease_secret")
 """The binds of the plain COMMITTED report, in the order :func:`committed_binds` makes them."""
 
 
-def _by(sql: Sql, names: tuple[str, ...],
-        values: tuple[Any, ...]) -> dict[str, Any] | tuple[Any, ...]:
-    """``values`` by position where ``sql``'s text is numbered (every executed effect binds
-    them: no mapping built to be taken apart again), else by ``names``."""
-    return values if sql.order is not None else dict(zip(names, values, strict=True))
-
-
 def bare_binds(sql: Sql, req: Request,
                lease_secret: str) -> dict[str, Any] | tuple[Any, ...]:
     """The binds of ``sql``, the bare insert of a plain reservation of ``req``
-    (:func:`is_bare`)."""
-    return _by(sql, BARE_NAMES, (req.namespace, req.key, req.effect_type, req.payload_hash,
-                                 req.lease_seconds, lease_secret))
+    (:func:`is_bare`): by position where its text is numbered (every executed effect binds
+    them: no mapping built to be taken apart again), else by name."""
+    values = (req.namespace, req.key, req.effect_type, req.payload_hash, req.lease_seconds,
+              lease_secret)
+    return values if sql.order is not None else dict(zip(BARE_NAMES, values, strict=True))
 
 
 def move_binds(row: EffectHead | None, move: Move, req: Request, secret: LeaseSecret,
@@ -139,9 +134,9 @@ def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str
 def committed_binds(sql: Sql, namespace: str, lease: Lease,
                     result: str | None) -> dict[str, Any] | tuple[Any, ...]:
     """The binds of ``sql``, the report of a COMMITTED outcome with nothing but its
-    result."""
-    return _by(sql, COMMITTED_NAMES, (result, namespace, lease.key, lease.token,
-                                      secret_hash(lease.secret)))
+    result (by position or by name, as :func:`bare_binds`)."""
+    values = (result, namespace, lease.key, lease.token, secret_hash(lease.secret))
+    return values if sql.order is not None else dict(zip(COMMITTED_NAMES, values, strict=True))
 
 
 def late_binds(binds: dict[str, Any], note: str | None) -> dict[str, Any]:

@@ -234,7 +234,10 @@ class Connections:
         of its commit, and marks it as a write (``outcome_unknown`` when its connection
         broke). ``binds`` by name, or (a numbered text's) already in the order of
         ``sql.names``."""
-        conn = self.driver()
+        local = self._local  # (:meth:`driver`'s look-up, inline: every executed effect writes
+        conn = getattr(local, "conn", None)  # twice)
+        if conn is None or local.forks != _forks:
+            conn = self.driver()
         if sql.order is not None and not isinstance(binds, tuple):
             binds = sql.order(binds)
         if sync is None:  # a read (or a write that needs no durability of its own)
