@@ -27,6 +27,7 @@ _REFUSAL_CALLS = 68
 _COUNT = """
 import sys
 import effectgate as eg
+from effectgate.bench.core_paths import gated, python_calls
 
 gate = eg.Gate(f"sqlite:///{sys.argv[1]}/calls.db", namespace="calls", policy=False)
 cold = eg.Gate(gate.url, namespace="calls", memo_size=0, policy=False)
