@@ -58,6 +58,7 @@ __all__ = [
     "lease_live",
     "outcome_spend_delta",
     "over_ceiling",
+    "over_its_limit",
     "reads_first",
     "reconcile_wait",
     "resolution",
@@ -300,12 +301,34 @@ def over_ceiling(move: Move, label: str) -> Move | Answer:
     """The step instead of ``move`` when the ceiling ``label`` refused its charge: the refusal
     recorded (DENIED; the next begin asks again), or, for a move that would have consumed an
     approval, only answered: the approved request keeps waiting, unconsumed, for room to run
-    (a human's yes is never asked for twice, and never lost to a budget)."""
+    (a human's yes is never asked for twice, and never lost to a budget). When the move's
+    cost alone is over that ceiling's limit no room will ever come, and the reason says so
+    (:func:`over_its_limit`) instead of "reached"."""
+    reason = _refused_by(move, label)
     if move.consume_approval is not None:
-        return Answer(Decision.DENIED, f"spend ceiling reached: {label}",
-                      approval_id=move.consume_approval)
+        return Answer(Decision.DENIED, reason, approval_id=move.consume_approval)
     return Move(State.DENIED, Decision.DENIED, move.expected, move.attempt_increment,
-                reason=f"spend ceiling reached: {label}", forget_approval=move.forget_approval)
+                reason=reason, forget_approval=move.forget_approval)
+
+
+def _refused_by(move: Move, label: str) -> str:
+    """Why the ceiling ``label`` refused ``move``'s charge."""
+    for charge in move.charges:
+        if charge.label == label and move.cost > charge.limit:
+            return over_its_limit(label, approved=move.consume_approval is not None)
+    return f"spend ceiling reached: {label}"
+
+
+def over_its_limit(label: str, *, approved: bool) -> str:
+    """What a call whose declared cost alone is over the limit of the ceiling ``label`` is
+    told: no window ever makes room for it (``approved``: its approval is kept, unconsumed —
+    the ceiling is the operator's to raise, and then the next call runs on that yes)."""
+    said = (f"its estimated cost alone is over the {label}: it will not run under that "
+            "ceiling")
+    if approved:
+        return (f"{said}; its approval is kept, unconsumed, and the next call runs on it once "
+                "the ceiling is raised (or at a cost within it)")
+    return said
 
 
 class Resolution(NamedTuple):

@@ -20,11 +20,26 @@ if TYPE_CHECKING:
 WAITS_FOR_ROOM = "approved; refused when called, it waits for room"
 """How the reason of an approved effect that a spend ceiling refused when it was called
 starts (it keeps waiting, approved, for room: :func:`waits_for_room`)."""
+OVER_ITS_LIMIT = ("approved; refused when called: its cost alone is over a spend ceiling's "
+                  "limit, so it will not run under that ceiling")
+"""How the reason of an approved effect starts when its declared cost alone is over the
+limit of the ceiling that refused it: no window ever makes room for it (:func:`waits_for_room`,
+:class:`OverLimit`)."""
 
 __all__ = [
-    "WAITS_FOR_ROOM", "Charge", "Governance", "decided_next", "dollars", "evaluate",
-    "superseded", "waits_for_room",
+    "OVER_ITS_LIMIT", "WAITS_FOR_ROOM", "Charge", "Governance", "OverLimit", "decided_next",
+    "dollars", "evaluate", "superseded", "waits_for_room",
 ]
+
+
+class OverLimit(str):
+    """The label of a ceiling whose limit a call's declared cost alone is over (made by
+    :meth:`Governance.charges`, which puts its charge first). A ``str``, so it travels wherever
+    a ceiling's label does — the store's refusal, the Postgres reservation's, the model's — and
+    the refusal then says the truth: no window will ever make room for that call
+    (:func:`waits_for_room`; the caller's answer: :func:`effectgate.decide.over_its_limit`)."""
+
+    __slots__ = ()
 
 
 class Charge(NamedTuple):
@@ -58,8 +73,12 @@ class Governance(NamedTuple):
         """The counter of each ceiling that can count this call. A run or agent ceiling does
         not apply to a call with no run or agent id."""
         out: list[Charge] = []
+        cost = self.cost or 0
+        alone = False
         for pattern, scope, limit in self.ceilings:
             label = f"{scope} ceiling of {dollars(limit)} on {pattern}"
+            if cost > limit:
+                label, alone = OverLimit(label), True
             if scope == "run":
                 if run_id is None:
                     continue
@@ -72,6 +91,8 @@ class Governance(NamedTuple):
                 out.append(Charge(f"{pattern}|effect_type|{effect_type}", False, limit, label))
             else:
                 out.append(Charge(f"{pattern}|day|", True, limit, label))
+        if alone:  # the ceiling its cost alone is over refuses first, and is the one named
+            out.sort(key=lambda charge: not isinstance(charge.label, OverLimit))
         return tuple(out)
 
 
@@ -125,7 +146,13 @@ def dollars(micros: int) -> str:
 def waits_for_room(label: str) -> str:
     """The reason written on an approved effect whose call the spend ceiling ``label``
     refused: it still waits for its approval (unconsumed) and runs on it once there is room,
-    so its state does not move, but an operator reads why it has not run."""
+    so its state does not move, but an operator reads why it has not run. When its cost alone
+    is over that ceiling's limit (``label`` an :class:`OverLimit`) no room will ever come: the
+    reason says so (:data:`OVER_ITS_LIMIT`), and the approval still waits unconsumed — the
+    ceiling is the operator's to raise, and then the next call runs on this yes, which a
+    budget must never cost; until then it runs nothing, and its approval expires as any does."""
+    if isinstance(label, OverLimit):
+        return f"{OVER_ITS_LIMIT}: {label}"
     return f"{WAITS_FOR_ROOM}: spend ceiling reached: {label}"
 
 
@@ -152,6 +179,11 @@ def decided_next(approval_state: str, effect_reason: str | None = None) -> str:
     refused for spend stays waiting, approved, until there is room — its ``effect_reason``
     (:func:`waits_for_room`) says which ceiling refused the last call, and so does this."""
     if approval_state == "approved":
+        if effect_reason is not None and effect_reason.startswith(OVER_ITS_LIMIT):
+            ceiling = effect_reason.removeprefix(OVER_ITS_LIMIT).removeprefix(": ")
+            return ("the next call with the same arguments is refused too: its cost alone is "
+                    f"over the {ceiling}; it runs on this approval once that ceiling is raised "
+                    "(or at a cost within it), until the approval expires")
         nxt = ("the next call with the same arguments runs it, if the policy's spend ceilings "
                "have room for it then")
         if effect_reason is not None and effect_reason.startswith(WAITS_FOR_ROOM):

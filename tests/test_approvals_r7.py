@@ -266,13 +266,14 @@ def test_ls_and_the_effect_page_say_which_ceiling_refused_an_approved_effect(
     from .console_helpers import sign_in
 
     gate = make_gate(policy={"effects": {"pay.*": {
-        "approval": "always", "budget": {"per_effect_type_micros": 1_000}}}})
-    d = gate.begin(effect_type="pay.card", key="pay:1", payload={}, estimated_cost_micros=2_000)
-    gate.approve(d.approval_id, by="bob")
-    refused = gate.begin(effect_type="pay.card", key="pay:1", payload={},
-                         estimated_cost_micros=2_000)
+        "approval": "always", "budget": {"per_effect_type_micros": 3_000}}}})
+    for key in ("pay:0", "pay:1"):  # pay:0 runs and holds 2_000 of the 3_000: no room now
+        d = gate.begin(effect_type="pay.card", key=key, payload={}, estimated_cost_micros=2_000)
+        gate.approve(d.approval_id, by="bob")
+        refused = gate.begin(effect_type="pay.card", key=key, payload={},
+                             estimated_cost_micros=2_000)
     assert refused.decision is eg.Decision.DENIED
-    said = ("its last call was refused: spend ceiling reached: effect_type ceiling of $0.001 "
+    said = ("its last call was refused: spend ceiling reached: effect_type ceiling of $0.003 "
             "on pay.*")
     where = ["--url", store_url, "--namespace", namespace]
     runner = CliRunner()
@@ -282,6 +283,7 @@ def test_ls_and_the_effect_page_say_which_ceiling_refused_an_approved_effect(
     shown = " ".join(runner.invoke(main, ["show", "pay:1", *where],
                                    env={"COLUMNS": "200"}).stdout.split())
     assert f"{WAITS_FOR_ROOM}: spend ceiling reached" in shown, shown
+    assert said in shown, shown  # what the next call does, as ``ls`` says it
     with TestClient(build_app(gate), base_url="http://127.0.0.1") as client:
         sign_in(client, gate.add_principal("alice", "operator")[1])
         page = " ".join(client.get(f"/effects/{d.effect_id}").text.split())

@@ -136,9 +136,9 @@ MUTATIONS = [
              "    if outcome is Outcome.FAILED:\n        return 0", [CEILING]),
     Mutation("over the ceiling executes anyway", "decide.py",
              "    return Move(State.DENIED, Decision.DENIED, move.expected, "
-             "move.attempt_increment,\n                reason=f\"spend ceiling reached",
+             "move.attempt_increment,\n                reason=reason,",
              "    return Move(State.IN_FLIGHT, Decision.EXECUTE, move.expected, "
-             "move.attempt_increment,\n                reason=f\"spend ceiling reached",
+             "move.attempt_increment,\n                reason=reason,",
              [TWO_KEYS]),
     Mutation("a lost reservation reply adopted by the secret alone (the recovery bug)",
              "decide.py",

@@ -387,7 +387,9 @@ class GateMachine(RuleBasedStateMachine):
         if e.effect_type == PAY and cost is not None:
             if self.spent + cost > CEILING:
                 e.moved(DENIED, token=1, attempt=attempt)
-                e.why = "spend ceiling reached"
+                # a cost no window makes room for says so (decide.over_its_limit)
+                e.why = ("its estimated cost alone is over" if cost > CEILING
+                         else "spend ceiling reached")
                 return D.DENIED, e.why
             self.spent += cost
             e.charged = True

@@ -181,7 +181,7 @@ def show(key: str, url: str | None, namespace: str, gate_ref: str | None, output
     if waiting is not None and waiting.state == "pending":
         _show_waiting(out, waiting)
     elif waiting is not None:
-        _show_decided(out, waiting)
+        _show_decided(out, waiting, record.reason)
     if record.vendor_key is not None:
         out.print("\n[bold]vendor key[/]")
         for name, value in record.vendor_key.as_dict().items():
@@ -209,16 +209,16 @@ def _waiting_on(gate: Any, record: Any) -> Any:
         return None
 
 
-def _show_decided(out: Any, approval: Any) -> None:
+def _show_decided(out: Any, approval: Any, effect_reason: str | None) -> None:
     """An approval decided while its effect still waits (the effect's ``reason``, above, says
     which spend ceiling refused an approved one's last call): who decided, and what happens
-    next."""
+    next — in the words ``ls`` and the console use (:func:`decided_next`)."""
     state = str(approval.state)
     out.print(f"\n[bold]approval[/] {safe(approval.approval_id)} {safe(state)}", soft_wrap=True)
     parts_line(out, [f"by {safe(approval.decided_by)}" if approval.decided_by else "",
                      f"at {_when(approval.decided_at)} UTC" if approval.decided_at else "",
                      safe(approval.reason) if approval.reason else ""], indent=2)
-    text_block(out, decided_next(state), indent=2, style="dim")
+    text_block(out, safe(decided_next(state, effect_reason)), indent=2, style="dim")
 
 
 
