@@ -8,6 +8,7 @@ clock at the read as ``now`` — the decision module never reads a clock of its 
 
 from typing import Any, ClassVar, NamedTuple
 
+from ..errors import StoreError
 from ..states import ApprovalState, State
 
 __all__ = [
@@ -19,6 +20,18 @@ __all__ = [
 
 _STATE = {s.value: s for s in State}
 _APPROVAL_STATE = {s.value: s for s in ApprovalState}
+
+
+def _unknown_state(value: Any, what: str, key: Any, effect_id: Any) -> StoreError:
+    """The error for a stored state text no state of this version is (a row effectgate did not
+    write, or a newer version's): typed and named, never a bare KeyError from the lookup
+    (each lookup is in a ``try``, free while nothing is raised). Raised by reads, before
+    anything is written."""
+    return StoreError(
+        f"the store holds {value!r} as the state of {what}, which is no state this version "
+        "of effectgate knows: a row effectgate did not write (or a newer version's)",
+        key=key if isinstance(key, str) else None, reason="unknown state",
+        effect_id=effect_id if isinstance(effect_id, int) else None)
 
 
 class EffectHead(NamedTuple):
@@ -193,8 +206,11 @@ def effect_head(values: Any) -> EffectHead:
     """A head from a driver row of ``HEAD_COLUMNS`` + ``now`` (+ ``inserted``)."""
     v = tuple(values)
     i = _HEAD_STATE
-    fields = (*v[:i], _STATE[v[i]], *v[i + 1:])
-    return _new_head(EffectHead, fields if len(fields) == _HEAD_LEN else (*fields, False))
+    try:
+        fields = (*v[:i], _STATE[v[i]], *v[i + 1:])
+        return _new_head(EffectHead, fields if len(fields) == _HEAD_LEN else (*fields, False))
+    except KeyError:
+        raise _unknown_state(v[i], f"effect {v[2]!r}", v[2], v[0]) from None
 
 
 def found_head(values: Any, namespace: str, key: str) -> EffectHead:
@@ -202,8 +218,11 @@ def found_head(values: Any, namespace: str, key: str) -> EffectHead:
     ``key`` (not inserted by this call)."""
     v = tuple(values)
     i = _FOUND_STATE
-    return _new_head(EffectHead, (v[0], namespace, key, *v[1:i], _STATE[v[i]], *v[i + 1:],
-                                  False))
+    try:
+        return _new_head(EffectHead, (v[0], namespace, key, *v[1:i], _STATE[v[i]], *v[i + 1:],
+                                      False))
+    except KeyError:
+        raise _unknown_state(v[i], f"effect {key!r}", key, v[0]) from None
 
 
 BRIEF_COLUMNS = ("id", "effect_type", "payload_hash", "state", "attempt", "token", "result",
@@ -235,14 +254,24 @@ def effect_row(values: Any) -> EffectRow:
     """A full row from a driver row of ``ROW_COLUMNS`` + ``now``."""
     v = tuple(values)
     i = _ROW_STATE
-    return EffectRow._make((*v[:i], _STATE[v[i]], *v[i + 1:]))
+    try:
+        return EffectRow._make((*v[:i], _STATE[v[i]], *v[i + 1:]))
+    except KeyError:
+        raise _unknown_state(v[i], f"effect {v[2]!r}", v[2], v[0]) from None
 
 
 def approval_row(values: Any) -> ApprovalRow:
     """An approval from a driver row of its columns + ``now``."""
     v = tuple(values)
-    i = ApprovalRow._fields.index("state")
-    return ApprovalRow._make((*v[:i], _APPROVAL_STATE[v[i]], *v[i + 1:]))
+    i = _APPROVAL_STATE_AT
+    try:
+        return ApprovalRow._make((*v[:i], _APPROVAL_STATE[v[i]], *v[i + 1:]))
+    except KeyError:
+        raise _unknown_state(v[i], f"approval {v[0]!r} (of effect {v[4]!r})", v[4],
+                             v[2]) from None
+
+
+_APPROVAL_STATE_AT = ApprovalRow._fields.index("state")
 
 
 def principal_row(values: Any) -> PrincipalRow:
