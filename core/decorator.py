@@ -12,7 +12,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import threading
 import types
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -421,18 +420,14 @@ async def _surely(gate: GateLike, report: Awaitable[None], fallback: Callable[[]
 def _fall_back_if_cancelled(gate: GateLike, fallback: Callable[[], None],
                             task: asyncio.Future[Any]) -> None:
     if task.cancelled():
-        with contextlib.suppress(RuntimeError):  # the interpreter is shutting down
-            threading.Thread(target=_quietly, args=(gate, fallback),
-                             name="effectgate-report").start()
+        gate.store.in_background("effectgate-report", functools.partial(_quietly, fallback))
 
 
-def _quietly(gate: GateLike, fallback: Callable[[], None]) -> None:
+def _quietly(fallback: Callable[[], None]) -> None:
     try:
         fallback()
     except Exception as err:  # the lease lapses to AMBIGUOUS instead: safe, only slower
         log.warning("effectgate could not record an outcome after its loop closed: %s", err)
-    finally:
-        gate.store.drop_thread_connection()  # this thread ends here
 
 
 _background: set[asyncio.Future[Any]] = set()

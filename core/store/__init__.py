@@ -98,7 +98,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
-_RELEASE_WAIT = 5.0  # seconds close() waits for each release thread (one takes ~1 s)
+_BACKGROUND_WAIT = 5.0  # seconds close() waits for each background thread (a release: ~1 s)
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
 
@@ -150,9 +150,8 @@ class Store:
         self.is_sqlite = self.dialect_name == "sqlite"
         self._conns = Connections(self.url, durability, read_only=read_only, engine=engine,
                                   database=database, conninfo=conninfo)
-        self.releasing: set[threading.Thread] = set()
-        """The threads releasing abandoned reservations (:mod:`.abandoned`) still running:
-        :meth:`close` waits for them (closing the connection one is using could crash it)."""
+        self.background: set[threading.Thread] = set()
+        """The threads :meth:`in_background` started that are still running."""
         try:  # a store refused here (newer, missing, no functions) keeps nothing open
             found = self._read_meta() if database is not None or conninfo is not None else None
             self.meta: dict[str, str] = self._schema() if found is None else found
@@ -269,16 +268,35 @@ class Store:
 
     def close(self) -> None:
         """Close every connection this store opened (the async callers' idle ones too), once
-        the threads releasing abandoned reservations are done (each at most
-        ``_RELEASE_WAIT`` seconds)."""
-        for thread in tuple(self.releasing):
+        the threads :meth:`in_background` started are done (each waited for at most
+        ``_BACKGROUND_WAIT`` seconds)."""
+        for thread in tuple(self.background):
             if thread is not threading.current_thread():
-                thread.join(_RELEASE_WAIT)
+                thread.join(_BACKGROUND_WAIT)
         if self._async_face is not None:
             self._async_face.close_idle()
         self._conns.close()
 
     dispose = close
+
+    def in_background(self, name: str, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on a (non-daemon) thread of its own, which finishes even as the program
+        ends and closes the connection it opened: a write left behind by a caller that is
+        gone (a release, a report). :meth:`close` waits for it: closing a connection while
+        another thread uses it can crash the process (SQLite's and psycopg's both)."""
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                self.drop_thread_connection()
+                self.background.discard(thread)
+
+        thread = threading.Thread(target=run, name=name)
+        self.background.add(thread)  # before it starts: a close() from now on waits for it
+        try:
+            thread.start()
+        except RuntimeError:  # the interpreter is shutting down
+            self.background.discard(thread)
 
     def drop_thread_connection(self) -> None:
         """Close the connection this thread opened, if any (a short-lived thread's, before it

@@ -120,18 +120,5 @@ def _read_and_release(store: Store, namespace: str, key: str, secret: LeaseSecre
 
 
 def _in_thread(fn: Callable[..., Any], store: Store, *args: Any) -> None:
-    """Run ``fn(store, *args)`` on a (non-daemon) thread of its own, which finishes even as
-    the program ends and closes the connection it opened."""
-    def run() -> None:
-        try:
-            fn(store, *args)
-        finally:
-            store.drop_thread_connection()
-            store.releasing.discard(thread)
-
-    thread = threading.Thread(target=run, name="effectgate-release")
-    store.releasing.add(thread)  # before it starts: a close() from now on waits for it
-    try:
-        thread.start()
-    except RuntimeError:  # the interpreter is shutting down
-        store.releasing.discard(thread)
+    """Run ``fn(store, *args)`` on a thread of its own (:meth:`Store.in_background`)."""
+    store.in_background("effectgate-release", lambda: fn(store, *args))
