@@ -118,10 +118,10 @@ def test_a_tool_cancelled_by_the_closing_loop_before_its_body_is_released(
     assert asyncio.run(refund("a")) == {"ok": "a"} and ran == ["a"]
 
 
-def test_a_finished_bodys_report_cancelled_by_the_closing_loop_is_still_written(
-        gate: eg.Gate) -> None:
-    """The body made the refund, then the loop closed: its report, in a task of its own, was
-    cancelled with it; the effect stayed IN_FLIGHT, lapsed to AMBIGUOUS, its result lost."""
+def _refund_then_close_the_loop(gate: eg.Gate) -> tuple[Any, list[str]]:
+    """A gated refund run as a task that the program's loop closes on right after its body
+    finished: its report, in a task of its own, is cancelled with the loop. The function and
+    the keys its body ran for."""
     ran: list[str] = []
     done: asyncio.Event
 
@@ -139,10 +139,32 @@ def test_a_finished_bodys_report_cancelled_by_the_closing_loop_is_still_written(
         await done.wait()  # the program ends once the work is seen done
 
     asyncio.run(main())
+    return refund, ran
+
+
+def test_a_finished_bodys_report_cancelled_by_the_closing_loop_is_still_written(
+        gate: eg.Gate) -> None:
+    """The body made the refund, then the loop closed: its report, in a task of its own, was
+    cancelled with it; the effect stayed IN_FLIGHT, lapsed to AMBIGUOUS, its result lost."""
+    refund, ran = _refund_then_close_the_loop(gate)
     record = _settled(gate, "refund:t1")
     assert record is not None and record.state is eg.State.COMMITTED
     assert record.result == {"refund_id": "re_t1"}
     assert asyncio.run(refund("t1")) == {"refund_id": "re_t1"} and ran == ["t1"]
+
+
+def test_closing_the_gate_at_once_waits_for_that_report(make_gate: Any) -> None:
+    """The report the closing loop left to a thread of its own is written before the gate's
+    close() returns: close() does not shut the connection that thread writes on under it
+    (that crashed a test process once, in psycopg)."""
+    gate = make_gate()
+    before = set(threading.enumerate())
+    _refund_then_close_the_loop(gate)
+    started = [t for t in threading.enumerate() if t not in before]
+    gate.close()
+    assert all(not t.is_alive() for t in started)
+    record = make_gate().get("refund:t1")
+    assert record.state is eg.State.COMMITTED and record.result == {"refund_id": "re_t1"}
 
 
 @pytest.mark.parametrize("cut", [0.0, 0.001, 0.003, 0.01])
