@@ -56,6 +56,7 @@ _UNFINISHED = (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorTyp
 # Results that are finished work by their type alone (no __await__, not a generator), asked
 # first: hasattr's miss on a type raises and swallows an AttributeError (~0.5 µs a call).
 _FINISHED = frozenset((dict, list, tuple, str, int, float, bool, bytes, type(None)))
+_STORAGE = frozenset(("redact", "redact_result", "store_result"))
 _NOT_STARTED = "cancelled before the body started"
 _WARNED = "a warning raised as an error before the body started"
 _COMMITTED = Outcome.COMMITTED
@@ -148,8 +149,17 @@ class EffectSpec:
         # The policy can only keep more out of the store, never put more in.
         self.store_result = store_result and self.kind.store_result
         self.redact_result = self.kind.redact_result
-        # Whether :meth:`stored_form` is the result itself (decided once, not per commit).
+        # Whether :meth:`stored_form` is the result itself (decided once, not per commit;
+        # again when one of what decides it is set: :meth:`__setattr__`).
         self._stores_as_is = self.store_result and redact is None and not self.redact_result
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # An adapter's copy may set ``redact``, ``redact_result`` or ``store_result`` after
+        # the spec is made (the MCP gateway's does): what is stored follows them.
+        object.__setattr__(self, name, value)
+        if name in _STORAGE and "_stores_as_is" in self.__dict__:
+            object.__setattr__(self, "_stores_as_is", self.store_result and (
+                self.redact is None) and not self.redact_result)
 
     def check_names(self, names: Any, where: str) -> None:
         """Raise :class:`EffectKeyError` if a template names an argument ``where`` lacks."""
