@@ -112,3 +112,19 @@ def test_a_denial_of_an_effect_with_an_unknown_state_changes_nothing(make_gate: 
     _refused(err, "'refund:1'", "exploded")
     assert snapshot(gate) == before
     assert gate.approval(d.approval_id or "").state.value == "pending"
+
+
+def test_counting_by_state_over_an_unknown_state_is_a_store_error(make_gate: Any) -> None:
+    """``count_by_state`` (the console's effects page, ``stats``) over an effect whose state was
+    replaced raises :class:`StoreError` naming the namespace and the value (it was a bare
+    ``ValueError`` from ``State(...)``); an effect in a known state still counts as before."""
+    gate = make_gate()
+    for key in ("a", "b"):
+        gate.report(gate.begin(effect_type="pay.card", key=key, payload={}), "committed")
+    assert gate.count_by_state()[eg.State.COMMITTED] == 2
+    _tamper(gate, "effectgate_effects", "key", "b", "exploded")
+    before = snapshot(gate)
+    with pytest.raises(eg.StoreError) as err:
+        gate.count_by_state()
+    _refused(err, repr(gate.namespace), "exploded")
+    assert snapshot(gate) == before

@@ -7,6 +7,8 @@ thread: closing the connection it reads on from another thread once crashed the 
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import effectgate as eg
 from effectgate.request import LeaseSecret
@@ -33,3 +35,56 @@ def test_a_release_thread_that_ended_is_forgotten(gate: eg.Gate) -> None:
     assert not thread.is_alive() and not store.background
     assert store.fetch(gate.namespace, "never:written") is None  # it found none, wrote none
 
+
+
+def test_close_waits_for_a_thread_a_background_thread_starts_while_it_waits(
+        gate: eg.Gate) -> None:
+    """A background thread that starts another after :meth:`Store.close` began waiting: close
+    waits for that one too (it looked once, and let the second run on over the connections it
+    closed). The first starts the second only once close has listed the threads."""
+    store = gate.store
+    listed, closed = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    class Watched(set[threading.Thread]):
+        def __iter__(self) -> Any:
+            listed.set()  # only close() lists them
+            return super().__iter__()
+
+    store.background = Watched()
+
+    def second() -> None:
+        time.sleep(0.3)  # long enough for a close() that did not wait to return
+        seen.append(closed.is_set())
+
+    def first() -> None:
+        listed.wait(10)
+        store.in_background("effectgate-second", second)
+
+    store.in_background("effectgate-first", first)
+    store.close()
+    closed.set()
+    for thread in threading.enumerate():
+        if thread.name == "effectgate-second":
+            thread.join(10)
+    assert seen == [False]  # it ended before close() returned
+    assert not store.background
+
+
+def test_close_waits_for_a_thread_listed_but_not_started_yet(gate: eg.Gate) -> None:
+    """A close() on one thread while :meth:`Store.in_background` on another has listed its
+    thread but not yet started it: close waits for it to start and end (``join`` on a thread
+    not started raises ``RuntimeError``, which close() let out, closing nothing)."""
+    store = gate.store
+    closed = threading.Event()
+    seen: list[bool] = []
+    thread = threading.Thread(target=lambda: seen.append(closed.is_set()),
+                              name="effectgate-starting")
+    store.background.add(thread)  # as in_background does, just before it starts it
+    starter = threading.Timer(0.3, thread.start)
+    starter.start()
+    store.close()
+    closed.set()
+    starter.join(10)
+    thread.join(10)
+    assert seen == [False]  # it ran before close() returned

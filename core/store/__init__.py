@@ -83,6 +83,7 @@ from .rows import (
     effect_head,
     effect_row,
     found_head,
+    unknown_state,
 )
 from .sql import install, statements_for
 from .version import VersionWatch, vendor_secret_of
@@ -270,9 +271,18 @@ class Store:
         """Close every connection this store opened (the async callers' idle ones too), once
         the threads :meth:`in_background` started are done (each waited for at most
         ``_BACKGROUND_WAIT`` seconds)."""
-        for thread in tuple(self.background):
-            if thread is not threading.current_thread():
-                thread.join(_BACKGROUND_WAIT)
+        waited = {threading.current_thread()}  # (a close() on one of them: not itself)
+        starting = time.monotonic() + _BACKGROUND_WAIT
+        # Again until none is left: one may start another (it is in the set before it starts).
+        while pending := [t for t in tuple(self.background) if t not in waited]:
+            for thread in pending:
+                try:
+                    thread.join(_BACKGROUND_WAIT)
+                except RuntimeError:  # listed, not started yet (in_background is starting
+                    if time.monotonic() < starting:  # it, on another thread): look again
+                        time.sleep(0.001)
+                        continue
+                waited.add(thread)
         if self._async_face is not None:
             self._async_face.close_idle()
         self._conns.close()
@@ -652,7 +662,11 @@ class Store:
         except Exception as err:
             raise store_error(err, writing=False) from err
         for state, was_lapsed, count in rows:
-            target = State.AMBIGUOUS if was_lapsed else State(state)
+            try:
+                target = State.AMBIGUOUS if was_lapsed else State(state)
+            except ValueError:  # a state no state of this version is: typed, named
+                raise unknown_state(state, f"an effect of namespace {namespace!r}", None,
+                                    None) from None
             out[target] += int(count)
         return out
 

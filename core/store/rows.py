@@ -15,14 +15,14 @@ __all__ = [
     "BRIEF_COLUMNS", "FOUND_COLUMNS", "HEAD_COLUMNS", "ROW_COLUMNS", "ApprovalRow",
     "CommittedHead", "EffectHead", "EffectRow", "Moved", "PrincipalRow", "Recorded",
     "approval_row", "committed_head", "effect_head", "effect_row", "found_head",
-    "principal_row",
+    "principal_row", "unknown_state",
 ]
 
 _STATE = {s.value: s for s in State}
 _APPROVAL_STATE = {s.value: s for s in ApprovalState}
 
 
-def _unknown_state(value: Any, what: str, key: Any, effect_id: Any) -> StoreError:
+def unknown_state(value: Any, what: str, key: Any, effect_id: Any) -> StoreError:
     """The error for a stored state text no state of this version is (a row effectgate did not
     write, or a newer version's): typed and named, never a bare KeyError from the lookup
     (each lookup is in a ``try``, free while nothing is raised). Raised by reads, before
@@ -210,7 +210,7 @@ def effect_head(values: Any) -> EffectHead:
         fields = (*v[:i], _STATE[v[i]], *v[i + 1:])
         return _new_head(EffectHead, fields if len(fields) == _HEAD_LEN else (*fields, False))
     except KeyError:
-        raise _unknown_state(v[i], f"effect {v[2]!r}", v[2], v[0]) from None
+        raise unknown_state(v[i], f"effect {v[2]!r}", v[2], v[0]) from None
 
 
 def found_head(values: Any, namespace: str, key: str) -> EffectHead:
@@ -222,7 +222,7 @@ def found_head(values: Any, namespace: str, key: str) -> EffectHead:
         return _new_head(EffectHead, (v[0], namespace, key, *v[1:i], _STATE[v[i]], *v[i + 1:],
                                       False))
     except KeyError:
-        raise _unknown_state(v[i], f"effect {key!r}", key, v[0]) from None
+        raise unknown_state(v[i], f"effect {key!r}", key, v[0]) from None
 
 
 BRIEF_COLUMNS = ("id", "effect_type", "payload_hash", "state", "attempt", "token", "result",
@@ -257,7 +257,7 @@ def effect_row(values: Any) -> EffectRow:
     try:
         return EffectRow._make((*v[:i], _STATE[v[i]], *v[i + 1:]))
     except KeyError:
-        raise _unknown_state(v[i], f"effect {v[2]!r}", v[2], v[0]) from None
+        raise unknown_state(v[i], f"effect {v[2]!r}", v[2], v[0]) from None
 
 
 def approval_row(values: Any) -> ApprovalRow:
@@ -267,7 +267,7 @@ def approval_row(values: Any) -> ApprovalRow:
     try:
         return ApprovalRow._make((*v[:i], _APPROVAL_STATE[v[i]], *v[i + 1:]))
     except KeyError:
-        raise _unknown_state(v[i], f"approval {v[0]!r} (of effect {v[4]!r})", v[4],
+        raise unknown_state(v[i], f"approval {v[0]!r} (of effect {v[4]!r})", v[4],
                              v[2]) from None
 
 
