@@ -268,7 +268,10 @@ def reconcile_wait(row: EffectHead | EffectRow, grace: float | None,
 
 def _govern(req: Request, row: EffectHead | None, consume: str | None, *,
             attempt_increment: int = 0, forget: str | None = None) -> Move:
-    """Move a new key, or an existing effect, as far towards execution as the policy lets it."""
+    """Move a new key, or an existing effect, as far towards execution as the policy lets it:
+    a deny rule refuses first; then a declared cost alone over the limit of a ceiling that
+    counts the call (DENIED, :func:`over_its_limit`, unless it runs on an approval already
+    given: see :func:`over_ceiling`); then an approval is asked for; then the charges."""
     expected = None if row is None else row.state
     gov = req.governance
     if gov is None:
@@ -277,14 +280,23 @@ def _govern(req: Request, row: EffectHead | None, consume: str | None, *,
     if gov.deny:
         return Move(State.DENIED, Decision.DENIED, expected, attempt_increment,
                     reason=gov.deny, forget_approval=forget)
-    if gov.approval is not None and consume is None:
-        return Move(State.PENDING_APPROVAL, Decision.APPROVAL_REQUIRED, expected,
-                    attempt_increment, reason=APPROVAL_REQUESTED, forget_approval=forget,
-                    request_approval=True)
     charges: tuple[Charge, ...] = ()
     warning = gov.budget_warning  # a ceiling no declared cost can count
     if gov.counts_spend:
         charges = gov.charges(req.effect_type, req.run_id, req.agent_id)
+        # A cost alone over the limit of a ceiling that counts this call (charges() puts
+        # that ceiling first) runs under it in no window: refused here, before a human is
+        # asked for a yes that could run nothing, and before the store is asked to charge.
+        # A yes already given (``consume``) is the store's to refuse, keeping it unconsumed.
+        if consume is None and charges and (gov.cost or 0) > charges[0].limit:
+            return Move(State.DENIED, Decision.DENIED, expected, attempt_increment,
+                        reason=over_its_limit(charges[0].label, approved=False),
+                        forget_approval=forget)
+    if gov.approval is not None and consume is None:
+        return Move(State.PENDING_APPROVAL, Decision.APPROVAL_REQUIRED, expected,
+                    attempt_increment, reason=APPROVAL_REQUESTED, forget_approval=forget,
+                    request_approval=True)
+    if gov.counts_spend:
         warning = gov.unscoped(req.effect_type, req.run_id, req.agent_id)
     return Move(State.IN_FLIGHT, Decision.EXECUTE, expected, attempt_increment,
                 consume_approval=consume, forget_approval=forget, charges=charges,

@@ -282,7 +282,7 @@ class Gate:
 
     def preview(self, request: Request | None = None, /, **fields: Any) -> BeginDecision:
         """What :meth:`begin` would answer now, writing nothing (no reservation, no approval
-        request, no charge; spend ceilings are not consulted). For a framework's "does this
+        request, no charge; the spend counters are not read). For a framework's "does this
         call need approval?" question before it runs anything."""
         return self._flow.preview(self._as_request(request, fields))
 

@@ -242,9 +242,12 @@ def test_an_approved_effect_refused_for_spend_says_so_on_its_record(
 def test_a_bad_begin_of_an_approved_effect_changes_nothing(make_gate: Any) -> None:
     """Bad input on the refused path (another payload on the key) is a typed error and
     writes nothing: neither the note nor the approval."""
+    # Approved under a $30 ceiling, then the ceiling lowered to $10: a cost alone over the
+    # limit is refused before any approval is asked, so the yes must come first.
+    _approved(make_gate(policy={"effects": {"payment.*": {
+        "approval": "always", "budget": {"per_day_micros": 30 * DOLLAR}}}}), 20 * DOLLAR)
     gate = make_gate(policy={"effects": {"payment.*": {
         "approval": "always", "budget": {"per_day_micros": 10 * DOLLAR}}}})
-    _approved(gate, 20 * DOLLAR)
     before = snapshot(gate)
     with pytest.raises(eg.PayloadMismatch):
         gate.begin(effect_type="payment.refund", key="refund:1", payload={"txn": "other"},

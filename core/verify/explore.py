@@ -103,9 +103,18 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
         Config(workers=_TWO, begins=(1, 1), faults=0, ops=0, forgery=False, prune=False,
                name="2 workers, one begin each, no faults"),
     ),
+    "over-alone": (
+        Config(workers=_TWO, keys=("k", "j"), runs=("r", "r"), costs=(150, 60),
+               begins=(2, 2), faults=0, ops=1, approval=True, budget=True,
+               budget_scopes=("run",), forgery=False, prune=False,
+               name="2 workers, approvals, one cost alone over a per-run ceiling"),
+    ),
 }
 """The bounds: the 2-worker bound runs in the normal suite, the 3-worker bound is slow;
-``replay`` is small enough that every one of its schedules is replayed on the real stores."""
+``replay`` is small enough that every one of its schedules is replayed on the real stores;
+``over-alone`` (a call whose cost alone is over its ceiling: refused before any approval is
+asked) is explored by ``tests/test_cost_over_a_ceiling.py``, outside the 2-worker bound whose
+replay covers are kept in a file."""
 
 
 @dataclass(frozen=True)

@@ -405,6 +405,11 @@ class Model:
         if self.config.deny and self.config.governed(i) and kind is not Decision.DENIED:
             found.append(f"POLICY DENY: worker {i}'s begin of {req.effect_type}, which the "
                          f"policy denies, answered {kind.value}")
+        if self.config.over_alone(i) and (kind is not Decision.DENIED or any(
+                a.namespace == d.namespace and a.key == d.key for a in s.approvals)):
+            found.append(f"OVER ALONE: worker {i}'s cost alone is over a ceiling that counts "
+                         f"it, yet its begin answered {kind.value} or asked for an approval "
+                         "(no window ever makes room: it is refused before a human is asked)")
         if kind is Decision.EXECUTE:
             found += self._check_grant(s, i, d)
             consumed = w.consumed
@@ -889,11 +894,12 @@ class Model:
         (from the rows) leave no room for one more."""
         scope = label.split(" ", 1)[0]
         held = self._held(s, i, scope) or 0
-        if held + COST <= LIMIT:
+        cost = self.config.cost(i) or 0
+        if held + cost <= LIMIT:
             return (f"A CEILING REFUSES ONLY WHEN REACHED: worker {i}'s charge was refused by "
                     f"the {label} while the effects it counts hold {held}"
                     + (f" on day {s.day}" if scope == "day" else "")
-                    + f" ({COST} more fits its {LIMIT})",)
+                    + f" ({cost} more fits its {LIMIT})",)
         return ()
 
     def _memo_answer(self, s: ModelState, i: int) -> Step | None:

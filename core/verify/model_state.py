@@ -54,7 +54,7 @@ class Config:
     approval: bool = False
     budget: bool = False
     """The first worker's type has a spend ceiling (:data:`LIMIT`); each call estimates
-    :data:`COST`."""
+    :data:`COST` (or its :attr:`costs`)."""
     """A policy asks a human to approve every effect of the first worker's type (the operator
     approves or denies)."""
     deny: bool = False
@@ -98,6 +98,10 @@ class Config:
     pending), a repeated prune counts what is left to prune. A repeat may lose its reply too
     (``("again", True)``, another fault): the operator repeats again."""
     name: str = ""
+    costs: tuple[int, ...] = ()
+    """With :attr:`budget`: each worker's estimated cost (default :data:`COST`). One over
+    :data:`LIMIT` is over a ceiling's limit alone: where that ceiling counts the call it is
+    refused before any approval is asked (:meth:`over_alone`)."""
     keys: tuple[str, ...] = ()
     """Each worker's key (default :data:`KEY`): workers on two keys of one namespace share
     its spend counters."""
@@ -120,7 +124,7 @@ class Config:
         """The ``begin`` worker ``worker`` makes (in ticks)."""
         ns, effect_type = self.workers[worker]
         gov = None
-        cost = COST if self.budget else None
+        cost = self.cost(worker)
         rule = self.policy_rule()
         if rule:
             from ..governance import evaluate
@@ -141,6 +145,23 @@ class Config:
     def agent(self, worker: int) -> str | None:
         """Worker ``worker``'s agent id (None: unattributed)."""
         return self.agents[worker] if worker < len(self.agents) else None
+
+    def cost(self, worker: int) -> int | None:
+        """Worker ``worker``'s estimated cost (None: no ceiling, so none declared)."""
+        if not self.budget:
+            return None
+        return self.costs[worker] if worker < len(self.costs) else COST
+
+    def over_alone(self, worker: int) -> bool:
+        """Whether worker ``worker``'s cost alone is over the limit of a ceiling that counts
+        it (a run or agent ceiling counts only a call with that id): no window ever makes
+        room for it, so it is refused at once, before any approval is asked."""
+        if not self.governed(worker) or (self.cost(worker) or 0) <= LIMIT:
+            return False
+        return any(scope in ("effect_type", "day")
+                   or (scope == "run" and self.run(worker) is not None)
+                   or (scope == "agent" and self.agent(worker) is not None)
+                   for scope in self.budget_scopes)
 
     def key(self, worker: int) -> str:
         """Worker ``worker``'s effect key."""

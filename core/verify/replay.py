@@ -48,7 +48,7 @@ from ..records import BeginDecision
 from ..request import Lease
 from ..states import Decision
 from ..store.version import policy_meta_name
-from .model import COST, VENDOR, Action, Config, Model, ModelState
+from .model import VENDOR, Action, Config, Model, ModelState
 from .replay_drive import INSIDE, RUNNER, TIMEOUT, HeldFace, Killed, Loop, Runner, Threads
 
 __all__ = ["TICK_SECONDS", "ReplayReport", "Replayer"]
@@ -287,7 +287,7 @@ class _Run:
                              max_attempts=config.max_attempts, reconcile_grace_seconds=grace)
             self.requests.append(gate.request(
                 effect_type=kind, key=config.key(i), payload=config.payload(i),
-                estimated_cost_micros=COST if config.budget else None,
+                estimated_cost_micros=config.cost(i),
                 agent_id=config.agent(i), run_id=config.run(i)))
         self.runners: dict[int, Runner] = {}
         self.leases: dict[int, Lease | BeginDecision] = {}
