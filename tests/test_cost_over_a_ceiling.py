@@ -33,6 +33,7 @@ from effectgate.policy import Policy
 from effectgate.states import ApprovalState, State
 
 from .conftest import snapshot
+from .test_approvals_r7 import _table
 
 DOLLAR = 1_000_000
 OVER = {"effects": {"payment.*": {"approval": "always",
@@ -217,14 +218,6 @@ def test_the_charges_put_the_ceiling_its_cost_alone_is_over_first() -> None:
 # -- a call not yet approved: refused before a human is asked ---------------------------------
 
 
-def _rows(gate: eg.Gate, table: str) -> list[Any]:
-    from sqlalchemy import text
-
-    with gate.store.engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(
-            text(f"SELECT * FROM {table} WHERE namespace = :ns"), {"ns": gate.namespace})]
-
-
 @pytest.mark.parametrize("drive", ["sync", "async"])
 def test_a_call_needing_approval_whose_cost_alone_is_over_is_denied_at_once(
         make_gate: Any, drive: str) -> None:
@@ -250,8 +243,8 @@ def test_a_call_needing_approval_whose_cost_alone_is_over_is_denied_at_once(
             eg.Decision.DENIED, ALONE, None)
         record = gate.get("refund:1")
         assert (record.state, record.reason, record.approval_id) == (State.DENIED, ALONE, None)
-        assert _rows(gate, "effectgate_approvals") == []  # nobody was asked
-        assert _rows(gate, "effectgate_budgets") == []  # nothing charged
+        assert _table(gate, "effectgate_approvals") == []  # nobody was asked
+        assert _table(gate, "effectgate_budgets") == []  # nothing charged
     asked = call(20 * DOLLAR)
     assert asked.decision is eg.Decision.APPROVAL_REQUIRED and asked.approval_id is not None
 
@@ -271,7 +264,7 @@ def test_each_scope_that_counts_the_call_refuses_it_before_approval(
     refused = _begin(gate, 50 * DOLLAR, **ids)
     assert (refused.decision, refused.approval_id) == (eg.Decision.DENIED, None)
     assert refused.reason == decide.over_its_limit(named, approved=False)
-    assert _rows(gate, "effectgate_approvals") == [] and _rows(gate, "effectgate_budgets") == []
+    assert _table(gate, "effectgate_approvals") == [] and _table(gate, "effectgate_budgets") == []
 
 
 @pytest.mark.parametrize("budget", [{"per_run_micros": 30 * DOLLAR},
@@ -284,7 +277,7 @@ def test_a_ceiling_that_cannot_count_the_call_does_not_refuse_it(
                                                        "budget": budget}}})
     asked = _begin(gate, 50 * DOLLAR, agent_id=None)
     assert asked.decision is eg.Decision.APPROVAL_REQUIRED and asked.approval_id is not None
-    assert len(_rows(gate, "effectgate_approvals")) == 1
+    assert len(_table(gate, "effectgate_approvals")) == 1
     assert gate.get("refund:1").state is State.PENDING_APPROVAL
 
 
@@ -305,7 +298,7 @@ def test_a_request_pending_when_its_ceiling_was_lowered_is_refused_once_approved
     assert (refused.decision, refused.reason, refused.approval_id) == (
         eg.Decision.DENIED, TOLD, asked.approval_id)
     assert gate.approval(asked.approval_id).state is ApprovalState.APPROVED
-    assert _rows(gate, "effectgate_budgets") == []
+    assert _table(gate, "effectgate_budgets") == []
 
 
 def test_an_approval_for_a_smaller_cost_does_not_run_a_cost_over_the_limit(
@@ -318,8 +311,8 @@ def test_an_approval_for_a_smaller_cost_does_not_run_a_cost_over_the_limit(
     assert (refused.decision, refused.reason) == (eg.Decision.DENIED, ALONE)
     assert gate.get("refund:1").state is State.DENIED
     assert gate.approval(approval).state is not ApprovalState.APPROVED  # set aside
-    assert len(_rows(gate, "effectgate_approvals")) <= 1  # no new request
-    assert _rows(gate, "effectgate_budgets") == []
+    assert len(_table(gate, "effectgate_approvals")) <= 1  # no new request
+    assert _table(gate, "effectgate_budgets") == []
 
 
 @pytest.mark.parametrize("one_call", [False, True])
