@@ -50,6 +50,9 @@ OPERATOR = _bound("2 workers, an operator", ops=1)
 LOST_AND_OPERATOR = _bound("2 workers, a lost reply and an operator", faults=1, ops=1)
 CEILING = _bound("2 workers, a spend ceiling, an operator", ops=1, budget=True)
 TWO_KEYS = _bound("2 workers, two keys under one ceiling", keys=["k", "j"], budget=True)
+OVER_ALONE = _bound("2 workers, approvals, one cost alone over a per-run ceiling",
+                    keys=["k", "j"], runs=["r", "r"], costs=[150, 60], begins=[2, 2], ops=1,
+                    approval=True, budget=True, budget_scopes=["run"])
 APPROVED_BUDGET = _bound("1 worker twice, an approval and a spend ceiling", begins=[2, 0],
                          ops=1, approval=True, budget=True)
 DENIALS = _bound("2 workers, approvals, two operator actions", begins=[2, 1], ops=2,
@@ -108,6 +111,9 @@ MUTATIONS = [
              "        charges = gov.charges(req.effect_type, req.run_id, req.agent_id)",
              "        charges = () if consume is not None else gov.charges(\n"
              "            req.effect_type, req.run_id, req.agent_id)", [APPROVED_BUDGET]),
+    Mutation("a cost alone over its ceiling is asked for approval", "decide.py",
+             "if consume is None and charges and (gov.cost or 0) > charges[0].limit:",
+             "if False:", [OVER_ALONE]),
     Mutation("lease expiry read from the worker's clock", "decide.py",
              "    return row.lease_expires_at is not None and row.lease_expires_at >= row.now",
              "    return row.lease_expires_at is not None and (\n"
