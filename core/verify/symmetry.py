@@ -11,14 +11,19 @@ given, leases, requests in transit), the secrets and approval ids of the workers
 
 The key of a state's class (:meth:`Symmetry.key`): the workers of each class put in order of
 a signature that holds no index (their phase, begins, calls...); the permutations that sort
-them, applied to the state, give one state (its key) or, when signatures tie, a few (their
-frozenset is the key). A permuted state sorts by the same permutations composed with its own,
-so every state of a class has the same key, and equal keys are states of one class.
+them, applied to the state, give one state (its sorted state) or, when signatures tie, a few
+(their frozenset). A permuted state sorts by the same permutations composed with its own, so
+every state of a class has the same sorted state, and equal sorted states are states of one
+class. The key stands for the sorted state without building it: the fields that name no
+worker as they are, and one number for the sorted and renamed rest, equal numbers for equal
+values only (so every state of a class has the same key, and equal keys are states of one
+class).
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Any
 
 from .._commands import HookFailed
@@ -40,13 +45,20 @@ field is looked at here)."""
 KEPT = frozenset(("now", "ledger", "faults", "ops", "grants", "committed", "next_id", "spend",
                   "memo", "day"))
 
+NAMED = ("rows", "workers", "transit", "approvals", "consumed", "repeat")
+"""The fields of :data:`RENAMED` in the order :meth:`_Renamer.named` gives them."""
+_NAMED_AT = tuple(ModelState._fields.index(f) for f in NAMED)
+_named = operator.itemgetter(*_NAMED_AT)
+_kept = operator.itemgetter(*(ModelState._fields.index(f) for f in sorted(KEPT)))
+# (The key's two halves of a state, each one tuple made in C: :meth:`Symmetry.key`.)
+
 _HEAD_SECRET, _HEAD_APPROVAL = (EffectHead._fields.index(f)
                                 for f in ("lease_secret", "approval_id"))
 _ROW_SECRET, _ROW_APPROVAL = (MRow._fields.index(f) for f in ("secret", "approval_id"))
 _W_ROW, _W_ANSWERS, _W_LEASE, _W_CONSUMED = (
     Worker._fields.index(f) for f in ("row", "answers", "lease", "consumed"))
-# (The renaming rebuilds a tuple from a list of its fields (``_make``), not ``_replace``: the
-# key renames a state for almost every transition explored.)
+# (The renaming rebuilds a tuple from a list of its fields (``_make``), not ``_replace``; and
+# each renamer keeps what it made: a key renames each distinct part of a state once.)
 
 Perm = tuple[int, ...]
 """A permutation of the workers: ``perm[i]`` is worker ``i``'s index after it."""
@@ -72,6 +84,7 @@ class _Renamer:
         self.perm = perm
         self.names: dict[str, str] = {}
         self._workers: dict[Any, Any] = {}
+        self._parts: dict[tuple[int, Any], Any] = {}
         for i, j in enumerate(perm):
             if i == j:
                 continue
@@ -153,23 +166,46 @@ class _Renamer:
         fields[_ROW_SECRET], fields[_ROW_APPROVAL] = new_secret, new_approval
         return MRow._make(fields)
 
-    def state(self, s: ModelState) -> ModelState:
-        """``s`` with the workers moved and renamed."""
-        name, perm = self.name, self.perm
+    def named(self, s: ModelState) -> tuple[Any, ...]:
+        """The fields of ``s`` that may name a worker (:data:`NAMED`, in that order), with
+        the workers moved and everything renamed. Each value of a field other than the
+        workers is renamed once (the states of a bound share few rows, approvals...)."""
+        perm = self.perm
         workers: list[Any] = list(s.workers)
         for i, w in enumerate(s.workers):
             workers[perm[i]] = self.worker(w)
+        return (self._part(_ROWS, s.rows), tuple(workers), self._part(_TRANSIT, s.transit),
+                self._part(_APPROVALS, s.approvals), self._part(_CONSUMED, s.consumed),
+                self._part(_REPEAT, s.repeat))
+
+    def _part(self, field: int, value: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Field ``field`` of a state (its ``value``), renamed (made once for each)."""
+        if not value:
+            return value
+        at = (field, value)
+        got = self._parts.get(at)
+        if got is None:
+            got = self._parts[at] = self._rename_part(field, value)
+        return got
+
+    def _rename_part(self, field: int, value: tuple[Any, ...]) -> tuple[Any, ...]:
+        perm, name, text = self.perm, self.name, self.text
+        if field == _ROWS:
+            return tuple(self.row(r) for r in value)
+        if field == _TRANSIT:  # requests on their way: (sender, ...)
+            return tuple((perm[e[0]], *e[1:]) for e in value)
+        if field == _APPROVALS:
+            return tuple(a._replace(id=text(a.id)) for a in value)
+        if field == _CONSUMED:
+            return tuple((name(c[0]), *c[1:]) for c in value)
+        assert field == _REPEAT  # (kind, approval id) of a lost operator action
+        return (value[0], *(text(x) for x in value[1:]))
+
+    def state(self, s: ModelState) -> ModelState:
+        """``s`` with the workers moved and renamed."""
         fields = list(s)
-        fields[_WORKERS] = tuple(workers)
-        fields[_ROWS] = tuple(self.row(r) for r in s.rows)
-        if s.transit:
-            fields[_TRANSIT] = tuple((perm[e[0]], *e[1:]) for e in s.transit)
-        if s.approvals:
-            fields[_APPROVALS] = tuple(a._replace(id=self.text(a.id)) for a in s.approvals)
-        if s.consumed:
-            fields[_CONSUMED] = tuple((name(c[0]), *c[1:]) for c in s.consumed)
-        if s.repeat:  # (kind, approval id) of a lost operator action
-            fields[_REPEAT] = (s.repeat[0], *(self.text(x) for x in s.repeat[1:]))
+        for at, value in zip(_NAMED_AT, self.named(s), strict=True):
+            fields[at] = value
         return ModelState._make(fields)
 
     def action(self, action: Action) -> Action:
@@ -199,6 +235,10 @@ class Symmetry:
         self._renamers: dict[Perm, _Renamer] = {}
         self._sorted: dict[tuple[tuple[Any, ...], ...], list[Perm]] = {}
         self._identity: Perm = tuple(range(len(config.workers)))
+        self._numbers: dict[Any, int] = {}
+        """A number for each distinct sorted and renamed part of a state (:meth:`key`)."""
+        self._named: dict[tuple[Any, ...], int] = {}
+        """The number of each distinct part of a state that names workers, once sorted."""
 
     def permutations(self) -> list[Perm]:
         """Every permutation of the workers that moves only interchangeable ones (the
@@ -237,6 +277,7 @@ class Symmetry:
         return got
 
     def _sorting_of(self, signatures: tuple[tuple[Any, ...], ...]) -> list[Perm]:
+        """The permutations that put each class's workers in order of ``signatures``."""
         choices: list[list[tuple[int, ...]]] = []
         moves = False
         for members in self.classes:
@@ -265,10 +306,37 @@ class Symmetry:
 
     def key(self, s: ModelState) -> Any:
         """The same for every state that is ``s`` up to a permutation of interchangeable
-        workers, and for no other: ``s`` sorted (or the frozenset of its sortings)."""
+        workers, and for no other.
+
+        ``s`` sorted: its workers put in order of signature (:func:`_signature`) by a
+        permutation, applied to ``s`` (or, when signatures tie, the frozenset of the states
+        each of the few permutations that sort it makes). A permuted state sorts by the same
+        permutations composed with its own, so every state of a class has the same sorted
+        state, and equal sorted states are states of one class.
+
+        The sorted state is not the key itself: only the fields that name a worker
+        (:data:`RENAMED`) change under a permutation, and they are a function of those fields
+        of ``s`` alone. So the key is (a number, the other fields), where the number is the
+        same for equal sorted and renamed fields and distinct for distinct ones: equal keys
+        are equal sorted states. Those fields of ``s`` are sorted and renamed once for each
+        distinct value (the states explored share few), not once for each state."""
         if not self.classes:
             return s
+        named = _named(s)
+        number = self._named.get(named)
+        if number is None:
+            number = self._named[named] = self._number(s)
+        return (number, _kept(s))
+
+    def _sorted_named(self, s: ModelState, perm: Perm) -> tuple[Any, ...]:
+        return _named(s) if perm == self._identity else self.renamer(perm).named(s)
+
+    def _number(self, s: ModelState) -> int:
+        """The number of the fields of ``s`` that name workers, sorted (:meth:`key`)."""
         perms = self._sorting(s)
-        if len(perms) == 1:
-            return self.permute(s, perms[0])
-        return frozenset(self.permute(s, p) for p in perms)
+        sorted_: Any = (self._sorted_named(s, perms[0]) if len(perms) == 1
+                        else frozenset(self._sorted_named(s, p) for p in perms))
+        got = self._numbers.get(sorted_)
+        if got is None:
+            got = self._numbers[sorted_] = len(self._numbers)
+        return got
