@@ -99,24 +99,26 @@ class Gate:
         telemetry: Telemetry | bool | None = None,
         async_pool_size: int = DEFAULT_ASYNC_POOL_SIZE,
     ) -> None:
-        self.namespace = validate.name(namespace, "namespace", 128, required=True) or "default"
-        self.lease_seconds = validate.seconds(lease_seconds, "lease_seconds")
-        self.max_attempts = validate.whole(max_attempts, "max_attempts", minimum=1)
+        (self.namespace, self.lease_seconds, self.max_attempts, memo_size,
+         self._text_redactor) = validate.gate_options(  # every option, before the store opens
+            url=url, namespace=namespace, durability=durability, read_only=read_only,
+            lease_seconds=lease_seconds, max_attempts=max_attempts, memo_size=memo_size,
+            text_redactor=text_redactor)
+        self._webhooks, self._telemetry = _webhooks(webhooks), telemetry_of(telemetry)
         self.classifiers = tuple(classifiers)
-        if text_redactor is not None and not callable(text_redactor):
-            raise ConfigError("text_redactor must be a function of a str")
-        self._text_redactor = text_redactor
         self.policy, self.policy_source = load_policy(policy)
         self._store = Store(url, durability=durability, read_only=read_only,
                             async_pool_size=async_pool_size)
-        note_policy(self._store, self.namespace, self.policy, self.policy_source)
-        self._memo = CommittedMemo(memo_size)
+        try:
+            note_policy(self._store, self.namespace, self.policy, self.policy_source)
+            self._memo = CommittedMemo(memo_size)
+            self._reconcilers: Registry[Reconciler] = Registry()
+            self._compensators: Registry[Compensator] = Registry()
+            self._wire(None if self._webhooks is None else self._webhooks.notify)
+        except BaseException:
+            self._store.close()
+            raise
         _GATES.add(self)
-        self._reconcilers: Registry[Reconciler] = Registry()
-        self._compensators: Registry[Compensator] = Registry()
-        self._webhooks = _webhooks(webhooks)
-        self._telemetry = telemetry_of(telemetry)
-        self._wire(None if self._webhooks is None else self._webhooks.notify)
         if self._telemetry is not None:
             self._telemetry.watch(self)
 
@@ -222,9 +224,8 @@ class Gate:
         compensation: Any = None, compensates_effect_id: int | None = None,
         estimated_cost_micros: int | None = None,
     ) -> Request:
-        """:meth:`request` for a ``key`` already checked (a key template renders checked
-        keys) and a ``kind`` from :meth:`kind`: the decorator's path, without the second
-        check."""
+        """:meth:`request` for a ``key`` already checked (a key template renders checked keys)
+        and a ``kind`` from :meth:`kind`: the decorator's path, without the second check."""
         return build_request(
             self.namespace, self.policy, kind, key, payload, run_id=run_id, agent_id=agent_id,
             group_key=group_key, compensation=compensation,
@@ -589,7 +590,6 @@ class Gate:
             return gate_function(self, fn, key, **options)
 
         return decorate
-
 
 
 def _webhooks(webhooks: object) -> Webhooks | None:

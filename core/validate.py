@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Callable
+from typing import NamedTuple
 
 from .errors import ConfigError, InvalidTransition
 from .states import Outcome
 from .utf8 import is_utf8
 
-__all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "micros", "name", "parse_outcome",
-           "seconds", "text", "whole"]
+__all__ = ["MAX_INT", "MAX_LEASE_SECONDS", "MAX_TEXT", "GateOptions", "gate_options", "micros",
+           "name", "parse_outcome", "seconds", "text", "whole"]
 
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0
 MAX_TEXT = 2000
@@ -108,3 +110,37 @@ def parse_outcome(outcome: object, allowed: tuple[Outcome, ...] = tuple(Outcome)
         names = ", ".join(repr(o.value) for o in allowed)
         raise InvalidTransition(f"outcome must be one of {names}, not {outcome!r}")
     return parsed
+
+
+class GateOptions(NamedTuple):
+    """A gate's options as :func:`gate_options` checked them."""
+
+    namespace: str
+    lease_seconds: float
+    max_attempts: int
+    memo_size: int
+    text_redactor: Callable[[str], str] | None
+
+
+def gate_options(
+    *, url: str | None, namespace: str, durability: str, lease_seconds: float,
+    max_attempts: int, memo_size: int, read_only: bool,
+    text_redactor: Callable[[str], str] | None,
+) -> GateOptions:
+    """``Gate()``'s options, checked before its store is opened: a bad one must neither
+    create the store's file or schema nor replace the policy the store records for the
+    namespace. (The gate resolves ``webhooks`` and ``telemetry``, and ``classifiers``,
+    ``policy`` and ``async_pool_size`` are checked by their owners, before the store too.)"""
+    namespace = name(namespace, "namespace", 128, required=True) or "default"
+    lease = seconds(lease_seconds, "lease_seconds")
+    max_attempts = whole(max_attempts, "max_attempts", minimum=1)
+    memo_size = whole(memo_size, "memo_size")
+    if url is not None and not isinstance(url, str):
+        raise ConfigError(f"url must be a str, not {type(url).__name__}")
+    if durability not in ("reserve", "all", "relaxed"):  # (the store's own words)
+        raise ConfigError(f"durability must be 'reserve', 'all' or 'relaxed', not {durability!r}")
+    if not isinstance(read_only, bool):
+        raise ConfigError(f"read_only must be a bool, not {type(read_only).__name__}")
+    if text_redactor is not None and not callable(text_redactor):
+        raise ConfigError("text_redactor must be a function of a str")
+    return GateOptions(namespace, lease, max_attempts, memo_size, text_redactor)

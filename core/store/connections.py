@@ -451,15 +451,23 @@ def make_engine(url: str, *, read_only: bool = False,
                           "written %40)")
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        embedded.check_database(parsed.database or "", safe_url(url), read_only=read_only)
+        # the database the URL means (refused before the engine exists: nothing is opened)...
+        embedded.refuse_in_memory(parsed.database or "", [
+            (key, value) for key, values in parsed.query.items()
+            for value in ((values,) if isinstance(values, str) else values)])
         try:
             engine = create_engine(
                 parsed, isolation_level="AUTOCOMMIT",
                 connect_args={"timeout": 60.0, "check_same_thread": False},
             )
+            # ...and the name its driver will open (with ?uri=true, the database and the
+            # query joined as a file: URI)
+            named, _ = engine.dialect.create_connect_args(engine.url)
         except ArgumentError:  # a user, a password or a host in it: no SQLite URL
             raise ConfigError(f"not a SQLite URL: {safe_url(url)} (sqlite:///path/to/file.db)"
                               ) from None
+        embedded.check_database(str(named[0]) if named else "", safe_url(url),
+                                read_only=read_only)
         _fork_safe(engine)
 
         @event.listens_for(engine, "connect")
