@@ -20,18 +20,24 @@ raised only where it knows).
 
 httpx and requests are never imported by effectgate: an exception is recognised by its class's
 module, and the class hierarchy is read from the exception itself.
+
+A classifier that raises (or answers something that is not an outcome) has no opinion, and
+neither do the ones after it: the outcome is AMBIGUOUS. Only a FAILED the body proved
+(:class:`~effectgate.NotExecuted`) moves the next attempt to a new vendor key; one a classifier
+inferred keeps it (:func:`judge_body`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
-from .errors import NotExecuted
+from .errors import ConfigError, NotExecuted
 from .states import Outcome
 
-__all__ = ["Classifier", "classify", "classify_body", "classify_httpx", "classify_requests",
-           "recorded_outcome"]
+__all__ = ["Classifier", "Judgement", "checked_classifiers", "classify", "classify_body",
+           "classify_httpx", "classify_requests", "judge_body", "recorded_outcome"]
 
 Classifier = Callable[[BaseException], "Outcome | None"]
 
@@ -88,15 +94,55 @@ def classify_requests(exc: BaseException) -> Outcome | None:
 BUILTIN_CLASSIFIERS: tuple[Classifier, ...] = (classify_httpx, classify_requests)
 
 
+def checked_classifiers(classifiers: object) -> tuple[Classifier, ...]:
+    """``classifiers`` as a tuple, each one callable; :class:`ConfigError` naming the first
+    that is not (checked where they are given, before anything is written)."""
+    if callable(classifiers) or isinstance(classifiers, (str, bytes)) or not isinstance(
+            classifiers, Iterable):
+        raise ConfigError("classifiers must be a tuple of functions of an exception, not "
+                          f"{type(classifiers).__name__}")
+    checked = tuple(classifiers)
+    for position, classifier in enumerate(checked):
+        if not callable(classifier):
+            raise ConfigError(f"classifiers[{position}] must be a function of an exception, "
+                              f"not {type(classifier).__name__}")
+    return checked
+
+
+class _Verdict(NamedTuple):
+    outcome: Outcome | None
+    broken: str | None  # what went wrong asking a classifier (no text of its error), if it did
+
+
+def _asked(exc: BaseException, classifiers: Iterable[Classifier]) -> _Verdict:
+    """The first opinion of ``classifiers`` on ``exc``; one that raises, or answers something
+    that is not an outcome, has none, and the ones after it are not asked (a classifier is
+    asked first because it knows its body: one that cannot answer may have said AMBIGUOUS)."""
+    for classifier in classifiers:
+        try:
+            verdict = classifier(exc)
+        except Exception as err:  # a broken classifier must not lose the body's outcome
+            # Its type only: an error's text may carry what the body was handling (a secret).
+            return _broken(classifier, f"raised {type(err).__name__}")
+        if verdict is None:
+            continue
+        try:
+            return _Verdict(Outcome(verdict), None)
+        except (ValueError, TypeError):
+            return _broken(classifier, f"answered a {type(verdict).__name__}, not an outcome")
+    return _Verdict(None, None)
+
+
+def _broken(classifier: Classifier, what: str) -> _Verdict:
+    name = getattr(classifier, "__qualname__", None) or type(classifier).__name__
+    return _Verdict(Outcome.AMBIGUOUS, f"the exception classifier {name} {what}")
+
+
 def classify(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Outcome:
     """FAILED if the action certainly did not happen, else AMBIGUOUS."""
     if isinstance(exc, NotExecuted):
         return Outcome.FAILED
-    for classifier in (*classifiers, *BUILTIN_CLASSIFIERS):
-        verdict = classifier(exc)
-        if verdict is not None:
-            return Outcome(verdict)
-    return Outcome.AMBIGUOUS
+    return _asked(exc, (*classifiers, *BUILTIN_CLASSIFIERS)).outcome or Outcome.AMBIGUOUS
 
 
 _RECORDED = "__effectgate_outcome__"
@@ -109,6 +155,38 @@ def recorded_outcome(exc: BaseException) -> Outcome | None:
     return Outcome(mark) if mark in ("failed", "ambiguous") else None
 
 
+class Judgement(NamedTuple):
+    """What a gate records for an effect whose body raised (:func:`judge_body`)."""
+
+    outcome: Outcome
+    """FAILED or AMBIGUOUS."""
+    proved: bool
+    """True for a FAILED the body proved (it raised :class:`~effectgate.NotExecuted`): the next
+    attempt gets a new vendor key. A FAILED a classifier inferred keeps the key (the vendor
+    never saw the request that raised, or, when the classifier is wrong, it deduplicates)."""
+
+
+def judge_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Judgement:
+    """:func:`classify_body`, and whether its FAILED is the body's own proof."""
+    if recorded_outcome(exc) is None:
+        if isinstance(exc, NotExecuted):
+            return _marked(exc, Judgement(Outcome.FAILED, True))
+        verdict = _asked(exc, (*classifiers, *BUILTIN_CLASSIFIERS))
+    else:
+        verdict = _asked(exc, classifiers)
+    if verdict.broken is not None:
+        with contextlib.suppress(TypeError):  # an exception whose __notes__ is not a list
+            exc.add_note(f"effectgate: {verdict.broken}; the outcome is recorded AMBIGUOUS")
+    failed = verdict.outcome is Outcome.FAILED
+    return _marked(exc, Judgement(Outcome.FAILED if failed else Outcome.AMBIGUOUS, False))
+
+
+def _marked(exc: BaseException, judgement: Judgement) -> Judgement:
+    with contextlib.suppress(AttributeError, TypeError):  # an exception without a __dict__
+        setattr(exc, _RECORDED, judgement.outcome.value)
+    return judgement
+
+
 def classify_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Outcome:
     """What a gate records for an effect whose body raised ``exc`` — FAILED or AMBIGUOUS (an
     exception cannot prove the effect happened) — noted on ``exc`` (:func:`recorded_outcome`).
@@ -116,18 +194,8 @@ def classify_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) ->
     An exception that a gated call inside this body raised, and its own gate recorded, tells
     of that inner effect only: its :class:`~effectgate.NotExecuted` or refused connection
     does not say this body did nothing (it may have charged a card before the inner call).
-    Such an exception is AMBIGUOUS here unless one of ``classifiers`` says otherwise."""
-    if recorded_outcome(exc) is None:
-        outcome = classify(exc, classifiers)
-    else:
-        outcome = Outcome.AMBIGUOUS
-        for classifier in classifiers:
-            verdict = classifier(exc)
-            if verdict is not None:
-                outcome = Outcome(verdict)
-                break
-    if outcome is not Outcome.FAILED:
-        outcome = Outcome.AMBIGUOUS
-    with contextlib.suppress(AttributeError, TypeError):  # an exception without a __dict__
-        setattr(exc, _RECORDED, outcome.value)
-    return outcome
+    Such an exception is AMBIGUOUS here unless one of ``classifiers`` says otherwise.
+
+    A classifier that raises makes it AMBIGUOUS, with a note on ``exc`` naming the
+    classifier and the type of its error."""
+    return judge_body(exc, classifiers).outcome

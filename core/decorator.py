@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from ._payload_steps import apayload_hash, is_small
-from .classify import Classifier, classify_body
+from .classify import Classifier, checked_classifiers
 from .context import _current, current_effect, current_effect_scope
 from .errors import (
     ApprovalRequired,
@@ -36,6 +36,7 @@ from .errors import (
 from .keys import KeyTemplate
 from .records import BeginDecision
 from .redact import describe, redact_fields
+from .reporting import failure_outcome
 from .states import Decision, Outcome
 
 if TYPE_CHECKING:
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BudgetWarning",
-    "EffectSpec", "OverspendWarning", "ResultNotStoredWarning", "current_effect",
-    "current_effect_scope", "gate_function", "refusal",
+    "EffectSpec", "OverspendWarning", "ResultNotStoredWarning", "checked_classifiers",
+    "current_effect", "current_effect_scope", "gate_function", "refusal",
 ]
 
 log = logging.getLogger("effectgate")
@@ -134,7 +135,7 @@ class EffectSpec:
         if not isinstance(store_result, bool):
             raise ConfigError("store_result must be a bool")
         self.redact = redact
-        self.classifiers = tuple(classifiers) + tuple(gate.classifiers)
+        self.classifiers = checked_classifiers(classifiers) + tuple(gate.classifiers)
         self.result_type = result_type
         # Whether a duplicate's stored JSON is handed back as it is (decided once, not on
         # every duplicate).
@@ -286,8 +287,11 @@ class EffectSpec:
             await self.gate.areport(d, Outcome.COMMITTED, result=None)
             self._not_stored(d, err)
 
-    def _failure(self, exc: BaseException) -> tuple[Outcome, str]:
-        return classify_body(exc, self.classifiers), describe(exc)
+    def _failure(self, exc: BaseException) -> tuple[Outcome | str, str]:
+        """The outcome to report for a body that raised ``exc`` (a FAILED a classifier
+        inferred as :data:`~effectgate.reporting.INFERRED_FAILED`: it keeps the vendor key),
+        and the error."""
+        return failure_outcome(exc, self.classifiers), describe(exc)
 
     @staticmethod
     def _unfinished(d: BeginDecision, value: Any) -> tuple[str, ConfigError]:
@@ -326,7 +330,7 @@ class EffectSpec:
             try:
                 gate.report(d, outcome, error=error)
             except EffectGateError as report_err:
-                exc.add_note(f"effectgate could not record {outcome.value}: {report_err}")
+                exc.add_note(f"effectgate could not record {outcome}: {report_err}")
             raise
         finally:
             _current.reset(token)
@@ -371,7 +375,7 @@ class EffectSpec:
                 await _surely(gate, gate.areport(d, outcome, error=error),
                               lambda: gate.report(d, outcome, error=error))
             except EffectGateError as report_err:
-                exc.add_note(f"effectgate could not record {outcome.value}: {report_err}")
+                exc.add_note(f"effectgate could not record {outcome}: {report_err}")
             except asyncio.CancelledError:
                 pass
             raise
@@ -459,6 +463,7 @@ async def _report_quietly(gate: GateLike, d: BeginDecision) -> None:
     with contextlib.suppress(EffectGateError):
         await _surely(gate, gate.areport(d, Outcome.FAILED, error=_NOT_STARTED),
                       lambda: gate.report(d, Outcome.FAILED, error=_NOT_STARTED))
+
 
 
 def gate_function(gate: GateLike, fn: Callable[..., T], key: str, *,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import operations, principals, reads, validate
 from ._drive import to_thread
-from .decorator import gate_function
+from .decorator import checked_classifiers, gate_function
 from .errors import ConfigError, UnknownEffect
 from .flow import BeginFlow
 from .keys import check_key, lookup_key
@@ -105,7 +105,7 @@ class Gate:
             lease_seconds=lease_seconds, max_attempts=max_attempts, memo_size=memo_size,
             text_redactor=text_redactor)
         self._webhooks, self._telemetry = _webhooks(webhooks), telemetry_of(telemetry)
-        self.classifiers = tuple(classifiers)
+        self.classifiers = checked_classifiers(classifiers)
         self.policy, self.policy_source = load_policy(policy)
         self._store = Store(url, durability=durability, read_only=read_only,
                             async_pool_size=async_pool_size)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import decide, validate
 from ._drive import to_thread
 from ._payload_steps import aresult_json, is_small
+from .classify import Classifier, judge_body
 from .errors import (
     ConfigError,
     EffectGateError,
@@ -45,12 +46,35 @@ if TYPE_CHECKING:
     from .store.rows import Recorded
     from .telemetry import Telemetry
 
-__all__ = ["Overspend", "Reporter", "kept", "observe_decision"]
+__all__ = ["INFERRED_FAILED", "Overspend", "Reporter", "failure_outcome", "kept",
+           "observe_decision"]
 
 log = logging.getLogger("effectgate")
 _COMMITTED = Outcome.COMMITTED
 _new_lease = tuple.__new__
+
+
+class _Inferred(str):
+    """``"failed"`` as an exception classifier inferred it (:data:`INFERRED_FAILED`)."""
+
+    __slots__ = ()
+
+
+INFERRED_FAILED: str = _Inferred(Outcome.FAILED.value)
+"""The outcome the decorator reports for a FAILED that an exception classifier inferred
+(:func:`~effectgate.classify.judge_body`), told apart by identity: FAILED, but the next attempt
+keeps the vendor key. Only a FAILED proved by the body (``NotExecuted``) or reported by the
+holder itself moves it; the vendor never saw the request a classifier judged, or, when the
+classifier is wrong (the body sent another request first), it deduplicates the retry."""
 T = TypeVar("T")
+
+
+def failure_outcome(exc: BaseException, classifiers: Iterable[Classifier]) -> Outcome | str:
+    """What a gate reports for a body (or an undo) that raised ``exc``: AMBIGUOUS, FAILED the
+    body proved (``NotExecuted``: a new vendor key), or :data:`INFERRED_FAILED`
+    (:func:`~effectgate.classify.judge_body`)."""
+    outcome, proved = judge_body(exc, classifiers)
+    return INFERRED_FAILED if outcome is Outcome.FAILED and not proved else outcome
 
 
 def kept(policy: Policy | None, effect_type: str | None, result: Any) -> Any:
@@ -234,6 +258,7 @@ class Reporter:
             "reason": (error or "reported ambiguous") if ambiguous else None,
             "note": bound(error, 200) if ambiguous and error else None,
             "actual_cost_micros": cost, "spends": spends,
+            "keeps_vendor_key": outcome is INFERRED_FAILED,
         }
         if cost is not None and spends is not False and self.policy is not None and (
                 parsed is Outcome.COMMITTED):

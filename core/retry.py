@@ -39,7 +39,7 @@ from typing import Any, TypeVar, overload
 import tenacity
 from tenacity import RetryCallState
 
-from .classify import Classifier, classify, recorded_outcome
+from .classify import Classifier, checked_classifiers, classify, recorded_outcome
 from .errors import (
     ApprovalRequired,
     ConfigError,
@@ -124,7 +124,7 @@ class retry_if_retryable(tenacity.retry_base):
     """tenacity ``retry=`` predicate: :func:`is_retryable` on the attempt's exception."""
 
     def __init__(self, classifiers: Iterable[Classifier] = ()) -> None:
-        self.classifiers = tuple(classifiers)
+        self.classifiers = checked_classifiers(classifiers)  # (ConfigError when one is not)
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         outcome = retry_state.outcome

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import validate
-from .classify import classify_body
 from .context import current_effect_scope
 from .errors import ConfigError, EffectGateError, PayloadError, StaleLease, UnknownEffect
 from .keys import MAX_KEY_LENGTH
 from .payload import payload_hash
 from .redact import describe
 from .registry import UNDO_SUFFIX
+from .reporting import failure_outcome
 from .states import ApprovalState, Decision, Outcome, State
 
 if TYPE_CHECKING:
@@ -530,17 +530,18 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
         with current_effect_scope(d):
             result = compensator(record, record.compensation)
     except BaseException as exc:
-        outcome = classify_body(exc, gate.classifiers)
+        reported = failure_outcome(exc, gate.classifiers)  # (inferred: keeps the vendor key)
+        outcome = Outcome(reported)
         lost: EffectGateError | None = None
         try:
-            gate.report(d, outcome, error=describe(exc))
+            gate.report(d, reported, error=describe(exc))
         except EffectGateError as err:
-            exc.add_note(f"effectgate could not record {outcome.value}: {err}")
+            exc.add_note(f"effectgate could not record {outcome}: {err}")
             lost = err
         if not isinstance(exc, Exception):
             raise
         if lost is not None:  # the undo stays in flight, then AMBIGUOUS: unsettled
-            return _unrecorded(w, record, step, d.effect_id, f"{outcome.value} ("
+            return _unrecorded(w, record, step, d.effect_id, f"{outcome} ("
                                f"{describe(exc)})", lost)
         target = report.failed if outcome is Outcome.FAILED else report.unresolved
         target.append(UnwindStep(

@@ -36,6 +36,7 @@ BAD: list[Any] = [
     pytest.param({"namespace": ""}, {}, id="namespace"),
     pytest.param({"lease_seconds": 0}, {}, id="lease-seconds"),
     pytest.param({"max_attempts": 0}, {}, id="max-attempts"),
+    pytest.param({"classifiers": (42,)}, {}, id="classifiers"),
     pytest.param({"async_pool_size": 0}, {}, id="async-pool-size"),
     pytest.param({"policy": 42}, {}, id="policy"),
 ]

@@ -479,7 +479,7 @@ class Store:
                        note: str | None, actual_cost_micros: int | None,
                        spends: bool | None,
                        overspend: Callable[[list[tuple[str, int]]], str | None] | None = None,
-                       ) -> Recorded | None:
+                       keeps_vendor_key: bool = False) -> Recorded | None:
         """Record the holder's outcome; None when its proof no longer holds (a newer holder,
         an operator's resolution, or a lease lapsed and acted upon since).
 
@@ -487,7 +487,9 @@ class Store:
         False when the caller knows the attempt charged nothing (one statement), else the
         outcome and its spend move in one transaction. ``overspend`` is asked, when an actual
         cost above the estimate raised counters, with each (counter, spent now); a text it
-        returns becomes the effect's ``reason`` in the same transaction."""
+        returns becomes the effect's ``reason`` in the same transaction.
+        ``keeps_vendor_key``: a FAILED that an exception classifier inferred leaves the next
+        attempt the vendor key it has (any other FAILED moves it)."""
         # The common report, COMMITTED with nothing but its result (the decorator's): a text
         # of its own, with what is always the same written in.
         plain_commit = spends is False and outcome is Outcome.COMMITTED and error is None and (
@@ -499,7 +501,7 @@ class Store:
                 return _ON_TIME
         binds = outcome_binds(
             namespace, lease, outcome, result=result, error=error, reason=reason, note=note,
-            actual_cost_micros=actual_cost_micros)
+            actual_cost_micros=actual_cost_micros, keeps_vendor_key=keeps_vendor_key)
         if spends is False:
             if not plain_commit and self._conns.run(self.sql.report_plain, binds,
                                                     self._outcome_sync, count=True):

@@ -379,16 +379,18 @@ class AsyncPostgres:
     async def record_outcome(self, namespace: str, lease: Lease, outcome: Outcome, *,
                              result: str | None, error: str | None, reason: str | None,
                              note: str | None, actual_cost_micros: int | None,
-                             spends: bool | None, overspend: Any = None) -> Recorded | None:
+                             spends: bool | None, overspend: Any = None,
+                             keeps_vendor_key: bool = False) -> Recorded | None:
         """:meth:`Store.record_outcome`; natively when the attempt moves no spend."""
         store = self._store
         if spends is not False:
             return await asyncio.to_thread(
                 store.record_outcome, namespace, lease, outcome, result=result, error=error,
                 reason=reason, note=note, actual_cost_micros=actual_cost_micros, spends=spends,
-                overspend=overspend)
+                overspend=overspend, keeps_vendor_key=keeps_vendor_key)
         binds = outcome_binds(namespace, lease, outcome, result=result, error=error,
-                              reason=reason, note=note, actual_cost_micros=actual_cost_micros)
+                              reason=reason, note=note, actual_cost_micros=actual_cost_micros,
+                              keeps_vendor_key=keeps_vendor_key)
         rows = await self.run(store.sql.report, binds, writing=True)
         if rows:
             return Recorded(rows[0][0], rows[0][1], False)

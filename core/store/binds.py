@@ -120,14 +120,17 @@ def move_binds(row: EffectHead | None, move: Move, req: Request, secret: LeaseSe
 
 def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str | None,
                   error: str | None, reason: str | None, note: str | None,
-                  actual_cost_micros: int | None) -> dict[str, Any]:
+                  actual_cost_micros: int | None,
+                  keeps_vendor_key: bool = False) -> dict[str, Any]:
     """The binds of a holder's report, on time (:func:`late_binds` makes the late form, only
-    when the report came late)."""
+    when the report came late). ``keeps_vendor_key``: a FAILED an exception classifier
+    inferred, which leaves the next attempt the vendor key it has."""
     return {
         "namespace": namespace, "key": lease.key, "token": lease.token,
         "lease_secret": secret_hash(lease.secret), "state": str(outcome), "result": result,
         "error": error, "reason": reason, "actual_cost_micros": actual_cost_micros,
         "h_note": NULL_NOTE if note is None else encode_text(note),
+        "keeps_vendor_key": keeps_vendor_key,
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     String,
     Text,
     case,
@@ -247,9 +248,13 @@ class _Definitions:
             .returning(*head)
         )
         # The holder's outcome. A FAILED its holder proves moves the next attempt to a new
-        # vendor key, unless the current key was kept from an earlier attempt (whose holder
-        # may still send it).
-        proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt)
+        # vendor key (a vendor that stored its answer to the old key, a declined card, would
+        # replay it), unless the current key was kept from an earlier attempt (whose holder
+        # may still send it), or an exception classifier inferred the FAILED
+        # (``keeps_vendor_key``): the vendor never saw the request it judged, and when the
+        # body had sent another first, the vendor deduplicates the retry by the key.
+        proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt) & (
+            ~p("keeps_vendor_key", type_=Boolean))
 
         def outcome(where: Any, note: Any, *, returning: bool = True) -> Any:
             stmt = (

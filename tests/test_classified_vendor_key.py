@@ -1,0 +1,202 @@
+"""A FAILED an exception classifier inferred keeps the vendor key; one the body proved
+(``NotExecuted``) or the holder reported itself moves it.
+
+A built-in classifier judges the request that raised, not the body: a body that charged a card
+and then failed to connect for a follow-up request is FAILED, and its retry runs the body again.
+The vendor deduplicates that retry only if it carries the key the charge carried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+import effectgate as eg
+from effectgate.integrations._kernel import GatedCall, Refused
+from effectgate.store.rows import EffectHead
+
+KEY = "charge:o2"
+
+
+def _charge_then_connect_error(sent: list[str | None]) -> None:
+    """The red team's body: the charge reaches the vendor, then a follow-up cannot connect."""
+    d = eg.current_effect()
+    assert d is not None
+    sent.append(d.vendor_idempotency_key)
+    raise httpx.ConnectError("connection refused")  # the follow-up request's error
+
+
+def _vendor_attempt(gate: eg.Gate, key: str) -> tuple[int, int | None]:
+    row: Any = gate.store.fetch(gate.namespace, key)
+    assert isinstance(row, EffectHead)
+    return row.attempt, row.vendor_attempt
+
+
+def test_a_builtin_classifiers_failed_keeps_the_vendor_key(gate: eg.Gate) -> None:
+    sent: list[str | None] = []
+
+    @gate.effect("charge:{order}", effect_type="payment.charge", vendor="stripe")
+    def charge(order: str) -> None:
+        _charge_then_connect_error(sent)
+
+    for _ in range(2):
+        with pytest.raises(httpx.ConnectError):
+            charge("o2")
+    record = gate.get(KEY)
+    assert record.state is eg.State.FAILED and record.attempt == 2
+    assert sent[0] is not None and sent == [sent[0], sent[0]]
+    assert _vendor_attempt(gate, KEY) == (2, 1)
+
+
+async def test_a_users_classifiers_failed_keeps_the_vendor_key_async(gate: eg.Gate) -> None:
+    sent: list[str | None] = []
+
+    def refused_by_vendor(exc: BaseException) -> eg.Outcome | None:
+        return eg.Outcome.FAILED if isinstance(exc, LookupError) else None
+
+    @gate.effect("charge:{order}", effect_type="payment.charge", vendor="stripe",
+                 classifiers=(refused_by_vendor,))
+    async def charge(order: str) -> None:
+        d = eg.current_effect()
+        assert d is not None
+        sent.append(d.vendor_idempotency_key)
+        raise LookupError("no such route")
+
+    for _ in range(2):
+        with pytest.raises(LookupError):
+            await charge("o2")
+    assert gate.get(KEY).state is eg.State.FAILED
+    assert sent[0] is not None and sent == [sent[0], sent[0]]
+
+
+async def test_the_builtin_classifiers_failed_keeps_the_vendor_key_async(gate: eg.Gate) -> None:
+    sent: list[str | None] = []
+
+    @gate.effect("charge:{order}", effect_type="payment.charge", vendor="stripe")
+    async def charge(order: str) -> None:
+        _charge_then_connect_error(sent)
+
+    for _ in range(2):
+        with pytest.raises(httpx.ConnectError):
+            await charge("o2")
+    assert sent[0] is not None and sent == [sent[0], sent[0]]
+
+
+def test_not_executed_still_moves_the_vendor_key(gate: eg.Gate) -> None:
+    sent: list[str | None] = []
+
+    @gate.effect("charge:{order}", effect_type="payment.charge", vendor="stripe")
+    def charge(order: str) -> None:
+        d = eg.current_effect()
+        assert d is not None
+        sent.append(d.vendor_idempotency_key)
+        raise eg.NotExecuted("the card was declined before the charge")
+
+    for _ in range(2):
+        with pytest.raises(eg.NotExecuted):
+            charge("o2")
+    assert len(set(sent)) == 2 and None not in sent
+    assert _vendor_attempt(gate, KEY) == (2, 3)
+
+
+async def test_not_executed_still_moves_the_vendor_key_async(gate: eg.Gate) -> None:
+    sent: list[str | None] = []
+
+    @gate.effect("charge:{order}", effect_type="payment.charge", vendor="stripe")
+    async def charge(order: str) -> None:
+        d = eg.current_effect()
+        assert d is not None
+        sent.append(d.vendor_idempotency_key)
+        raise eg.NotExecuted("declined")
+
+    for _ in range(2):
+        with pytest.raises(eg.NotExecuted):
+            await charge("o2")
+    assert len(set(sent)) == 2 and None not in sent
+
+
+def test_an_explicit_failed_report_still_moves_the_vendor_key(gate: eg.Gate) -> None:
+    first = gate.begin(effect_type="payment.charge", key=KEY, payload={}, vendor="stripe")
+    gate.report(first, "failed", error="declined")
+    second = gate.begin(effect_type="payment.charge", key=KEY, payload={}, vendor="stripe")
+    assert second.attempt == 2
+    assert second.vendor_idempotency_key != first.vendor_idempotency_key
+
+
+async def test_an_explicit_failed_areport_still_moves_the_vendor_key(gate: eg.Gate) -> None:
+    first = await gate.abegin(effect_type="payment.charge", key=KEY, payload={},
+                              vendor="stripe")
+    await gate.areport(first, eg.Outcome.FAILED, error="declined")
+    second = await gate.abegin(effect_type="payment.charge", key=KEY, payload={},
+                               vendor="stripe")
+    assert second.attempt == 2
+    assert second.vendor_idempotency_key != first.vendor_idempotency_key
+
+
+def test_the_adapter_kernel_keeps_the_vendor_key_of_a_classified_failure(
+        gate: eg.Gate) -> None:
+    sent: list[str | None] = []
+    call = GatedCall(eg.EffectSpec(gate, "charge:{order}", effect_type="payment.charge",
+                                   vendor="stripe"), "charge")
+    for _ in range(2):
+        answer = call.run({"order": "o2"}, lambda: _charge_then_connect_error(sent))
+        assert isinstance(answer, Refused) and answer.kind == "failed"
+    assert sent[0] is not None and sent == [sent[0], sent[0]]
+
+
+async def test_the_adapter_kernel_async_moves_the_key_only_for_not_executed(
+        gate: eg.Gate) -> None:
+    sent: list[str | None] = []
+    call = GatedCall(eg.EffectSpec(gate, "charge:{order}", effect_type="payment.charge",
+                                   vendor="stripe"), "charge")
+
+    async def declined() -> None:
+        d = eg.current_effect()
+        assert d is not None
+        sent.append(d.vendor_idempotency_key)
+        raise eg.NotExecuted("declined")
+
+    async def refused() -> None:
+        _charge_then_connect_error(sent)
+
+    for body in (declined, refused, refused):
+        answer = await call.arun({"order": "o2"}, body)
+        assert isinstance(answer, Refused) and answer.kind == "failed"
+    assert sent[0] != sent[1] and sent[1] == sent[2]
+
+
+@pytest.mark.parametrize("spends", [False, None])
+@pytest.mark.parametrize("keeps", [True, False])
+def test_the_stores_failed_report_keeps_the_key_only_when_told(
+        gate: eg.Gate, spends: bool | None, keeps: bool) -> None:
+    """Each statement a FAILED report runs (one statement, or with its spend in a
+    transaction) reads ``keeps_vendor_key``."""
+    first = gate.begin(effect_type="payment.charge", key=KEY, payload={}, vendor="stripe")
+    assert first.lease is not None
+    done = gate.store.record_outcome(
+        gate.namespace, first.lease, eg.Outcome.FAILED, result=None, error=None, reason=None,
+        note=None, actual_cost_micros=None, spends=spends, keeps_vendor_key=keeps)
+    assert done is not None and not done.late
+    second = gate.begin(effect_type="payment.charge", key=KEY, payload={}, vendor="stripe")
+    assert second.attempt == 2
+    same = second.vendor_idempotency_key == first.vendor_idempotency_key
+    assert same is keeps
+
+
+@pytest.mark.parametrize("keeps", [True, False])
+def test_a_late_failed_report_keeps_the_key_only_when_told(make_gate: Any,
+                                                         keeps: bool) -> None:
+    import time
+
+    gate = make_gate(lease_seconds=0.2)
+    first = gate.begin(effect_type="payment.charge", key=KEY, payload={}, vendor="stripe")
+    time.sleep(0.4)  # the lease lapses; nobody acts, so the holder's report lands, late
+    done = gate.store.record_outcome(
+        gate.namespace, first.lease, eg.Outcome.FAILED, result=None, error=None, reason=None,
+        note=None, actual_cost_micros=None, spends=False, keeps_vendor_key=keeps)
+    assert done is not None and done.late
+    second = gate.begin(effect_type="payment.charge", key=KEY, payload={}, vendor="stripe")
+    assert second.attempt == 2
+    assert (second.vendor_idempotency_key == first.vendor_idempotency_key) is keeps
