@@ -118,13 +118,13 @@ async def aperform(command: Command, store: Store, astore: ThreadedStore | Async
         return await abandonable(store, c.secret, lambda: store.move(c.row, c.move, c.req,
                                                                      c.secret, c.approval))
     if isinstance(command, Lapse):
-        return await to_thread(store.lapse, command.row)
+        return await store.on_worker(store.lapse, command.row)
     if isinstance(command, GetApproval):
         return await astore.approval(command.namespace, command.approval_id)
     if isinstance(command, Examine):
         return await astore.get(command.row.namespace, command.row.key)
     if isinstance(command, Resolve):
-        return await to_thread(_resolve, store, command)
+        return await store.on_worker(_resolve, store, command)
     if isinstance(command, CallHook):
         return await _acall_hook(command)
     return tell(command, store, observe)

@@ -394,10 +394,8 @@ class BeginFlow:
     async def abegin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store's async face (async callers)."""
         if req.compensates_effect_id is not None:  # an undo (rare): its step read off the loop
-            from asyncio import to_thread
-
-            _undoable(req, await to_thread(self._store.get_by_id, req.namespace,
-                                        req.compensates_effect_id))
+            _undoable(req, await self._store.on_worker(self._store.get_by_id, req.namespace,
+                                                       req.compensates_effect_id))
         secret = self._secrets()
         try:
             done: BeginDecision = await _drive.adrive(

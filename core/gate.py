@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import operations, principals, reads, validate
-from ._drive import to_thread
 from .decorator import checked_classifiers, gate_function
 from .errors import ConfigError, UnknownEffect
 from .flow import BeginFlow
@@ -358,7 +357,7 @@ class Gate:
 
     async def aresolve(self, key: str, outcome: Outcome | str, **kwargs: Any) -> EffectRecord:
         """:meth:`resolve` without blocking the event loop."""
-        return await to_thread(self.resolve, key, outcome, **kwargs)
+        return await self._store.on_worker(self.resolve, key, outcome, **kwargs)
 
     def reconciler(self, effect_type: str) -> Callable[[Reconciler], Reconciler]:
         """Register a hook that asks the vendor what happened to an AMBIGUOUS effect of
@@ -390,7 +389,7 @@ class Gate:
 
     async def aget(self, key: str) -> EffectRecord:
         """:meth:`get` without blocking the event loop."""
-        return await to_thread(self.get, key)
+        return await self._store.on_worker(self.get, key)
 
     def get_by_id(self, effect_id: int) -> EffectRecord:
         """The effect with ``effect_id``; :class:`UnknownEffect` if none in this namespace."""
@@ -459,11 +458,11 @@ class Gate:
 
     async def aapprove(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
         """:meth:`approve` without blocking the event loop."""
-        return await to_thread(self.approve, approval_id, **kwargs)
+        return await self._store.on_worker(self.approve, approval_id, **kwargs)
 
     async def adeny(self, approval_id: str, **kwargs: Any) -> ApprovalRecord:
         """:meth:`deny` without blocking the event loop."""
-        return await to_thread(self.deny, approval_id, **kwargs)
+        return await self._store.on_worker(self.deny, approval_id, **kwargs)
 
     # -- sagas, retention ----------------------------------------------------------------------
 
@@ -494,7 +493,7 @@ class Gate:
 
     async def aunwind(self, group_key: str, **kwargs: Any) -> UnwindReport:
         """:meth:`unwind` without blocking the event loop."""
-        return await to_thread(self.unwind, group_key, **kwargs)
+        return await self._store.on_worker(self.unwind, group_key, **kwargs)
 
     def prune(self, older_than: datetime.timedelta, *, dry_run: bool = False) -> int:
         """Drop stored results, errors and history of effects settled (COMMITTED, FAILED,
@@ -524,7 +523,7 @@ class Gate:
 
     async def aprune(self, older_than: datetime.timedelta, **kwargs: Any) -> int:
         """:meth:`prune` without blocking the event loop."""
-        return await to_thread(self.prune, older_than, **kwargs)
+        return await self._store.on_worker(self.prune, older_than, **kwargs)
 
     # -- principals, the operator's console ----------------------------------------------------
 

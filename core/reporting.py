@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import decide, validate
-from ._drive import to_thread
 from ._payload_steps import aresult_json, is_small
 from .classify import Classifier, judge_body
 from .errors import (
@@ -200,11 +199,11 @@ class Reporter:
             done = await _record(self.flow.astore.record_outcome, self.namespace, lease,
                                  parsed, text, fields)
         if done is None:
-            if await to_thread(self.already, lease, parsed, text):
+            if await self.store.on_worker(self.already, lease, parsed, text):
                 return
-            raise await to_thread(self.stale, lease, f"report {parsed.value}")
+            raise await self.store.on_worker(self.stale, lease, f"report {parsed.value}")
         news = parsed is Outcome.AMBIGUOUS and self.flow.observe is not None and (
-            not done.late or await to_thread(self.unmarked, lease))
+            not done.late or await self.store.on_worker(self.unmarked, lease))
         self.reported(held, lease, parsed, text, done, reason, news)
 
     def _effect_type_of(self, held: BeginDecision | Lease) -> str | None:
@@ -349,7 +348,7 @@ class Reporter:
         lease, _ = self.holder(held)
         expiry = await self.flow.astore.extend(self.namespace, lease, span, vendor_ref)
         if expiry is None:
-            raise await to_thread(self.stale, lease, "extend the lease")
+            raise await self.store.on_worker(self.stale, lease, "extend the lease")
         return datetime.datetime.fromtimestamp(expiry, datetime.UTC)
 
 

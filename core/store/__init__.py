@@ -87,6 +87,7 @@ from .rows import (
 )
 from .sql import install, statements_for
 from .version import VersionWatch, vendor_secret_of
+from .workers import WorkerCalls
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -99,7 +100,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
-_BACKGROUND_WAIT = 5.0  # seconds close() waits for each background thread (a release: ~1 s)
+_BACKGROUND_WAIT = 5.0  # seconds close() waits for each background thread (a release: ~1 s),
+# and for the worker calls (Store.on_worker) all together
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
 
@@ -122,6 +124,7 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("EFFECTGATE_URL") or DEFAULT_URL
 
 
+_T = TypeVar("_T")
 class Store:
     """One database URL: its connections, durability and the domain operations."""
 
@@ -153,6 +156,7 @@ class Store:
                                   database=database, conninfo=conninfo)
         self.background: set[threading.Thread] = set()
         """The threads :meth:`in_background` started that are still running."""
+        self._worker_calls = WorkerCalls()
         try:  # a store refused here (newer, missing, no functions) keeps nothing open
             found = self._read_meta() if database is not None or conninfo is not None else None
             self.meta: dict[str, str] = self._schema() if found is None else found
@@ -270,22 +274,27 @@ class Store:
     def close(self) -> None:
         """Close every connection this store opened (the async callers' idle ones too), once
         the threads :meth:`in_background` started are done (each waited for at most
-        ``_BACKGROUND_WAIT`` seconds)."""
+        ``_BACKGROUND_WAIT`` seconds) and the calls :meth:`on_worker` handed to a worker
+        thread have ended (all of them within ``_BACKGROUND_WAIT`` seconds of the start),
+        but for those the closing thread is itself inside. No such call starts while the
+        connections close: one handed over meanwhile runs after, on a new connection."""
+        deadline = time.monotonic() + _BACKGROUND_WAIT
         waited = {threading.current_thread()}  # (a close() on one of them: not itself)
-        starting = time.monotonic() + _BACKGROUND_WAIT
         # Again until none is left: one may start another (it is in the set before it starts).
         while pending := [t for t in tuple(self.background) if t not in waited]:
             for thread in pending:
                 try:
                     thread.join(_BACKGROUND_WAIT)
                 except RuntimeError:  # listed, not started yet (in_background is starting
-                    if time.monotonic() < starting:  # it, on another thread): look again
+                    if time.monotonic() < deadline:  # it, on another thread): look again
                         time.sleep(0.001)
                         continue
                 waited.add(thread)
-        if self._async_face is not None:
-            self._async_face.close_idle()
-        self._conns.close()
+        # The threads first: a worker call never starts one, nor a thread a worker call.
+        with self._worker_calls.quiet(deadline):
+            if self._async_face is not None:
+                self._async_face.close_idle()
+            self._conns.close()
 
     dispose = close
 
@@ -307,6 +316,35 @@ class Store:
             thread.start()
         except RuntimeError:  # the interpreter is shutting down
             self.background.discard(thread)
+
+    async def on_worker(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """``fn(*args, **kwargs)`` on the event loop's default executor
+        (``asyncio.to_thread``): an async caller's call of this store off the loop, which
+        :meth:`close` waits for from the moment it is handed over (before a worker takes it)
+        to its end, whether or not its caller is still there (a cancelled ``abegin``'s
+        reservation runs on, and is released on the same worker). A worker thread stays in
+        the executor's pool after its call, so the calls are counted, not the threads; the
+        count costs the async path a lock or two per call, the sync path nothing."""
+        import asyncio  # (an async caller's: imported already)
+
+        calls = self._worker_calls
+        ticket = calls.handed()
+
+        def run() -> _T:
+            calls.start(ticket)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                calls.end()
+
+        # Named as the call it makes (what a look at the executor's work sees: a test that
+        # counts the thread hops of an async tool, for one).
+        run.__qualname__ = getattr(fn, "__qualname__", run.__qualname__)
+        try:
+            return await asyncio.to_thread(run)
+        except BaseException:
+            calls.withdraw(ticket)  # cancelled before a worker took it: it never runs
+            raise
 
     def drop_thread_connection(self) -> None:
         """Close the connection this thread opened, if any (a short-lived thread's, before it
@@ -801,9 +839,6 @@ def _inserted(req: Request, effect_id: int, lease: float, now: float,
         1, 1, lease, now, now, None, None, req.vendor, 1, now, None, None,
         req.estimated_cost_micros, None, lease_secret, now, True,
     ))
-
-
-_T = TypeVar("_T")
 
 
 def _again_if_aborted(call: Callable[[], _T]) -> _T:

@@ -49,8 +49,9 @@ class _Pending:
 
 
 async def abandonable(store: Store, secret: LeaseSecret, write: Callable[[], T]) -> T:
-    """``write`` (one that may reserve an effect with ``secret``) on a worker thread, its
-    answer awaited; a reservation it makes for a caller cancelled meanwhile is released."""
+    """``write`` (one that may reserve an effect with ``secret``) on a worker thread
+    (:meth:`Store.on_worker`: a close waits for it, the release too), its answer awaited; a
+    reservation it makes for a caller cancelled meanwhile is released."""
     pending = _Pending()
 
     def write_unless_abandoned() -> T:
@@ -62,7 +63,7 @@ async def abandonable(store: Store, secret: LeaseSecret, write: Callable[[], T])
         return value
 
     try:
-        return await asyncio.to_thread(write_unless_abandoned)
+        return await store.on_worker(write_unless_abandoned)
     except asyncio.CancelledError:
         with pending.lock:
             pending.gone, done, value = True, pending.done, pending.value

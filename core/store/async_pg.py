@@ -384,7 +384,7 @@ class AsyncPostgres:
         """:meth:`Store.record_outcome`; natively when the attempt moves no spend."""
         store = self._store
         if spends is not False:
-            return await asyncio.to_thread(
+            return await store.on_worker(
                 store.record_outcome, namespace, lease, outcome, result=result, error=error,
                 reason=reason, note=note, actual_cost_micros=actual_cost_micros, spends=spends,
                 overspend=overspend, keeps_vendor_key=keeps_vendor_key)

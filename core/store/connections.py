@@ -251,9 +251,9 @@ class Connections:
         try:
             if self.is_sqlite:
                 with self.write_lock:
-                    if self._local.sync != sync:
-                        conn.execute(sync)  # only when it changes: durability is per commit
-                        self._local.sync = sync
+                    if local.sync != sync:  # (this connection's: a close() meanwhile makes
+                        conn.execute(sync)  # a new local) only when it changes: durability is
+                        local.sync = sync  # per commit
                     cur = conn.execute(sql.text, binds)
                     return cur.rowcount if count else cur.fetchall()  # type: ignore[no-any-return]
             cur = conn.execute(sql.text, binds)

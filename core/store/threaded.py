@@ -4,7 +4,6 @@ thread (a write may wait for the file's lock, and a synchronous commit for the d
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from .abandoned import abandonable
@@ -58,11 +57,12 @@ class ThreadedStore:
 
     async def record_outcome(self, namespace: str, lease: Lease, outcome: Any,
                              **kwargs: Any) -> Recorded | None:
-        """:meth:`Store.record_outcome`, on a worker thread."""
-        return await asyncio.to_thread(self._store.record_outcome, namespace, lease, outcome,
-                                       **kwargs)
+        """:meth:`Store.record_outcome`, on a worker thread (:meth:`Store.on_worker`)."""
+        return await self._store.on_worker(self._store.record_outcome, namespace, lease,
+                                           outcome, **kwargs)
 
     async def extend(self, namespace: str, lease: Lease, seconds: float,
                      vendor_ref: str | None = None) -> float | None:
-        """:meth:`Store.extend`, on a worker thread."""
-        return await asyncio.to_thread(self._store.extend, namespace, lease, seconds, vendor_ref)
+        """:meth:`Store.extend`, on a worker thread (:meth:`Store.on_worker`)."""
+        return await self._store.on_worker(self._store.extend, namespace, lease, seconds,
+                                           vendor_ref)

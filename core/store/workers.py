@@ -1,0 +1,99 @@
+"""The calls an async caller hands a store to run on the event loop's executor threads
+(:meth:`effectgate.store.Store.on_worker`), counted so that :meth:`~effectgate.store.Store.close`
+waits for them before it closes any connection: closing a connection while another thread
+runs a statement on it can crash the process (SQLite's and psycopg's both). A worker thread
+stays in the executor's pool after its call, so the calls are counted, not the threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from . import connections
+
+__all__ = ["WorkerCalls"]
+
+_HANDED, _STARTED, _WITHDRAWN = range(3)  # a worker call's ticket: who counts it down
+
+
+class WorkerCalls:
+    """The calls :meth:`Store.on_worker` handed to worker threads that have not ended: those
+    handed over, not started yet, and those running, by thread. A call is counted from the
+    moment it is handed over (a :meth:`Store.close` right after it must not close the
+    connections before a worker takes it) to its end; one its caller withdrew unstarted (a
+    cancel that reached the executor first) is not counted, and if it starts after all it is
+    counted again. The lock is held only briefly, and by :meth:`quiet` while a store
+    closes."""
+
+    __slots__ = ("_closing", "_cond", "_forks", "_lock", "_running", "_total")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()  # entered as itself (the C lock's ``with``: cheaper)
+        self._cond = threading.Condition(self._lock)
+        self._total = 0  # handed over or running
+        self._running: dict[int, int] = {}  # thread id: how many of its calls run (nested)
+        self._closing = 0  # closes waiting for calls to end (none: nobody to wake)
+        self._forks = connections._forks
+
+    def handed(self) -> list[int]:
+        """Count a call just handed to the executor; its ticket."""
+        if self._forks != connections._forks:  # a forked child: the parent's calls (and
+            self._reset()  # its lock, maybe held) are not here
+        with self._lock:
+            self._total += 1
+        return [_HANDED]
+
+    def start(self, ticket: list[int]) -> None:
+        """On the worker, before the call: counted as this thread's from now on."""
+        me = threading.get_ident()
+        with self._lock:
+            if ticket[0] == _WITHDRAWN:  # yet a worker took it: counted again
+                self._total += 1
+            ticket[0] = _STARTED
+            self._running[me] = self._running.get(me, 0) + 1
+
+    def end(self) -> None:
+        """On the worker, after the call."""
+        me = threading.get_ident()
+        with self._lock:
+            left = self._running.pop(me, 0) - 1
+            if left > 0:
+                self._running[me] = left
+            self._total -= 1
+            if self._closing:
+                self._cond.notify_all()
+
+    def withdraw(self, ticket: list[int]) -> None:
+        """Its caller has stopped awaiting a call (cancelled, or the executor refused it):
+        no longer counted if no worker has taken it."""
+        with self._lock:
+            if ticket[0] == _HANDED:
+                ticket[0] = _WITHDRAWN
+                self._total -= 1
+                if self._closing:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def quiet(self, deadline: float) -> Iterator[None]:
+        """Held once no call is handed over or running but the calling thread's own, or at
+        ``deadline`` (``time.monotonic``); none starts or ends until the block is left."""
+        if self._forks != connections._forks:
+            self._reset()
+        me = threading.get_ident()
+        with self._cond:
+            self._closing += 1
+            try:
+                while self._total - self._running.get(me, 0) > 0:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            finally:
+                self._closing -= 1
+            yield
