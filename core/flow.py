@@ -36,14 +36,15 @@ from ._commands import (
     Write,
 )
 from .decide import Answer, Move, ReadApproval
-from .errors import InvalidTransition, PayloadError, StoreError, UnknownEffect
+from .errors import ConfigError, InvalidTransition, PayloadError, StoreError, UnknownEffect
+from .keys import compensation_key
 from .memo import CommittedMemo
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
 from .payload import canonical_json, result_json
 from .reconcile import Reconciler, verdict
 from .records import BeginDecision
 from .redact import describe
-from .registry import Registry
+from .registry import UNDO_SUFFIX, Registry
 from .request import LeaseSecret, Request
 from .states import ApprovalState, Decision, Outcome, State
 from .store import NewApproval, Store
@@ -302,10 +303,24 @@ def _undoable(req: Request, step: EffectRow | None) -> None:
     undo would undo nothing the step then does, and could never run again at its key
     (:class:`UnknownEffect` for no such step in the namespace, else
     :class:`InvalidTransition`; nothing is written). A COMMITTED step never moves again, so
-    the read stays true."""
+    the read stays true.
+
+    An undo's own type (``<type>.compensate``) is counted by no spend ceiling, so such a
+    request must be the one undo of the step it names: of that step's type plus the suffix,
+    at :func:`~effectgate.keys.compensation_key` of its key (:class:`ConfigError`
+    otherwise). Any committed effect, named as the step of a charge called an undo, would
+    else let that charge past every ceiling, as many times as it likes."""
     if step is None:
         raise UnknownEffect(f"{req.key!r} undoes effect {req.compensates_effect_id}, which is "
                             "not in this namespace", key=req.key)
+    if req.effect_type.endswith(UNDO_SUFFIX) and (
+            req.effect_type != step.effect_type + UNDO_SUFFIX
+            or req.key != compensation_key(step.key)):
+        raise ConfigError(
+            f"{req.key!r} ({req.effect_type}) is not the undo of {step.key!r} "
+            f"({step.effect_type}): a step's one undo is of type "
+            f"{step.effect_type + UNDO_SUFFIX!r} at key {compensation_key(step.key)!r}",
+            key=req.key)
     if step.state is not State.COMMITTED:
         state = decide.effective_state(step).value
         raise InvalidTransition(

@@ -12,8 +12,12 @@ one of those. ``None``, empty strings, floats, containers and anything else rais
 :class:`~effectgate.EffectKeyError` before anything runs. Keys are NFC-normalised, at most
 :data:`MAX_KEY_LENGTH` characters, and printable: control characters, line and paragraph
 separators (U+2028, U+2029, U+0085), invisible format characters (zero-width space,
-bidirectional overrides, BOM) and spaces other than U+0020 are refused, so two keys that look
-alike are alike. (Unassigned and private-use code points pass: which code points are assigned
+bidirectional overrides, BOM) and spaces other than U+0020 are refused, so no character that
+shows as nothing makes two keys that look alike distinct. What shows is the key as written:
+a leading or trailing space is part of it (the ``strip`` filter below drops it from a field),
+and full-width or other compatibility forms are characters of their own (NFC, not NFKC: text
+in a key stays as its language writes it; ``lower``, ``casefold`` or a filter of your own
+merge more). (Unassigned and private-use code points pass: which code points are assigned
 depends on the Python's Unicode version, and a key must mean the same on every host.)
 
 **Filters** turn a large or messy argument into a key part: ``{field|filter}``, chained left to
@@ -66,8 +70,8 @@ from .utf8 import is_utf8
 if TYPE_CHECKING:
     from uuid import UUID
 
-__all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "filter_names", "is_utf8",
-           "lookup_key", "register_filter"]
+__all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "compensation_key", "filter_names",
+           "is_utf8", "lookup_key", "register_filter"]
 
 MAX_KEY_LENGTH = 512
 _FORMATTER = string.Formatter()
@@ -126,6 +130,15 @@ def check_key(key: object, *, refuse_blank: bool = True) -> str:
             f"an effect key must be printable; it has {what} (U+{ord(bad):04X}), which would "
             "make look-alike keys distinct or break a record", key=repr(key), reason=what)
     return key
+
+
+def compensation_key(key: str) -> str:
+    """The key of ``key``'s undo: ``compensate:<key>``, or, when that would be too long,
+    ``compensate:sha256:<digest of key>`` (still one undo per step)."""
+    candidate = f"compensate:{key}"
+    if len(candidate) <= MAX_KEY_LENGTH:
+        return candidate
+    return "compensate:sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def _field_value(value: Any, field: str) -> str | int | datetime.date | UUID:

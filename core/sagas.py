@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from . import validate
 from .context import current_effect_scope
 from .errors import ConfigError, EffectGateError, PayloadError, StaleLease, UnknownEffect
-from .keys import MAX_KEY_LENGTH
+from .keys import compensation_key
 from .payload import payload_hash
 from .redact import describe
 from .registry import UNDO_SUFFIX
@@ -474,15 +474,6 @@ def _hold(record: EffectRecord, what: str, *, handed: bool = False) -> _Hold:
     return _Hold(f"held back: the undo of the newer step {record.key} is "
                  f"{_AS_SAID.get(what, what)}; settle it, then unwind again (undos run newest "
                  "first)", handed)
-
-
-def compensation_key(key: str) -> str:
-    """The key of ``key``'s undo: ``compensate:<key>``, or, when that would be too long,
-    ``compensate:sha256:<digest of key>`` (still one undo per step)."""
-    candidate = f"compensate:{key}"
-    if len(candidate) <= MAX_KEY_LENGTH:
-        return candidate
-    return "compensate:sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def compensation_request(record: EffectRecord) -> dict[str, Any]:

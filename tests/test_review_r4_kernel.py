@@ -136,7 +136,9 @@ def test_naming_a_step_lets_no_other_effect_spend_past_a_ceiling(make_gate: Any)
     budget never blocks an unwind. Any ``begin`` naming a step was taken for an undo: an agent
     holding one small step (over MCP, ``begin_effect`` passes ``compensates_effect_id`` on)
     spent any amount on a ceilinged effect type by naming it. Only an undo's own type
-    (``<type>.compensate``) escapes the ceilings now."""
+    (``<type>.compensate``) escapes the ceilings now, and (red team, round 8) only as the
+    step's own undo: ``pay.transfer.compensate`` naming a seat is refused, the seat's undo
+    runs."""
     policy = eg.Policy.from_dict({"effects": {"pay.transfer": {"budget": {
         "per_run_micros": 1000}}}})
     gate: eg.Gate = make_gate(policy=policy)
@@ -147,8 +149,12 @@ def test_naming_a_step_lets_no_other_effect_spend_past_a_ceiling(make_gate: Any)
                        run_id="r", estimated_cost_micros=10**9,
                        compensates_effect_id=step.effect_id)
     assert spend.decision is eg.Decision.DENIED, spend.reason
-    undo = gate.begin(effect_type="pay.transfer.compensate", key="undo:1", payload={},
-                      run_id="r", estimated_cost_micros=10**9,
+    with pytest.raises(eg.ConfigError):
+        gate.begin(effect_type="pay.transfer.compensate", key="compensate:seat:1", payload={},
+                   run_id="r", estimated_cost_micros=10**9,
+                   compensates_effect_id=step.effect_id)
+    undo = gate.begin(effect_type="booking.seat.compensate", key="compensate:seat:1",
+                      payload={}, run_id="r", estimated_cost_micros=10**9,
                       compensates_effect_id=step.effect_id)
     assert undo.decision is eg.Decision.EXECUTE
 

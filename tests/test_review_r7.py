@@ -34,6 +34,7 @@ import pytest
 from sqlalchemy import text
 
 import effectgate as eg
+from effectgate.sagas import compensation_key
 from effectgate.states import ApprovalState
 
 DOLLAR = 1_000_000
@@ -63,7 +64,7 @@ def test_a_call_bearing_an_undos_name_is_counted_by_its_step_globs_ceiling(
     step = gate.begin(effect_type="booking.flight", key="flight:1", payload={})
     gate.report(step, "committed")
     counters = _counters(gate)
-    undo = _call(gate, "undo:1", undoes=step.effect_id)
+    undo = _call(gate, compensation_key("flight:1"), undoes=step.effect_id)
     assert undo.decision is eg.Decision.EXECUTE and undo.budget_warning is None
     assert _counters(gate) == counters == [("booking.*", 900_000)]
 
