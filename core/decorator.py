@@ -406,8 +406,8 @@ async def _settle_unstarted(gate: GateLike, begun: asyncio.Future[BeginDecision]
         return
     if d.decision is Decision.EXECUTE:
         with contextlib.suppress(EffectGateError, asyncio.CancelledError):
-            await _surely(gate, gate.areport(d, Outcome.FAILED, error=_NOT_STARTED),
-                          lambda: gate.report(d, Outcome.FAILED, error=_NOT_STARTED))
+            await _surely(gate, gate.store.on_worker(_give_back, gate, d),
+                          lambda: _give_back(gate, d))
 
 
 async def _surely(gate: GateLike, report: Awaitable[None], fallback: Callable[[], None],
@@ -461,9 +461,22 @@ def _report_unstarted_later(gate: GateLike, begun: asyncio.Future[BeginDecision]
 
 async def _report_quietly(gate: GateLike, d: BeginDecision) -> None:
     with contextlib.suppress(EffectGateError):
-        await _surely(gate, gate.areport(d, Outcome.FAILED, error=_NOT_STARTED),
-                      lambda: gate.report(d, Outcome.FAILED, error=_NOT_STARTED))
+        await _surely(gate, gate.store.on_worker(_give_back, gate, d),
+                      lambda: _give_back(gate, d))
 
+
+def _give_back(gate: GateLike, d: BeginDecision) -> None:
+    """Settle the reservation ``d`` of a call whose body never started (its caller was
+    cancelled first), as the store settles one whose caller was gone before the answer came
+    (:func:`~effectgate.store.abandoned.release`): an approval it consumed is given back, the
+    effect waiting on it again (a person is not asked twice for a yes nothing used); else it
+    is recorded FAILED. Sync: run on a worker, or on a thread of its own."""
+    from .request import LeaseSecret
+    from .store.abandoned import release
+
+    row = gate.store.fetch(gate.namespace, d.key)
+    if row is None or not release(gate.store, LeaseSecret(d.lease_secret), row, _NOT_STARTED):
+        gate.report(d, Outcome.FAILED, error=_NOT_STARTED)  # (found done if that landed)
 
 
 def gate_function(gate: GateLike, fn: Callable[..., T], key: str, *,
