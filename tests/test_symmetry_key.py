@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import operator
 import random
-from collections import deque
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from effectgate.verify.explore import BOUNDS, sample_schedules
-from effectgate.verify.model import Config, Model, ModelState
+from effectgate.verify.explore import BOUNDS
+from effectgate.verify.model import Config, ModelState
 from effectgate.verify.symmetry import KEPT, Symmetry
+
+from .test_symmetry import _reachable
 
 _TWO = {c.name: c for c in BOUNDS["2-worker"]}
 _CONFIGS = [
@@ -32,21 +33,8 @@ def _states(config: Config, limit: int = 600) -> list[ModelState]:
     """Reachable states (breadth first up to ``limit``, then those of a seeded sample of
     schedules), each with a random image under a permutation, and states made from them
     that are no image of any (one field of ``KEPT`` moved: the clock or the faults left)."""
-    model, sym = Model(config), Symmetry(config)
-    root = model.initial()
-    seen, queue = {root}, deque([root])
-    while queue and len(seen) < limit:
-        s = queue.popleft()
-        for action in model.actions(s):
-            after = model.transition(s, action).state
-            if after not in seen:
-                seen.add(after)
-                queue.append(after)
-    for schedule in sample_schedules(config, 20, seed=3):
-        s = root
-        for action in schedule:
-            s = model.transition(s, action).state
-            seen.add(s)
+    sym = Symmetry(config)
+    seen = _reachable(config, limit)
     rng = random.Random(7)
     perms = sym.permutations()
     states = sorted(seen, key=repr)
