@@ -37,6 +37,7 @@ from ._commands import (
 )
 from .decide import Answer, Move, ReadApproval
 from .errors import ConfigError, InvalidTransition, PayloadError, StoreError, UnknownEffect
+from .governance import dollars
 from .keys import compensation_key
 from .memo import CommittedMemo
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
@@ -307,9 +308,11 @@ def _undoable(req: Request, step: EffectRow | None) -> None:
 
     An undo's own type (``<type>.compensate``) is counted by no spend ceiling, so such a
     request must be the one undo of the step it names: of that step's type plus the suffix,
-    at :func:`~effectgate.keys.compensation_key` of its key (:class:`ConfigError`
-    otherwise). Any committed effect, named as the step of a charge called an undo, would
-    else let that charge past every ceiling, as many times as it likes."""
+    at :func:`~effectgate.keys.compensation_key` of its key, declaring no more than its step
+    spent (its actual cost where its holder reported one, else its estimate; what
+    :func:`~effectgate.sagas.compensation_request` declares), or :class:`ConfigError`. Any
+    committed effect, named as the step of a charge called an undo, would else let that
+    charge past every ceiling, as many times and for as much as it liked."""
     if step is None:
         raise UnknownEffect(f"{req.key!r} undoes effect {req.compensates_effect_id}, which is "
                             "not in this namespace", key=req.key)
@@ -321,11 +324,25 @@ def _undoable(req: Request, step: EffectRow | None) -> None:
             f"({step.effect_type}): a step's one undo is of type "
             f"{step.effect_type + UNDO_SUFFIX!r} at key {compensation_key(step.key)!r}",
             key=req.key)
+    if req.effect_type.endswith(UNDO_SUFFIX) and (req.estimated_cost_micros or 0) > (
+            spent := _spent(step)):
+        raise ConfigError(
+            f"{req.key!r} declares {dollars(req.estimated_cost_micros or 0)}, more than its "
+            f"step {step.key!r} spent ({dollars(spent)}): no ceiling counts an undo, so it "
+            "gives back at most what its step was charged", key=req.key)
     if step.state is not State.COMMITTED:
         state = decide.effective_state(step).value
         raise InvalidTransition(
             f"{req.key!r} undoes {step.key!r}, which is {state}, not committed: an undo runs "
             "only once its step committed (resolve the step first)", key=req.key, state=state)
+
+
+def _spent(step: EffectRow) -> int:
+    """What ``step`` was charged: its actual cost where its holder reported one, else its
+    estimate (none: 0)."""
+    cost = step.actual_cost_micros if step.actual_cost_micros is not None else (
+        step.estimated_cost_micros)
+    return cost or 0
 
 
 def _duplicate(parts: Parts, row: EffectHead | CommittedHead, answer: Answer) -> BeginDecision:

@@ -143,7 +143,7 @@ def test_naming_a_step_lets_no_other_effect_spend_past_a_ceiling(make_gate: Any)
         "per_run_micros": 1000}}}})
     gate: eg.Gate = make_gate(policy=policy)
     step = gate.begin(effect_type="booking.seat", key="seat:1", payload={}, group_key="trip",
-                      compensation={"cancel": 1})
+                      compensation={"cancel": 1}, estimated_cost_micros=10**9)
     gate.report(step, "committed")
     spend = gate.begin(effect_type="pay.transfer", key="pay:1", payload={"to": "x"},
                        run_id="r", estimated_cost_micros=10**9,

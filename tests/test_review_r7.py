@@ -44,9 +44,10 @@ UNDOS_ASKED = {"effects": {
 }}
 
 
-def _call(gate: eg.Gate, key: str, *, undoes: int | None = None) -> eg.BeginDecision:
+def _call(gate: eg.Gate, key: str, *, undoes: int | None = None,
+          cost: int = 90 * DOLLAR // 100) -> eg.BeginDecision:
     return gate.begin(effect_type="booking.flight.compensate", key=key, payload={"k": key},
-                      estimated_cost_micros=90 * DOLLAR // 100, compensates_effect_id=undoes)
+                      estimated_cost_micros=cost, compensates_effect_id=undoes)
 
 
 def test_a_call_bearing_an_undos_name_is_counted_by_its_step_globs_ceiling(
@@ -54,19 +55,20 @@ def test_a_call_bearing_an_undos_name_is_counted_by_its_step_globs_ceiling(
     """$1 a day on ``booking.*``, and an approval rule for large undos on ``*.compensate``:
     two $0.90 calls of ``booking.flight.compensate`` that undo nothing both ran ($1.80
     spent). The second is refused by ``booking.*``'s ceiling, writing only its refusal;
-    an undo of a committed step at the same cost still runs past the full ceiling."""
+    an undo of a committed step (at what its step spent) still runs past the full ceiling."""
     gate = make_gate(policy=UNDOS_ASKED)
     assert _call(gate, "plain:1").decision is eg.Decision.EXECUTE
     refused = _call(gate, "plain:2")
     assert refused.decision is eg.Decision.DENIED, refused
     assert refused.reason == "spend ceiling reached: day ceiling of $1.00 on booking.*"
     assert gate.get("plain:2").state is eg.State.DENIED
-    step = gate.begin(effect_type="booking.flight", key="flight:1", payload={})
+    step = gate.begin(effect_type="booking.flight", key="flight:1", payload={},
+                      estimated_cost_micros=DOLLAR // 10)  # the day's last $0.10
     gate.report(step, "committed")
     counters = _counters(gate)
-    undo = _call(gate, compensation_key("flight:1"), undoes=step.effect_id)
+    undo = _call(gate, compensation_key("flight:1"), undoes=step.effect_id, cost=DOLLAR // 10)
     assert undo.decision is eg.Decision.EXECUTE and undo.budget_warning is None
-    assert _counters(gate) == counters == [("booking.*", 900_000)]
+    assert _counters(gate) == counters == [("booking.*", DOLLAR)]
 
 
 def _counters(gate: eg.Gate) -> list[tuple[str, int]]:

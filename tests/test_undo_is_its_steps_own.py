@@ -5,8 +5,10 @@ begin naming *any* committed effect as its step (``compensates_effect_id``) unde
 $1,000 "undos" of a committed email ran past a $100-a-day ceiling on ``payment.*``.
 
 Now such a request must be the step's one undo: of the step's type plus ``.compensate``, at
-the step's compensation key (``compensate:<step key>``), or ``begin`` refuses it with a
-:class:`~effectgate.ConfigError` and writes nothing. The undo :func:`~effectgate.sagas.
+the step's compensation key (``compensate:<step key>``), declaring no more than its step spent
+(the review of that fix: five $0 ``payment.ping`` steps, each with its own $1,000 undo, still
+spent $5,000 past the ceiling), or ``begin`` refuses it with a :class:`~effectgate.ConfigError`
+and writes nothing. The undo :func:`~effectgate.sagas.
 compensation_request` describes still runs past a full ceiling, once; a call of another type
 that names a step is counted by the ceilings as any call is. On both backends, sync and async,
 and ``preview`` answers the same.
@@ -110,3 +112,31 @@ def test_the_undo_of_a_step_with_a_long_key_is_at_its_hashed_key(make_gate: Any)
     assert gate.begin(**undo).decision is eg.Decision.EXECUTE
     with pytest.raises(eg.ConfigError):
         gate.begin(**{**undo, "key": "compensate:" + long_key[:500]})
+
+
+@pytest.mark.parametrize(("step_cost", "actual", "undo_cost", "runs"), [
+    (None, None, 1000 * DOLLAR, False),       # a free step: its undo may declare nothing
+    (0, None, 1, False),
+    (5 * DOLLAR, None, 5 * DOLLAR + 1, False),
+    (5 * DOLLAR, None, 5 * DOLLAR, True),       # what compensation_request declares
+    (5 * DOLLAR, 7 * DOLLAR, 7 * DOLLAR, True),  # the actual cost its holder reported
+    (5 * DOLLAR, 3 * DOLLAR, 4 * DOLLAR, False),
+    (None, None, None, True),
+])
+def test_an_undo_declares_no_more_than_its_step_spent(
+        make_gate: Any, step_cost: int | None, actual: int | None, undo_cost: int | None,
+        runs: bool) -> None:
+    gate = make_gate(policy=CEILING)
+    d = gate.begin(effect_type="payment.ping", key="ping:1", payload={},
+                   estimated_cost_micros=step_cost)
+    gate.report(d, "committed", actual_cost_micros=actual)
+    before = _tables(gate)
+    undo = {"effect_type": "payment.ping.compensate", "key": "compensate:ping:1",
+            "payload": {}, "compensates_effect_id": d.effect_id,
+            "estimated_cost_micros": undo_cost}
+    if runs:
+        assert gate.begin(**undo).decision is eg.Decision.EXECUTE
+        return
+    with pytest.raises(eg.ConfigError, match="more than its step 'ping:1' spent"):
+        gate.begin(**undo)
+    assert _tables(gate) == before
