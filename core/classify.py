@@ -22,9 +22,10 @@ httpx and requests are never imported by effectgate: an exception is recognised 
 module, and the class hierarchy is read from the exception itself.
 
 A classifier that raises (or answers something that is not an outcome) has no opinion, and
-neither do the ones after it: the outcome is AMBIGUOUS. Only a FAILED the body proved
-(:class:`~effectgate.NotExecuted`) moves the next attempt to a new vendor key; one a classifier
-inferred keeps it (:func:`judge_body`).
+neither do the ones after it: the outcome is AMBIGUOUS. A FAILED the body proved
+(:class:`~effectgate.NotExecuted`) or one of your classifiers answered moves the next attempt
+to a new vendor key; one a built-in inferred from a connection error keeps it
+(:func:`judge_body`).
 """
 
 from __future__ import annotations
@@ -161,24 +162,28 @@ class Judgement(NamedTuple):
     outcome: Outcome
     """FAILED or AMBIGUOUS."""
     proved: bool
-    """True for a FAILED the body proved (it raised :class:`~effectgate.NotExecuted`): the next
-    attempt gets a new vendor key. A FAILED a classifier inferred keeps the key (the vendor
-    never saw the request that raised, or, when the classifier is wrong, it deduplicates)."""
+    """True for a FAILED the body proved (it raised :class:`~effectgate.NotExecuted`) or one of
+    the caller's classifiers answered (it knows its body and its vendor: a decline the vendor
+    stored needs a new key): the next attempt gets a new vendor key. A FAILED a built-in
+    classifier inferred from a connection error keeps the key: the vendor never saw that
+    request, or, when the body had sent another one first, it deduplicates the retry."""
 
 
 def judge_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Judgement:
-    """:func:`classify_body`, and whether its FAILED is the body's own proof."""
-    if recorded_outcome(exc) is None:
-        if isinstance(exc, NotExecuted):
-            return _marked(exc, Judgement(Outcome.FAILED, True))
-        verdict = _asked(exc, (*classifiers, *BUILTIN_CLASSIFIERS))
-    else:
-        verdict = _asked(exc, classifiers)
+    """:func:`classify_body`, and whether its FAILED is the body's own proof (``proved``)."""
+    first = recorded_outcome(exc) is None  # (else an inner gate's: only yours are asked)
+    if first and isinstance(exc, NotExecuted):
+        return _marked(exc, Judgement(Outcome.FAILED, True))
+    verdict = _asked(exc, classifiers)
+    yours = verdict.outcome is not None
+    if not yours and first:
+        verdict = _asked(exc, BUILTIN_CLASSIFIERS)
     if verdict.broken is not None:
         with contextlib.suppress(TypeError):  # an exception whose __notes__ is not a list
             exc.add_note(f"effectgate: {verdict.broken}; the outcome is recorded AMBIGUOUS")
     failed = verdict.outcome is Outcome.FAILED
-    return _marked(exc, Judgement(Outcome.FAILED if failed else Outcome.AMBIGUOUS, False))
+    return _marked(exc, Judgement(Outcome.FAILED if failed else Outcome.AMBIGUOUS,
+                                  failed and yours))
 
 
 def _marked(exc: BaseException, judgement: Judgement) -> Judgement:

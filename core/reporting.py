@@ -60,11 +60,12 @@ class _Inferred(str):
 
 
 INFERRED_FAILED: str = _Inferred(Outcome.FAILED.value)
-"""The outcome the decorator reports for a FAILED that an exception classifier inferred
-(:func:`~effectgate.classify.judge_body`), told apart by identity: FAILED, but the next attempt
-keeps the vendor key. Only a FAILED proved by the body (``NotExecuted``) or reported by the
-holder itself moves it; the vendor never saw the request a classifier judged, or, when the
-classifier is wrong (the body sent another request first), it deduplicates the retry."""
+"""The outcome the decorator reports for a FAILED that a built-in exception classifier inferred
+from a connection error (:func:`~effectgate.classify.judge_body`), told apart by identity:
+FAILED, but the next attempt keeps the vendor key. A FAILED proved by the body
+(``NotExecuted``), answered by the caller's own classifier or reported by the holder itself
+moves it; the vendor never saw the request a built-in judged, or, when the built-in is wrong
+(the body sent another request first), it deduplicates the retry."""
 T = TypeVar("T")
 
 

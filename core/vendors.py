@@ -3,8 +3,9 @@
 With ``vendor=`` an effect's ``begin`` carries a deterministic key derived from
 (namespace, effect type, key, attempt) and the store's secret, so a retry of the *same attempt*
 (the holder's own HTTP retry) reuses it, while a new attempt after a FAILED the body proved
-(``NotExecuted``) or its holder reported gets a new one (after a FAILED an exception classifier
-inferred, or an operator or a reconcile hook decided, it keeps the old one). The
+(``NotExecuted``), one of the caller's classifiers answered or its holder reported gets a new
+one (after a FAILED a built-in classifier inferred from a connection error, or an operator or
+a reconcile hook decided, it keeps the old one). The
 vendor then refuses a duplicate itself, which protects the action even from callers that skip
 the gate. Each rule says where the key goes and how long the vendor remembers it; ``covered``
 tells whether that window still covers the attempt.
