@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .. import validate
 from ..decide import outcome_spend_delta, reads_first
@@ -100,8 +100,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_URL", "Durability", "NewApproval", "Store", "resolve_url"]
 
-_BACKGROUND_WAIT = 5.0  # seconds close() waits for each background thread (a release: ~1 s),
-# and for the worker calls (Store.on_worker) all together
+_BACKGROUND_WAIT = 5.0  # seconds close() waits for the store's work off its callers' threads
 
 DEFAULT_URL = "sqlite:///.effectgate/effects.db"
 
@@ -273,25 +272,12 @@ class Store:
 
     def close(self) -> None:
         """Close every connection this store opened (the async callers' idle ones too), once
-        the threads :meth:`in_background` started are done (each waited for at most
-        ``_BACKGROUND_WAIT`` seconds) and the calls :meth:`on_worker` handed to a worker
-        thread have ended (all of them within ``_BACKGROUND_WAIT`` seconds of the start),
-        but for those the closing thread is itself inside. No such call starts while the
-        connections close: one handed over meanwhile runs after, on a new connection."""
-        deadline = time.monotonic() + _BACKGROUND_WAIT
-        waited = {threading.current_thread()}  # (a close() on one of them: not itself)
-        # Again until none is left: one may start another (it is in the set before it starts).
-        while pending := [t for t in tuple(self.background) if t not in waited]:
-            for thread in pending:
-                try:
-                    thread.join(_BACKGROUND_WAIT)
-                except RuntimeError:  # listed, not started yet (in_background is starting
-                    if time.monotonic() < deadline:  # it, on another thread): look again
-                        time.sleep(0.001)
-                        continue
-                waited.add(thread)
-        # The threads first: a worker call never starts one, nor a thread a worker call.
-        with self._worker_calls.quiet(deadline):
+        the store's work off its callers' threads has ended: the threads :meth:`in_background`
+        started and the calls :meth:`on_worker` handed to the executor (all of them within
+        ``_BACKGROUND_WAIT`` seconds), but for those the closing thread is itself inside. None
+        starts while the connections close: one handed over meanwhile runs after, on a new
+        connection."""
+        with self._worker_calls.quiet(time.monotonic() + _BACKGROUND_WAIT):
             if self._async_face is not None:
                 self._async_face.close_idle()
             self._conns.close()
@@ -303,19 +289,25 @@ class Store:
         ends and closes the connection it opened: a write left behind by a caller that is
         gone (a release, a report). :meth:`close` waits for it: closing a connection while
         another thread uses it can crash the process (SQLite's and psycopg's both)."""
+        calls = self._worker_calls
+        ticket = calls.handed()  # before it starts: a close() from now on waits for it
+
         def run() -> None:
+            calls.start(ticket)
             try:
                 fn()
             finally:
                 self.drop_thread_connection()
                 self.background.discard(thread)
+                calls.end()
 
         thread = threading.Thread(target=run, name=name)
-        self.background.add(thread)  # before it starts: a close() from now on waits for it
+        self.background.add(thread)
         try:
             thread.start()
         except RuntimeError:  # the interpreter is shutting down
             self.background.discard(thread)
+            calls.withdraw(ticket)
 
     async def on_worker(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """``fn(*args, **kwargs)`` on the event loop's default executor
@@ -331,7 +323,8 @@ class Store:
         ticket = calls.handed()
 
         def run() -> _T:
-            calls.start(ticket)
+            if not calls.start(ticket):  # its caller was cancelled before a worker took it
+                return cast("_T", None)  # (nobody takes the answer)
             try:
                 return fn(*args, **kwargs)
             finally:

@@ -20,13 +20,13 @@ _HANDED, _STARTED, _WITHDRAWN = range(3)  # a worker call's ticket: who counts i
 
 
 class WorkerCalls:
-    """The calls :meth:`Store.on_worker` handed to worker threads that have not ended: those
-    handed over, not started yet, and those running, by thread. A call is counted from the
+    """The store's work off its callers' threads that has not ended: the calls
+    :meth:`Store.on_worker` handed to the executor's threads (not started yet, or running)
+    and the threads :meth:`Store.in_background` started, by thread. Each is counted from the
     moment it is handed over (a :meth:`Store.close` right after it must not close the
-    connections before a worker takes it) to its end; one its caller withdrew unstarted (a
-    cancel that reached the executor first) is not counted, and if it starts after all it is
-    counted again. The lock is held only briefly, and by :meth:`quiet` while a store
-    closes."""
+    connections before a thread takes it) to its end. A call its caller withdrew before a
+    worker started it (a cancel that came first) is not counted, and is not run. The lock is
+    held only briefly, and by :meth:`quiet` while a store closes."""
 
     __slots__ = ("_closing", "_cond", "_forks", "_lock", "_running", "_total")
 
@@ -49,14 +49,17 @@ class WorkerCalls:
             self._total += 1
         return [_HANDED]
 
-    def start(self, ticket: list[int]) -> None:
-        """On the worker, before the call: counted as this thread's from now on."""
+    def start(self, ticket: list[int]) -> bool:
+        """On the thread, before the call: counted as this thread's from now on. False (not
+        counted: do not run it) when its caller withdrew it first: its cancel came first, and
+        the call is as if it never was handed over (nothing runs after a close)."""
         me = threading.get_ident()
         with self._lock:
-            if ticket[0] == _WITHDRAWN:  # yet a worker took it: counted again
-                self._total += 1
+            if ticket[0] == _WITHDRAWN:
+                return False
             ticket[0] = _STARTED
             self._running[me] = self._running.get(me, 0) + 1
+            return True
 
     def end(self) -> None:
         """On the worker, after the call."""
