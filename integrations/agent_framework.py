@@ -549,7 +549,7 @@ async def _approval_request(declared: _Declared, refused: Refused,
     again = _arguments(context.function, shown, {}, declared.defaults)
     if isinstance(again, Refused) or payload_hash(again) != payload_hash(arguments):
         return gated.refuse(refused).message
-    review = await asyncio.to_thread(review_of, gated, refused, arguments)
+    review = await gated.spec.gate.store.on_worker(review_of, gated, refused, arguments)
     call_id = str(context.metadata.get("call_id") or review.approval_id)
     occurrence = context.metadata.get("function_call_occurrence_id")
     request_id = str(occurrence) if occurrence else f"{review.approval_id}:{call_id}"

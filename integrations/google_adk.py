@@ -269,7 +269,8 @@ class _Gated:
     async def _pause(self, refused: Refused, arguments: Mapping[str, Any],
                      tool_context: ToolContext) -> Any:
         """Ask ADK to pause the run for a human (its tool confirmation)."""
-        review = await asyncio.to_thread(review_of, self._effectgate, refused, arguments)
+        review = await self._effectgate.spec.gate.store.on_worker(
+            review_of, self._effectgate, refused, arguments)
         tool_context.request_confirmation(
             hint=review.description(),
             payload={"effectgate": review.as_dict(), "arguments": review.arguments})

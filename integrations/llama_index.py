@@ -56,7 +56,6 @@ effect's ``run_id``.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import weakref
@@ -375,7 +374,7 @@ class GatedFunctionTool(FunctionTool):
             return gated.refuse(out)
         from llama_index.core.workflow import HumanResponseEvent
 
-        review = await asyncio.to_thread(review_of, gated, out, arguments)
+        review = await gated.spec.gate.store.on_worker(review_of, gated, out, arguments)
         waiter_id = f"effectgate:{review.approval_id}"
         requirements = {"approval_id": review.approval_id}
         asked = _input_required(review)

@@ -85,7 +85,6 @@ repeat of a settled effect but cannot reserve it nor record the outcome.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import inspect
@@ -374,7 +373,7 @@ def _approval_bridge(invocation: _Invocation, own: Any) -> NeedsApproval:
                 request = spec.request(checked[0])
             except EffectGateError:
                 return own_says  # the gated call reports it
-        recorded = await asyncio.to_thread(_record_request, gate, request)
+        recorded = await gate.store.on_worker(_record_request, gate, request)
         return own_says or recorded is not None
 
     return needs_approval

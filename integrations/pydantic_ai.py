@@ -298,7 +298,7 @@ async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
     expired or replaced would be the same call's effect again under a fresh key."""
     gate = gated.spec.gate
     try:
-        record = await asyncio.to_thread(gate.approval, approval_id)
+        record = await gate.store.on_worker(gate.approval, approval_id)
     except EffectGateError:
         record = None
     if record is None or record.effect_type != gated.spec.effect_type or not _of_this_call(
@@ -322,7 +322,7 @@ async def _resumed(gated: GatedCall, approval_id: str, args: dict[str, Any],
             key = edit.spec.request(args).key
         except EffectGateError:
             return decided(record)
-        if await asyncio.to_thread(replaced_by, gate, record, key):
+        if await gate.store.on_worker(replaced_by, gate, record, key):
             return await run(edit, args)
         return decided(record)
     review = Review(approval_id=record.approval_id, payload_hash=record.payload_hash,
@@ -442,7 +442,7 @@ async def _gated(gated: GatedCall, args: dict[str, Any], ctx: RunContext[Any],
             out = edit.answer
         if isinstance(out, Refused) and out.kind == "approval_required" \
                 and _defers(ctx, pause):
-            raise _pause(await asyncio.to_thread(review_of, gated, out, args))
+            raise _pause(await gated.spec.gate.store.on_worker(review_of, gated, out, args))
     if isinstance(out, Refused):
         out = gated.refuse(out)
         raise _answer(out)

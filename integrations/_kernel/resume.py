@@ -23,7 +23,6 @@ executes is what was approved: prevention, not attribution.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +86,7 @@ async def aresume(gated: GatedCall, arguments: Mapping[str, Any], answer: Answer
         return out
     if getattr(out.error, "reason", None) == APPROVAL_REQUESTED:
         return out  # this resume's own begin opened the request: the answer was to another
-    review = await asyncio.to_thread(review_of, gated, out, arguments)
+    review = await gated.spec.gate.store.on_worker(review_of, gated, out, arguments)
     if answer.approval_id is None and review.approval_id not in (answer.told or ()):
         return out  # it names no request, and the run was not told of this one before
     if answer.approval_id is not None and answer.approval_id != review.approval_id:

@@ -44,7 +44,6 @@ off the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import re
@@ -430,17 +429,17 @@ async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
     if refused is not None:
         return refused
     if verdict.kind == "reject":
-        if not await asyncio.to_thread(_deny, gated, review.approval_id, verdict.by,
-                                       verdict.message or "rejected"):
+        if not await gated.spec.gate.store.on_worker(
+                _deny, gated, review.approval_id, verdict.by, verdict.message or "rejected"):
             return await run(gated, arguments)  # approved meanwhile: that decision stands
         return _rejected(review, verdict)
     if edited is None or _current_hash(gated, edited) == review.payload_hash:
-        await asyncio.to_thread(_approve, gated, review.approval_id, verdict.by,
-                                verdict.message)
+        await gated.spec.gate.store.on_worker(_approve, gated, review.approval_id,
+                                              verdict.by, verdict.message)
         return await run(gated, arguments)
     other = edited_call(gated, review.key)
-    replaced = await asyncio.to_thread(_replace, gated, review.approval_id, verdict.by, other,
-                                       edited)
+    replaced = await gated.spec.gate.store.on_worker(
+        _replace, gated, review.approval_id, verdict.by, other, edited)
     if isinstance(replaced, Refused):
         return replaced  # decided otherwise meanwhile, or an edit that cannot be keyed
     if not replaced:
@@ -448,8 +447,8 @@ async def aapply(gated: GatedCall, review: Review, verdict: Verdict,
     out = await run(other, edited)
     wanted = _approval_id(out)
     if wanted is not None and verdict.approves_edit:
-        await asyncio.to_thread(_approve, other, wanted, verdict.by,
-                                f"edited from approval {review.approval_id}")
+        await other.spec.gate.store.on_worker(_approve, other, wanted, verdict.by,
+                                             f"edited from approval {review.approval_id}")
         out = await run(other, edited)
     return out
 
@@ -511,7 +510,7 @@ async def areplacement(gated: GatedCall, out: Any,
     """:func:`replacement` off the event loop (nothing is read for any other answer)."""
     if not isinstance(out, Refused) or out.kind != "denied":
         return None
-    return await asyncio.to_thread(replacement, gated, out, arguments)
+    return await gated.spec.gate.store.on_worker(replacement, gated, out, arguments)
 
 
 # -- what the store decided for a call (frameworks that pause outside it) ----------------------
@@ -556,4 +555,4 @@ def store_decision(gate: GateLike, request: Request) -> StoreDecision | None:
 
 async def astore_decision(gate: Gate, request: Request) -> StoreDecision | None:
     """:func:`store_decision` off the event loop."""
-    return await asyncio.to_thread(store_decision, gate, request)
+    return await gate.store.on_worker(store_decision, gate, request)

@@ -109,7 +109,6 @@ it with the stored result, nor record its outcome.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import json
@@ -430,7 +429,7 @@ class _Pauser:
             return gated.refuse(out)
         from langgraph.types import interrupt
 
-        review = await asyncio.to_thread(review_of, gated, out, arguments)
+        review = await gated.spec.gate.store.on_worker(review_of, gated, out, arguments)
         verdict = self._ask(review, interrupt)
         if _unseen(out, review, await _shown_async(config)):
             return gated.refuse(out)

@@ -18,7 +18,6 @@ or ``effectgate mcp serve --url ... [--transport http]``: both run stdio the sam
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import json
@@ -333,7 +332,7 @@ def build_server(gate: eg.Gate, *, allow_resolve: bool = False,
     ) -> dict[str, Any]:
         try:
             operator_only("unwind")
-            return await asyncio.to_thread(unwind_answer, gate, group_key, by)
+            return await gate.store.on_worker(unwind_answer, gate, group_key, by)
         except eg.EffectGateError as err:
             raise tool_error(err) from err
 
@@ -473,7 +472,7 @@ async def _require_step_held(gate: eg.Gate, effect_id: int | None) -> None:
     compensated once it commits — and an agent acts only on what it holds."""
     who = caller()
     if who is not None and effect_id is not None:
-        require_holder(who, await asyncio.to_thread(gate.get_by_id, effect_id), "compensate")
+        require_holder(who, await gate.store.on_worker(gate.get_by_id, effect_id), "compensate")
 
 
 def _session(ctx: Any) -> Any:

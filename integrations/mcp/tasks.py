@@ -320,11 +320,10 @@ class TaskBoard:
 def state_reader(gate: Any) -> Callable[[str], Awaitable[str | None]]:
     """``key -> the effect's state`` (its value, e.g. ``"ambiguous"``) read from ``gate``'s
     store off the event loop; None for an unknown key."""
-    import asyncio
 
     async def state_of(key: str) -> str | None:
         try:
-            record = await asyncio.to_thread(gate.get, key)
+            record = await gate.store.on_worker(gate.get, key)
         except eg.UnknownEffect:
             return None
         return str(record.state.value)
