@@ -284,3 +284,37 @@ def test_a_close_on_a_worker_inside_a_call_does_not_wait_for_that_call(
     watcher.join(60)
     assert in_time == [True] and seen.events == ["closed", "closed inside"]
     assert gate.get("refund:5").state is eg.State.COMMITTED
+
+
+def test_close_waits_for_a_thread_a_worker_call_starts_while_it_waits(gate: eg.Gate) -> None:
+    """A worker call that starts a background thread (a sync begin on a worker whose reply
+    was lost releases the reservation on a thread of its own) after close() began: close
+    waits for that thread too (it joined the background threads first, then waited for the
+    worker calls, and let the thread run on over the connections it closed). The call is
+    still counted when it hands the thread over."""
+    import time
+
+    store = gate.store
+    closed, waiting = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def late() -> None:
+        time.sleep(0.3)  # long enough for a close() that did not wait to return
+        seen.append(closed.is_set())
+
+    def worker_call() -> None:
+        waiting.wait(10)
+        time.sleep(0.2)  # close() is waiting by now
+        store.in_background("effectgate-late", late)
+
+    runner = threading.Thread(target=lambda: asyncio.run(store.on_worker(worker_call)))
+    runner.start()
+    waiting.set()
+    time.sleep(0.05)
+    store.close()
+    closed.set()
+    runner.join(10)
+    for thread in threading.enumerate():
+        if thread.name == "effectgate-late":
+            thread.join(10)
+    assert seen == [False]  # it ended before close() returned
