@@ -124,6 +124,8 @@ def resolve_url(url: str | None) -> str:
 
 
 _T = TypeVar("_T")
+
+
 class Store:
     """One database URL: its connections, durability and the domain operations."""
 
@@ -313,10 +315,12 @@ class Store:
         """``fn(*args, **kwargs)`` on the event loop's default executor
         (``asyncio.to_thread``): an async caller's call of this store off the loop, which
         :meth:`close` waits for from the moment it is handed over (before a worker takes it)
-        to its end, whether or not its caller is still there (a cancelled ``abegin``'s
-        reservation runs on, and is released on the same worker). A worker thread stays in
-        the executor's pool after its call, so the calls are counted, not the threads; the
-        count costs the async path a lock or two per call, the sync path nothing."""
+        to its end. Once a worker has started it, it runs to its end whether or not its caller
+        is still there (a cancelled ``abegin``'s reservation runs on, and is released on the
+        same worker); one whose caller was gone before a worker started it is not run at all.
+        A worker thread stays in the executor's pool after its call, so the calls are
+        counted, not the threads; the count costs the async path a lock or two per call, the
+        sync path nothing."""
         import asyncio  # (an async caller's: imported already)
 
         calls = self._worker_calls

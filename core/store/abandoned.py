@@ -2,8 +2,9 @@
 was on its way (a timeout around ``abegin``, the loop closing, "cancel all tasks").
 
 The write cannot be taken back once sent. On a worker thread it runs on after its caller is
-cancelled; over Postgres' native async connection the server may have committed it before
-the cancel arrived. Either way the body never started, so such a reservation is released at
+cancelled (unless no worker had started it: then it never runs, :meth:`Store.on_worker`);
+over Postgres' native async connection the server may have committed it before the cancel
+arrived. Either way the body never started, so such a reservation is released at
 once, FAILED — never left to lapse into AMBIGUOUS, where it would wait for an operator:
 
 * :func:`abandonable` runs a write on a worker thread and releases what it reserved if its
