@@ -84,6 +84,19 @@ def _describe(gate: Any, policy: Path | None) -> str:
     return f"store {store}, namespace {gate.namespace!r}, policy {source}"
 
 
+def _uncovered(gate: Any) -> str | None:
+    """Why the policy in force may not govern what an agent proposes over ``mcp serve``, or
+    None: there the agent names each effect's type itself, so a policy whose rules name only
+    some types (and no ``*`` rule) lets a type none of them matches past every approval and
+    every ceiling but the policy's own ``budget``."""
+    policy = gate.policy
+    if policy is None or not policy.effects or "*" in policy.effects:
+        return None
+    return ("the policy has no '*' rule: an agent that names an effect type none of its rules "
+            "matches (globs, case-sensitive) needs no approval and is counted by no ceiling of "
+            "a rule; add a '*' rule for what the agent may propose")
+
+
 @click.group()
 def mcp() -> None:
     """The gate over MCP: a server for agents, and a gateway in front of MCP servers."""
@@ -116,6 +129,8 @@ def serve(url: str | None, namespace: str, gate_ref: str | None, policy: Path | 
         from ..integrations.mcp import serve as run
 
         click.echo(f"effectgate: mcp serve: {_describe(gate, policy)}", err=True)
+        if (warning := _uncovered(gate)) is not None:
+            click.echo(f"effectgate: mcp serve: warning: {warning}", err=True)
         run(gate, transport="http" if transport == "http" else "stdio", host=host, port=port,
             allow_resolve=allow_resolve, allow_remote=allow_remote, auth=not no_auth,
             console_url=console_url)
