@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BudgetWarning",
-    "EffectSpec", "OverspendWarning", "ResultNotStoredWarning", "checked_classifiers",
-    "current_effect", "current_effect_scope", "gate_function", "refusal",
+    "EffectSpec", "OverspendWarning", "ResultNotStoredWarning", "current_effect",
+    "current_effect_scope", "gate_function", "refusal",
 ]
 
 log = logging.getLogger("effectgate")

@@ -316,20 +316,18 @@ def _undoable(req: Request, step: EffectRow | None) -> None:
     if step is None:
         raise UnknownEffect(f"{req.key!r} undoes effect {req.compensates_effect_id}, which is "
                             "not in this namespace", key=req.key)
-    if req.effect_type.endswith(UNDO_SUFFIX) and (
-            req.effect_type != step.effect_type + UNDO_SUFFIX
-            or req.key != compensation_key(step.key)):
-        raise ConfigError(
-            f"{req.key!r} ({req.effect_type}) is not the undo of {step.key!r} "
-            f"({step.effect_type}): a step's one undo is of type "
-            f"{step.effect_type + UNDO_SUFFIX!r} at key {compensation_key(step.key)!r}",
-            key=req.key)
-    if req.effect_type.endswith(UNDO_SUFFIX) and (req.estimated_cost_micros or 0) > (
-            spent := _spent(step)):
-        raise ConfigError(
-            f"{req.key!r} declares {dollars(req.estimated_cost_micros or 0)}, more than its "
-            f"step {step.key!r} spent ({dollars(spent)}): no ceiling counts an undo, so it "
-            "gives back at most what its step was charged", key=req.key)
+    if req.effect_type.endswith(UNDO_SUFFIX):
+        undo_key = compensation_key(step.key)
+        if req.effect_type != step.effect_type + UNDO_SUFFIX or req.key != undo_key:
+            raise ConfigError(
+                f"{req.key!r} ({req.effect_type}) is not the undo of {step.key!r} "
+                f"({step.effect_type}): a step's one undo is of type "
+                f"{step.effect_type + UNDO_SUFFIX!r} at key {undo_key!r}", key=req.key)
+        if (req.estimated_cost_micros or 0) > (spent := _spent(step)):
+            raise ConfigError(
+                f"{req.key!r} declares {dollars(req.estimated_cost_micros or 0)}, more than "
+                f"its step {step.key!r} spent ({dollars(spent)}): no ceiling counts an undo, "
+                "so it gives back at most what its step was charged", key=req.key)
     if step.state is not State.COMMITTED:
         state = decide.effective_state(step).value
         raise InvalidTransition(

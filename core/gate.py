@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import operations, principals, reads, validate
-from .decorator import checked_classifiers, gate_function
+from .classify import checked_classifiers
+from .decorator import gate_function
 from .errors import ConfigError, UnknownEffect
 from .flow import BeginFlow
 from .keys import check_key, lookup_key

@@ -523,7 +523,7 @@ class Store:
         outcome and its spend move in one transaction. ``overspend`` is asked, when an actual
         cost above the estimate raised counters, with each (counter, spent now); a text it
         returns becomes the effect's ``reason`` in the same transaction.
-        ``keeps_vendor_key``: a FAILED that an exception classifier inferred leaves the next
+        ``keeps_vendor_key``: a FAILED that a built-in classifier inferred leaves the next
         attempt the vendor key it has (any other FAILED moves it)."""
         # The common report, COMMITTED with nothing but its result (the decorator's): a text
         # of its own, with what is always the same written in.

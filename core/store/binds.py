@@ -123,8 +123,8 @@ def outcome_binds(namespace: str, lease: Lease, outcome: Outcome, *, result: str
                   actual_cost_micros: int | None,
                   keeps_vendor_key: bool = False) -> dict[str, Any]:
     """The binds of a holder's report, on time (:func:`late_binds` makes the late form, only
-    when the report came late). ``keeps_vendor_key``: a FAILED an exception classifier
-    inferred, which leaves the next attempt the vendor key it has."""
+    when the report came late). ``keeps_vendor_key``: a FAILED a built-in classifier inferred
+    from a connection error, which leaves the next attempt the vendor key it has."""
     return {
         "namespace": namespace, "key": lease.key, "token": lease.token,
         "lease_secret": secret_hash(lease.secret), "state": str(outcome), "result": result,

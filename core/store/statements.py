@@ -250,7 +250,7 @@ class _Definitions:
         # The holder's outcome. A FAILED its holder proves moves the next attempt to a new
         # vendor key (a vendor that stored its answer to the old key, a declined card, would
         # replay it), unless the current key was kept from an earlier attempt (whose holder
-        # may still send it), or an exception classifier inferred the FAILED
+        # may still send it), or a built-in classifier inferred the FAILED
         # (``keeps_vendor_key``): the vendor never saw the request it judged, and when the
         # body had sent another first, the vendor deduplicates the retry by the key.
         proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt) & (
