@@ -7,16 +7,29 @@ stays in the executor's pool after its call, so the calls are counted, not the t
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from . import connections
 
 __all__ = ["WorkerCalls"]
 
 _HANDED, _STARTED, _WITHDRAWN = range(3)  # a worker call's ticket: who counts it down
+
+# Every live WorkerCalls: a forked child starts each one afresh, in the forking thread before
+# fork() returns (the only thread the child has), so no two threads of the child can both
+# reset one and lose a count.
+_live: weakref.WeakSet[WorkerCalls] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for calls in list(_live):
+        calls._reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class WorkerCalls:
@@ -28,23 +41,23 @@ class WorkerCalls:
     worker started it (a cancel that came first) is not counted, and is not run. The lock is
     held only briefly, and by :meth:`quiet` while a store closes."""
 
-    __slots__ = ("_closing", "_cond", "_forks", "_lock", "_running", "_total")
+    __slots__ = ("__weakref__", "_closing", "_cond", "_lock", "_running", "_total")
 
     def __init__(self) -> None:
         self._reset()
+        _live.add(self)
 
     def _reset(self) -> None:
+        """Nothing counted, nobody waiting: new, or in a forked child (the parent's calls, and
+        its lock, maybe held, are not there)."""
         self._lock = threading.Lock()  # entered as itself (the C lock's ``with``: cheaper)
         self._cond = threading.Condition(self._lock)
         self._total = 0  # handed over or running
         self._running: dict[int, int] = {}  # thread id: how many of its calls run (nested)
         self._closing = 0  # closes waiting for calls to end (none: nobody to wake)
-        self._forks = connections._forks
 
     def handed(self) -> list[int]:
         """Count a call just handed to the executor; its ticket."""
-        if self._forks != connections._forks:  # a forked child: the parent's calls (and
-            self._reset()  # its lock, maybe held) are not here
         with self._lock:
             self._total += 1
         return [_HANDED]
@@ -86,8 +99,6 @@ class WorkerCalls:
     def quiet(self, deadline: float) -> Iterator[None]:
         """Held once no call is handed over or running but the calling thread's own, or at
         ``deadline`` (``time.monotonic``); none starts or ends until the block is left."""
-        if self._forks != connections._forks:
-            self._reset()
         me = threading.get_ident()
         with self._cond:
             self._closing += 1
