@@ -312,10 +312,17 @@ def _undoable(req: Request, step: EffectRow | None) -> None:
     spent (its actual cost where its holder reported one, else its estimate; what
     :func:`~effectgate.sagas.compensation_request` declares), or :class:`ConfigError`. Any
     committed effect, named as the step of a charge called an undo, would else let that
-    charge past every ceiling, as many times and for as much as it liked."""
+    charge past every ceiling, as many times and for as much as it liked. An undo is never
+    undone itself (:class:`ConfigError`): its undo would be counted by no ceiling either, nor
+    would the undo of that, and so on for as long as a type may grow."""
     if step is None:
         raise UnknownEffect(f"{req.key!r} undoes effect {req.compensates_effect_id}, which is "
                             "not in this namespace", key=req.key)
+    if step.compensates_effect_id is not None:
+        raise ConfigError(
+            f"{req.key!r} undoes {step.key!r}, which is itself an undo (of effect "
+            f"{step.compensates_effect_id}): an undo is not undone; a step that reverses it "
+            "is an effect of its own, counted by the ceilings", key=req.key)
     if req.effect_type.endswith(UNDO_SUFFIX):
         undo_key = compensation_key(step.key)
         if req.effect_type != step.effect_type + UNDO_SUFFIX or req.key != undo_key:

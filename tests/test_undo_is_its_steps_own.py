@@ -140,3 +140,31 @@ def test_an_undo_declares_no_more_than_its_step_spent(
     with pytest.raises(eg.ConfigError, match="more than its step 'ping:1' spent"):
         gate.begin(**undo)
     assert _tables(gate) == before
+
+
+def test_an_undo_is_never_undone_itself(make_gate: Any) -> None:
+    """Red team, round 9: the undo of a committed undo is "its step's own undo" by type
+    (``….compensate.compensate``), key and cost, and no ceiling counts it either, nor the undo
+    of that: five $100 "undos" ran past a full $100-a-day ceiling, one chained on the other.
+    An undo names a step that is not itself an undo, or ``begin`` refuses it (sync, async,
+    ``preview``) and writes nothing; the first undo still runs."""
+    gate = make_gate(policy=CEILING)
+    _committed(gate, "payment.charge", "charge:1", 100 * DOLLAR)
+    undo = compensation_request(gate.get("charge:1"))
+    d = gate.begin(**undo)
+    assert d.decision is eg.Decision.EXECUTE  # past the full ceiling: it gives back
+    gate.report(d, "committed", result={"refunded": True})
+    again = compensation_request(gate.get(undo["key"]))
+    assert again["effect_type"] == "payment.charge.compensate.compensate"
+    before = _tables(gate)
+    with pytest.raises(eg.ConfigError, match="itself an undo"):
+        gate.begin(**again)
+    with pytest.raises(eg.ConfigError, match="itself an undo"):
+        gate.preview(**again)
+
+    async def abegin() -> None:
+        with pytest.raises(eg.ConfigError, match="itself an undo"):
+            await gate.abegin(**again)
+
+    asyncio.run(abegin())
+    assert _tables(gate) == before
