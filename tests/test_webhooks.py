@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import socket
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -342,37 +343,40 @@ def test_a_4xx_is_not_retried(make_gate: Any) -> None:
         refusing.close()
 
 
-def _max_begin_ms(plain: eg.Gate, hooked: eg.Gate, prefix: str,
-                  n: int = 50) -> tuple[float, float]:
-    """The slowest of ``n`` begins on each gate, taking turns; each begin requests an approval
+def _median_begin_ms(plain: eg.Gate, hooked: eg.Gate, prefix: str,
+                     n: int = 50) -> tuple[float, float]:
+    """The median of ``n`` begins on each gate, taking turns; each begin requests an approval
     (an event for the webhook)."""
-    worst = {"plain": 0.0, "hooked": 0.0}
+    took: dict[str, list[float]] = {"plain": [], "hooked": []}
     for i in range(n):
         for name, gate in (("plain", plain), ("hooked", hooked)):
             start = time.perf_counter()
             d = gate.begin(effect_type="payment.refund", key=f"{prefix}{i}", payload={"i": i})
-            worst[name] = max(worst[name], time.perf_counter() - start)
+            took[name].append(time.perf_counter() - start)
             assert d.decision is eg.Decision.APPROVAL_REQUIRED
-    return worst["plain"] * 1000, worst["hooked"] * 1000
+    return statistics.median(took["plain"]) * 1000, statistics.median(took["hooked"]) * 1000
 
 
 @pytest.mark.parametrize("dead", ["closed port", "sleeping receiver"])
 def test_a_dead_receiver_never_delays_a_begin(make_gate: Any, dead: str) -> None:
-    """A begin whose webhook cannot be delivered costs no more than one without (the slowest
-    of 50, within 20 ms). A blocked begin would wait seconds, every round; a noisy machine's
-    spike does not repeat, so three rounds are allowed."""
+    """A begin whose webhook cannot be delivered costs no more than one without (the median of
+    50, within 10 ms). A begin that delivered its event itself would wait for every one: the
+    receiver's 2 s timeout, or three refused connections with backoffs of at least 15 ms in
+    all between them, each time, so the median moves by more than the margin; a loaded
+    machine's spikes (tens of ms, now and then) move the slowest begin, not the median. Three
+    rounds are allowed."""
     sleeper = Receiver(delay=3.0) if dead == "sleeping receiver" else None
     url = sleeper.url if sleeper else f"http://127.0.0.1:{closed_port()}/hook"
     wh = hooks(url, timeout=2.0, backoff_seconds=0.01, max_attempts=3)
     try:
         plain = make_gate(policy=APPROVE, namespace=make_gate().namespace + "-plain")
         hooked = make_gate(policy=APPROVE, webhooks=wh)
-        _max_begin_ms(plain, hooked, "warm:", 5)
+        _median_begin_ms(plain, hooked, "warm:", 5)
         rounds = []
         for attempt in range(3):
-            without, with_hooks = _max_begin_ms(plain, hooked, f"k{attempt}:")
+            without, with_hooks = _median_begin_ms(plain, hooked, f"k{attempt}:")
             rounds.append((round(with_hooks, 1), round(without, 1)))
-            if with_hooks < without + 20:
+            if with_hooks < without + 10:
                 break
         else:
             pytest.fail(f"begin with a dead webhook receiver was slower: {rounds}")
