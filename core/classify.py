@@ -7,9 +7,13 @@ without an answer every exception is AMBIGUOUS — the safe default, since a ret
 that did happen is the harm this library exists to prevent.
 
 Built-ins, for errors that provably happen before a request byte leaves. They judge the
-request that raised, not the body: a body that may already have sent another request must
-answer for itself (a classifier of its own, asked first, or :class:`~effectgate.NotExecuted`
-raised only where it knows).
+request that raised, not the body, and a body may have sent another request first (a charge,
+then a receipt to a service that is down), or an earlier try of the same request (a retrying
+HTTP adapter). So a gate asks them only for an effect with a vendor key (``vendor=``): their
+FAILED keeps that key, and the vendor deduplicates whatever the body had sent. Elsewhere a
+connection error is AMBIGUOUS unless the body answers for itself: a classifier of its own
+(``classifiers=(eg.classify_httpx,)`` says "this body sends one request, once"), asked first,
+or :class:`~effectgate.NotExecuted` raised only where it knows.
 
 * :class:`~effectgate.NotExecuted` → FAILED (the body says so).
 * httpx: ``ConnectError`` (refused, DNS failure) and ``ConnectTimeout`` → FAILED;
@@ -25,7 +29,7 @@ A classifier that raises (or answers something that is not an outcome) has no op
 neither do the ones after it: the outcome is AMBIGUOUS. A FAILED the body proved
 (:class:`~effectgate.NotExecuted`) or one of your classifiers answered moves the next attempt
 to a new vendor key; one a built-in inferred from a connection error keeps it
-(:func:`judge_body`).
+(:func:`judge_body`). :func:`classify` asks the built-ins of one exception, whatever sent it.
 """
 
 from __future__ import annotations
@@ -166,17 +170,22 @@ class Judgement(NamedTuple):
     the caller's classifiers answered (it knows its body and its vendor: a decline the vendor
     stored needs a new key): the next attempt gets a new vendor key. A FAILED a built-in
     classifier inferred from a connection error keeps the key: the vendor never saw that
-    request, or, when the body had sent another one first, it deduplicates the retry."""
+    request, or, when the body had sent another one first, it deduplicates the retry (the
+    built-ins are asked only when there is a key to keep: ``keyed``)."""
 
 
-def judge_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Judgement:
-    """:func:`classify_body`, and whether its FAILED is the body's own proof (``proved``)."""
+def judge_body(exc: BaseException, classifiers: Iterable[Classifier] = (), *,
+               keyed: bool = False) -> Judgement:
+    """:func:`classify_body`, and whether its FAILED is the body's own proof (``proved``).
+    ``keyed``: the effect has a vendor key, which a FAILED the built-in classifiers infer
+    keeps; without one they are not asked (what else the body sent, nothing would
+    deduplicate)."""
     first = recorded_outcome(exc) is None  # (else an inner gate's: only yours are asked)
     if first and isinstance(exc, NotExecuted):
         return _marked(exc, Judgement(Outcome.FAILED, True))
     verdict = _asked(exc, classifiers)
     yours = verdict.outcome is not None
-    if not yours and first:
+    if not yours and first and keyed:  # (a built-in's FAILED is safe only under a kept key)
         verdict = _asked(exc, BUILTIN_CLASSIFIERS)
     if verdict.broken is not None:
         with contextlib.suppress(TypeError):  # an exception whose __notes__ is not a list
@@ -192,7 +201,8 @@ def _marked(exc: BaseException, judgement: Judgement) -> Judgement:
     return judgement
 
 
-def classify_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) -> Outcome:
+def classify_body(exc: BaseException, classifiers: Iterable[Classifier] = (), *,
+                  keyed: bool = False) -> Outcome:
     """What a gate records for an effect whose body raised ``exc`` — FAILED or AMBIGUOUS (an
     exception cannot prove the effect happened) — noted on ``exc`` (:func:`recorded_outcome`).
 
@@ -201,6 +211,7 @@ def classify_body(exc: BaseException, classifiers: Iterable[Classifier] = ()) ->
     does not say this body did nothing (it may have charged a card before the inner call).
     Such an exception is AMBIGUOUS here unless one of ``classifiers`` says otherwise.
 
-    A classifier that raises makes it AMBIGUOUS, with a note on ``exc`` naming the
-    classifier and the type of its error."""
-    return judge_body(exc, classifiers).outcome
+    The built-in classifiers are asked only when ``keyed`` (the effect has a vendor key: see
+    the module docstring). A classifier that raises makes it AMBIGUOUS, with a note on
+    ``exc`` naming the classifier and the type of its error."""
+    return judge_body(exc, classifiers, keyed=keyed).outcome

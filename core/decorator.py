@@ -287,11 +287,11 @@ class EffectSpec:
             await self.gate.areport(d, Outcome.COMMITTED, result=None)
             self._not_stored(d, err)
 
-    def _failure(self, exc: BaseException) -> tuple[Outcome | str, str]:
+    def _failure(self, exc: BaseException, d: BeginDecision) -> tuple[Outcome | str, str]:
         """The outcome to report for a body that raised ``exc`` (a FAILED a classifier
         inferred as :data:`~effectgate.reporting.INFERRED_FAILED`: it keeps the vendor key),
         and the error."""
-        return failure_outcome(exc, self.classifiers), describe(exc)
+        return failure_outcome(exc, self.classifiers, d.vendor_key is not None), describe(exc)
 
     @staticmethod
     def _unfinished(d: BeginDecision, value: Any) -> tuple[str, ConfigError]:
@@ -326,7 +326,7 @@ class EffectSpec:
         try:
             result = body() if gate._telemetry is None else gate._telemetry.body(d, body)
         except BaseException as exc:
-            outcome, error = self._failure(exc)
+            outcome, error = self._failure(exc, d)
             try:
                 gate.report(d, outcome, error=error)
             except EffectGateError as report_err:
@@ -369,7 +369,7 @@ class EffectSpec:
             result = await (body() if gate._telemetry is None
                             else gate._telemetry.abody(d, body))
         except BaseException as exc:
-            outcome, error = self._failure(exc)
+            outcome, error = self._failure(exc, d)
             try:
                 # A second cancellation (or the loop closing) must not lose the record.
                 await _surely(gate, gate.areport(d, outcome, error=error),

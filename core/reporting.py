@@ -69,11 +69,12 @@ moves it; the vendor never saw the request a built-in judged, or, when the built
 T = TypeVar("T")
 
 
-def failure_outcome(exc: BaseException, classifiers: Iterable[Classifier]) -> Outcome | str:
+def failure_outcome(exc: BaseException, classifiers: Iterable[Classifier],
+                    keyed: bool) -> Outcome | str:
     """What a gate reports for a body (or an undo) that raised ``exc``: AMBIGUOUS, FAILED the
-    body proved (``NotExecuted``: a new vendor key), or :data:`INFERRED_FAILED`
-    (:func:`~effectgate.classify.judge_body`)."""
-    outcome, proved = judge_body(exc, classifiers)
+    body proved (``NotExecuted``: a new vendor key), or :data:`INFERRED_FAILED`, only for an
+    effect with a vendor key (``keyed``: :func:`~effectgate.classify.judge_body`)."""
+    outcome, proved = judge_body(exc, classifiers, keyed=keyed)
     return INFERRED_FAILED if outcome is Outcome.FAILED and not proved else outcome
 
 

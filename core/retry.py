@@ -10,9 +10,11 @@
 
 Retried by default:
 
-* a known failure — an exception the classifiers (``eg.classify``: :class:`NotExecuted`, httpx
-  and requests errors raised before a byte left, plus ``classifiers=`` of your own) say is
-  FAILED: the effect certainly did not happen, and the next ``begin`` runs attempt n+1;
+* a known failure — an exception its gate recorded FAILED (:class:`NotExecuted`, your
+  ``classifiers=``, and, for an effect with a vendor key, httpx and requests errors raised
+  before a byte left: :mod:`effectgate.classify`), or, raised outside a gate, one
+  ``eg.classify`` calls FAILED: the effect certainly did not happen, and the next ``begin``
+  runs attempt n+1;
 * :class:`EffectInFlight` — another holder is executing it: the next attempt waits exactly its
   ``retry_after_seconds`` and then gets the stored result, or runs if that holder failed;
 * :class:`StoreError` — the store was unreachable; the gate keeps the retry safe.

@@ -521,7 +521,8 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
         with current_effect_scope(d):
             result = compensator(record, record.compensation)
     except BaseException as exc:
-        reported = failure_outcome(exc, gate.classifiers)  # (inferred: keeps the vendor key)
+        # (a built-in's inferred FAILED only under a vendor key, which it keeps)
+        reported = failure_outcome(exc, gate.classifiers, d.vendor_key is not None)
         outcome = Outcome(reported)
         lost: EffectGateError | None = None
         try:

@@ -132,7 +132,7 @@ def test_an_inner_effects_refused_connection_leaves_the_async_outer_ambiguous(
 
     charged: list[str] = []
 
-    @gate.effect("notify:{order}", effect_type="http.notify")
+    @gate.effect("notify:{order}", effect_type="http.notify", vendor="stripe")
     async def notify(order: str) -> None:
         async with httpx.AsyncClient() as client:
             await client.post("http://127.0.0.1:9/notify")  # discard port: refused

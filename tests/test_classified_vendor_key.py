@@ -13,9 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+import tenacity
 
 import effectgate as eg
 from effectgate.integrations._kernel import GatedCall, Refused
+from effectgate.retry import retry_effect
 from effectgate.store.rows import EffectHead
 
 KEY = "charge:o2"
@@ -204,3 +206,67 @@ def test_a_late_failed_report_keeps_the_key_only_when_told(make_gate: Any,
     second = gate.begin(effect_type="payment.charge", key=KEY, payload={}, vendor="stripe")
     assert second.attempt == 2
     assert (second.vendor_idempotency_key == first.vendor_idempotency_key) is keeps
+
+
+def test_without_a_vendor_key_a_builtins_failed_is_ambiguous(gate: eg.Gate) -> None:
+    """Red team, round 9: with no vendor key nothing deduplicates a retry, and the built-in
+    judged only the follow-up request, not the charge the body sent first; retried as a known
+    failure, the body charged five times for one key. Without a vendor key the built-ins are
+    not asked: the effect is AMBIGUOUS, and the next call is refused without running."""
+    charged: list[str] = []
+
+    @gate.effect("charge:{order}", effect_type="payment.charge")
+    def charge(order: str) -> None:
+        charged.append(order)  # the charge reached the vendor
+        raise httpx.ConnectError("connection refused")  # the follow-up request's error
+
+    with pytest.raises(httpx.ConnectError):
+        charge("o2")
+    assert eg.recorded_outcome(_raised(charge, "o3")) is eg.Outcome.AMBIGUOUS
+    assert gate.get(KEY).state is eg.State.AMBIGUOUS
+    with pytest.raises(eg.EffectAmbiguous):
+        charge("o2")
+    assert charged == ["o2", "o3"]
+
+
+def test_a_retry_policy_does_not_retry_it(gate: eg.Gate) -> None:
+    """The red team's loop: ``@retry_effect`` retries known failures; the refused follow-up
+    is not one without a vendor key, so the body ran once."""
+    charged: list[str] = []
+
+    @retry_effect(stop=tenacity.stop_after_attempt(5), wait=tenacity.wait_none())
+    @gate.effect("charge:{order}", effect_type="payment.charge")
+    def charge(order: str) -> None:
+        charged.append(order)
+        raise httpx.ConnectError("connection refused")
+
+    with pytest.raises(httpx.ConnectError):
+        charge("o2")
+    assert charged == ["o2"]
+    assert gate.get(KEY).state is eg.State.AMBIGUOUS
+
+
+def test_a_body_that_sends_one_request_says_so_with_its_own_classifier(gate: eg.Gate) -> None:
+    """The opt-in: the built-in, given as the effect's own classifier, is the owner's word
+    that its body sends one request, once; its FAILED lets the next call run."""
+    calls: list[str] = []
+
+    @gate.effect("ping:{n}", effect_type="http.ping", classifiers=(eg.classify_httpx,))
+    def ping(n: str) -> None:
+        calls.append(n)
+        raise httpx.ConnectError("connection refused")
+
+    for _ in range(2):
+        with pytest.raises(httpx.ConnectError):
+            ping("1")
+    record = gate.get("ping:1")
+    assert record.state is eg.State.FAILED and record.attempt == 2
+    assert calls == ["1", "1"]
+
+
+def _raised(fn: Any, *args: Any) -> BaseException:
+    try:
+        fn(*args)
+    except BaseException as err:
+        return err
+    raise AssertionError("did not raise")

@@ -159,14 +159,15 @@ def test_user_classifier_is_asked_first() -> None:
 def test_gated_http_calls_record_what_the_client_knows(
     gate: eg.Gate, refused_url: str, serve: Callable[[str], str]
 ) -> None:
-    """Through the decorator, on both backends: a refused connection is FAILED and the next
-    call runs again (attempt 2); a server that never replies leaves the effect AMBIGUOUS and
-    the next call is refused without sending anything."""
+    """Through the decorator, on both backends: for an effect with a vendor key a refused
+    connection is FAILED and the next call runs again (attempt 2, under the same vendor key);
+    a server that never replies leaves the effect AMBIGUOUS and the next call is refused
+    without sending anything."""
     silent = serve("silent")
     sent: list[str] = []
     targets = {"r1": refused_url, "r2": silent}
 
-    @gate.effect("refund:{txn_id}", effect_type="payment.refund")
+    @gate.effect("refund:{txn_id}", effect_type="payment.refund", vendor="stripe")
     def refund(txn_id: str) -> Any:
         sent.append(txn_id)
         _httpx(targets[txn_id])
@@ -189,7 +190,7 @@ async def test_async_httpx_call_classified_the_same(gate: eg.Gate, refused_url: 
                                                     serve: Callable[[str], str]) -> None:
     closing = serve("close_mid_reply")
 
-    @gate.effect("email:{msg}", effect_type="email.send")
+    @gate.effect("email:{msg}", effect_type="email.send", vendor="generic")
     async def send(msg: str, url: str) -> None:
         async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
             await client.post(url, json={"msg": msg})

@@ -259,7 +259,8 @@ class GatedCall:
                 return self._refuse(Refused(kind, model_message(kind, key, exc), exc, key))
             raise exc
         # What the spec recorded for this body (it classified the error once, as its own).
-        outcome = recorded_outcome(exc) or classify_body(exc, self.spec.classifiers)
+        outcome = recorded_outcome(exc) or classify_body(
+            exc, self.spec.classifiers, keyed=decision.vendor_key is not None)
         if outcome is Outcome.FAILED:
             if self.raise_body_errors or isinstance(exc, self.reraise_failed):
                 raise exc

@@ -17,10 +17,10 @@ from effectgate import (
     EffectAmbiguous,
     EffectGateError,
     Gate,
+    NotExecuted,
     Outcome,
     StaleLease,
     State,
-    classify,
     current_effect,
     recorded_outcome,
 )
@@ -85,7 +85,11 @@ class Attempt:
 
 
 def _guess(error: BaseException) -> State:
-    outcome = recorded_outcome(error) or classify(error)  # what the gate recorded, if it did
+    """What the gate recorded for ``error`` (its mark), else the most cautious guess: FAILED
+    only for :class:`NotExecuted` (a connection error may follow another request the body
+    sent: AMBIGUOUS unless a vendor key covers it, which a guess cannot see)."""
+    outcome = recorded_outcome(error) or (
+        Outcome.FAILED if isinstance(error, NotExecuted) else Outcome.AMBIGUOUS)
     return State.FAILED if outcome is Outcome.FAILED else State.AMBIGUOUS
 
 
