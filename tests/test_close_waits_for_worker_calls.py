@@ -47,10 +47,10 @@ class Seen:
         conns = store._conns
         close = conns.close
 
-        def closing() -> None:
+        def closing(busy: frozenset[int] = frozenset()) -> None:
             self.note("closed")
             self.closed.set()
-            close()
+            close(busy)
 
         conns.close = closing  # type: ignore[method-assign]
 

@@ -278,11 +278,13 @@ class Store:
         started and the calls :meth:`on_worker` handed to the executor (all of them within
         ``_BACKGROUND_WAIT`` seconds), but for those the closing thread is itself inside. None
         starts while the connections close: one handed over meanwhile runs after, on a new
-        connection."""
-        with self._worker_calls.quiet(time.monotonic() + _BACKGROUND_WAIT):
+        connection. A call still running when the wait ran out keeps its thread's connection
+        open (closing it under a statement can crash the process): it is closed by a later
+        close, or with the process."""
+        with self._worker_calls.quiet(time.monotonic() + _BACKGROUND_WAIT) as busy:
             if self._async_face is not None:
                 self._async_face.close_idle()
-            self._conns.close()
+            self._conns.close(busy)
 
     dispose = close
 

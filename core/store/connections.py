@@ -390,15 +390,21 @@ class Connections:
                 self.drop()
             raise
 
-    def close(self) -> None:
-        """Close every connection this store opened (in this process)."""
+    def close(self, busy: frozenset[int] = frozenset()) -> None:
+        """Close every connection this store opened (in this process) but those of the
+        threads ``busy`` names (by ident: a statement may be running on them), which are kept
+        for a later close; every thread opens a new one on its next call."""
         if self._pid != os.getpid():
             self._forget_parent()
         with self._opened_lock:
-            for _, conn in self._opened:
+            kept = []
+            for thread, conn in self._opened:
+                if thread.ident in busy:
+                    kept.append((thread, conn))
+                    continue
                 with contextlib.suppress(Exception):
                     conn.close()
-            self._opened = []
+            self._opened = kept
         self._local = threading.local()
         if self._engine is not None:
             self._engine.dispose()

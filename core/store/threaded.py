@@ -1,6 +1,8 @@
 """The store's operations for async callers on SQLite: reads on the event loop itself (an
 embedded read takes microseconds, and in WAL mode never waits on a writer), writes on a worker
-thread (a write may wait for the file's lock, and a synchronous commit for the disk)."""
+thread (a write may wait for the file's lock, and a synchronous commit for the disk). Both are
+counted (:class:`~effectgate.store.workers.WorkerCalls`): a close from another thread waits
+for them rather than close a connection under a statement."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ class ThreadedStore:
         goes to a worker thread to be written (released if its caller is gone by then:
         :mod:`effectgate.store.abandoned`)."""
         store = self._store
-        row = store.first_read(req.namespace, req.key)
+        row = store._worker_calls.here(store.first_read, req.namespace, req.key)
         if row is not None:
             return row
         return await abandonable(store, secret, lambda: store.reserve(req, secret))
@@ -45,15 +47,15 @@ class ThreadedStore:
 
     async def fetch(self, namespace: str, key: str) -> EffectHead | None:
         """:meth:`Store.fetch`, on the loop."""
-        return self._store.fetch(namespace, key)
+        return self._store._worker_calls.here(self._store.fetch, namespace, key)
 
     async def get(self, namespace: str, key: str) -> EffectRow | None:
         """:meth:`Store.get`, on the loop."""
-        return self._store.get(namespace, key)
+        return self._store._worker_calls.here(self._store.get, namespace, key)
 
     async def approval(self, namespace: str, approval_id: str) -> ApprovalRow | None:
         """:meth:`Store.approval`, on the loop."""
-        return self._store.approval(namespace, approval_id)
+        return self._store._worker_calls.here(self._store.approval, namespace, approval_id)
 
     async def record_outcome(self, namespace: str, lease: Lease, outcome: Any,
                              **kwargs: Any) -> Recorded | None:

@@ -1,0 +1,183 @@
+"""``Store.close`` under a steady stream of async calls (red team, round 9): the close waited
+for every call handed over, including those that kept arriving while it waited, so it never
+found a moment with none, waited out its whole budget, and then closed connections that
+running calls were using. The process crashed (SQLite: a segmentation fault in
+``connections.run``), two runs in four.
+
+Now a close waits only for the calls handed over before it began; a call handed over while it
+waits starts once the connections are closed, on a new one. And a call still running when the
+budget runs out (a write waiting a minute for SQLite's lock) keeps its connection: closing it
+under a statement is what crashes.
+
+Each call here is held by an event (the database is the real one); the order of what
+happened is noted across the threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import effectgate as eg
+import effectgate.store as store_module
+
+from .test_close_waits_for_worker_calls import Seen
+
+
+def _wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not predicate():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.005)
+
+
+def test_a_call_handed_over_while_a_close_waits_starts_after_it(
+        gate: eg.Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "_BACKGROUND_WAIT", 120.0)  # never runs out here
+    store = gate.store
+    seen = Seen(store)
+    entered, go = threading.Event(), threading.Event()
+
+    def running() -> None:  # handed over before the close: it is waited for
+        entered.set()
+        go.wait(60)
+        store.now()
+        seen.note("before")
+
+    def late() -> None:  # handed over while the close waits
+        store.now()
+        seen.note("late")
+
+    async def main() -> None:
+        first = asyncio.ensure_future(store.on_worker(running))
+        assert await asyncio.to_thread(entered.wait, 60)
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        await asyncio.to_thread(_wait_for, lambda: store._worker_calls._closing,
+                                "the close waiting")
+        second = asyncio.ensure_future(store.on_worker(late))
+        # The late call is taken by another worker at once; were it to start, it would run
+        # now and be noted before the close (the old code's order).
+        await asyncio.sleep(0.5)
+        go.set()
+        await asyncio.gather(first, second)
+        await asyncio.to_thread(closer.join, 60)
+
+    asyncio.run(main())
+    assert seen.events == ["before", "closed", "late"]
+    assert not store._worker_calls._total and not store._worker_calls._late
+
+
+def test_a_call_cancelled_while_it_waits_for_a_close_never_runs(
+        gate: eg.Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late call whose caller stops waiting for it before the close is done is withdrawn:
+    it never runs, and is no longer counted."""
+    monkeypatch.setattr(store_module, "_BACKGROUND_WAIT", 120.0)
+    store = gate.store
+    seen = Seen(store)
+    entered, go = threading.Event(), threading.Event()
+
+    def running() -> None:
+        entered.set()
+        go.wait(60)
+        seen.note("before")
+
+    async def main() -> None:
+        first = asyncio.ensure_future(store.on_worker(running))
+        assert await asyncio.to_thread(entered.wait, 60)
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        await asyncio.to_thread(_wait_for, lambda: store._worker_calls._closing,
+                                "the close waiting")
+        second = asyncio.ensure_future(store.on_worker(lambda: seen.note("late")))
+        await asyncio.sleep(0.2)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        go.set()
+        await first
+        await asyncio.to_thread(closer.join, 60)
+
+    asyncio.run(main())
+    assert seen.events == ["before", "closed"]
+    assert not store._worker_calls._total and not store._worker_calls._late
+
+
+def test_a_call_still_running_when_the_wait_runs_out_keeps_its_connection(
+        gate: eg.Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget runs out while a call is still on its connection (as a write waiting for
+    SQLite's lock does): the close returns, and the connection that call uses is still open
+    under it. The thread's next call opens a new one."""
+    monkeypatch.setattr(store_module, "_BACKGROUND_WAIT", 0.2)
+    store = gate.store
+    entered, go = threading.Event(), threading.Event()
+    answers: list[Any] = []
+
+    def running() -> None:
+        conn = store._conns.driver()  # this thread's connection, in use
+        entered.set()
+        go.wait(60)
+        answers.append(conn.execute("SELECT 1").fetchone()[0])  # still open under it
+        answers.append(store.now() > 0)  # the thread's next call: a new connection
+
+    async def main() -> None:
+        task = asyncio.ensure_future(store.on_worker(running))
+        assert await asyncio.to_thread(entered.wait, 60)
+        await asyncio.to_thread(store.close)  # returns once the 0.2 s wait ran out
+        go.set()
+        await task
+
+    asyncio.run(main())
+    assert answers == [1, True]
+    store.close()  # the kept connection is closed by the next close
+    assert not store._conns._opened
+
+
+def test_a_close_from_another_thread_waits_for_a_read_on_the_event_loop(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On SQLite an async caller's reads run on its event loop (an embedded read takes
+    microseconds): the red team's crash was one of those, on the loop, while a thread of the
+    application closed the gate. The read is counted as a worker's call is: the close waits
+    for it. (Postgres' async face reads on its own pooled connections, which a close leaves
+    to their caller until they are idle.)"""
+    monkeypatch.setattr(store_module, "_BACKGROUND_WAIT", 120.0)
+    gate = eg.Gate(f"sqlite:///{tmp_path}/loop.db", namespace="loop-read", policy=False)
+    store = gate.store
+    seen = Seen(store)
+    entered, go = threading.Event(), threading.Event()
+    first_read = store.first_read
+
+    def held(namespace: str, key: str) -> Any:
+        if threading.current_thread() is threading.main_thread():  # the loop's read (the
+            entered.set()  # reservation's own, on a worker, reads again: not held)
+            go.wait(60)  # the loop is inside the store's read: the close comes now
+            seen.note("read")
+        return first_read(namespace, key)
+
+    store.first_read = held  # type: ignore[method-assign]
+
+    def close_then_let_go() -> None:
+        assert entered.wait(60)
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        seen.closed.wait(0.5)  # a close that does not wait has closed by now
+        go.set()
+        closer.join(60)
+
+    helper = threading.Thread(target=close_then_let_go)
+    helper.start()
+
+    async def main() -> eg.BeginDecision:
+        return await gate.abegin(effect_type="payment.refund", key="refund:loop",
+                                 payload={"n": 1})
+
+    d = asyncio.run(main())
+    helper.join(60)
+    assert d.decision is eg.Decision.EXECUTE
+    assert seen.events == ["read", "closed"]
+    gate.report(d, "committed", result={"ok": True})
+    assert gate.get("refund:loop").state is eg.State.COMMITTED
+    gate.close()
