@@ -280,7 +280,8 @@ class Store:
         starts while the connections close: one handed over meanwhile runs after, on a new
         connection. A call still running when the wait ran out keeps its thread's connection
         open (closing it under a statement can crash the process): it is closed by a later
-        close, or with the process."""
+        close, or with the process. A sync call on another thread is not counted (the sync
+        path pays for nothing): close once those have returned."""
         with self._worker_calls.quiet(time.monotonic() + _BACKGROUND_WAIT) as busy:
             if self._async_face is not None:
                 self._async_face.close_idle()
