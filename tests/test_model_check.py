@@ -43,12 +43,14 @@ _MUTANT_BOUND = {
     "grace": "2 workers, one namespace, lost replies",
     "effect-type": "2 workers, two effect types",
     "adopt-by-secret": "2 workers, two effect types",
+    "inferred-moves-key": "2 workers, a holder unsure of its outcome",
 }
 _EXPECTED = {
     "live-resolve": "EXCLUSIVE",
     "grace": "RECONCILED FAILED IS TRUE",
     "effect-type": "IDENTITY",
     "adopt-by-secret": "EXECUTE ONLY ON IN_FLIGHT",
+    "inferred-moves-key": "AT MOST ONCE",
 }
 
 
@@ -258,8 +260,62 @@ def test_vendor_key_rules() -> None:
     assert reported_vendor_attempt(_head(), Outcome.COMMITTED) == 1
     kept = _head(attempt=2, vendor_attempt=1)  # kept from attempt 1 (its holder may send)
     assert reported_vendor_attempt(kept, Outcome.FAILED) == 1
+    # A FAILED a built-in classifier inferred keeps the key (the vendor deduplicates a retry
+    # of a body whose earlier request it executed); any other FAILED moves it.
+    assert reported_vendor_attempt(_head(), Outcome.FAILED, keeps_vendor_key=True) == 1
+    assert reported_vendor_attempt(kept, Outcome.FAILED, keeps_vendor_key=True) == 1
+    assert reported_vendor_attempt(_head(), Outcome.FAILED, keeps_vendor_key=False) == 2
     assert resolved_vendor_attempt(_head(), State.FAILED) == 1
     assert resolved_vendor_attempt(_head(vendor_attempt=2), State.COMMITTED) == 1
+
+
+_UNSURE = _config("2 workers, a holder unsure of its outcome")
+INFERRED_RETRY = (
+    ("begin", 0), ("step", 0, False, None), ("send", 0), ("land", 0, "executed"),
+    ("report", 0, "inferred", False), ("begin", 1), ("step", 1, False, None),
+    ("step", 1, False, None), ("send", 1), ("land", 1, "executed"),
+    ("report", 1, "committed", False))
+"""The vendor executes worker 0's request, yet a built-in classifier (judging a later request
+of its body that failed to connect) infers FAILED; worker 1's next attempt sends under the
+vendor key worker 0's FAILED kept, and the vendor answers it from its record: executed once."""
+
+
+def test_an_inferred_failed_keeps_the_vendor_key_and_the_retry_is_deduplicated() -> None:
+    assert _UNSURE.inferred  # the 2-worker bound explores the action (and AT MOST ONCE)
+    s, step = _walk(_UNSURE, list(INFERRED_RETRY[:5]))
+    assert "report failed (inferred by a built-in classifier): written" in step.text
+    assert s.rows[0].state is State.FAILED and s.rows[0].vendor_attempt == 1
+    s, _ = _walk(_UNSURE, list(INFERRED_RETRY[:10]))
+    assert [e[1] for e in s.ledger] == ["executed"] and s.rows[0].attempt == 2
+    assert s.workers[1].reply == "executed"
+    s, _ = _walk(_UNSURE, list(INFERRED_RETRY))
+    assert s.rows[0].state is State.COMMITTED
+    # The rule broken (the inferred FAILED moves the key): the vendor executes twice.
+    with mutation("inferred-moves-key"):
+        found = run_schedule(_UNSURE, INFERRED_RETRY)
+    assert found and found[0].startswith("AT MOST ONCE"), found
+    # A FAILED the vendor's answer proves (NotExecuted, the caller's own classifier) moves it.
+    proved = [*INFERRED_RETRY[:3], ("land", 0, "refused"), ("report", 0, "failed", False)]
+    s, _ = _walk(_UNSURE, proved)
+    assert s.rows[0].vendor_attempt == 2
+
+
+def test_a_holder_that_reported_while_its_request_travels_begins_again_once_it_landed() -> None:
+    """A worker that reported the inferred FAILED while its request was on its way (so that
+    a worker never has two requests in transit) begins again only once it has landed."""
+    config = replace(_UNSURE, begins=(2, 1), name="inferred, worker 0 twice")
+    model = Model(config)
+    s = model.initial()
+    for action in (("begin", 0), ("step", 0, False, None), ("send", 0)):
+        s = model.transition(s, action).state
+    inferred = ("report", 0, "inferred", False)
+    assert inferred in model.actions(s)
+    assert inferred not in Model(replace(config, inferred=False)).actions(s)  # the flag's
+    s = model.transition(s, inferred).state
+    assert s.workers[0].phase == "idle" and ("begin", 0) not in model.actions(s)
+    assert ("begin", 1) in model.actions(s)  # the other worker may retry meanwhile
+    s = model.transition(s, ("land", 0, "executed")).state
+    assert ("begin", 0) in model.actions(s)
 
 
 def test_the_bound_sizes_are_what_the_suite_can_afford() -> None:
@@ -308,7 +364,8 @@ def test_the_bound_reaches_the_protocols_hard_cases() -> None:
     """Not a vacuous bound: the covering schedules of the small bound and a seeded sample of
     the 2-worker bound pass through late reports, reconcile verdicts, recovered reservations
     (a fetch after a lost reservation reply that answers execute),
-    kept vendor keys, forced and refused resolutions, pruned duplicates and approvals."""
+    kept vendor keys, forced and refused resolutions, pruned duplicates and approvals, and a
+    FAILED a built-in classifier inferred."""
     from effectgate.verify.explore import covering_schedules, trace_of
 
     small = BOUNDS["replay"][0]
@@ -322,7 +379,8 @@ def test_the_bound_reaches_the_protocols_hard_cases() -> None:
                   "resolved ambiguous -> failed", "resolved in_flight -> committed", "pruned 1",
                   "approved apr1", "denied apr1", "inserted as pending_approval",
                   "refused (StaleLease)", "PayloadMismatch", "the caller sees StoreError",
-                  "the database's date is day 1", "over the ceiling (day ceiling"):
+                  "the database's date is day 1", "over the ceiling (day ceiling",
+                  "report failed (inferred by a built-in classifier): written"):
         assert event in seen, event
 
 

@@ -340,6 +340,60 @@ def test_the_async_replay_catches_a_mutation_of_the_async_path_that_the_sync_one
     print(f"\n[{target} mutated: the async replay stops at step {steps}] {problems[0]}")
 
 
+_UNSURE = next(c for c in BOUNDS["2-worker"] if c.inferred)
+
+
+@BOTH_FLOWS
+def test_an_inferred_failed_keeps_the_vendor_key_on_the_store(
+        replayer: Replayer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's inferred FAILED is the decorator's (``INFERRED_FAILED``) through the real
+    gate: the store keeps the vendor key, and the retry's report lands on it. Told to the
+    store as a plain FAILED (``keeps_vendor_key`` lost on the way), the replay says so."""
+    from effectgate import reporting
+
+    from .test_model_check import INFERRED_RETRY
+
+    config = replayer.shaped(_UNSURE)
+    assert replayer.replay(config, INFERRED_RETRY) == ([], len(INFERRED_RETRY))
+    monkeypatch.setattr(reporting, "INFERRED_FAILED", reporting._Inferred("failed"))
+    problems, steps = replayer.replay(config, INFERRED_RETRY)
+    assert steps == 5 and "keeps_vendor_key [False], not True" in problems[0], problems
+
+
+_KEEPS = {"sqlite": " AND :keeps_vendor_key = 0", "postgres": " AND NOT %(keeps_vendor_key)s"}
+"""Where the report statements' texts (as each store runs them, rendered ahead) read
+``keeps_vendor_key``: in the vendor attempt's CASE and the vendor key age's."""
+
+
+@pytest.mark.parametrize(("backend", "drive"), [
+    ("sqlite", "sync"), ("sqlite", "async"), ("postgres", "sync"), ("postgres", "async")],
+    ids="-".join)
+def test_report_sql_that_ignores_keeps_vendor_key_is_found_by_the_replay(
+        backend: str, drive: Literal["sync", "async"],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report statements with their ``keeps_vendor_key`` test removed (an inferred FAILED
+    moves the vendor key, as every FAILED did before): the store's rows leave the model's at
+    the inferred report, on each store and by each flow (Postgres's native async report
+    included). The statements are the texts the stores run, patched for this test's stores
+    only."""
+    from effectgate.store import pg_texts, sql, sqlite_texts
+
+    module: Any = sqlite_texts if backend == "sqlite" else pg_texts
+    patched = 0
+    for texts in (module.TEXTS, getattr(module, "STEADY", {})):
+        for name, text in list(texts.items()):
+            if name.startswith("report") and _KEEPS[backend] in text:
+                monkeypatch.setitem(texts, name, text.replace(_KEEPS[backend], ""))
+                patched += 1
+    assert patched == (3 if backend == "sqlite" else 6)  # report, report_late, report_plain
+    monkeypatch.setattr(sql, "_SHARED", {})  # this test's stores make their statements anew
+    from .test_model_check import INFERRED_RETRY
+
+    with _replayer(backend, drive) as mutant:
+        problems, steps = mutant.replay(mutant.shaped(_UNSURE), INFERRED_RETRY)
+    assert steps == 5 and problems and "vendor attempt" in problems[0], problems
+
+
 @BOTH_FLOWS
 def test_a_schedule_past_its_timeout_is_a_finding(replayer: Replayer,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """The mutation suite: single-point mutations of real protocol rules in ``decide.py``,
-``flow.py`` and the store's SQL (``store/statements.py``), each applied to a copy of the
-product's own source (never a model twin) and required to be caught by the model checker
+``flow.py``, the store's SQL (``store/statements.py``) and what a report tells the store
+(``reporting.py``), each applied to a copy of the product's own source (never a model twin)
+and required to be caught by the model checker
 (:mod:`effectgate.verify.explore`) or by the replay of every transition of its bound on the
 real store (:mod:`effectgate.verify.replay`), not only by unit tests. Each caught mutant's
 shortest trace is printed (``-s``).
@@ -80,6 +81,7 @@ DAY = _bound("2 workers, two keys under a per-day ceiling, a midnight", keys=["k
 REPEATS = _bound("2 workers, approvals, the operator's lost replies repeated", faults=1,
                  ops=2, approval=True, lost_ops=True, prune=True)
 RAISES = _bound("2 workers, a reconcile hook that raises", hook=True, hook_fails=True)
+INFERRED = _bound("2 workers, a built-in classifier's inferred FAILED", inferred=True)
 # For the replay (every schedule replayed costs real store calls): the same bounds without the
 # clock where the rule needs none, and a lapse that may be reconciled at once.
 HOOKED = _bound("2 workers, a reconcile hook, a short grace", hook=True, ticks=1,
@@ -237,6 +239,11 @@ MUTATIONS = [
     Mutation("a holder's FAILED moves a kept vendor key", "store/statements.py",
              'proved = (p("state") == _state(State.FAILED)) & (t.vendor_attempt == t.attempt)',
              'proved = p("state") == _state(State.FAILED)', [], [HOOKED]),
+    Mutation("a built-in classifier's inferred FAILED moves the vendor key",
+             "store/statements.py",
+             '(t.vendor_attempt == t.attempt) & (\n            ~p("keeps_vendor_key", '
+             'type_=Boolean))', "(t.vendor_attempt == t.attempt)", [],
+             [{**INFERRED, **_STILL}]),
     Mutation("a charge ignores the ceiling", "store/statements.py",
              'where=b.spent_micros <= p("limit", type_=BigInteger()) - p(\n'
              '                        "cost", type_=BigInteger()),',
@@ -245,6 +252,10 @@ MUTATIONS = [
     Mutation("a per-day counter not named by the database's date", "store/statements.py",
              'charge(p("scope_key") + db_day())', 'charge(p("scope_key"))', [],
              [{**DAY, **_STILL}]),
+    # -- reporting.py: what the decorator's report tells the store ---------------------------
+    Mutation("a built-in classifier's FAILED told to the store as a proved one",
+             "reporting.py", '"keeps_vendor_key": outcome is INFERRED_FAILED,',
+             '"keeps_vendor_key": False,', [], [{**INFERRED, **_STILL}]),
     # -- the async path (replayed through Gate.abegin: the sync flow never runs it) ----------
     Mutation("the async flow does not await an async reconcile hook", "_drive.py",
              "return await c.fn(c.record)", "return c.fn(c.record)", [], [HOOKED],

@@ -6,7 +6,8 @@ shortest schedule that reaches it.
 
 Also: the bounds the suite and ``effectgate verify --exhaustive`` use, counter-examples as
 numbered steps and as a regression test, schedules (every one, or a seeded sample) for replay on
-the real stores, and reverted fixes of ``decide`` as mutations.
+the real stores, and reverted fixes of ``decide`` (and of a rule of the model's store) as
+mutations.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from unittest import mock
 
 from .. import decide
 from ..errors import ConfigError
+from . import model as model_module
 from .model import Action, Config, Model, ModelState, describe
 from .symmetry import Symmetry
 from .walk import MAX_WALK, collector_paused, path_to
@@ -60,8 +62,8 @@ BOUNDS: dict[str, tuple[Config, ...]] = {
                forgery=False, prune=False, name="2 workers, two keys under one ceiling"),
         Config(workers=_TWO, payloads=(1, 2), begins=(2, 1), faults=0, ops=1, memo=True,
                forgery=False, name="2 workers, two payloads on one key, a memo"),
-        Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, unsure=True, forgery=False,
-               prune=False, name="2 workers, a holder unsure of its outcome"),
+        Config(workers=_TWO, begins=(1, 1), faults=0, ops=1, unsure=True, inferred=True,
+               forgery=False, prune=False, name="2 workers, a holder unsure of its outcome"),
         Config(workers=_TWO, begins=(2, 1), faults=0, ops=0, max_attempts=2, hook=False,
                forgery=False, prune=False, ticks=3, name="2 workers, max_attempts reached"),
         Config(workers=_TWO, begins=(2, 1), faults=1, ops=1, deny=True, forgery=False,
@@ -361,6 +363,13 @@ def _secret_only(row: Any, secret_hash: str) -> bool:
     return row.lease_secret is not None and row.lease_secret == secret_hash
 
 
+_real_reported = model_module.reported_vendor_attempt
+
+
+def _inferred_moves_key(row: Any, outcome: Any, keeps_vendor_key: bool = False) -> Any:
+    return _real_reported(row, outcome)
+
+
 MUTATIONS: dict[str, tuple[str, Callable[..., Any], str]] = {
     "live-resolve": ("resolution", _live_resolvable,
                      "a live lease resolved without force"),
@@ -369,20 +378,31 @@ MUTATIONS: dict[str, tuple[str, Callable[..., Any], str]] = {
     "adopt-by-secret": ("adopts_lost_reservation", _secret_only,
                         "a lost reservation reply recovered by the lease secret alone (an "
                         "operator's resolve keeps the secret)"),
+    "inferred-moves-key": ("model.reported_vendor_attempt", _inferred_moves_key,
+                           "a FAILED a built-in classifier inferred moves the vendor key (as "
+                           "before 1c27d55): the retry of a body whose earlier request the "
+                           "vendor executed runs again under a new key"),
 }
-"""Fixes of ``decide``, reverted: the name of the function replaced, its pre-fix behaviour,
-and what it lets happen (the model and the real flow both call ``decide`` through the
-module, so both see the mutant)."""
+"""Fixes reverted: the name of the function replaced (in ``decide``; ``model.``: the model's
+statement of a rule the store's SQL keeps, :mod:`effectgate.verify.model_rows` as the model
+calls it), its pre-fix behaviour, and what it lets happen (the model and the real flow both
+call ``decide`` through the module, so both see the mutant; a rule of the model's store is
+the model's alone: the mutation suite breaks the SQL that keeps it,
+``tests/test_mutations.py``)."""
 
 
 @contextlib.contextmanager
 def mutation(name: str) -> Iterator[None]:
-    """Run with fix ``name`` (a key of :data:`MUTATIONS`) reverted in :mod:`effectgate.decide`;
-    :class:`ConfigError` for an unknown name."""
+    """Run with fix ``name`` (a key of :data:`MUTATIONS`) reverted in :mod:`effectgate.decide`
+    (or in the model, :mod:`effectgate.verify.model`); :class:`ConfigError` for an unknown
+    name."""
     if name not in MUTATIONS:
         raise ConfigError(f"unknown mutation {name!r}; choose from {', '.join(MUTATIONS)}")
     attr, fn, _ = MUTATIONS[name]
-    with mock.patch.object(decide, attr, fn):
+    owner: Any = decide
+    if attr.startswith("model."):
+        owner, attr = model_module, attr.removeprefix("model.")
+    with mock.patch.object(owner, attr, fn):
         yield
 
 

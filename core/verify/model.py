@@ -14,8 +14,10 @@ vendor key) are stated once in :mod:`effectgate.verify.model_rows` (``report_sta
 ``reported_vendor_attempt``, ``resolved_vendor_attempt``); the replay holds the SQL to them.
 
 Actors: workers (each ``begin`` → send to the vendor → the vendor answers → ``report``; or
-dying at any point; the clock moving while one waits is a stall), a forger (a worker that
-reports FAILED with a token it saw, or with another namespace's lease), one operator
+dying at any point; the clock moving while one waits is a stall; with ``Config.inferred``, once
+it has sent, reporting the FAILED a built-in exception classifier infers from a connection
+error, whatever the vendor did: it keeps the vendor key for the next attempt), a forger (a
+worker that reports FAILED with a token it saw, or with another namespace's lease), one operator
 (``resolve`` committed or failed, with or without ``force``; ``prune``), a reconcile hook that
 answers truthfully from the vendor's ledger (committed, failed, or unknown), the database clock
 in ticks and its UTC date (a midnight: a per-day ceiling's new counter), and lost replies (the
@@ -159,7 +161,8 @@ class Model:
         out: list[Action] = []
         lost = (False, True) if s.faults else (False,)
         for i, w in enumerate(s.workers):
-            if w.phase == "idle" and w.begins:
+            if w.phase == "idle" and w.begins and not (
+                    c.inferred and any(e[0] == i for e in s.transit)):
                 out.append(("begin", i))
             elif w.phase == "begin":
                 verdicts: tuple[str | None, ...] = (None,)
@@ -182,8 +185,10 @@ class Model:
             elif w.phase == "unsure":  # it reported AMBIGUOUS, then learnt the outcome
                 out.append(("report", i, "committed" if w.reply == "executed" else "failed",
                             False))
+            if c.inferred and w.phase in ("sent", "replied"):  # what the vendor did or not
+                for x in lost:
+                    out.append(("report", i, "inferred", x))
             if w.phase in ("begin", "held", "sent", "replied", "unsure"):
-
                 out.append(("die", i))
             if c.forgery and not w.forged and w.phase in ("idle", "done"):
                 row = self.row_of(s, i)
@@ -496,8 +501,10 @@ class Model:
         ns = self.config.workers[i][0]
         key = self.config.key(i)
         result = json.dumps(f"v{w.lease[3]}") if outcome == "committed" else None
-        s, text, found = self._record(s, i, ns, key, w.lease[0], w.lease[1], Outcome(outcome),
-                                      result, holder=True)
+        inferred = outcome == "inferred"  # a built-in classifier's FAILED: keeps the key
+        s, text, found = self._record(s, i, ns, key, w.lease[0], w.lease[1],
+                                      Outcome.FAILED if inferred else Outcome(outcome),
+                                      result, holder=True, keeps_vendor_key=inferred)
         if lost:  # the write happened, its reply lost: the gate sends it once more and
             text += " (the reply is lost: sent again, and answered as the first)"
         elif outcome == "committed" and self.config.memo and _written(text) == "written":
@@ -512,10 +519,11 @@ class Model:
         return Step(_set_worker(s, i, nw), text, tuple(found), _written(text))
 
     def _record(self, s: ModelState, i: int, ns: str, key: str, token: int, secret: str,
-                outcome: Outcome, result: str | None, *,
-                holder: bool) -> tuple[ModelState, str, list[str]]:
+                outcome: Outcome, result: str | None, *, holder: bool,
+                keeps_vendor_key: bool = False) -> tuple[ModelState, str, list[str]]:
         """What the store's ``record_outcome`` must do (the replay holds its SQL to this):
-        every row the proof holds for is written."""
+        every row the proof holds for is written. ``keeps_vendor_key``: the FAILED a built-in
+        classifier inferred (the store's bind of that name)."""
         found: list[str] = []
         written = []
         rows = list(s.rows)
@@ -524,13 +532,13 @@ class Model:
             standing = report_standing(head, ns, key, token, secret)
             if standing is None:
                 continue
+            vendor_attempt = reported_vendor_attempt(head, outcome, keeps_vendor_key)
             rows[n] = row._replace(
                 state=State(outcome.value), result=result, lease=None,
                 actor="late" if standing == "late" else None,
                 reason=None if outcome is not Outcome.AMBIGUOUS else "reported ambiguous",
-                vendor_attempt=reported_vendor_attempt(head, outcome),
-                vendor_since=None if outcome is Outcome.FAILED and (
-                    row.vendor_attempt == row.attempt) else row.vendor_since)
+                vendor_attempt=vendor_attempt,  # a new vendor key is as young as its attempt
+                vendor_since=None if vendor_attempt != row.vendor_attempt else row.vendor_since)
             written.append(f"{row.namespace}/{row.key} {standing}")
             spend_after = adjust(s.spend, row.namespace, row.budget_keys,
                                   decide.outcome_spend_delta(outcome, row.estimated, None))
@@ -542,8 +550,10 @@ class Model:
                 found.append(f"STALE WRITE: worker {i}'s report changed {row.namespace}/"
                              f"{row.key}, which it does not hold")
         s = s._replace(rows=tuple(rows))
-        text = (f"report {outcome.value}: written to {', '.join(written)}" if written
-                else f"report {outcome.value}: refused (StaleLease), nothing written")
+        what = outcome.value + (" (inferred by a built-in classifier)" if keeps_vendor_key
+                                else "")
+        text = (f"report {what}: written to {', '.join(written)}" if written
+                else f"report {what}: refused (StaleLease), nothing written")
         return s, text, found
 
     def _do_die(self, s: ModelState, i: int) -> Step:

@@ -111,12 +111,18 @@ def report_standing(row: EffectHead, namespace: str, key: str, token: int,
     return None
 
 
-def reported_vendor_attempt(row: EffectHead, outcome: Outcome) -> int | None:
+def reported_vendor_attempt(row: EffectHead, outcome: Outcome,
+                            keeps_vendor_key: bool = False) -> int | None:
     """The vendor attempt after the holder reports ``outcome``: a FAILED the holder proves
     moves the next attempt to a new vendor key, unless the current key was kept from an
-    earlier attempt (whose holder may still send it). The model's statement of the rule in the
-    ``report`` statements' SQL (the replay holds the SQL to it)."""
-    if outcome is Outcome.FAILED and row.vendor_attempt == row.attempt:
+    earlier attempt (whose holder may still send it), or the FAILED is one a built-in
+    classifier inferred from a connection error (``keeps_vendor_key``, the decorator's
+    :data:`~effectgate.reporting.INFERRED_FAILED`): it judged only the request that raised,
+    and when an earlier request of the body reached the vendor, the retry must be deduplicated
+    under the same key. The model's statement of the rule in the ``report`` statements' SQL
+    (the replay holds the SQL to it)."""
+    if outcome is Outcome.FAILED and row.vendor_attempt == row.attempt and (
+            not keeps_vendor_key):
         return row.attempt + 1
     return row.vendor_attempt
 

@@ -112,6 +112,15 @@ class Config:
     """A holder may report AMBIGUOUS after the vendor answered, and then try to report what
     it learnt (the store must refuse: an AMBIGUOUS it reported moves only by resolve or
     reconcile)."""
+    inferred: bool = False
+    """A holder may report the FAILED a built-in exception classifier infers from a
+    connection error (action ``("report", i, "inferred", lost)``: the decorator's
+    :data:`~effectgate.reporting.INFERRED_FAILED`) once it has sent its request, whatever the
+    vendor did with it (the classifier judged another request of the body, so it can be
+    wrong). That FAILED keeps the vendor key: the next attempt sends under it, and the vendor
+    deduplicates a request it executed (AT MOST ONCE). A holder that reported so while its
+    request was still on its way begins again only once that request has reached the vendor
+    (another worker may retry meanwhile)."""
     memo: bool = False
     """Each namespace's gate keeps a COMMITTED memo (the real
     :meth:`effectgate.flow.BeginFlow.from_memo` answers a repeat before the store is asked)."""
@@ -306,7 +315,9 @@ def describe(action: Action, config: Config) -> str:
     if kind == "land":
         return f"the vendor receives {who}'s request ({action[2]} if new)"
     if kind == "report":
-        return f"{who} reports {action[2]}" + (" (its reply is lost)" if action[3] else "")
+        what = ("FAILED as a built-in classifier infers it from a connection error"
+                if action[2] == "inferred" else action[2])
+        return f"{who} reports {what}" + (" (its reply is lost)" if action[3] else "")
     if kind == "die":
         return f"{who} dies"
     if kind == "guess":

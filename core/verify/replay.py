@@ -18,7 +18,10 @@ database clock advances by moving every stored timestamp of the replay's namespa
 new counter) by moving every per-day counter's date one day into the past.
 
 After every step the stored rows are compared with the model's (state, attempt, token, vendor
-attempt, result, pruned), and every answer with the model's answer. Each schedule gets its own
+attempt, result, pruned), and every answer with the model's answer. A holder's inferred FAILED
+is reported as the decorator reports it (:data:`~effectgate.reporting.INFERRED_FAILED`), and
+each report must reach the store's ``record_outcome`` with ``keeps_vendor_key`` set for that
+FAILED and for no other report. Each schedule gets its own
 namespaces, deleted afterwards.
 """
 
@@ -45,6 +48,7 @@ from ..errors import (
 )
 from ..gate import Gate
 from ..records import BeginDecision
+from ..reporting import INFERRED_FAILED
 from ..request import Lease
 from ..states import Decision
 from ..store.version import policy_meta_name
@@ -96,6 +100,9 @@ class Replayer:
         self._governed: dict[str, Gate] = {}
         self._dates_moved = False
         """Whether a midnight moved stored dates (a flow's row read before holds the old)."""
+        self.kept_keys: list[bool] = []
+        """``keeps_vendor_key`` of each ``record_outcome`` call of the report being replayed
+        (the real one, and its repeat when its reply was lost)."""
 
     @property
     def drive(self) -> str:
@@ -166,6 +173,8 @@ class Replayer:
                 raise Killed()
             if name == "resolve" and self._dates_moved:
                 args = (self._redated(args[0]), *args[1:])
+            elif name == "record_outcome":
+                self.kept_keys.append(kwargs.get("keeps_vendor_key", False))
             result = real(*args, **kwargs)
             self._lost(name, lose)
             return result
@@ -180,6 +189,8 @@ class Replayer:
                 asyncio.wrap_future(runner.ask(name)), TIMEOUT)
             if command == "kill":
                 raise Killed()
+            if name == "record_outcome":
+                self.kept_keys.append(kwargs.get("keeps_vendor_key", False))
             inside = INSIDE.set(True)
             try:
                 result = await real(*args, **kwargs)
@@ -433,6 +444,9 @@ class _Run:
         lease = before.workers[i].lease
         assert lease is not None
         result = f"v{lease[3]}" if outcome == "committed" else None
+        if outcome == "inferred":  # what the decorator reports for a built-in classifier's
+            # FAILED: the store is told to keep the vendor key (``keeps_vendor_key``)
+            outcome = INFERRED_FAILED
         return self._reported(i, self.leases[i], outcome, result, lost, expected.answer)
 
     def _reported(self, i: int, lease: Lease | BeginDecision, outcome: str, result: Any, lost: bool,
@@ -440,6 +454,7 @@ class _Run:
         gate = self.gates[self.config.workers[i][0]]
         if lost:
             self.r._lose = "record_outcome"
+        self.r.kept_keys.clear()
         try:
             self.call(gate, "report", lease, outcome, result=result)
             got = "written"
@@ -451,7 +466,14 @@ class _Run:
             self.r._lose = None
         # A report whose reply was lost is sent again by the gate, which answers as though
         # the first reply had come (a repeat of the holder's own report is found done).
-        return None if got == answer else f"the model's report was {answer}, the real one {got}"
+        if got != answer:
+            return f"the model's report was {answer}, the real one {got}"
+        # The store is told to keep the vendor key for an inferred FAILED, and only then.
+        kept, keeps = self.r.kept_keys, outcome is INFERRED_FAILED
+        if (keeps and not (kept and all(kept))) or (not keeps and any(kept)):
+            return (f"the report ({'inferred' if keeps else outcome}) reached the store's "
+                    f"record_outcome with keeps_vendor_key {kept}, not {keeps}")
+        return None
 
     def _guess(self, action: Action, before: ModelState, expected: Any) -> str | None:
         i = action[1]
