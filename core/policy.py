@@ -66,14 +66,19 @@ from pydantic import (
     field_validator,
 )
 
+from . import validate
 from .discovery import find_policy
-from .errors import EffectKeyError, PolicyError
+from .errors import ConfigError, EffectKeyError, PolicyError
 from .keys import KeyTemplate
 from .registry import UNDO_SUFFIX
 from .validate import MAX_INT
 from .vendors import VENDOR_RULES
 
 __all__ = ["ApprovalRule", "Budget", "EffectRule", "Policy", "UpstreamRule", "find_policy"]
+
+# Seconds (a lease, a grace, an approval's expiry) are strict: an int or a float, never a bool
+# (``lease_seconds = true`` is no lease of one second) or a string.
+_SECONDS_MAX = 7 * 24 * 3600
 
 # Money in micro-units: a whole number (not a bool, a float or a string) from 0 to what a
 # BIGINT column holds on both databases, so a ceiling or a cost can always be stored.
@@ -107,7 +112,7 @@ class ApprovalRule(_Strict):
 
     always: bool = False
     at_or_above_micros: int | None = _Micros
-    expires_seconds: float = Field(default=24 * 3600.0, gt=0, allow_inf_nan=False)
+    expires_seconds: float = Field(default=24 * 3600.0, gt=0, allow_inf_nan=False, strict=True)
     allow_self_approval: bool = False
 
     def applies(self, cost_micros: int | None) -> bool:
@@ -127,13 +132,14 @@ class EffectRule(_Strict):
     key: str | None = None
     tools: tuple[str, ...] = ()
     vendor: str | None = None
-    lease_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    lease_seconds: float | None = Field(default=None, gt=0, le=_SECONDS_MAX, strict=True)
     max_attempts: int | None = Field(default=None, ge=1, le=MAX_INT, strict=True)
     approval: ApprovalRule | None = None
     budget: Budget | None = None
     deny: bool | str = False
     on_ambiguous: Literal["block", "reconcile"] = "reconcile"
-    reconcile_grace_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    reconcile_grace_seconds: float | None = Field(default=None, gt=0, le=_SECONDS_MAX,
+                                                  strict=True)
     redact_arguments: tuple[str, ...] = ()
     store_result: bool = Field(default=True, strict=True)
     redact_result: tuple[str, ...] = ()
@@ -149,6 +155,16 @@ class EffectRule(_Strict):
     @field_validator("effect_type")
     @classmethod
     def _pattern(cls, value: str) -> str:
+        # the characters an effect type may hold (an empty pattern, a NUL or a no-break space
+        # matches no type: a rule that governs nothing), written as types are (NFC)
+        try:
+            checked = validate.name(value, "an effect type pattern", max(len(value), 1),
+                                    required=True)
+        except ConfigError as err:
+            raise ValueError(f"{err.message}, not {value!r}") from None
+        if checked != value:
+            raise ValueError(f"an effect type pattern is written in NFC, as effect types are "
+                             f"(it would match none of them), not {value!r}")
         if "|" in value:  # a spend counter is "pattern|scope|id": two ceilings would share one
             raise ValueError(f"an effect type pattern has no '|', not {value!r} (its spend "
                              "counters could be another rule's)")
@@ -170,12 +186,10 @@ class EffectRule(_Strict):
     @field_validator("approval", mode="before")
     @classmethod
     def _approval(cls, value: Any) -> Any:
-        if value == "always":
+        if value is True or value == "always":
             return {"always": True}
-        if value in ("never", None, False):
+        if value is None or value is False or value == "never":  # (not 0: "in" would take it)
             return None
-        if value is True:
-            return {"always": True}
         return value
 
     @field_validator("key")
@@ -183,9 +197,14 @@ class EffectRule(_Strict):
     def _key(cls, value: str | None) -> str | None:
         if value is not None:
             try:
-                KeyTemplate(value)
+                template = KeyTemplate(value)
             except EffectKeyError as err:
                 raise ValueError(err.message) from None
+            # "{0}" names an argument "0" to KeyTemplate, which no function has (a decorator
+            # refuses it); str.format would read it as the first positional argument
+            if any(root.isdigit() for root in template.roots):
+                raise ValueError(f"bad key template {value!r}: positional fields ({{0}}) are "
+                                 "not allowed; name the argument")
         return value
 
     @field_validator("vendor")
@@ -373,6 +392,9 @@ class Policy(_Strict):
             text = path.read_text(encoding="utf-8")
         except OSError as err:
             raise PolicyError(f"{path}: cannot read the policy: {err.strerror}") from None
+        except UnicodeDecodeError as err:  # (its text would show the file's bytes)
+            raise PolicyError(f"{path}: the policy is not UTF-8 text (a bad byte at offset "
+                              f"{err.start})", reason="not UTF-8") from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:

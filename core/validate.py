@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .errors import ConfigError, InvalidTransition
+from .redact import BLANK
 from .states import Outcome
 from .utf8 import is_utf8
 
@@ -43,19 +44,35 @@ def text(value: object, name: str, limit: int, *, required: bool = False) -> str
     return value
 
 
-_CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
+_CONTROL = _UNSEEN - {"Zs"}  # what names were refused for before spaces were
+_WHAT = {"Cc": "a control character", "Cf": "an invisible format character",
+         "Zl": "a line separator", "Zp": "a paragraph separator",
+         "Zs": "a space other than U+0020"}
 
 
-def name(value: object, what: str, limit: int, *, required: bool = False) -> str | None:
-    """A name the store keys on (a namespace, an effect type): :func:`text`, with no control,
-    invisible format or line-breaking character, so that no two names look alike and none
-    can carry a separator (the vendor key's fields are joined by U+001F)."""
+def name(value: object, what: str, limit: int, *, required: bool = False,
+         stored: bool = False) -> str | None:
+    """A name the store keys on (a namespace, an effect type, a group key): :func:`text`,
+    refused as a key is (:func:`effectgate.keys.check_key`) when it holds a control, invisible
+    format or line-breaking character, a space other than U+0020 or a character that shows as
+    nothing, so that no two names look alike (``payment.refund`` and the same with a
+    no-break space after it) and none can carry a separator (the vendor key's fields are
+    joined by U+001F).
+
+    ``stored``: a name to read what a store already holds under it (a read-only gate's
+    namespace), which may have been written before spaces and blank characters were
+    refused: only a control, format or line-breaking character is refused, as then."""
     checked = text(value, what, limit, required=required)
-    if checked is not None and not checked.isprintable():
-        bad = next((ch for ch in checked if unicodedata.category(ch) in _CONTROL), None)
-        if bad is not None:
-            raise ConfigError(f"{what} must not contain control or invisible characters "
-                              f"(it has U+{ord(bad):04X})")
+    if checked is None or (checked.isprintable() and checked.isascii()):
+        return checked
+    bad = next((ch for ch in checked if unicodedata.category(ch) in _CONTROL)
+               if stored else (ch for ch in checked if ch in BLANK or (
+                   ch != " " and unicodedata.category(ch) in _UNSEEN)), None)
+    if bad is not None:
+        kind = _WHAT.get(unicodedata.category(bad), "a character that shows as nothing")
+        raise ConfigError(f"{what} must be printable; it has {kind} (U+{ord(bad):04X}), "
+                          "which would make look-alike names distinct")
     return checked
 
 
@@ -131,7 +148,9 @@ def gate_options(
     create the store's file or schema nor replace the policy the store records for the
     namespace. (The gate resolves ``webhooks`` and ``telemetry``, and ``classifiers``,
     ``policy`` and ``async_pool_size`` are checked by their owners, before the store too.)"""
-    namespace = name(namespace, "namespace", 128, required=True) or "default"
+    # (read-only: a namespace an older effectgate let in can still be read)
+    namespace = name(namespace, "namespace", 128, required=True,
+                     stored=read_only is True) or "default"
     lease = seconds(lease_seconds, "lease_seconds")
     max_attempts = whole(max_attempts, "max_attempts", minimum=1)
     memo_size = whole(memo_size, "memo_size")

@@ -458,9 +458,10 @@ def make_engine(url: str, *, read_only: bool = False,
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         # the database the URL means (refused before the engine exists: nothing is opened)...
-        embedded.refuse_in_memory(parsed.database or "", [
+        embedded.refuse_unsafe(parsed.database or "", [
             (key, value) for key, values in parsed.query.items()
-            for value in ((values,) if isinstance(values, str) else values)])
+            for value in ((values,) if isinstance(values, str) else values)],
+            read_only=read_only)
         try:
             engine = create_engine(
                 parsed, isolation_level="AUTOCOMMIT",

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ..errors import ConfigError, StoreError
 from .version import SCHEMA_VERSION
 
-__all__ = ["check_database", "connect", "database_of", "read_meta", "refuse_in_memory", "set_up",
+__all__ = ["check_database", "connect", "database_of", "read_meta", "refuse_unsafe", "set_up",
            "uri_parts"]
 
 # sqlite:///relative/path or sqlite:////absolute/path, nothing SQLAlchemy would read further
@@ -28,6 +28,11 @@ __all__ = ["check_database", "connect", "database_of", "read_meta", "refuse_in_m
 _PLAIN = re.compile(r"sqlite(?:\+pysqlite)?:///(?![fF][iI][lL][eE]:)([^?#%]+)")
 _IN_MEMORY = ("an in-memory SQLite store cannot be shared between calls and processes; "
               "use a file (effectgate.testing.temporary_gate() makes a throw-away one)")
+# The VFS SQLite opens a file with by default, which locks it as every other process does:
+# "unix-excl" keeps other processes out until the connection closes, "unix-dotfile" locks in a
+# way processes using the default do not see (and without WAL), "unix-none" not at all.
+_LOCKING_VFS = ("unix", "win32")
+_FALSE = ("0", "no", "off", "false")  # the false spellings of a URI boolean SQLite reads
 _BUSY, _WAL, _FULL = "PRAGMA busy_timeout=60000", "PRAGMA journal_mode=WAL", \
     "PRAGMA synchronous=FULL"
 
@@ -39,10 +44,10 @@ def database_of(url: str) -> str | None:
 
 
 def check_database(database: str, url: str, *, read_only: bool) -> None:
-    """Refuse a database no other connection or process shares (:func:`refuse_in_memory`)
-    and, read-only, a file that is not there; read-write, make the file's folder (a ``file:``
-    URI's: the folder of the path in it)."""
-    refuse_in_memory(database)
+    """Refuse a database no other connection or process shares, or shares unlocked
+    (:func:`refuse_unsafe`), and, read-only, a file that is not there; read-write, make the
+    file's folder (a ``file:`` URI's: the folder of the path in it)."""
+    refuse_unsafe(database, read_only=read_only)
     uri = uri_parts(database)
     path = os.path.expanduser(database) if uri is None else uri[0]
     if read_only:
@@ -52,21 +57,51 @@ def check_database(database: str, url: str, *, read_only: bool) -> None:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
 
-def refuse_in_memory(database: str, options: Iterable[tuple[str, str]] = ()) -> None:
+def refuse_unsafe(database: str, options: Iterable[tuple[str, str]] = (), *,
+                  read_only: bool) -> None:
     """:class:`ConfigError` when SQLite would open ``database`` (a file name or a ``file:``
-    URI), with ``options`` (a URL's query, as SQLAlchemy read it), as a database only this
-    connection sees: ``:memory:``, an empty name (a private temporary file), a URI whose path
-    is one of those or that asks for ``mode=memory`` or the ``memdb`` VFS. Each process (and
-    each connection) would reserve the same key in its own store, and nothing would survive a
-    crash. Read on the safe side: in any case, %-escapes decoded, and whether or not the URL
-    asks SQLite to read URIs (SQLite may read them anyway)."""
+    URI), with ``options`` (a URL's query, as SQLAlchemy read it), in a way that breaks what
+    the store relies on. Read on the safe side: keys in any case, %-escapes decoded, every
+    occurrence of a key, and whether or not the URL asks SQLite to read URIs (SQLite may read
+    them anyway).
+
+    - A database only this connection sees: ``:memory:``, an empty name (a private temporary
+      file), a URI whose path is one of those or that asks for ``mode=memory`` or the
+      ``memdb`` VFS. Each process (and each connection) would reserve the same key in its own
+      store, and nothing would survive a crash.
+    - A file opened without the locks other processes take: ``nolock`` or ``immutable`` with
+      any value but a false one (``0``, ``no``, ``off``, ``false``), a ``vfs`` other than the
+      default (``unix``; ``win32`` on Windows). Several processes could each win one key.
+    - ``cache`` other than ``private``: a shared cache locks tables within the process
+      without the busy timeout's wait, so concurrent calls fail (their reports are lost).
+    - ``mode=ro`` for a store opened read-write: every write would fail.
+    """
     uri = uri_parts(database)
     path, pairs = (database, []) if uri is None else uri
     pairs += [(_decoded(key), _decoded(value)) for key, value in options]
+    pairs = [(key.lower(), value) for key, value in pairs]
     if path in ("", ":memory:") or any(
-            (key.lower(), value.lower()) in (("mode", "memory"), ("vfs", "memdb"))
+            (key, value.lower()) in (("mode", "memory"), ("vfs", "memdb"))
             for key, value in pairs):
         raise ConfigError(_IN_MEMORY)
+    for key, value in pairs:
+        if key in ("nolock", "immutable") and value.lower() not in _FALSE:
+            raise ConfigError(
+                f"the SQLite URI parameter {key}={value[:20]!r} opens the store without "
+                "locking it: several processes could each execute the same effect; remove it")
+        if key == "vfs" and value not in _LOCKING_VFS:
+            raise ConfigError(
+                f"the SQLite VFS {value[:40]!r} does not lock the store as other processes "
+                f"do (several could execute the same effect, or all but one wait): remove "
+                f"the vfs parameter (SQLite's default, {_LOCKING_VFS[0]!r}, locks)")
+        if key == "cache" and value.lower() != "private":
+            raise ConfigError(
+                "a shared SQLite cache (cache=shared) makes concurrent calls of one process "
+                "fail without waiting ('database table is locked'), their reports lost: "
+                "remove the cache parameter")
+        if key == "mode" and value.lower() == "ro" and not read_only:
+            raise ConfigError("the SQLite URI parameter mode=ro opens the store read-only: "
+                              "open it with read_only=True, or remove mode=ro")
 
 
 def uri_parts(name: str) -> tuple[str, list[tuple[str, str]]] | None:
