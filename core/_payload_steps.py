@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 from .errors import PayloadError
 from .payload import (
     _KEYS,
+    _NOT_PYDANTIC,
     _SURROGATE,
     MAX_RESULT_DEPTH,
     _depth,
@@ -29,6 +30,7 @@ from .payload import (
     _encode_result,
     _raised,
     instance_of,
+    model_data,
     payload_hash,
     result_json,
     to_canonical,
@@ -156,18 +158,28 @@ class _Text:
         self.level -= 1
 
 
-def _fields_source(value: Any) -> Callable[[], Any] | None:
-    """What :func:`to_canonical` makes a model or a dataclass from (its ``model_dump``, its
-    fields), or None for a value of any other type."""
+def _fields_source(value: Any, path: str, *, fields: bool) -> Callable[[], Any] | None:
+    """What :func:`to_canonical` makes a model or a dataclass from (a pydantic model's data
+    when ``fields``, else its ``model_dump``; a dataclass's fields), or None for a value of any
+    other type."""
     if isinstance(value, _CONVERTED) or instance_of(value, "decimal", "Decimal") or (
             instance_of(value, "uuid", "UUID")):
         return None
     dump = getattr(value, "model_dump", None)
     if callable(dump):
+        if fields:
+            return lambda: _model_source(value, path, dump)
         return dump  # type: ignore[no-any-return]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return lambda: {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     return None
+
+
+def _model_source(value: Any, path: str, dump: Callable[[], Any]) -> Any:
+    """A model's data (:func:`~effectgate.payload.model_data`), or its ``model_dump()`` when
+    it is not a pydantic model."""
+    data = model_data(value, path)
+    return dump() if data is _NOT_PYDANTIC else data
 
 
 class _Part(NamedTuple):
@@ -190,12 +202,13 @@ class _Failed(NamedTuple):
 
 
 def _canonical_steps(value: Any, path: str, seen: frozenset[int],
-                     encode: Callable[[Any], str], level: int) -> Steps[Any]:
+                     encode: Callable[[Any], str], level: int, fields: bool) -> Steps[Any]:
     """:func:`to_canonical` by steps, each small part written by ``encode`` at once: a large
     mapping, list, tuple, model or dataclass is taken apart here (its parts in the same order,
     with the same paths and checks), anything else handed to :func:`to_canonical` whole.
     Its JSON text, a :class:`_Part` or a :class:`_Failed`; :class:`_TooDeep` past
-    :data:`_DEEPEST` (``level``: how deep ``value`` sits)."""
+    :data:`_DEEPEST` (``level``: how deep ``value`` sits; ``fields``: a pydantic model by its
+    data, for a payload, not by its ``model_dump()``, for a result)."""
     t = type(value)
     if t is str and len(value) > INLINE_CHARS:
         yield
@@ -203,18 +216,18 @@ def _canonical_steps(value: Any, path: str, seen: frozenset[int],
     if t is not str and t not in _LEAVES and not isinstance(value, _SCALAR) and (
             not is_small(value)):
         if isinstance(value, (Mapping, list, tuple)):
-            return (yield from _container_steps(value, path, seen, encode, level))
-        source = _fields_source(value)
+            return (yield from _container_steps(value, path, seen, encode, level, fields))
+        source = _fields_source(value, path, fields=fields)
         if source is not None:
             if level >= _DEEPEST:
                 raise _TooDeep
             if id(value) in seen:
                 raise PayloadError(f"{path}: the payload contains a cycle")
-            fields = source()
+            data = source()
             yield
-            return (yield from _canonical_steps(fields, path, seen | {id(value)}, encode,
-                                                level + 1))
-    canonical = to_canonical(value, path, seen)
+            return (yield from _canonical_steps(data, path, seen | {id(value)}, encode,
+                                                level + 1, fields))
+    canonical = to_canonical(value, path, seen, fields=fields)
     yield
     try:
         piece = encode(canonical)
@@ -228,7 +241,7 @@ def _canonical_steps(value: Any, path: str, seen: frozenset[int],
 
 def _container_steps(value: Mapping[Any, Any] | list[Any] | tuple[Any, ...], path: str,
                      seen: frozenset[int], encode: Callable[[Any], str],
-                     level: int) -> Steps[_Part]:
+                     level: int, fields: bool) -> Steps[_Part]:
     """:func:`_canonical_steps` of a large mapping, list or tuple: an item at a time."""
     if level >= _DEEPEST:
         raise _TooDeep
@@ -240,7 +253,7 @@ def _container_steps(value: Mapping[Any, Any] | list[Any] | tuple[Any, ...], pat
         parts = []
         for i, item in enumerate(list(value)):
             parts.append((yield from _canonical_steps(item, f"{path}[{i}]", inner, encode,
-                                                      level + 1)))
+                                                      level + 1, fields)))
         return _Part("[", parts)
     named = []
     for k, item in list(value.items()):
@@ -248,7 +261,7 @@ def _container_steps(value: Mapping[Any, Any] | list[Any] | tuple[Any, ...], pat
             raise PayloadError(
                 f"{path}: mapping keys must be str; {k!r} is a {type(k).__name__}")
         named.append((k, (yield from _canonical_steps(item, f"{path}.{k}", inner, encode,
-                                                      level + 1))))
+                                                      level + 1, fields))))
     return _Part("{", named)
 
 
@@ -308,7 +321,7 @@ def _json_steps(value: Any, text: _Text, markers: set[int]) -> Steps[None]:
             return
     if value is not None and not isinstance(value, _NATIVE) and not is_small(value):
         part = yield from _canonical_steps(value, "result", frozenset(), _encode_result,
-                                           text.level)
+                                           text.level, False)
         yield from _written_steps(part, text, sort=False)
         return
     text.value(_encode_result(value))
@@ -355,7 +368,7 @@ def _hash_steps(payload: Mapping[str, Any]) -> Steps[str]:
     """:func:`payload_hash` of a mapping, by steps."""
     text = _Text()
     try:
-        part = yield from _canonical_steps(payload, "payload", frozenset(), _dumps, 0)
+        part = yield from _canonical_steps(payload, "payload", frozenset(), _dumps, 0, True)
         yield from _written_steps(part, text, sort=True)
     except (PayloadError, _TooDeep, RecursionError):
         raise

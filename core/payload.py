@@ -16,7 +16,15 @@ JSON with sorted keys and no whitespace, after these rules:
 ``bytes``           ``{"$bytes": "<base64>"}`` (the same as that mapping given as is)
 ``Enum``            its value
 ``UUID``            its string
-pydantic models     ``model_dump()``, then these rules
+pydantic models     their data, not their serialisation: every field of ``model_fields`` (by
+                    name, not alias) read as an attribute, and the extra ones
+                    (``extra="allow"``), then these rules; fields left out of ``model_dump()``
+                    (``Field(exclude=True)``) and custom serializers (``@field_serializer``,
+                    ``@model_serializer``) change nothing, for the payload hash binds what the
+                    function receives; private attributes and computed fields are not arguments
+                    and are left out. A ``RootModel`` is its ``root``. A result is stored as
+                    ``model_dump()`` makes it (the user's exclusions and serializers kept: a
+                    redaction), and so is any other object with a ``model_dump()`` method
 dataclasses         their fields, then these rules
 mappings            string keys only (``{1: x}`` and ``{"1": x}`` would collide)
 lists, tuples       arrays; sets and frozensets as arrays sorted by canonical form
@@ -107,8 +115,35 @@ def _decimal(value: decimal.Decimal, path: str) -> int | str:
     return format(value, "f")
 
 
-def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = frozenset()) -> Any:
-    """Turn ``value`` into plain JSON types by the rules above; raise :class:`PayloadError`."""
+def model_data(value: Any, path: str = "payload") -> Any:
+    """What a pydantic (v2) model is made canonical from in a payload: a ``RootModel`` its
+    ``root``; any other its fields by name (each read as an attribute; private attributes and
+    computed fields are not among them) and then its extra fields. :data:`_NOT_PYDANTIC` for a
+    value whose class has no ``model_fields`` (an object with a ``model_dump()`` of its own)."""
+    cls = type(value)
+    fields = getattr(cls, "model_fields", None)
+    if not isinstance(fields, dict):
+        return _NOT_PYDANTIC
+    if getattr(cls, "__pydantic_root_model__", False) is True:
+        return value.root
+    data = {name: getattr(value, name) for name in fields}
+    extra = getattr(value, "__pydantic_extra__", None)
+    if extra:
+        for name, item in extra.items():
+            if name in data:
+                raise PayloadError(f"{path}: extra field {name!r} has the name of a field")
+            data[name] = item
+    return data
+
+
+_NOT_PYDANTIC: Any = object()
+
+
+def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = frozenset(), *,
+                 fields: bool = False) -> Any:
+    """Turn ``value`` into plain JSON types by the rules above; raise :class:`PayloadError`.
+    ``fields``: a pydantic model by its data (a payload, what its hash is of), not by its
+    ``model_dump()`` (a result, as it is stored)."""
     # The common cases first: this runs on every gated call.
     t = type(value)
     if t is str or t is int or t is bool or value is None:
@@ -116,7 +151,7 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
     if t is float:
         return _float(value, path)
     if isinstance(value, Enum):
-        return to_canonical(value.value, path, _seen)
+        return to_canonical(value.value, path, _seen, fields=fields)
     if isinstance(value, (str, int)):  # subclasses of str / int: their own text or number,
         # not what an overridden __str__ or __int__ says (a masked card's "****")
         return str.__str__(value) if isinstance(value, str) else int.__int__(value)
@@ -133,12 +168,12 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
                 raise PayloadError(
                     f"{path}: mapping keys must be str; {k!r} is a {type(k).__name__}"
                 )
-            out[k] = to_canonical(v, f"{path}.{k}", seen)
+            out[k] = to_canonical(v, f"{path}.{k}", seen, fields=fields)
         return out
     if isinstance(value, (list, tuple)):
-        return [to_canonical(v, f"{path}[{i}]", seen) for i, v in enumerate(value)]
+        return [to_canonical(v, f"{path}[{i}]", seen, fields=fields) for i, v in enumerate(value)]
     if isinstance(value, (set, frozenset)):
-        items = [to_canonical(v, f"{path}{{}}", seen) for v in value]
+        items = [to_canonical(v, f"{path}{{}}", seen, fields=fields) for v in value]
         return sorted(items, key=_dumps)
     if instance_of(value, "decimal", "Decimal"):
         return _decimal(value, path)
@@ -155,10 +190,11 @@ def to_canonical(value: Any, path: str = "payload", _seen: frozenset[int] = froz
         return str(value)
     dump = getattr(value, "model_dump", None)
     if callable(dump):
-        return to_canonical(dump(), path, seen)
+        data = model_data(value, path) if fields else _NOT_PYDANTIC
+        return to_canonical(dump() if data is _NOT_PYDANTIC else data, path, seen, fields=fields)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return to_canonical(fields, path, seen)
+        named = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return to_canonical(named, path, seen, fields=fields)
     raise PayloadError(f"{path}: a {type(value).__name__} has no canonical JSON form")
 
 
@@ -168,10 +204,12 @@ def _raised(err: Exception) -> str:
     return f"{type(err).__name__} raised"
 
 
-def canonical_json(value: Any, path: str = "payload") -> str:
-    """The canonical JSON text of ``value``."""
+def canonical_json(value: Any, path: str = "payload", *, as_dumped: bool = False) -> str:
+    """The canonical JSON text of ``value``. ``as_dumped``: a pydantic model as its
+    ``model_dump()`` makes it, not by its data (what the ``sha256`` key filter digests: a key
+    must not move when effectgate is upgraded, or a repeat would run again)."""
     try:
-        text = _dumps(to_canonical(value, path))
+        text = _dumps(to_canonical(value, path, fields=not as_dumped))
     except PayloadError:
         raise
     except RecursionError:
