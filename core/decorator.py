@@ -33,7 +33,7 @@ from .errors import (
     PayloadError,
     ResultNotStoredWarning,
 )
-from .keys import KeyTemplate
+from .keys import KeyTemplate, effect_key_template
 from .records import BeginDecision
 from .redact import describe, redact_fields
 from .reporting import failure_outcome
@@ -121,7 +121,7 @@ class EffectSpec:
         result_type: Any = None,
     ) -> None:
         self.gate = gate
-        self.template = KeyTemplate(key)
+        self.template = effect_key_template(key)
         self.group_template = KeyTemplate(group_key) if group_key else None
         self.effect_type = effect_type
         self.vendor = vendor

@@ -38,7 +38,7 @@ from ._commands import (
 from .decide import Answer, Move, ReadApproval
 from .errors import ConfigError, InvalidTransition, PayloadError, StoreError, UnknownEffect
 from .governance import dollars
-from .keys import compensation_key
+from .keys import compensation_key, legacy_compensation_key
 from .memo import CommittedMemo
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
 from .payload import canonical_json, result_json
@@ -298,7 +298,18 @@ def _answer(parts: Parts, row: EffectHead, answer: Answer) -> BeginDecision:
                      approval_id=answer.approval_id)
 
 
-def _undoable(req: Request, step: EffectRow | None) -> None:
+def _undo_rows(store: Store, req: Request,
+               step_id: int) -> tuple[EffectRow | None, EffectRow | None]:
+    """What :func:`_undoable` reads for the undo ``req``: the step it names, and, when ``req``
+    (``step_id``) is at the key an older effectgate gave that step's undo
+    (:func:`~effectgate.keys.legacy_compensation_key`), the effect already there."""
+    step = store.get_by_id(req.namespace, step_id)
+    if step is None or req.key != legacy_compensation_key(step.key):
+        return step, None
+    return step, store.get(req.namespace, req.key)
+
+
+def _undoable(req: Request, step: EffectRow | None, at_old_key: EffectRow | None) -> None:
     """Refuse the undo ``req`` unless the step it names (``compensates_effect_id``, read as
     ``step``) committed: begun while its step is in flight, waiting, failed or unknown, an
     undo would undo nothing the step then does, and could never run again at its key
@@ -312,9 +323,12 @@ def _undoable(req: Request, step: EffectRow | None) -> None:
     spent (its actual cost where its holder reported one, else its estimate; what
     :func:`~effectgate.sagas.compensation_request` declares), or :class:`ConfigError`. Any
     committed effect, named as the step of a charge called an undo, would else let that
-    charge past every ceiling, as many times and for as much as it liked. An undo is never
-    undone itself (:class:`ConfigError`): its undo would be counted by no ceiling either, nor
-    would the undo of that, and so on for as long as a type may grow."""
+    charge past every ceiling, as many times and for as much as it liked. The key an older
+    effectgate gave the undo of a step keyed ``sha256:…`` is taken only where that undo
+    already is (``at_old_key``: it compensates the step, with the undo's type): the undo begun
+    then is retried where it is, and no other may begin there. An undo is never undone
+    itself (:class:`ConfigError`): its undo would be counted by no ceiling either, nor would
+    the undo of that, and so on for as long as a type may grow."""
     if step is None:
         raise UnknownEffect(f"{req.key!r} undoes effect {req.compensates_effect_id}, which is "
                             "not in this namespace", key=req.key)
@@ -324,8 +338,10 @@ def _undoable(req: Request, step: EffectRow | None) -> None:
             f"{step.compensates_effect_id}): an undo is not undone; a step that reverses it "
             "is an effect of its own, counted by the ceilings", key=req.key)
     if req.effect_type.endswith(UNDO_SUFFIX):
-        undo_key = compensation_key(step.key)
-        if req.effect_type != step.effect_type + UNDO_SUFFIX or req.key != undo_key:
+        undo_key, undo_type = compensation_key(step.key), step.effect_type + UNDO_SUFFIX
+        begun_then = at_old_key is not None and at_old_key.key == req.key and (
+            at_old_key.compensates_effect_id == step.id and at_old_key.effect_type == undo_type)
+        if req.effect_type != undo_type or (req.key != undo_key and not begun_then):
             raise ConfigError(
                 f"{req.key!r} ({req.effect_type}) is not the undo of {step.key!r} "
                 f"({step.effect_type}): a step's one undo is of type "
@@ -418,7 +434,7 @@ class BeginFlow:
     def begin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store (sync callers)."""
         if req.compensates_effect_id is not None:  # an undo: its step, read first
-            _undoable(req, self._store.get_by_id(req.namespace, req.compensates_effect_id))
+            _undoable(req, *_undo_rows(self._store, req, req.compensates_effect_id))
         secret = self._secrets()
         try:
             done: BeginDecision = _drive.drive(begin_steps(self.parts, req, secret),
@@ -431,8 +447,8 @@ class BeginFlow:
     async def abegin(self, req: Request) -> BeginDecision:
         """The flow of ``req``, driven against the store's async face (async callers)."""
         if req.compensates_effect_id is not None:  # an undo (rare): its step read off the loop
-            _undoable(req, await self._store.on_worker(self._store.get_by_id, req.namespace,
-                                                       req.compensates_effect_id))
+            _undoable(req, *await self._store.on_worker(_undo_rows, self._store, req,
+                                                        req.compensates_effect_id))
         secret = self._secrets()
         try:
             done: BeginDecision = await _drive.adrive(
@@ -464,7 +480,7 @@ class BeginFlow:
         request, no charge; spend ceilings are not consulted). For a framework's "does this
         call need approval?" question before it runs anything."""
         if req.compensates_effect_id is not None:  # refused as begin refuses it
-            _undoable(req, self._store.get_by_id(req.namespace, req.compensates_effect_id))
+            _undoable(req, *_undo_rows(self._store, req, req.compensates_effect_id))
         row = self._store.fetch(req.namespace, req.key)
         approval = None
         for _ in range(3):

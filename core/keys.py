@@ -20,6 +20,10 @@ in a key stays as its language writes it; ``lower``, ``casefold`` or a filter of
 merge more). (Unassigned and private-use code points pass: which code points are assigned
 depends on the Python's Unicode version, and a key must mean the same on every host.)
 
+**Reserved:** keys starting ``compensate:`` (:data:`UNDO_PREFIX`) are the undos' of saga
+steps (:func:`compensation_key`); any other effect begun at one is refused
+(:class:`~effectgate.EffectKeyError`), so no effect takes a step's one undo key.
+
 **Filters** turn a large or messy argument into a key part: ``{field|filter}``, chained left to
 right (``{path|path|sha256}``), before the format spec (``{content|sha256:.16}``):
 
@@ -70,8 +74,9 @@ from .utf8 import is_utf8
 if TYPE_CHECKING:
     from uuid import UUID
 
-__all__ = ["MAX_KEY_LENGTH", "KeyTemplate", "check_key", "compensation_key", "filter_names",
-           "is_utf8", "lookup_key", "register_filter"]
+__all__ = ["MAX_KEY_LENGTH", "UNDO_PREFIX", "KeyTemplate", "check_key", "compensation_key",
+           "effect_key_template", "filter_names", "is_utf8", "legacy_compensation_key",
+           "lookup_key", "register_filter"]
 
 MAX_KEY_LENGTH = 512
 _FORMATTER = string.Formatter()
@@ -83,6 +88,7 @@ _BIG = 10**100  # an int field past this takes the careful path (and its clear e
 _UNSEEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
 _ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _MAX_WALK = 8  # attribute and item steps in one field
+_OWN_FORMAT = frozenset({"builtins", "datetime", "uuid"})  # a format error's text: ours to show
 
 
 def lookup_key(key: object) -> str:
@@ -132,13 +138,49 @@ def check_key(key: object, *, refuse_blank: bool = True) -> str:
     return key
 
 
+UNDO_PREFIX = "compensate:"
+"""The start of every undo's key (:func:`compensation_key`), reserved: only an undo (a begin
+with ``compensates_effect_id``) may have a key that starts with it."""
+
+
 def compensation_key(key: str) -> str:
-    """The key of ``key``'s undo: ``compensate:<key>``, or, when that would be too long,
-    ``compensate:sha256:<digest of key>`` (still one undo per step)."""
-    candidate = f"compensate:{key}"
-    if len(candidate) <= MAX_KEY_LENGTH:
-        return candidate
-    return "compensate:sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    """The key of ``key``'s undo: ``compensate:<key>``, or ``compensate:sha256:<digest of
+    key>`` when that would be too long or ``key`` itself starts with ``sha256:`` (so no step
+    key spells another step's hashed undo key: one undo key per step)."""
+    if len(key) <= MAX_KEY_LENGTH - len(UNDO_PREFIX) and not key.startswith("sha256:"):
+        return UNDO_PREFIX + key
+    return UNDO_PREFIX + "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def legacy_compensation_key(key: str) -> str | None:
+    """The undo key an older effectgate gave a step keyed ``sha256:…`` (short enough for
+    ``compensate:<key>``), where an undo begun then still is; None for any other key (its undo
+    key did not change). Such an effect is the step's undo only if it compensates that step,
+    with the undo's type (:func:`effectgate.sagas.unwind` checks both)."""
+    if key.startswith("sha256:") and len(key) <= MAX_KEY_LENGTH - len(UNDO_PREFIX):
+        return UNDO_PREFIX + key
+    return None
+
+
+def reserved_key(key: str) -> EffectKeyError:
+    """The error for an effect that is not an undo at ``key`` (which starts with
+    :data:`UNDO_PREFIX`): it would take a step's one undo key, and that step's undo would be
+    refused at every unwind."""
+    return EffectKeyError(
+        f"effect key {key[:80]!r} starts with {UNDO_PREFIX!r}, which is reserved for undos "
+        "(an effect begun with compensates_effect_id, of type '<step type>.compensate', at "
+        "its step's compensation_key): choose another key", key=key[:80],
+        reason="reserved prefix")
+
+
+def effect_key_template(template: str) -> KeyTemplate:
+    """:class:`KeyTemplate` of an effect's key (not a group's): refused
+    (:class:`EffectKeyError`) when its literal start already is the reserved
+    :data:`UNDO_PREFIX`, so every key it rendered would be refused at ``begin``."""
+    parsed = KeyTemplate(template)
+    if parsed.prefix.startswith(UNDO_PREFIX):
+        raise reserved_key(parsed.prefix)
+    return parsed
 
 
 def _field_value(value: Any, field: str) -> str | int | datetime.date | UUID:
@@ -178,7 +220,7 @@ def _sha256(value: Any) -> str:
     elif isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
     else:
-        data = canonical_json(value, "value").encode("utf-8")
+        data = canonical_json(value, "value", as_dumped=True).encode("utf-8")  # (as it was)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -304,7 +346,7 @@ class KeyTemplate:
     ``content``); ``roots`` the argument names they start from."""
 
     __slots__ = ("_literal", "_normalisers", "_one", "_parts", "_walks", "fields",
-                 "normalises", "roots", "template")
+                 "normalises", "prefix", "roots", "template")
 
     def __init__(self, template: str) -> None:
         if not isinstance(template, str):
@@ -349,6 +391,8 @@ class KeyTemplate:
         self.roots = frozenset(_root(f) for f in self.fields)
         # A template without fields is one key: its text with "{{" and "}}" unescaped.
         self._literal = check_key("".join(p[0] for p in parts)) if not self.fields else ""
+        self.prefix = _literal_start(parts)
+        """The text every key it renders starts with (its literal start, NFC)."""
         # The common template, text around one plain {name}: (prefix, name, suffix).
         self._one: tuple[str, str, str] | None = None
         if len(self.fields) == 1:
@@ -407,20 +451,40 @@ class KeyTemplate:
                     out.append(raw if kind is str else str(raw))
                     continue
             assert walk is not None
-            raw = _resolve(self.template, field, walk, arguments)
-            if filters:
-                raw = _filtered(self.template, field, raw, filters)
-            value = _field_value(raw, field)
-            try:
-                out.append(format(value, spec))
-            except (ValueError, TypeError) as err:
-                raise EffectKeyError(
-                    f"key template {self.template!r}: bad format for {{{field}}}: {err}"
-                ) from None
+            try:  # (free while nothing raises) the caller's objects' own code runs here
+                raw = _resolve(self.template, field, walk, arguments)
+                if filters:
+                    raw = _filtered(self.template, field, raw, filters)
+                value = _field_value(raw, field)
+                try:
+                    text = format(value, spec)
+                except (ValueError, TypeError) as err:  # the spec does not fit the value
+                    said = f": {err}" if type(value).__module__ in _OWN_FORMAT else (
+                        f" ({type(err).__name__})")  # a __format__ of theirs: its type only
+                    raise EffectKeyError(
+                        f"key template {self.template!r}: bad format for {{{field}}}{said}"
+                    ) from None
+            except EffectKeyError:
+                raise
+            except Exception as err:  # an Enum's value, a __format__, a __class__ of theirs
+                raise EffectKeyError(  # its type only: its text may hold anything
+                    f"key template {self.template!r}: reading {{{field}}} raised "
+                    f"{type(err).__name__}", reason="the argument's own code raised") from None
+            out.append(text)
         return check_key("".join(out))
 
     def __repr__(self) -> str:
         return f"KeyTemplate({self.template!r})"
+
+
+def _literal_start(parts: Iterable[tuple[str, str | None, str, Any]]) -> str:
+    """The text before a template's first field (all of it when it has none), NFC."""
+    start = []
+    for literal, field, _, _ in parts:
+        start.append(literal)
+        if field is not None:
+            break
+    return unicodedata.normalize("NFC", "".join(start))
 
 
 def _walk_of(template: str, field: str) -> tuple[str, list[tuple[bool, Any]]]:

@@ -1,6 +1,9 @@
 """Building a :class:`~effectgate.request.Request`: an effect type's options validated once
 (:class:`EffectKind`, the policy's defaults applied), then each call's key, payload hash,
 identities and governance checked — every error raised here, before the store is touched.
+A key starting with ``compensate:`` (:data:`~effectgate.keys.UNDO_PREFIX`) is an undo's only:
+refused (:class:`~effectgate.EffectKeyError`) for any other effect, whichever way it came
+(decorator, ``gate.request`` / ``begin`` / ``preview``, MCP, gateway).
 
 :meth:`Gate.kind <effectgate.Gate.kind>`, :meth:`Gate.request <effectgate.Gate.request>` and
 the decorator's path call these with the gate's namespace, policy and defaults.
@@ -15,6 +18,7 @@ from . import validate
 from .context import run_context
 from .errors import ConfigError, PayloadError
 from .governance import evaluate
+from .keys import UNDO_PREFIX, reserved_key
 from .payload import canonical_json, payload_hash
 from .registry import UNDO_SUFFIX
 from .request import Request
@@ -98,6 +102,10 @@ def build_request(
         if group_key is not None:  # it would hide among the group's steps from an unwind
             raise ConfigError("an undo (compensates_effect_id) is not a step of a saga group: "
                               "give it no group_key")
+        if key.startswith(UNDO_PREFIX) and not kind.effect_type.endswith(UNDO_SUFFIX):
+            raise reserved_key(key)  # (an undo's type has its exact key checked at begin)
+    elif key.startswith(UNDO_PREFIX):  # no effect but an undo takes a step's one undo key
+        raise reserved_key(key)
     cost = None if estimated_cost_micros is None else validate.micros(
         estimated_cost_micros, "estimated_cost_micros")
     # Only an undo's own type (``<type>.compensate``) escapes the spend ceilings: naming a

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from . import validate
 from .context import current_effect_scope
 from .errors import ConfigError, EffectGateError, PayloadError, StaleLease, UnknownEffect
-from .keys import compensation_key
+from .keys import compensation_key, legacy_compensation_key
 from .payload import payload_hash
 from .redact import describe
 from .registry import UNDO_SUFFIX
@@ -44,11 +44,11 @@ from .states import ApprovalState, Decision, Outcome, State
 
 if TYPE_CHECKING:
     from .gatelike import GateLike
-    from .records import EffectRecord
+    from .records import BeginDecision, EffectRecord
 
 __all__ = [
     "Compensator", "UnwindReport", "UnwindStep", "compensation_key", "compensation_request",
-    "is_undo", "ran_before", "unwind", "unwind_plan",
+    "is_undo", "ran_before", "undo_at", "unwind", "unwind_plan",
 ]
 
 Compensator = Callable[["EffectRecord", Any], Any]
@@ -379,11 +379,46 @@ def _not_begun(w: _Walk, record: EffectRecord, step: dict[str, Any], held: _Hold
 
 
 def _at_undo_key(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
-    """Whatever effect is at ``record``'s undo key (its undo or not), if any."""
+    """Whatever effect is at ``record``'s undo key (its undo or not), if any; for a step
+    keyed ``sha256:…``, its undo begun at the old key (:func:`_legacy_undo`) first."""
+    legacy = _legacy_undo(gate, record)
+    if legacy is not None:
+        return legacy
     try:
         return gate.get(compensation_key(record.key))
     except UnknownEffect:
         return None
+
+
+def _legacy_undo(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
+    """The undo of a step keyed ``sha256:…`` begun by an older effectgate, at the old key
+    (:func:`~effectgate.keys.legacy_compensation_key`): still the step's one undo (begun
+    again at the new key it would run twice). Only an effect that compensates this step, of
+    its undo type, counts: any other effect at that key is not this step's. None for any
+    other step (no read)."""
+    old = legacy_compensation_key(record.key)
+    if old is None:
+        return None
+    try:
+        found = gate.get(old)
+    except UnknownEffect:
+        return None
+    mine = (found.compensates_effect_id == record.effect_id
+            and found.effect_type == record.effect_type + UNDO_SUFFIX)
+    return found if mine else None
+
+
+def undo_at(gate: GateLike, record: EffectRecord) -> tuple[dict[str, Any], EffectRecord | None]:
+    """:func:`compensation_request` of ``record`` at the key its undo is at, and the effect
+    there (its undo or not), if any: the key is :func:`compensation_key`, except for a step
+    keyed ``sha256:…`` whose undo an older effectgate began at the old key, where it stays
+    (retried, or found committed, there; never begun again at the new key). For whoever
+    performs an undo outside :func:`unwind` (the MCP server's hand-off)."""
+    request = compensation_request(record)
+    found = _at_undo_key(gate, record)
+    if found is not None and found.key != request["key"]:  # the old key: its undo is there
+        request["key"] = found.key
+    return request, found
 
 
 def _asked(gate: GateLike, effect: EffectRecord) -> str:
@@ -437,7 +472,7 @@ def _unconfirmed(w: _Walk, record: EffectRecord, step: dict[str, Any]) -> _Hold 
         return _not_begun(w, record, step, None, False)
     if what == "refused" and found is not None:
         w.report.failed.append(UnwindStep(**step, detail=(
-            f"its undo's key {compensation_key(record.key)} is taken by another effect "
+            f"its undo's key {found.key} is taken by another effect "
             f"({found.effect_type}, #{undo_id})")))
         return None
     w.report.unresolved.append(UnwindStep(
@@ -502,7 +537,13 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
     """Begin and run ``record``'s undo; return why older steps are held back, if it is left
     unsettled."""
     gate, report = w.gate, w.report
-    d = gate.begin(**compensation_request(record), agent_id=w.by)
+    request = compensation_request(record)
+    legacy = _legacy_undo(gate, record)  # (a step keyed sha256:…: its undo at the old key)
+    if legacy is not None and legacy.state is State.COMMITTED:
+        return _not_begun(w, record, step, None, False)  # done: listed, never run again
+    if legacy is not None:
+        request["key"] = legacy.key  # retried (or waited for) where it was begun
+    d = gate.begin(**request, agent_id=w.by)
     if d.decision is Decision.DUPLICATE and _early(w, record):
         report.failed.append(UnwindStep(**step, detail=_EARLY.format(d.effect_id),
                                         compensation_effect_id=d.effect_id))
@@ -533,8 +574,7 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
         if not isinstance(exc, Exception):
             raise
         if lost is not None:  # the undo stays in flight, then AMBIGUOUS: unsettled
-            return _unrecorded(w, record, step, d.effect_id, f"{outcome} ("
-                               f"{describe(exc)})", lost)
+            return _unrecorded(w, record, step, d, f"{outcome} ({describe(exc)})", lost)
         target = report.failed if outcome is Outcome.FAILED else report.unresolved
         target.append(UnwindStep(
             **step, detail=_text(gate, f"compensation {outcome.value}: {describe(exc)}"),
@@ -549,7 +589,7 @@ def _compensate(w: _Walk, record: EffectRecord, compensator: Compensator,
             detail, result = ("compensated (its result has no JSON form and was not stored)",
                               None)
     except EffectGateError as err:  # it ran; the store did not take the word (an outage)
-        return _unrecorded(w, record, step, d.effect_id, "committed", err)
+        return _unrecorded(w, record, step, d, "committed", err)
     report.compensated.append(UnwindStep(**step, detail=detail,
                                          compensation_effect_id=d.effect_id, result=result))
     return None
@@ -581,7 +621,7 @@ def _early(w: _Walk, record: EffectRecord) -> bool:
             and ran_before(found, w.undos.read(record)))
 
 
-def _unrecorded(w: _Walk, record: EffectRecord, step: dict[str, Any], undo_id: int,
+def _unrecorded(w: _Walk, record: EffectRecord, step: dict[str, Any], d: BeginDecision,
                 outcome: str, err: EffectGateError) -> _Hold:
     """The undo ran (its compensator returned or raised) but its outcome could not be
     recorded: it stays in flight, then AMBIGUOUS, until someone resolves it. Listed unresolved
@@ -595,7 +635,7 @@ def _unrecorded(w: _Walk, record: EffectRecord, step: dict[str, Any], undo_id: i
     w.report.unresolved.append(UnwindStep(**step, detail=_text(w.gate, (
         f"compensation ran ({outcome}) but could not be recorded ({type(err).__name__}: "
         f"{err.message}): {then}; check it, then resolve "
-        f"{compensation_key(record.key)}")), compensation_effect_id=undo_id))
+        f"{d.key}")), compensation_effect_id=d.effect_id))
     return _hold(record, "unrecorded")
 
 

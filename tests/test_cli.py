@@ -28,7 +28,7 @@ from .conftest import PG_URL, require_postgres, snapshot
 
 POLICY = {"effects": {"payment.big": {"approval": "always"}}}
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/none"
-LONG_KEY = "compensate:flight:trip_2024_summer_holiday_with_the_whole_family_abroad"
+LONG_KEY = "reallocate:flight:trip_2024_summer_holiday_with_the_whole_family_abroad"
 HOSTILE = "\x1b[2J\x1b]0;owned\x07\u202e\u200b\x9b31m"
 # U+2028 in a history field (agent id, error, note) breaks the store's history framing today
 # (issue 11, the lead's); here it goes only where no history line carries it.

@@ -189,10 +189,11 @@ async def test_unwind_group_hands_undos_to_the_agent_once(store_url: str,
 
 async def test_unwind_group_counts_only_the_steps_own_undo(store_url: str,
                                                             namespace: str) -> None:
-    """An effect that merely sits at a step's undo key (compensate:<key>) is not its undo: of
-    another type, with another payload, or not marked as compensating the step. Unwind does
-    not call such a step compensated (nor the group complete): it lists it unresolved, and
-    the taken key is not handed out as an undo to perform."""
+    """An effect that merely sits at a step's undo key (compensate:<key>) is not its undo.
+    One not marked as compensating the step is refused (the key is reserved for undos); one
+    of the undo's type naming the step with another payload takes the key: unwind does not
+    call that step compensated (nor the group complete): it lists it unresolved, and the
+    taken key is not handed out as an undo to perform."""
     group = {"group_key": "trip:decoy"}
     with anyio.fail_after(60):
         async with serve("--url", store_url, "--namespace", namespace) as s:
@@ -205,24 +206,27 @@ async def test_unwind_group_counts_only_the_steps_own_undo(store_url: str,
                          lease_secret=d["lease_secret"], outcome="committed",
                          result={"ref": ref})
                 steps[ref] = d["effect_id"]
-            for begin in [
+            for begin in [  # not an undo at an undo key: refused (the key is reserved)
                 {"effect_type": "email.send", "key": "compensate:booking:A",
                  "payload": {"to": "a@b"}},
-                {"effect_type": "booking.create.compensate", "key": "compensate:booking:B",
-                 "payload": {"cancel": "something else"}, "compensates_effect_id": steps["B"]},
                 {"effect_type": "booking.create.compensate", "key": "compensate:booking:C",
                  "payload": {"effect_id": steps["C"], "compensation": {"cancel": "C"}}},
             ]:
-                x = await ok(s, "begin_effect", **begin)
-                await ok(s, "report_effect", key=x["key"], lease_token=x["lease_token"],
-                         lease_secret=x["lease_secret"], outcome="committed",
-                         result={"sent": True})
+                is_error, refused = await call(s, "begin_effect", **begin)
+                assert is_error and refused["error"] == "EffectKeyError", refused
+            x = await ok(s, "begin_effect", effect_type="booking.create.compensate",
+                         key="compensate:booking:B", payload={"cancel": "something else"},
+                         compensates_effect_id=steps["B"])
+            await ok(s, "report_effect", key=x["key"], lease_token=x["lease_token"],
+                     lease_secret=x["lease_secret"], outcome="committed",
+                     result={"sent": True})
 
             report = await ok(s, "unwind_group", **group)
             assert not report["complete"]
-            assert report["compensated"] == [] and report["to_compensate"] == []
+            assert report["compensated"] == []
+            assert [st["key"] for st in report["to_compensate"]] == ["booking:C", "booking:A"]
             unresolved = {st["key"]: st for st in report["unresolved"]}
-            assert set(unresolved) == {"booking:A", "booking:B", "booking:C"}, report
+            assert set(unresolved) == {"booking:B"}, report
             for step in unresolved.values():
                 assert "its undo's key is taken by another effect" in step["detail"], step
                 assert step["compensation_effect_id"] is None

@@ -325,3 +325,29 @@ def test_a_gated_result_is_stored_and_replayed_without_its_excluded_fields(
     assert calls == ["r"]
     stored = gate.get("pay:r").result
     assert stored == {"id": "r", "amount": "5 cents"}
+
+
+def test_a_key_digest_of_a_model_is_made_as_before() -> None:
+    """The ``sha256`` key filter digests a model as ``model_dump()`` makes it, as it always
+    has: a key that moved when effectgate was upgraded would let a repeat of a committed
+    effect run again. (Two calls that differ only in what the dump leaves out share the key,
+    and their payload hashes differ: the second is refused as a mismatch, not run.)"""
+    import hashlib
+    import json
+
+    from pydantic import Field
+
+    from effectgate.keys import KeyTemplate
+
+    class Order(BaseModel):
+        ref: str
+        account: str = Field(exclude=True)
+
+    order = Order(ref="r1", account="treasury")
+    dumped = json.dumps(order.model_dump(), sort_keys=True, separators=(",", ":"))
+    key = KeyTemplate("order:{order|sha256}").render({"order": order})
+    assert key == "order:" + hashlib.sha256(dumped.encode()).hexdigest()
+    assert key == KeyTemplate("order:{order|sha256}").render(
+        {"order": Order(ref="r1", account="petty-cash")})
+    assert eg.payload_hash({"order": order}) != eg.payload_hash(
+        {"order": Order(ref="r1", account="petty-cash")})

@@ -43,7 +43,7 @@ def _cancelling(gate: eg.Gate) -> list[str]:
 def _as_before_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """Begin undos as effectgate did before ``begin`` refused an undo of an uncommitted step
     (:func:`effectgate.flow._undoable`): a store may hold such early undos, written then."""
-    monkeypatch.setattr("effectgate.flow._undoable", lambda req, step: None)
+    monkeypatch.setattr("effectgate.flow._undoable", lambda req, step, at_old_key: None)
 
 
 @pytest.mark.parametrize("call", ["begin", "abegin"])

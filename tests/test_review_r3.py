@@ -67,9 +67,10 @@ def test_mcp_unwind_never_undoes_an_older_step_before_the_agents_newer_undo(
 
 
 def test_console_saga_page_agrees_with_unwind_on_what_undid_a_step(tmp_path: Any) -> None:
-    """A user's own effect at ``compensate:a`` that names step ``a`` (another effect type)
-    is not a's undo: unwind lists ``a`` failed (PayloadMismatch) and undoes nothing, MCP says
-    its undo's key is taken. The console's group page must not show ``a`` compensated by it."""
+    """A user's own effect at ``compensate:a`` that names step ``a`` (its undo's type, another
+    payload; another type is refused) is not a's undo: unwind lists ``a`` failed
+    (PayloadMismatch) and undoes nothing, MCP says its undo's key is taken. The console's
+    group page must not show ``a`` compensated by it."""
     from effectgate.console.app import Console
     from effectgate.console.sagas import steps_of
 
@@ -82,8 +83,11 @@ def test_console_saga_page_agrees_with_unwind_on_what_undid_a_step(tmp_path: Any
         d = gate.begin(effect_type="booking.x", key="a", payload={}, group_key="g",
                        compensation={"cancel": "a"})
         gate.report(d, "committed")
-        other = gate.begin(effect_type="email.send", key="compensate:a", payload={"to": "x"},
-                           compensates_effect_id=d.effect_id)
+        with pytest.raises(eg.EffectKeyError):  # not the undo's type: the key is reserved
+            gate.begin(effect_type="email.send", key="compensate:a", payload={"to": "x"},
+                       compensates_effect_id=d.effect_id)
+        other = gate.begin(effect_type="booking.x.compensate", key="compensate:a",
+                           payload={"to": "x"}, compensates_effect_id=d.effect_id)
         gate.report(other, "committed", result={"sent": True})
         report = gate.unwind("g")
         assert [s.key for s in report.failed] == ["a"] and report.compensated == []

@@ -184,10 +184,11 @@ def test_undos_no_longer_needed_are_reported_and_a_taken_key_holds_nothing_back(
     never planned (its undo's begin is refused): it is listed failed, as without a plan,
     and holds nothing back."""
     _step(moving, "g", "flight")
-    _step(moving, "g", "taken")
+    taken = _step(moving, "g", "taken")
     _step(moving, "g", "hotel")
     _step(moving, "g", "car")
-    other.begin(effect_type="x.y", key=compensation_key("g:taken"), payload={"n": 1})
+    other.begin(effect_type="trip.taken.compensate", key=compensation_key("g:taken"),
+                payload={"n": 1}, compensates_effect_id=taken.effect_id)  # not its payload
     runs, _ = unwind_plan(moving, "g")
     assert [r.key for r in runs] == ["g:car", "g:hotel", "g:flight"]
     other.report(_undo(other, "g", "hotel"), "committed", result={"by": "agent"})

@@ -31,7 +31,6 @@ import effectgate as eg
 from effectgate import sagas
 from effectgate.net import loopback_host_names
 from effectgate.principals import require_holder
-from effectgate.sagas import compensation_request
 
 from .._kernel.vocabulary import DEFAULT_HINT, ERROR_HINTS, INSTRUCTIONS
 from .elicit import ApprovalElicitor, check_console_url
@@ -413,11 +412,7 @@ def unwind_answer(gate: eg.Gate, group_key: str, by: str) -> dict[str, Any]:
             answer["failed"].append(step.as_dict())
             continue
         record = gate.get_by_id(step.effect_id)
-        undo = compensation_request(record)
-        try:
-            done: eg.EffectRecord | None = gate.get(undo["key"])
-        except eg.UnknownEffect:
-            done = None
+        undo, done = sagas.undo_at(gate, record)  # (a sha256:… step's undo: maybe the old key)
         state = done.state.value if done is not None else None
         row = step.as_dict() | {"compensation_effect_id": done.effect_id if done else None}
         if done is not None and not is_undo(done, undo):
