@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Compensator", "UnwindReport", "UnwindStep", "compensation_key", "compensation_request",
-    "is_undo", "ran_before", "undo_at", "unwind", "unwind_plan",
+    "is_undo", "ran_before", "undo_at", "undo_keys", "unwind", "unwind_plan",
 ]
 
 Compensator = Callable[["EffectRecord", Any], Any]
@@ -406,6 +406,14 @@ def _legacy_undo(gate: GateLike, record: EffectRecord) -> EffectRecord | None:
     mine = (found.compensates_effect_id == record.effect_id
             and found.effect_type == record.effect_type + UNDO_SUFFIX)
     return found if mine else None
+
+
+def undo_keys(record: EffectRecord) -> tuple[str, ...]:
+    """The keys ``record``'s undo may be at: :func:`compensation_key`, and for a step keyed
+    ``sha256:…`` the key an older effectgate gave it (what an effect there counts for:
+    :func:`undo_at`)."""
+    old = legacy_compensation_key(record.key)
+    return (compensation_key(record.key),) if old is None else (compensation_key(record.key), old)
 
 
 def undo_at(gate: GateLike, record: EffectRecord) -> tuple[dict[str, Any], EffectRecord | None]:

@@ -181,6 +181,17 @@ def test_an_undo_committed_at_the_old_key_is_never_run_again(
 
     handed = unwind_answer(make_gate(), "g", "agent")  # no compensator: handed to the agent
     assert handed["to_compensate"] == [] and [s["key"] for s in handed["compensated"]] == [key]
+    # and an operator sees it undone, in the console's saga and effect pages
+    from types import SimpleNamespace
+
+    from effectgate.console.effects import _undo_of
+    from effectgate.console.sagas import steps_of
+
+    console: Any = SimpleNamespace(gate=gate)
+    [shown] = steps_of(console, "g")
+    assert shown.undone and shown.undo is not None and shown.undo.key == f"compensate:{key}"
+    undo = _undo_of(console, step)
+    assert undo is not None and undo.key == f"compensate:{key}"
 
 
 def test_an_undo_failed_at_the_old_key_is_retried_there(

@@ -257,12 +257,12 @@ def _confirm_unwind(gate: Any, group_key: str) -> frozenset[int]:
     """Name the undos an unwind would run now and ask; nothing to run asks nothing. Refused
     (exit 1) if the saga moved while the question was open. The steps whose undo was named:
     the only ones the unwind may begin."""
-    from ..sagas import compensation_key, unwind_plan
+    from ..sagas import undo_at, unwind_plan
 
     runs, seen = unwind_plan(gate, group_key)
     if not runs:
         return frozenset()
-    undos = "; ".join(f"{compensation_key(r.key)} (undoes {r.key}, {r.effect_type})"
+    undos = "; ".join(f"{undo_at(gate, r)[0]['key']} (undoes {r.key}, {r.effect_type})"
                       for r in runs)
     _confirm(f"unwind {group_key} in namespace {gate.namespace!r}: run {len(runs)} "
              f"undo{'s' if len(runs) != 1 else ''}, newest first: {undos}?", "undone",

@@ -59,7 +59,7 @@ def _why_not(c: Console, record: EffectRecord) -> str:
 def steps_of(c: Console, group_key: str) -> list[Step]:
     """The group's steps, newest first, each with its undo (one read for all of them, then,
     for each undo that committed, both histories: :func:`~effectgate.sagas.ran_before`)."""
-    from ..sagas import compensation_key, compensation_request, is_undo, ran_before
+    from ..sagas import compensation_request, is_undo, ran_before, undo_keys
     from ..store.queue import compensations_of
     from ..translate import effect_record
 
@@ -67,8 +67,8 @@ def steps_of(c: Console, group_key: str) -> list[Step]:
     store = c.gate.store
     undos = {step: effect_record(row, store.secret, with_history=False)
              for step, row in compensations_of(store.engine, c.gate.namespace, {
-                 compensation_key(r.key): r.effect_id for r in records
-                 if r.compensation is not None}).items()}
+                 key: r.effect_id for r in records if r.compensation is not None
+                 for key in undo_keys(r)}).items()}
     out = []
     for r in records:
         undo = undos.get(r.effect_id)
@@ -129,10 +129,11 @@ async def confirm_unwind(c: Console, request: Request, who: Principal) -> Respon
     import json
     import urllib.parse
 
-    from ..sagas import compensation_key, unwind_plan
+    from ..sagas import undo_at, unwind_plan
 
     key = request.query_params.get("group") or ""
     runs, seen = await run_in_threadpool(unwind_plan, c.gate, key)
+    at = await run_in_threadpool(lambda: [undo_at(c.gate, r)[0]["key"] for r in runs])
     problem = None
     if request.query_params.get("seen", seen) != seen:
         problem = (f"{key} changed since you reviewed it. Nothing was undone; review it "
@@ -142,8 +143,8 @@ async def confirm_unwind(c: Console, request: Request, who: Principal) -> Respon
                    "committed, irreversible, held back or has no compensator here (see each "
                    "step). Nothing was undone.")
     return c.page(request, "confirm_unwind", title=f"Confirm: unwind {key}", group=key,
-                  undos=[(r, compensation_key(r.key),
-                          json.dumps(r.compensation, ensure_ascii=False)) for r in runs],
+                  undos=[(r, undo_key, json.dumps(r.compensation, ensure_ascii=False))
+                         for r, undo_key in zip(runs, at, strict=True)],
                   seen=seen,
                   back="/groups/view?" + urllib.parse.urlencode({"group": key}),
                   problem=problem)
