@@ -34,8 +34,12 @@ def _wait_for(predicate: Any, what: str) -> None:
         time.sleep(0.005)
 
 
+@pytest.mark.parametrize("caller", ["waits", "cancels"])
 def test_a_call_handed_over_while_a_close_waits_starts_after_it(
-        gate: eg.Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+        gate: eg.Gate, monkeypatch: pytest.MonkeyPatch, caller: str) -> None:
+    """A call handed over before the close is waited for; one handed over while the close
+    waits starts once the connections are closed, on a new one. If its caller stops waiting
+    for it first (cancels), it is withdrawn: it never runs, and is no longer counted."""
     monkeypatch.setattr(store_module, "_BACKGROUND_WAIT", 120.0)  # never runs out here
     store = gate.store
     seen = Seen(store)
@@ -62,47 +66,16 @@ def test_a_call_handed_over_while_a_close_waits_starts_after_it(
         # The late call is taken by another worker at once; were it to start, it would run
         # now and be noted before the close (the old code's order).
         await asyncio.sleep(0.5)
+        if caller == "cancels":
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
         go.set()
-        await asyncio.gather(first, second)
+        await asyncio.gather(first, *([second] if caller == "waits" else []))
         await asyncio.to_thread(closer.join, 60)
 
     asyncio.run(main())
-    assert seen.events == ["before", "closed", "late"]
-    assert not store._worker_calls._total and not store._worker_calls._late
-
-
-def test_a_call_cancelled_while_it_waits_for_a_close_never_runs(
-        gate: eg.Gate, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A late call whose caller stops waiting for it before the close is done is withdrawn:
-    it never runs, and is no longer counted."""
-    monkeypatch.setattr(store_module, "_BACKGROUND_WAIT", 120.0)
-    store = gate.store
-    seen = Seen(store)
-    entered, go = threading.Event(), threading.Event()
-
-    def running() -> None:
-        entered.set()
-        go.wait(60)
-        seen.note("before")
-
-    async def main() -> None:
-        first = asyncio.ensure_future(store.on_worker(running))
-        assert await asyncio.to_thread(entered.wait, 60)
-        closer = threading.Thread(target=store.close)
-        closer.start()
-        await asyncio.to_thread(_wait_for, lambda: store._worker_calls._closing,
-                                "the close waiting")
-        second = asyncio.ensure_future(store.on_worker(lambda: seen.note("late")))
-        await asyncio.sleep(0.2)
-        second.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await second
-        go.set()
-        await first
-        await asyncio.to_thread(closer.join, 60)
-
-    asyncio.run(main())
-    assert seen.events == ["before", "closed"]
+    assert seen.events == ["before", "closed"] + (["late"] if caller == "waits" else [])
     assert not store._worker_calls._total and not store._worker_calls._late
 
 
