@@ -24,13 +24,14 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import PG_URL
+from .conftest import PG_URL, require_postgres
 
 pytestmark = pytest.mark.slow
 
@@ -243,7 +244,7 @@ MUTATIONS = [
              "store/statements.py",
              '(t.vendor_attempt == t.attempt) & (\n            ~p("keeps_vendor_key", '
              'type_=Boolean))', "(t.vendor_attempt == t.attempt)", [],
-             [{**INFERRED, **_STILL}]),
+             [{**INFERRED, **_STILL}], postgres=True),
     Mutation("a charge ignores the ceiling", "store/statements.py",
              'where=b.spent_micros <= p("limit", type_=BigInteger()) - p(\n'
              '                        "cost", type_=BigInteger()),',
@@ -275,25 +276,29 @@ def _mutant(m: Mutation, root: Path) -> Path:
     copy = root / "effectgate"
     shutil.copytree(CORE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / m.path).write_text(real.replace(m.old, m.new))
-    if m.path in _RENDERED_FROM:  # SQLite runs the texts rendered ahead: render the mutant's
-        done = subprocess.run(
-            [sys.executable, "-c", "import sys; from effectgate.store.statements import "
-             "sqlite_texts_source; sys.stdout.write(sqlite_texts_source())"],
-            env={**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"},
-            capture_output=True, text=True, timeout=120, check=True)
-        (copy / "store" / "sqlite_texts.py").write_text(done.stdout)
+    if m.path in _RENDERED_FROM:  # both stores run texts rendered ahead: render the mutant's
+        for rendered in ("sqlite_texts", "pg_texts"):
+            done = subprocess.run(
+                [sys.executable, "-c", "import sys; from effectgate.store.statements import "
+                 f"{rendered}_source; sys.stdout.write({rendered}_source())"],
+                env={**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"},
+                capture_output=True, text=True, timeout=120, check=True)
+            (copy / "store" / f"{rendered}.py").write_text(done.stdout)
     return root
 
 
 _RENDERED_FROM = ("store/statements.py", "store/schema.py")
-"""The sources ``store/sqlite_texts.py`` is rendered from (an embedded store runs those texts,
-not the statements): a mutant of them is rendered again, as the file's pinning test says."""
+"""The sources ``store/sqlite_texts.py`` and ``store/pg_texts.py`` are rendered from (the
+stores run those texts, not the statements): a mutant of them is rendered again, as the
+files' pinning test says. (Postgres' generated functions are named by a digest of their
+source, so a mutant's never replace the real ones; its replay runs in a schema of its own.)"""
 
 
-def _run(m: Mutation, root: Path, *, every_layer: bool = False) -> dict[str, Any]:
+def _run(m: Mutation, root: Path, *, every_layer: bool = False, pg_url: str | None = None,
+         sqlite: bool | None = None) -> dict[str, Any]:
     spec = {"explore": m.explore, "replay": m.replay, "all": every_layer,
-            "pg_url": PG_URL if (m.postgres or every_layer) and PG_URL else None,
-            "drive": m.drive, "sqlite": m.sqlite}
+            "pg_url": pg_url or (PG_URL if (m.postgres or every_layer) and PG_URL else None),
+            "drive": m.drive, "sqlite": m.sqlite if sqlite is None else sqlite}
     env = {**os.environ, "PYTHONPATH": str(_mutant(m, root)), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run([sys.executable, str(WORKER), json.dumps(spec), str(root)],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -312,6 +317,32 @@ def test_each_mutation_is_caught_by_the_checker_or_the_replay(m: Mutation,
     print(f"\n[{m.name}: caught by the {first['layer']} in {result['seconds']}s]\n"
           f"{first['trace']}")
     assert "   1. " in first["trace"]
+
+
+@pytest.mark.parametrize("m", [m for m in MUTATIONS if m.path in _RENDERED_FROM],
+                         ids=lambda m: m.name)
+def test_each_sql_mutation_is_caught_on_postgres_alone(m: Mutation, tmp_path: Path) -> None:
+    """Each mutant of the store's SQL replayed on Postgres only (the checker and SQLite left
+    out), on the texts rendered from the mutant, in a schema of its own: Postgres runs texts
+    rendered ahead of time too, and a mutant of ``statements.py`` that was not rendered again
+    ran the real SQL there (every SQL mutant was caught on SQLite alone)."""
+    require_postgres()
+    from sqlalchemy import create_engine, text
+
+    schema = f"eg_mutant_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        result = _run(replace(m, explore=[]), tmp_path, sqlite=False,
+                      pg_url=f"{PG_URL}?options=-csearch_path%3D{schema}")
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+    assert result["caught"], f"{m.name} escaped the replay on Postgres"
+    first = result["caught"][0]
+    assert "replay" in first["layer"] and first["store"] == "postgresql", first
 
 
 def test_the_suite_mutates_decide_flow_and_the_sql() -> None:
