@@ -60,7 +60,7 @@ def test_a_call_handed_over_while_a_close_waits_starts_after_it(
         assert await asyncio.to_thread(entered.wait, 60)
         closer = threading.Thread(target=store.close)
         closer.start()
-        await asyncio.to_thread(_wait_for, lambda: store._worker_calls._closing,
+        await asyncio.to_thread(_wait_for, lambda: store._worker_calls._open,
                                 "the close waiting")
         second = asyncio.ensure_future(store.on_worker(late))
         # The late call is taken by another worker at once; were it to start, it would run
@@ -76,7 +76,7 @@ def test_a_call_handed_over_while_a_close_waits_starts_after_it(
 
     asyncio.run(main())
     assert seen.events == ["before", "closed"] + (["late"] if caller == "waits" else [])
-    assert not store._worker_calls._total and not store._worker_calls._late
+    assert not store._worker_calls._total
 
 
 def test_a_call_still_running_when_the_wait_runs_out_keeps_its_connection(
@@ -154,3 +154,49 @@ def test_a_close_from_another_thread_waits_for_a_read_on_the_event_loop(
     gate.report(d, "committed", result={"ok": True})
     assert gate.get("refund:loop").state is eg.State.COMMITTED
     gate.close()
+
+
+def test_a_call_handed_over_during_one_close_is_waited_for_by_the_next(
+        gate: eg.Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of the fix: a call handed over during a first close stayed held back for as
+    long as any close was under way, a second one included, taking an executor worker each:
+    with enough of them the calls a second close waited for could not start, and it waited
+    out its whole budget (5 s, every time, under a steady stream of closes). A call handed
+    over during a close waits for that close alone, and a close that began after it waits
+    for it: here it has run when the second close closes the connections."""
+    monkeypatch.setattr(store_module, "_BACKGROUND_WAIT", 120.0)
+    store = gate.store
+    calls = store._worker_calls
+    entered, go = threading.Event(), threading.Event()
+    ran: list[str] = []
+    closes: list[bool] = []
+    close = store._conns.close
+
+    def closing(busy: frozenset[int] = frozenset()) -> None:
+        closes.append(bool(ran))  # had the call handed over during the first close run?
+        close(busy)
+
+    store._conns.close = closing  # type: ignore[method-assign]
+
+    def running() -> None:
+        entered.set()
+        go.wait(60)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(store.on_worker(running))
+        assert await asyncio.to_thread(entered.wait, 60)
+        one = threading.Thread(target=store.close)
+        one.start()
+        await asyncio.to_thread(_wait_for, lambda: len(calls._open) == 1, "the first close")
+        during = asyncio.ensure_future(store.on_worker(lambda: ran.append("during")))
+        await asyncio.sleep(0.2)  # taken by a worker, held back by the first close
+        two = threading.Thread(target=store.close)
+        two.start()
+        await asyncio.to_thread(_wait_for, lambda: len(calls._open) == 2, "the second close")
+        go.set()
+        await asyncio.gather(first, during)
+        await asyncio.to_thread(one.join, 60)
+        await asyncio.to_thread(two.join, 60)
+
+    asyncio.run(main())
+    assert closes == [False, True] and ran == ["during"] and not calls._total

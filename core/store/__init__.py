@@ -304,7 +304,7 @@ class Store:
             finally:
                 self.drop_thread_connection()
                 self.background.discard(thread)
-                calls.end()
+                calls.end(ticket)
 
         thread = threading.Thread(target=run, name=name)
         self.background.add(thread)
@@ -335,7 +335,7 @@ class Store:
             try:
                 return fn(*args, **kwargs)
             finally:
-                calls.end()
+                calls.end(ticket)
 
         # Named as the call it makes (what a look at the executor's work sees: a test that
         # counts the thread hops of an async tool, for one).

@@ -42,13 +42,14 @@ class WorkerCalls:
     connections before a thread takes it) to its end. A call its caller withdrew before a
     worker started it (a cancel that came first) is not counted, and is not run.
 
-    A close waits for the calls handed over before it began (and for what they hand over in
-    turn), not for those new callers hand over while it waits (late): under a steady stream
-    of calls it would else wait out its whole budget and then close connections in use. A
-    late call starts once the close is done, on a new connection. The lock is held only
-    briefly, and by :meth:`quiet` while a store closes."""
+    Closes are numbered as they begin. A close waits for the calls handed over before it
+    began (and for what they hand over in turn), not for those new callers hand over while
+    it waits: under a steady stream of calls it would else wait out its whole budget and then
+    close connections in use. Such a late call starts once the closes it came during are
+    done, on a new connection; a close that begins after it waits for it as for any other.
+    The lock is held only briefly, and by :meth:`quiet` while a store closes."""
 
-    __slots__ = ("__weakref__", "_closing", "_cond", "_late", "_lock", "_running", "_total")
+    __slots__ = ("__weakref__", "_began", "_cond", "_live", "_lock", "_open", "_running")
 
     def __init__(self) -> None:
         self._reset()
@@ -59,37 +60,36 @@ class WorkerCalls:
         its lock, maybe held, are not there)."""
         self._lock = threading.Lock()  # entered as itself (the C lock's ``with``: cheaper)
         self._cond = threading.Condition(self._lock)
-        self._total = 0  # handed over or running
-        self._late = 0  # of those, handed over while a close waited, and not started yet
+        self._began = 0  # closes begun so far (each one's number)
+        self._open: set[int] = set()  # the numbers of the closes under way
+        self._live: dict[int, int] = {}  # closes begun when handed over: calls not ended
         self._running: dict[int, int] = {}  # thread id: how many of its calls run (nested)
-        self._closing = 0  # closes waiting or closing (none: nobody to wake)
+
+    @property
+    def _total(self) -> int:
+        """Calls handed over or running."""
+        return sum(self._live.values())
 
     def handed(self) -> list[int]:
-        """Count a call just handed to the executor; its ticket (its state, and whether it is
-        late: handed over while a close was under way, by a thread that runs none of the calls
-        the close waits for; one such call's own work, a release it leaves to a thread, is
-        part of it, and waited for)."""
+        """Count a call just handed to the executor; its ticket: its state, and how many
+        closes had begun when it was handed over (a call a counted call hands over is part of
+        that call's work, as if handed over before any close)."""
         with self._lock:
-            self._total += 1
-            if self._closing and threading.get_ident() not in self._running:
-                self._late += 1
-                return [_HANDED, 1]
-        return [_HANDED, 0]
+            began = 0 if self._open and threading.get_ident() in self._running else self._began
+            self._live[began] = self._live.get(began, 0) + 1
+            return [_HANDED, began]
 
     def start(self, ticket: list[int]) -> bool:
         """On the thread, before the call: counted as this thread's from now on. False (not
         counted: do not run it) when its caller withdrew it first: its cancel came first, and
-        the call is as if it never was handed over (nothing runs after a close). A late call
-        waits here until the close is done."""
+        the call is as if it never was handed over (nothing runs after a close). A call handed
+        over during a close waits here until that close is done."""
         me = threading.get_ident()
         with self._cond:
-            while ticket[1] and self._closing and ticket[0] != _WITHDRAWN:
+            while ticket[0] != _WITHDRAWN and self._open and min(self._open) <= ticket[1]:
                 self._cond.wait()
             if ticket[0] == _WITHDRAWN:
                 return False
-            if ticket[1]:
-                ticket[1] = 0
-                self._late -= 1
             ticket[0] = _STARTED
             self._running[me] = self._running.get(me, 0) + 1
             return True
@@ -97,24 +97,22 @@ class WorkerCalls:
     def here(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` on the calling thread, counted as a worker's call is: an async
         caller's read on its event loop (SQLite), which a close from another thread must not
-        close the connection under. A late one waits for that close to end first."""
+        close the connection under. One that comes during that close waits for it first."""
         ticket = self.handed()
         self.start(ticket)
         try:
             return fn(*args)
         finally:
-            self.end()
+            self.end(ticket)
 
-    def end(self) -> None:
+    def end(self, ticket: list[int]) -> None:
         """On the worker, after the call."""
         me = threading.get_ident()
         with self._lock:
             left = self._running.pop(me, 0) - 1
             if left > 0:
                 self._running[me] = left
-            self._total -= 1
-            if self._closing:
-                self._cond.notify_all()
+            self._forget(ticket)
 
     def withdraw(self, ticket: list[int]) -> None:
         """Its caller has stopped awaiting a call (cancelled, or the executor refused it):
@@ -122,29 +120,38 @@ class WorkerCalls:
         with self._lock:
             if ticket[0] == _HANDED:
                 ticket[0] = _WITHDRAWN
-                self._total -= 1
-                if ticket[1]:
-                    ticket[1] = 0
-                    self._late -= 1
-                if self._closing:
-                    self._cond.notify_all()
+                self._forget(ticket)
+
+    def _forget(self, ticket: list[int]) -> None:
+        """(Under the lock.) ``ticket``'s call is no longer counted; a close waiting wakes."""
+        left = self._live[ticket[1]] - 1
+        if left:
+            self._live[ticket[1]] = left
+        else:
+            del self._live[ticket[1]]
+        if self._open:
+            self._cond.notify_all()
 
     @contextmanager
     def quiet(self, deadline: float) -> Iterator[frozenset[int]]:
         """Held once no call handed over before it began is waiting or running but the calling
         thread's own, or at ``deadline`` (``time.monotonic``); none starts or ends until the
-        block is left, and late ones start after it. What it holds: the threads whose calls
-        still run (past the deadline: a connection they use must not be closed under them)."""
+        block is left, and calls handed over meanwhile start after it. What it holds: the
+        threads whose calls still run (past the deadline: a connection they use must not be
+        closed under them)."""
         me = threading.get_ident()
         with self._cond:
-            self._closing += 1
+            self._began += 1
+            number = self._began
+            self._open.add(number)
             try:
-                while self._total - self._late - self._running.get(me, 0) > 0:
+                while sum(n for began, n in self._live.items() if began < number) - (
+                        self._running.get(me, 0)) > 0:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
                 yield frozenset(t for t in self._running if t != me)
             finally:
-                self._closing -= 1
-                self._cond.notify_all()  # late calls waiting to start
+                self._open.discard(number)
+                self._cond.notify_all()  # calls handed over meanwhile, waiting to start
