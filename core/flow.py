@@ -512,7 +512,7 @@ def _arguments(req: Request) -> str | None:
     if req.redact_arguments:
         payload = {k: (_REDACTED if k in req.redact_arguments else v) for k, v in payload.items()}
     try:
-        return canonical_json(payload, "arguments")
+        return canonical_json(payload, "arguments", as_dumped=True)  # stored, shown: as dumped
     except PayloadError:
         return None
 

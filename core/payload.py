@@ -16,15 +16,17 @@ JSON with sorted keys and no whitespace, after these rules:
 ``bytes``           ``{"$bytes": "<base64>"}`` (the same as that mapping given as is)
 ``Enum``            its value
 ``UUID``            its string
-pydantic models     their data, not their serialisation: every field of ``model_fields`` (by
-                    name, not alias) read as an attribute, and the extra ones
-                    (``extra="allow"``), then these rules; fields left out of ``model_dump()``
-                    (``Field(exclude=True)``) and custom serializers (``@field_serializer``,
-                    ``@model_serializer``) change nothing, for the payload hash binds what the
-                    function receives; private attributes and computed fields are not arguments
-                    and are left out. A ``RootModel`` is its ``root``. A result is stored as
-                    ``model_dump()`` makes it (the user's exclusions and serializers kept: a
-                    redaction), and so is any other object with a ``model_dump()`` method
+pydantic models     their data, not their serialisation: every field of ``model_fields`` read
+                    as an attribute, the computed ones and the extra ones (``extra="allow"``),
+                    named as ``model_dump()`` names them, then these rules; fields left out of
+                    ``model_dump()`` (``Field(exclude=True)``) and custom serializers
+                    (``@field_serializer``, ``@model_serializer``) do not hide a value, for the
+                    payload hash binds what the function receives. A field whose value has no
+                    form here (a type of the application's) is taken as the dump makes it, or
+                    left out when the dump leaves it out. A ``RootModel`` is its ``root``. A
+                    result, an undo's description and an approver's view of the arguments are
+                    as ``model_dump()`` makes them (the user's exclusions and serializers
+                    kept), and so is any other object with a ``model_dump()`` method
 dataclasses         their fields, then these rules
 mappings            string keys only (``{1: x}`` and ``{"1": x}`` would collide)
 lists, tuples       arrays; sets and frozensets as arrays sorted by canonical form
@@ -117,16 +119,36 @@ def _decimal(value: decimal.Decimal, path: str) -> int | str:
 
 def model_data(value: Any, path: str = "payload") -> Any:
     """What a pydantic (v2) model is made canonical from in a payload: a ``RootModel`` its
-    ``root``; any other its fields by name (each read as an attribute; private attributes and
-    computed fields are not among them) and then its extra fields. :data:`_NOT_PYDANTIC` for a
-    value whose class has no ``model_fields`` (an object with a ``model_dump()`` of its own)."""
+    ``root``; any other its fields (each read as an attribute), its computed fields and its
+    extra fields, named as its ``model_dump()`` names them. A field whose value has no
+    canonical form of its own (a type of the application's, a lock) is taken as the dump
+    makes it (its serializer's output), or left out when the dump leaves it out. So an
+    ordinary model, and one whose serializers only make such values plain, is what it was; a
+    field the dump hides or disguises is in it. :data:`_NOT_PYDANTIC` for a value whose class
+    has no ``model_fields`` (an object with a ``model_dump()`` of its own)."""
     cls = type(value)
     fields = getattr(cls, "model_fields", None)
     if not isinstance(fields, dict):
         return _NOT_PYDANTIC
     if getattr(cls, "__pydantic_root_model__", False) is True:
         return value.root
-    data = {name: getattr(value, name) for name in fields}
+    config = getattr(cls, "model_config", None)
+    by_alias = isinstance(config, dict) and bool(config.get("serialize_by_alias"))
+    data: dict[str, Any] = {}
+    dumped: dict[str, Any] | None = None  # the model's own dump, made once if one needs it
+    for name, info in fields.items():
+        field_value = getattr(value, name)
+        named = _dumped_name(name, info) if by_alias else name
+        if not _has_form(field_value):
+            if dumped is None:
+                dumped = value.model_dump()
+            if named not in dumped:
+                continue  # hidden, and nothing of it could be written: as the dump had it
+            field_value = dumped[named]
+        data[named] = field_value
+    computed = getattr(cls, "model_computed_fields", None)
+    for name, info in (computed.items() if isinstance(computed, dict) else ()):
+        data[_dumped_name(name, info) if by_alias else name] = getattr(value, name)
     extra = getattr(value, "__pydantic_extra__", None)
     if extra:
         for name, item in extra.items():
@@ -134,6 +156,25 @@ def model_data(value: Any, path: str = "payload") -> Any:
                 raise PayloadError(f"{path}: extra field {name!r} has the name of a field")
             data[name] = item
     return data
+
+
+def _dumped_name(name: str, info: Any) -> str:
+    """A field's name in a dump by alias."""
+    alias = getattr(info, "serialization_alias", None) or getattr(info, "alias", None)
+    return alias if isinstance(alias, str) else name
+
+
+_FORMED = (str, int, float, Enum, Mapping, list, tuple, set, frozenset, datetime.date,
+           datetime.time, bytes, bytearray, memoryview)
+
+
+def _has_form(value: Any) -> bool:
+    """Whether :func:`to_canonical` has a rule for ``value``'s kind (not whether every part
+    of it is well formed: that is for the rule to say)."""
+    return value is None or isinstance(value, _FORMED) or instance_of(
+        value, "decimal", "Decimal") or instance_of(value, "uuid", "UUID") or callable(
+        getattr(value, "model_dump", None)) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type))
 
 
 _NOT_PYDANTIC: Any = object()

@@ -136,7 +136,7 @@ is kept in the effect's row for as long as the effect is."""
 
 
 def _compensation(value: Any) -> str:
-    text = canonical_json(value, "compensation")
+    text = canonical_json(value, "compensation", as_dumped=True)  # stored: as a result is
     if len(text) > MAX_COMPENSATION:
         raise PayloadError(f"compensation is at most {MAX_COMPENSATION} characters of JSON; "
                            f"this one has {len(text)}: store a reference to the undo instead")

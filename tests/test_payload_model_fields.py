@@ -182,16 +182,59 @@ class WithComputed(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def doubled(self) -> int:
-        raise RuntimeError("a computed field is not an argument")
+        return self.a * 2
 
 
-def test_private_attributes_and_computed_fields_are_not_arguments() -> None:
-    """Neither is read: a computed field that raises does not stop the hash (model_dump() made
-    it raise), and a private attribute changes nothing."""
+class ByAlias(BaseModel):
+    model_config = ConfigDict(serialize_by_alias=True)
+
+    account_id: str = Field(alias="accountId")
+
+
+def test_computed_fields_and_aliases_are_named_as_the_dump_names_them() -> None:
+    """Review of the fix: a model with a computed field, or one that serialises by alias,
+    hashed otherwise than its dump did: an effect begun before the upgrade was refused as a
+    mismatch after it. Both are made as their dump makes them (the computed field is a
+    function of the fields), and a private attribute changes nothing."""
     one, other = WithComputed(a=1), WithComputed(a=1)
     other._secret = "other"
-    assert canonical_json({"v": one}) == '{"v":{"a":1}}'
+    assert canonical_json({"v": one}) == '{"v":{"a":1,"doubled":2}}'
     assert payload_hash({"v": one}) == payload_hash({"v": other})
+    for model in (one, ByAlias(accountId="acct_1")):
+        assert payload_hash({"v": model}) == payload_hash({"v": model.model_dump()})
+
+
+class Money:
+    """A type of the application's own, with no canonical form."""
+
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+
+class Charge(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    amount: Money
+    lock: Any = Field(default=None, exclude=True)
+    memo: str = Field(default="", exclude=True)
+
+    @field_serializer("amount")
+    def _cents(self, value: Money) -> int:
+        return value.cents
+
+
+def test_a_field_with_no_form_of_its_own_is_taken_as_the_dump_makes_it() -> None:
+    """Review of the fix: a field of the application's own type made plain by a serializer,
+    or an excluded one holding a lock, made a model that hashed before a PayloadError. Such a
+    value is taken as the dump makes it, or left out as the dump leaves it out; a hidden
+    field with a form of its own still counts."""
+    import threading
+
+    charge = Charge(amount=Money(500), lock=threading.Lock())
+    assert canonical_json({"c": charge}) == '{"c":{"amount":500,"memo":""}}'
+    assert payload_hash({"c": charge}) != payload_hash(
+        {"c": Charge(amount=Money(500), memo="to the treasury")})
+    assert payload_hash({"c": charge}) != payload_hash({"c": Charge(amount=Money(501))})
 
 
 class NotPydantic:
@@ -277,8 +320,9 @@ def test_an_approval_binds_a_field_model_dump_leaves_out(make_gate: Any) -> None
     approval_id = asked.value.approval_id
     assert approval_id is not None
     approval = gate.approval(approval_id)
-    assert approval.arguments == {"t": {"ref": "r1", "amount_cents": 100,
-                                        "from_account": "petty-cash"}}
+    # shown (and stored) as the model dumps itself: the hidden field stays out of the store,
+    # and the approval is bound to the hash of all of it
+    assert approval.arguments == {"t": {"ref": "r1", "amount_cents": 100}}
     gate.approve(approval_id, by="boss")
     with pytest.raises(eg.PayloadMismatch):
         transfer(Transfer(ref="r1", amount_cents=100, from_account="treasury"))
