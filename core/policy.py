@@ -69,7 +69,7 @@ from pydantic import (
 from . import validate
 from .discovery import find_policy
 from .errors import ConfigError, EffectKeyError, PolicyError
-from .keys import KeyTemplate
+from .keys import effect_key_template
 from .registry import UNDO_SUFFIX
 from .validate import MAX_INT
 from .vendors import VENDOR_RULES
@@ -197,7 +197,7 @@ class EffectRule(_Strict):
     def _key(cls, value: str | None) -> str | None:
         if value is not None:
             try:
-                template = KeyTemplate(value)
+                template = effect_key_template(value)  # (an undo's prefix is refused here)
             except EffectKeyError as err:
                 raise ValueError(err.message) from None
             # "{0}" names an argument "0" to KeyTemplate, which no function has (a decorator

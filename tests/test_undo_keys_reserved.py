@@ -283,3 +283,11 @@ def test_a_key_fields_own_code_that_raises_is_an_effect_key_error(
     assert "{x}" in str(err.value) and error in str(err.value)
     assert "secret" not in str(err.value)
     assert gate.list_effects() == []
+
+
+def test_a_policy_key_that_starts_like_an_undo_key_is_refused_when_loaded() -> None:
+    """Review of the fix: a policy's key template ``compensate:{…}`` loaded, and was refused
+    only when a tool was wrapped; it is a policy error at load, as a bad template is."""
+    with pytest.raises(eg.PolicyError, match="compensate:"):
+        eg.Policy.from_dict({"effects": {"payment.refund": {"key": "compensate:{txn_id}"}}})
+    eg.Policy.from_dict({"effects": {"payment.refund": {"key": "refund:{txn_id}"}}})
