@@ -395,3 +395,17 @@ def test_a_key_digest_of_a_model_is_made_as_before() -> None:
         {"order": Order(ref="r1", account="petty-cash")})
     assert eg.payload_hash({"order": order}) != eg.payload_hash(
         {"order": Order(ref="r1", account="petty-cash")})
+
+
+def test_an_undo_description_is_stored_as_the_model_dumps_itself(gate: eg.Gate) -> None:
+    """Review of the fix: an undo's description (``compensation``) is stored and handed to
+    the compensator, as a result is: what the user's dump leaves out stays out of the store."""
+
+    class Refund(BaseModel):
+        txn: str
+        card_number: str = Field(exclude=True)
+
+    d = gate.begin(effect_type="payment.charge", key="charge:c1", payload={"n": 1},
+                   group_key="trip", compensation=Refund(txn="t1", card_number="4111"))
+    gate.report(d, "committed", result={"ok": True})
+    assert gate.get("charge:c1").compensation == {"txn": "t1"}
