@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, EffectKeyError
 from .payload import canonical_json, instance_of
-from .redact import BLANK
+from .redact import BLANK, UNSEEN
 from .utf8 import is_utf8
 
 if TYPE_CHECKING:
@@ -83,9 +83,6 @@ _FORMATTER = string.Formatter()
 _BIG = 10**100  # an int field past this takes the careful path (and its clear errors)
 
 
-# Refused in keys: controls, invisible format characters, line and paragraph separators, and
-# spaces other than U+0020 (each makes look-alike keys distinct or breaks a line).
-_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
 _ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _MAX_WALK = 8  # attribute and item steps in one field
 _OWN_FORMAT = frozenset({"builtins", "datetime", "uuid"})  # a format error's text: ours to show
@@ -125,7 +122,7 @@ def check_key(key: object, *, refuse_blank: bool = True) -> str:
             key=key[:80] + "…",
         )
     if not key.isprintable():
-        bad = next((ch for ch in key if ch != " " and unicodedata.category(ch) in _UNSEEN), "")
+        bad = next((ch for ch in key if ch != " " and unicodedata.category(ch) in UNSEEN), "")
         if not bad:  # unassigned or private-use code points only: accepted (they are visible,
             return key  # and which are unassigned depends on this Python's Unicode version)
         kind = unicodedata.category(bad)

@@ -18,8 +18,8 @@ from typing import Any
 from .utf8 import is_utf8
 
 __all__ = [
-    "BLANK", "REDACTED", "TextRedactor", "bound", "describe", "redact_fields", "redact_text",
-    "redact_with",
+    "BLANK", "REDACTED", "UNSEEN", "TextRedactor", "bound", "describe", "redact_fields",
+    "redact_text", "redact_with",
     "unsafe_char", "visible",
 ]
 
@@ -163,6 +163,11 @@ BLANK = frozenset(
     + "".join(chr(c) for c in range(0xFE00, 0xFE10))  # variation selectors
     + "".join(chr(c) for c in range(0xE0100, 0xE01F0)))
 """Characters that are printable yet show as nothing: refused in keys, escaped when shown."""
+UNSEEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
+"""The Unicode categories a key or a name may not hold (but U+0020): controls, format
+characters, surrogates, line and paragraph separators and other spaces. (Private-use and
+unassigned code points pass: which are unassigned depends on the Python's Unicode version,
+and a key must mean the same on every host.)"""
 _OPEN, _CLOSE = "\u27e8", "\u27e9"  # ⟨ ⟩
 
 

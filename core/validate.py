@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .errors import ConfigError, InvalidTransition
-from .redact import BLANK
+from .redact import BLANK, UNSEEN
 from .states import Outcome
 from .utf8 import is_utf8
 
@@ -44,8 +44,7 @@ def text(value: object, name: str, limit: int, *, required: bool = False) -> str
     return value
 
 
-_UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
-_CONTROL = _UNSEEN - {"Zs"}  # what names were refused for before spaces were
+_CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp"})  # what names were refused for before spaces
 _WHAT = {"Cc": "a control character", "Cf": "an invisible format character",
          "Zl": "a line separator", "Zp": "a paragraph separator",
          "Zs": "a space other than U+0020"}
@@ -68,7 +67,7 @@ def name(value: object, what: str, limit: int, *, required: bool = False,
         return checked
     bad = next((ch for ch in checked if unicodedata.category(ch) in _CONTROL)
                if stored else (ch for ch in checked if ch in BLANK or (
-                   ch != " " and unicodedata.category(ch) in _UNSEEN)), None)
+                   ch != " " and unicodedata.category(ch) in UNSEEN)), None)
     if bad is not None:
         kind = _WHAT.get(unicodedata.category(bad), "a character that shows as nothing")
         raise ConfigError(f"{what} must be printable; it has {kind} (U+{ord(bad):04X}), "
