@@ -501,3 +501,28 @@ def test_an_exploration_pauses_the_garbage_collector_and_restores_it(
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_request_on_its_way_under_a_vendor_key_already_answered_is_not_a_false_alarm() -> None:
+    """A holder's inferred FAILED keeps vendor key #1 while its request is still on its way;
+    the next attempt sends under #1, the vendor refuses it, the holder reports AMBIGUOUS and a
+    truthful hook reconciles FAILED. The first request can only land deduplicated (refused):
+    the reconciled FAILED is true, and the checker no longer says otherwise. It still says so
+    when the vendor has not answered that key (the "grace" mutant, above)."""
+    config = Config(workers=(("a", "refund"), ("a", "refund")), begins=(2, 1), faults=0,
+                    ops=1, unsure=True, inferred=True, forgery=False, prune=False)
+    schedule = [("begin", 0), ("begin", 1), ("step", 1, False, None), ("send", 1),
+                ("report", 1, "inferred", False), ("step", 0, False, None),
+                ("step", 0, False, None), ("send", 0), ("land", 0, "refused"),
+                ("report", 0, "ambiguous", False), ("report", 0, "failed", False),
+                ("begin", 0), ("step", 0, False, None), ("step", 0, False, "failed"),
+                ("step", 0, False, None)]
+    model, s = Model(config), Model(config).initial()
+    for action in schedule:
+        assert action in model.actions(s), action  # the schedule runs as written
+        s = model.transition(s, action).state
+    assert any(t[1][3] == 1 and t[2] for t in s.transit)  # the first request, still on its way
+    assert any(r.state.value == "failed" and r.actor == "reconcile" for r in s.rows)
+    assert run_schedule(config, [*schedule, ("land", 1, "executed")]) == []
+    landed = model.transition(s, ("land", 1, "executed"))
+    assert "deduplicated by vendor key #1: refused" in landed.text

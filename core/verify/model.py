@@ -726,9 +726,10 @@ class Model:
                                  "reconciled COMMITTED although the vendor never executed it")
             if row.state is State.FAILED and row.actor == "reconcile":
                 vk = (row.namespace, row.effect_type, row.key, row.vendor_attempt)
-                if any(e[0] == vk and e[1] == "executed" and e[2] for e in s.ledger) or any(
-                    t[1] == vk and t[2] for t in s.transit
-                ):
+                answered = next((e for e in s.ledger if e[0] == vk), None)
+                if (answered is not None and answered[1] == "executed" and answered[2]) or (
+                    answered is None and any(t[1] == vk and t[2] for t in s.transit)
+                ):  # (one on its way under a key the vendor has answered gets that answer)
                     found.append(f"RECONCILED FAILED IS TRUE: {row.namespace}/{row.key} was "
                                  "reconciled FAILED while a request sent under its live lease "
                                  "was executed or still on its way")
