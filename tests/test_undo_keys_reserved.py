@@ -291,3 +291,40 @@ def test_a_policy_key_that_starts_like_an_undo_key_is_refused_when_loaded() -> N
     with pytest.raises(eg.PolicyError, match="compensate:"):
         eg.Policy.from_dict({"effects": {"payment.refund": {"key": "compensate:{txn_id}"}}})
     eg.Policy.from_dict({"effects": {"payment.refund": {"key": "refund:{txn_id}"}}})
+
+
+def test_the_console_shows_the_undo_of_the_steps_undo_type_at_either_key(
+        make_gate: Any) -> None:
+    """Data an older effectgate may have left: at a step's old undo key an effect of another
+    type that names the step, and its real undo, committed, at the new key. The console's saga
+    and effect pages show that undo (the one of the step's undo type), not the other effect,
+    whichever of the two keys sorts (and is read) first."""
+    from types import SimpleNamespace
+
+    from sqlalchemy import insert, select
+
+    from effectgate.console.effects import _undo_of
+    from effectgate.console.sagas import steps_of
+    from effectgate.store.schema import effects
+
+    gate: eg.Gate = make_gate()
+    gate.compensator("booking.hotel")(lambda record, c: None)
+    console: Any = SimpleNamespace(gate=gate)
+    orders = set()
+    for group, key in (("g1", "sha256:" + "ef" * 32), ("g2", "sha256:" + "01" * 32)):
+        step = _step(gate, key, group)
+        assert gate.unwind(group).complete
+        new_key, old_key = compensation_key(key), f"compensate:{key}"
+        orders.add(old_key < new_key)
+        with gate.store.engine.begin() as conn:
+            row = dict(conn.execute(select(effects).where(
+                effects.c.namespace == gate.namespace, effects.c.key == new_key)).one()._mapping)
+            del row["id"]
+            conn.execute(insert(effects).values(**{**row, "key": old_key,
+                                                   "effect_type": "email.send"}))
+        [shown] = steps_of(console, group)
+        assert shown.undone and shown.undo is not None, shown
+        assert shown.undo.key == new_key and shown.undo.effect_type == "booking.hotel.compensate"
+        found = _undo_of(console, step)
+        assert found is not None and found.key == new_key
+    assert orders == {True, False}  # the old key read first, and last

@@ -129,6 +129,7 @@ def offer(c: Console, record: EffectRecord) -> dict[str, Any]:
 
 def _undo_of(c: Console, record: EffectRecord) -> Any:
     """The compensation that undid ``record`` (a saga step), or None."""
+    from ..registry import UNDO_SUFFIX
     from ..sagas import undo_keys
     from ..store.queue import compensations_of
     from ..translate import effect_record
@@ -137,7 +138,8 @@ def _undo_of(c: Console, record: EffectRecord) -> Any:
         return None
     store = c.gate.store
     found = compensations_of(store.engine, c.gate.namespace,
-                             dict.fromkeys(undo_keys(record), record.effect_id))
+                             dict.fromkeys(undo_keys(record), (
+                                 record.effect_id, record.effect_type + UNDO_SUFFIX)))
     row = found.get(record.effect_id)
     return None if row is None else effect_record(row, store.secret, with_history=False)
 

@@ -59,6 +59,7 @@ def _why_not(c: Console, record: EffectRecord) -> str:
 def steps_of(c: Console, group_key: str) -> list[Step]:
     """The group's steps, newest first, each with its undo (one read for all of them, then,
     for each undo that committed, both histories: :func:`~effectgate.sagas.ran_before`)."""
+    from ..registry import UNDO_SUFFIX
     from ..sagas import compensation_request, is_undo, ran_before, undo_keys
     from ..store.queue import compensations_of
     from ..translate import effect_record
@@ -67,7 +68,8 @@ def steps_of(c: Console, group_key: str) -> list[Step]:
     store = c.gate.store
     undos = {step: effect_record(row, store.secret, with_history=False)
              for step, row in compensations_of(store.engine, c.gate.namespace, {
-                 key: r.effect_id for r in records if r.compensation is not None
+                 key: (r.effect_id, r.effect_type + UNDO_SUFFIX) for r in records
+                 if r.compensation is not None
                  for key in undo_keys(r)}).items()}
     out = []
     for r in records:

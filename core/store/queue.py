@@ -229,11 +229,12 @@ def approvals_page(engine: Engine, namespace: str, *, state: ApprovalState | Non
 
 
 def compensations_of(engine: Engine, namespace: str,
-                     wanted: dict[str, int]) -> dict[int, EffectRow]:
-    """The undo of saga steps, by the step's id: ``wanted`` maps each undo's key
-    (``compensation_key`` of the step's key) to the step's effect id; an effect found at that
-    key counts only if its ``compensates_effect_id`` is the step (one made there for anything
-    else is not its undo). One read of the unique key per 500 steps."""
+                     wanted: dict[str, tuple[int, str]]) -> dict[int, EffectRow]:
+    """The undo of saga steps, by the step's id: ``wanted`` maps each key a step's undo may be
+    at (``undo_keys`` of the step) to the step's effect id and its undo's effect type; an
+    effect found at such a key counts only if its ``compensates_effect_id`` is the step (one
+    made there for anything else is not its undo), and where two of a step's keys hold one,
+    the one of its undo's type. One read of the unique key per 500 steps."""
     t = effects.c
     keys = list(wanted)
     out: dict[int, EffectRow] = {}
@@ -245,8 +246,9 @@ def compensations_of(engine: Engine, namespace: str,
                     t.namespace == namespace, t.key.in_(chunk))
                 for r in conn.execute(stmt):
                     row = effect_row(r)
-                    step = wanted.get(row.key)
-                    if step is not None and row.compensates_effect_id == step:
+                    step, undo_type = wanted.get(row.key, (None, ""))
+                    if step is not None and row.compensates_effect_id == step and (
+                            step not in out or row.effect_type == undo_type):
                         out[step] = row
     except Exception as err:
         raise StoreError(f"the store failed: {type(err).__name__}") from err
