@@ -61,6 +61,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -110,10 +112,10 @@ class Budget(_Strict):
 class ApprovalRule(_Strict):
     """When a human must approve: ``always``, or at/above an estimated cost."""
 
-    always: bool = False
+    always: bool = Field(default=False, strict=True)
     at_or_above_micros: int | None = _Micros
     expires_seconds: float = Field(default=24 * 3600.0, gt=0, allow_inf_nan=False, strict=True)
-    allow_self_approval: bool = False
+    allow_self_approval: bool = Field(default=False, strict=True)
 
     def applies(self, cost_micros: int | None) -> bool:
         """True when a call with this estimated cost needs approval. A call that declares no
@@ -136,7 +138,7 @@ class EffectRule(_Strict):
     max_attempts: int | None = Field(default=None, ge=1, le=MAX_INT, strict=True)
     approval: ApprovalRule | None = None
     budget: Budget | None = None
-    deny: bool | str = False
+    deny: StrictBool | StrictStr = False
     on_ambiguous: Literal["block", "reconcile"] = "reconcile"
     reconcile_grace_seconds: float | None = Field(default=None, gt=0, le=_SECONDS_MAX,
                                                   strict=True)
@@ -190,6 +192,14 @@ class EffectRule(_Strict):
             return {"always": True}
         if value is None or value is False or value == "never":  # (not 0: "in" would take it)
             return None
+        return value
+
+    @field_validator("deny")
+    @classmethod
+    def _reason(cls, value: bool | str) -> bool | str:
+        if isinstance(value, str) and not (value.strip() and value.isprintable()):
+            raise ValueError("is true, false or the reason every call is denied (printable, "
+                             f"not blank), not {value!r}")
         return value
 
     @field_validator("key")

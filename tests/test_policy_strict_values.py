@@ -124,3 +124,33 @@ def test_approval_false_means_none_and_approval_zero_is_refused(number: float) -
     assert rule is not None and rule.approval is None
     with pytest.raises(eg.PolicyError, match="approval"):
         eg.Policy.from_dict({"effects": {"a.*": {"approval": number}}})
+
+
+NOT_FLAGS: list[tuple[str, dict[str, Any]]] = [
+    ("deny", {"deny": 0}), ("deny", {"deny": 1}), ("deny", {"deny": ""}),
+    ("deny", {"deny": "  "}), ("deny", {"deny": "no\x00reason"}),
+    ("always", {"approval": {"always": "yes"}}), ("always", {"approval": {"always": 1}}),
+    ("always", {"approval": {"always": "false"}}),
+    ("allow_self_approval", {"approval": {"always": True, "allow_self_approval": "no"}}),
+    ("allow_self_approval", {"approval": {"always": True, "allow_self_approval": 1}}),
+]
+
+
+def test_a_flag_is_true_or_false_and_a_denial_a_reason() -> None:
+    """``deny = 0`` denied nothing and ``deny = 1`` everything, ``always = "false"`` asked for
+    every call: a flag that is not a bool (or, for ``deny``, a reason that shows) is refused."""
+    accepted = []
+    for field, rule in NOT_FLAGS:
+        try:
+            eg.Policy.from_dict({"effects": {"a.*": rule}})
+        except eg.PolicyError as err:
+            assert field in str(err)
+        else:
+            accepted.append((field, rule))
+    assert accepted == []
+    policy = eg.Policy.from_dict({"effects": {
+        "a.*": {"deny": "frozen by finance"}, "b.*": {"deny": True}, "c.*": {"deny": False},
+        "d.*": {"approval": {"always": True, "allow_self_approval": False}}}})
+    assert [policy.rule_for(t).denied for t in ("a.x", "b.x", "c.x")] == [  # type: ignore[union-attr]
+        "frozen by finance", "policy denies b.*", None]
+    assert policy.rule_for("d.x").approval.always  # type: ignore[union-attr]
