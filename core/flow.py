@@ -41,7 +41,7 @@ from .governance import dollars
 from .keys import compensation_key, legacy_compensation_key
 from .memo import CommittedMemo
 from .notices import AMBIGUOUS, APPROVAL_REQUIRED, BUDGET_WARNING, Observer, notice
-from .payload import canonical_json, result_json
+from .payload import canonical_json, payload_hash, result_json
 from .reconcile import Reconciler, verdict
 from .records import BeginDecision
 from .redact import describe
@@ -319,7 +319,9 @@ def _undoable(req: Request, step: EffectRow | None, at_old_key: EffectRow | None
 
     An undo's own type (``<type>.compensate``) is counted by no spend ceiling, so such a
     request must be the one undo of the step it names: of that step's type plus the suffix,
-    at :func:`~effectgate.keys.compensation_key` of its key, declaring no more than its step
+    at :func:`~effectgate.keys.compensation_key` of its key, with the step's compensation as
+    its payload (another payload there would take the key, and the step's own undo could
+    never begin at it), declaring no more than its step
     spent (its actual cost where its holder reported one, else its estimate; what
     :func:`~effectgate.sagas.compensation_request` declares), or :class:`ConfigError`. Any
     committed effect, named as the step of a charge called an undo, would else let that
@@ -346,6 +348,12 @@ def _undoable(req: Request, step: EffectRow | None, at_old_key: EffectRow | None
                 f"{req.key!r} ({req.effect_type}) is not the undo of {step.key!r} "
                 f"({step.effect_type}): a step's one undo is of type "
                 f"{step.effect_type + UNDO_SUFFIX!r} at key {undo_key!r}", key=req.key)
+        if req.payload_hash != payload_hash({"effect_id": step.id,
+                                             "compensation": loads(step.compensation)}):
+            raise ConfigError(
+                f"{req.key!r} is not the undo of {step.key!r}: its payload is not the step's "
+                "compensation as the step recorded it (compensation_request of the step), so "
+                "the step's own undo could never begin at its key", key=req.key)
         if (req.estimated_cost_micros or 0) > (spent := _spent(step)):
             raise ConfigError(
                 f"{req.key!r} declares {dollars(req.estimated_cost_micros or 0)}, more than "

@@ -86,9 +86,10 @@ def test_console_saga_page_agrees_with_unwind_on_what_undid_a_step(tmp_path: Any
         with pytest.raises(eg.EffectKeyError):  # not the undo's type: the key is reserved
             gate.begin(effect_type="email.send", key="compensate:a", payload={"to": "x"},
                        compensates_effect_id=d.effect_id)
-        other = gate.begin(effect_type="booking.x.compensate", key="compensate:a",
-                           payload={"to": "x"}, compensates_effect_id=d.effect_id)
-        gate.report(other, "committed", result={"sent": True})
+        with pytest.raises(eg.ConfigError):  # not its payload (red team, round 10)
+            gate.begin(effect_type="booking.x.compensate", key="compensate:a",
+                       payload={"to": "x"}, compensates_effect_id=d.effect_id)
+        _left_by_an_older_effectgate(gate, d.effect_id)  # such an effect, begun before then
         report = gate.unwind("g")
         assert [s.key for s in report.failed] == ["a"] and report.compensated == []
         (step,) = steps_of(Console(gate, secure_cookies=False), "g")
@@ -96,6 +97,22 @@ def test_console_saga_page_agrees_with_unwind_on_what_undid_a_step(tmp_path: Any
         assert step.undo is None
     finally:
         gate.close()
+
+
+def _left_by_an_older_effectgate(gate: eg.Gate, step_id: int) -> None:
+    """An effect at ``compensate:a`` of the undo's type naming step ``step_id`` with another
+    payload, committed: what an effectgate before round 10's check let any caller begin."""
+    from sqlalchemy import insert, select
+
+    from effectgate.store.schema import effects
+
+    with gate.store.engine.begin() as conn:
+        row = dict(conn.execute(select(effects).where(effects.c.id == step_id)).one()._mapping)
+        del row["id"]
+        conn.execute(insert(effects).values(**{
+            **row, "key": "compensate:a", "effect_type": "booking.x.compensate",
+            "payload_hash": "0" * 64, "compensates_effect_id": step_id, "group_key": None,
+            "compensation": None}))
 
 
 # -- Postgres: a lease counted from before a lock wait ------------------------------------------

@@ -154,7 +154,8 @@ def test_naming_a_step_lets_no_other_effect_spend_past_a_ceiling(make_gate: Any)
                    run_id="r", estimated_cost_micros=10**9,
                    compensates_effect_id=step.effect_id)
     undo = gate.begin(effect_type="booking.seat.compensate", key="compensate:seat:1",
-                      payload={}, run_id="r", estimated_cost_micros=10**9,
+                      payload={"effect_id": step.effect_id, "compensation": {"cancel": 1}},
+                      run_id="r", estimated_cost_micros=10**9,
                       compensates_effect_id=step.effect_id)
     assert undo.decision is eg.Decision.EXECUTE
 

@@ -46,7 +46,8 @@ UNDOS_ASKED = {"effects": {
 
 def _call(gate: eg.Gate, key: str, *, undoes: int | None = None,
           cost: int = 90 * DOLLAR // 100) -> eg.BeginDecision:
-    return gate.begin(effect_type="booking.flight.compensate", key=key, payload={"k": key},
+    payload = {"k": key} if undoes is None else {"effect_id": undoes, "compensation": None}
+    return gate.begin(effect_type="booking.flight.compensate", key=key, payload=payload,
                       estimated_cost_micros=cost, compensates_effect_id=undoes)
 
 

@@ -132,8 +132,8 @@ def test_an_undo_declares_no_more_than_its_step_spent(
     gate.report(d, "committed", actual_cost_micros=actual)
     before = _tables(gate)
     undo = {"effect_type": "payment.ping.compensate", "key": "compensate:ping:1",
-            "payload": {}, "compensates_effect_id": d.effect_id,
-            "estimated_cost_micros": undo_cost}
+            "payload": {"effect_id": d.effect_id, "compensation": None},
+            "compensates_effect_id": d.effect_id, "estimated_cost_micros": undo_cost}
     if runs:
         assert gate.begin(**undo).decision is eg.Decision.EXECUTE
         return

@@ -328,3 +328,21 @@ def test_the_console_shows_the_undo_of_the_steps_undo_type_at_either_key(
         found = _undo_of(console, step)
         assert found is not None and found.key == new_key
     assert orders == {True, False}  # the old key read first, and last
+
+
+def test_an_undo_with_a_payload_of_its_own_is_refused_and_the_real_undo_runs(
+        make_gate: Any) -> None:
+    """Red team, round 10: a begin of the right undo type, key and step but with a payload of
+    its own took the step's undo key, and unwind's real undo was refused there for ever
+    (PayloadMismatch). It is a ConfigError now, nothing is written, and the undo runs."""
+    gate: eg.Gate = make_gate()
+    undone: list[str] = []
+    gate.compensator("booking.hotel")(lambda record, c: undone.append(record.key))
+    step = _step(gate, "hotel:H9")
+    real = compensation_request(step)
+    before = _keys(gate)
+    with pytest.raises(eg.ConfigError, match="not the step's compensation"):
+        gate.begin(**{**real, "payload": {"effect_id": step.effect_id,
+                                          "compensation": {"cancel": "nothing"}}})
+    assert _keys(gate) == before
+    assert gate.unwind("g").complete and undone == ["hotel:H9"]

@@ -187,8 +187,10 @@ def test_undos_no_longer_needed_are_reported_and_a_taken_key_holds_nothing_back(
     taken = _step(moving, "g", "taken")
     _step(moving, "g", "hotel")
     _step(moving, "g", "car")
-    other.begin(effect_type="trip.taken.compensate", key=compensation_key("g:taken"),
-                payload={"n": 1}, compensates_effect_id=taken.effect_id)  # not its payload
+    with pytest.raises(eg.ConfigError):  # not its payload: refused (red team, round 10)
+        other.begin(effect_type="trip.taken.compensate", key=compensation_key("g:taken"),
+                    payload={"n": 1}, compensates_effect_id=taken.effect_id)
+    _taken_as_an_older_effectgate_let_it_be(other, taken.effect_id)
     runs, _ = unwind_plan(moving, "g")
     assert [r.key for r in runs] == ["g:car", "g:hotel", "g:flight"]
     other.report(_undo(other, "g", "hotel"), "committed", result={"by": "agent"})
@@ -389,3 +391,20 @@ def test_a_step_made_again_under_the_same_id_changes_the_plans_digest(tmp_path: 
         assert ran == []
     finally:
         gate.close()
+
+
+def _taken_as_an_older_effectgate_let_it_be(gate: eg.Gate, step_id: int) -> None:
+    """An effect in flight at the undo key of step ``step_id``, of its undo's type but not its
+    payload: what an effectgate before round 10's check let any caller begin there."""
+    from sqlalchemy import insert, select
+
+    from effectgate.store.schema import effects
+
+    with gate.store.engine.begin() as conn:
+        row = dict(conn.execute(select(effects).where(effects.c.id == step_id)).one()._mapping)
+        del row["id"]
+        conn.execute(insert(effects).values(**{
+            **row, "key": compensation_key(row["key"]),
+            "effect_type": row["effect_type"] + ".compensate", "payload_hash": "0" * 64,
+            "compensates_effect_id": step_id, "group_key": None, "compensation": None,
+            "state": "in_flight"}))
