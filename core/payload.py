@@ -134,21 +134,27 @@ def model_data(value: Any, path: str = "payload") -> Any:
         return value.root
     config = getattr(cls, "model_config", None)
     by_alias = isinstance(config, dict) and bool(config.get("serialize_by_alias"))
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+    served = decorators is not None and bool(getattr(decorators, "field_serializers", None) or
+                                              getattr(decorators, "model_serializers", None))
     data: dict[str, Any] = {}
     dumped: dict[str, Any] | None = None  # the model's own dump, made once if one needs it
     for name, info in fields.items():
         field_value = getattr(value, name)
         named = _dumped_name(name, info) if by_alias else name
-        if not _has_form(field_value):
+        if not _has_form(field_value) or (served and _holds_formless(field_value, 0)):
             if dumped is None:
                 dumped = value.model_dump()
-            if named not in dumped:
-                continue  # hidden, and nothing of it could be written: as the dump had it
-            field_value = dumped[named]
-        data[named] = field_value
+            if named in dumped:
+                field_value = dumped[named]
+            elif getattr(info, "exclude", None) is True:
+                continue  # excluded, and nothing of it could be written: as the dump had it
+            else:  # reshaped by the model's own serializer: all that it shows of it
+                field_value = dumped
+        _put(data, named, field_value, path)
     computed = getattr(cls, "model_computed_fields", None)
     for name, info in (computed.items() if isinstance(computed, dict) else ()):
-        data[_dumped_name(name, info) if by_alias else name] = getattr(value, name)
+        _put(data, _dumped_name(name, info) if by_alias else name, getattr(value, name), path)
     extra = getattr(value, "__pydantic_extra__", None)
     if extra:
         for name, item in extra.items():
@@ -156,6 +162,27 @@ def model_data(value: Any, path: str = "payload") -> Any:
                 raise PayloadError(f"{path}: extra field {name!r} has the name of a field")
             data[name] = item
     return data
+
+
+def _put(data: dict[str, Any], named: str, value: Any, path: str) -> None:
+    """``data[named] = value``; :class:`PayloadError` when two of a model's fields (a field,
+    a computed field) are named alike in its dump, and one would hide the other from the
+    hash."""
+    if named in data:
+        raise PayloadError(f"{path}: two of its fields are named {named!r} in its dump")
+    data[named] = value
+
+
+def _holds_formless(value: Any, depth: int) -> bool:
+    """Whether a list, tuple, set or mapping holds, at any depth, a value with no canonical
+    form of its own (a field serializer may make it plain)."""
+    if depth > MAX_RESULT_DEPTH:
+        return False  # (too deep to write at all: to_canonical says so)
+    if isinstance(value, Mapping):
+        return any(_holds_formless(v, depth + 1) or not _has_form(v) for v in value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_holds_formless(v, depth + 1) or not _has_form(v) for v in value)
+    return False
 
 
 def _dumped_name(name: str, info: Any) -> str:

@@ -409,3 +409,79 @@ def test_an_undo_description_is_stored_as_the_model_dumps_itself(gate: eg.Gate) 
                    group_key="trip", compensation=Refund(txn="t1", card_number="4111"))
     gate.report(d, "committed", result={"ok": True})
     assert gate.get("charge:c1").compensation == {"txn": "t1"}
+
+
+# -- red team, round 10 -------------------------------------------------------------------------
+
+class _Account:
+    """A type of the application's: no canonical form of its own."""
+
+    def __init__(self, iban: str) -> None:
+        self.iban = iban
+
+
+class _Transfer(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    ref: str
+    to: _Account
+    amount: int
+
+    @model_serializer
+    def _shown(self) -> dict[str, Any]:  # the account under another name
+        return {"ref": self.ref, "to_iban": self.to.iban, "amount": self.amount}
+
+
+class _Batch(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    tos: list[_Account]
+
+    @field_serializer("tos")
+    def _ibans(self, tos: list[_Account]) -> list[str]:
+        return [t.iban for t in tos]
+
+
+def test_a_field_a_model_serializer_renames_is_in_the_hash(make_gate: Any) -> None:
+    """A field of the application's type that the model's serializer shows under another
+    name was left out of the hash: a transfer to Mallory was answered from the store as the
+    one to Alice, and an approval for Alice ran Mallory's. It is hashed as the serializer
+    shows it now, and the second call is a PayloadMismatch; the body ran once."""
+    def transfer(iban: str) -> Any:
+        return {"t": _Transfer(ref="r1", to=_Account(iban), amount=100)}
+
+    assert payload_hash(transfer("DE-alice")) != payload_hash(transfer("DE-mallory"))
+    assert payload_hash(transfer("DE-alice")) == payload_hash(transfer("DE-alice"))
+    gate: eg.Gate = make_gate(policy=False)
+    sent: list[str] = []
+
+    @gate.effect("transfer:{t.ref}", effect_type="bank.transfer")
+    def send(t: _Transfer) -> dict[str, str]:
+        sent.append(t.to.iban)
+        return {"sent_to": t.to.iban}
+
+    assert send(**transfer("DE-alice")) == {"sent_to": "DE-alice"}
+    with pytest.raises(eg.PayloadMismatch):
+        send(**transfer("DE-mallory"))
+    assert sent == ["DE-alice"]
+
+
+def test_a_container_a_field_serializer_makes_plain_hashes_as_dumped() -> None:
+    """A list of the application's objects made plain by a field serializer raised a
+    PayloadError after round 9 (it hashed before): it is taken as the dump makes it again,
+    with the hash it had then, and two lists differ."""
+    def batch(*ibans: str) -> Any:
+        return {"b": _Batch(tos=[_Account(i) for i in ibans])}
+
+    assert payload_hash(batch("A", "B")) == payload_hash({"b": {"tos": ["A", "B"]}})
+    assert payload_hash(batch("A", "B")) != payload_hash(batch("A", "C"))
+
+
+def test_two_fields_named_alike_in_the_dump_are_a_payload_error() -> None:
+    """A field aliased as another field's name (or a computed field named so) hid one of the
+    two from the hash; it is a PayloadError now, not a silent overwrite."""
+    class Clash(BaseModel):
+        model_config = ConfigDict(serialize_by_alias=True)
+        a: int = Field(serialization_alias="b")
+        b: int
+
+    with pytest.raises(eg.PayloadError, match="two of its fields are named 'b'"):
+        payload_hash({"m": Clash(a=1, b=2)})
