@@ -143,3 +143,25 @@ def test_options_that_keep_the_locks_open_the_store_and_their_opposites_do_not(
         assert second.decision is eg.Decision.DUPLICATE
     with eg.Gate(url, policy=False, read_only=True) as reader:
         assert reader.get("refund:1").state is eg.State.COMMITTED
+
+
+def test_a_store_file_with_two_names_is_refused_by_either_and_a_symlink_opens(
+        tmp_path: Path) -> None:
+    """Red team, round 10: SQLite keeps the write-ahead log and the locks beside the name it
+    opens, so two processes opening one file by two hard links each won the same key (10 of
+    10 races). A file with more than one name is refused by each name, on every path and
+    read-only too, and nothing is written; a symbolic link (resolved to the one name) opens."""
+    path, other, link = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "c.db"
+    eg.Gate(f"sqlite:///{path}", policy=False).close()
+    os.link(path, other)
+    before = _dump(path)
+    for url in (f"sqlite:///{path}", f"sqlite:///{other}",
+                f"sqlite:///file:{other}?mode=rw&uri=true"):
+        for read_only in (False, True):
+            with pytest.raises(eg.ConfigError, match="hard links"):
+                eg.Gate(url, policy=False, read_only=read_only)
+    assert _dump(path) == before
+    os.unlink(other)
+    os.symlink(path, link)
+    with eg.Gate(f"sqlite:///{link}", policy=False) as gate:
+        assert gate.begin(effect_type="a.b", key="k", payload={}).decision is eg.Decision.EXECUTE

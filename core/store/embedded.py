@@ -45,11 +45,22 @@ def database_of(url: str) -> str | None:
 
 def check_database(database: str, url: str, *, read_only: bool) -> None:
     """Refuse a database no other connection or process shares, or shares unlocked
-    (:func:`refuse_unsafe`), and, read-only, a file that is not there; read-write, make the
-    file's folder (a ``file:`` URI's: the folder of the path in it)."""
+    (:func:`refuse_unsafe`), a file with more than one name (hard links: each name has a
+    write-ahead log and locks of its own), and, read-only, a file that is not there;
+    read-write, make the file's folder (a ``file:`` URI's: the folder of the path in it)."""
     refuse_unsafe(database, read_only=read_only)
     uri = uri_parts(database)
     path = os.path.expanduser(database) if uri is None else uri[0]
+    try:
+        links = os.stat(path).st_nlink
+    except OSError:  # not there yet (made on first use), or not a name stat reads
+        links = 1
+    if links > 1:
+        raise ConfigError(
+            f"the store file {path!r} has {links} names (hard links): SQLite keeps the "
+            "write-ahead log and the locks beside the name it opens, so processes opening it "
+            "by different names could each execute the same effect; open it by one name "
+            "(remove the other links; a symbolic link is safe)")
     if read_only:
         if not os.path.isfile(path):
             raise StoreError(f"no effectgate store at {url} (no such file)")
