@@ -53,7 +53,7 @@ def check_database(database: str, url: str, *, read_only: bool) -> None:
     path = os.path.expanduser(database) if uri is None else uri[0]
     try:
         links = os.stat(path).st_nlink
-    except OSError:  # not there yet (made on first use), or not a name stat reads
+    except (OSError, ValueError):  # not there yet (made on first use), or no name stat reads
         links = 1
     if links > 1:
         raise ConfigError(
