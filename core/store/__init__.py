@@ -600,6 +600,7 @@ class Store:
                     "state": State.PENDING_APPROVAL.value, "result": None, "error": None,
                     "reason": APPROVAL_REQUESTED, "actor": None, "note": note,
                     "h_by": encode_text(None), "h_note": encode_text(note),
+                    "forced": True,  # (its own lease, live: the begin that took it settles it)
                 }) is None or tx.one(self.sql.approval_restore, {
                     "namespace": ns, "approval_id": row.approval_id}) is None:
                     tx.rollback()
@@ -620,6 +621,7 @@ class Store:
             "expected_state": resolution.expected.value, "state": resolution.to.value,
             "result": result, "error": None, "reason": reason, "actor": actor, "note": note,
             "h_by": encode_text(actor), "h_note": encode_text(note),
+            "forced": resolution.forced,  # (a live lease: only where force allowed it)
         }
         # A held attempt settled COMMITTED: its counters hold the estimate, corrected by the
         # actual cost its holder reported with an AMBIGUOUS outcome, if it did (read as the
@@ -749,6 +751,7 @@ class Store:
                             "state": State.DENIED.value, "result": None, "error": None,
                             "reason": effect_reason, "actor": by, "note": reason,
                             "h_by": encode_text(by), "h_note": encode_text(reason),
+                            "forced": False,
                         })
         except Rollback:
             return False

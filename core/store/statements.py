@@ -305,9 +305,12 @@ class _Definitions:
                     vendor_ref=func.coalesce(p("vendor_ref"), t.vendor_ref))
             .returning(t.lease_expires_at)
         )
+        # Not on a lease its holder extended since the resolve read it lapsed (the extend
+        # committed while this waited on the row's lock), unless forced.
         lazy["resolve"] = lambda: (
             effects.update()
-            .where(cas & (t.state == p("expected_state")))
+            .where(cas & (t.state == p("expected_state"))
+                   & (p("forced", type_=Boolean) | ~in_flight_live(now)))
             .values(
                 history=line(t.state, p("state"), t.token + _ONE),
                 state=p("state"),

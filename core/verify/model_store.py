@@ -198,7 +198,8 @@ class ModelStore:
         row = _row(s, seen.namespace, seen.key)
         if row is None or row.id != seen.id or row.token != seen.token or (
             row.state is not res.expected
-        ):
+        ) or (not res.forced and row.state is State.IN_FLIGHT and row.lease is not None
+              and row.lease >= now):  # (the statement's: not on a live lease, unless forced)
             return Performed(s, None, "reconcile: it moved")
         new = resolved(row, res, c.result, "reconcile", c.reason)
         s = s._replace(rows=put(s.rows, new),
