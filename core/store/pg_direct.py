@@ -110,11 +110,17 @@ def session_sql(durability: str) -> str:
     and the async store both run it). A reservation must be durable before the body runs,
     whatever the server's default: ``off`` is raised to ``on`` (a stronger setting, e.g.
     ``remote_apply``, is kept); ``durability="relaxed"`` is the explicit opt-in to commit
-    nothing synchronously. And :data:`IDLE_IN_TRANSACTION`, where the server has no limit."""
+    nothing synchronously. READ COMMITTED, whatever the server's default: the store's
+    compare-and-set statements rely on its re-check of a row after a lock wait (under
+    REPEATABLE READ or SERIALIZABLE a race is a serialization failure, a begin a StoreError).
+    And :data:`IDLE_IN_TRANSACTION`, where the server has no limit."""
     sync = ("set_config('synchronous_commit', 'off', false)" if durability == "relaxed" else
             "CASE WHEN current_setting('synchronous_commit') = 'off' "
             "THEN set_config('synchronous_commit', 'on', false) END")
-    return (f"SELECT {sync}, CASE WHEN current_setting('idle_in_transaction_session_timeout')"
+    return (f"SELECT {sync}, CASE WHEN current_setting('default_transaction_isolation') <> "
+            "'read committed' THEN set_config('default_transaction_isolation', "
+            "'read committed', false) END, "
+            "CASE WHEN current_setting('idle_in_transaction_session_timeout')"
             f" = '0' THEN set_config('idle_in_transaction_session_timeout', "
             f"'{IDLE_IN_TRANSACTION}', false) END")
 
