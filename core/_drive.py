@@ -34,10 +34,21 @@ if TYPE_CHECKING:
     from .store.async_pg import AsyncPostgres
     from .store.threaded import ThreadedStore
 
-__all__ = ["adrive", "drive", "to_thread"]
+__all__ = ["HOOK_SECONDS", "adrive", "drive", "to_thread"]
 
 log = logging.getLogger("effectgate")
 T = TypeVar("T")
+
+HOOK_SECONDS = 30.0
+"""How long an async caller's begin waits for a reconcile hook: past it the hook's answer is
+taken as unknown (the begin is answered BLOCKED, logged as a failed hook; the next begin
+asks again). A sync hook runs on a small pool of its own (:data:`HOOK_THREADS`), so hooks
+that hang never take the event loop's default executor from the store's calls."""
+
+HOOK_THREADS = 4
+"""The threads that run an async caller's sync reconcile hooks (per process)."""
+
+_hook_pool: Any = None
 
 
 async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -169,13 +180,42 @@ def _call_hook(c: CallHook) -> Any:
 
 
 async def _acall_hook(c: CallHook) -> Any:
-    """An async caller's hook: an ``async def`` one on this loop, a sync one on a thread."""
+    """An async caller's hook, given :data:`HOOK_SECONDS` to answer: an ``async def`` one on
+    this loop, a sync one on the hooks' own threads (:func:`_hooks`)."""
+    import asyncio
+    import contextvars
+
     try:
-        if inspect.iscoroutinefunction(c.fn):
-            return await c.fn(c.record)
-        answer: Any = await to_thread(c.fn, c.record)
-        if inspect.iscoroutine(answer):
-            answer = await answer
-        return answer
+        async with asyncio.timeout(HOOK_SECONDS):
+            if inspect.iscoroutinefunction(c.fn):
+                return await c.fn(c.record)
+            run = contextvars.copy_context().run
+            answer: Any = await asyncio.wrap_future(_hooks().submit(run, c.fn, c.record))
+            if inspect.iscoroutine(answer):
+                answer = await answer
+            return answer
+    except TimeoutError as err:
+        late = TimeoutError(f"no answer within {HOOK_SECONDS:g}s (effectgate._drive."
+                            "HOOK_SECONDS)")
+        return HookFailed(late if err.args == () else err)
     except Exception as err:
         return HookFailed(err)
+
+
+def _hooks() -> Any:
+    """The pool of :data:`HOOK_THREADS` threads that runs sync reconcile hooks for async
+    callers (made on first use; a forked child makes its own)."""
+    global _hook_pool
+    if _hook_pool is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _hook_pool = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="effectgate-hook")
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forget_hooks)
+    return _hook_pool
+
+
+def _forget_hooks() -> None:
+    global _hook_pool
+    _hook_pool = None
