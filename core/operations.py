@@ -56,6 +56,13 @@ def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: A
         row = r.store.fetch(r.namespace, key)
         if row is None:
             raise UnknownEffect(f"no effect with key {key!r}", key=key)
+        if _repeated(row, parsed, actor, expected) and (
+                parsed is Outcome.FAILED or row.result == (text if not r.result_rules else (
+                    result_json(kept(r.policy, row.effect_type, result))))):
+            done = r.store.get(r.namespace, key)  # a repeat (its reply lost?): the verdict
+            if done is not None and done.token == row.token:
+                return done
+            continue
         if expected is not None and (row.token, decide.effective_state(row)) != (
                 expected.lease_token, expected.state):
             raise InvalidTransition(
@@ -78,6 +85,16 @@ def resolve(r: Reporter, key: str, outcome: Outcome | str, *, by: str, result: A
                                 done.attempt, done.token, done.result)
             return done
     raise StoreError("the effect kept changing under contention; try again", key=key)
+
+
+def _repeated(row: Any, outcome: Outcome, actor: str, expected: EffectRecord | None) -> bool:
+    """Whether ``row`` already holds this verdict, written by a resolve of ``actor``'s (its
+    reason says so) as its last act (after what ``expected`` showed, if given): a repeat,
+    such as a retry of a resolve whose reply was lost, is answered with the row and writes
+    nothing."""
+    said = (f"resolved {outcome.value} by {actor}", f"force-resolved {outcome.value} by {actor}")
+    return row.state.value == outcome.value and row.reason in said and (
+        expected is None or row.token == expected.lease_token + 1)
 
 
 def _shown(text: str | None) -> str | None:

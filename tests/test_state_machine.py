@@ -126,6 +126,7 @@ class Eff:
     by_lease: bool = False  # AMBIGUOUS because the lease lapsed: its holder may report late
     recent: bool = False  # the lease lapsed moments ago: inside the reconcile grace period
     vendor_attempt: int = 1  # the attempt the current vendor key was first issued for
+    verdict: Any = None  # (outcome, value) of the operator's resolve, while it is the last act
 
     @property
     def effective(self) -> str:
@@ -137,6 +138,7 @@ class Eff:
         self.state, self.token, self.attempt = state, self.token + token, self.attempt + attempt
         self.hist += 1
         self.lapsed = self.reported = self.pruned = self.by_lease = self.recent = False
+        self.verdict = None
 
 
 _TWINS = frozenset({"begin", "report", "extend_lease", "resolve", "get", "approve", "deny",
@@ -598,6 +600,11 @@ class GateMachine(RuleBasedStateMachine):
             with pytest.raises(eg.UnknownEffect):
                 self.gate.resolve(key, outcome, by="operator", result=result)
             return
+        if e.verdict == (outcome, value if outcome == COMMITTED else None) and not (
+                outcome == COMMITTED and e.pruned):  # the same verdict again: the row, as is
+            record = self.gate.resolve(key, outcome, by="operator", result=result)
+            seen("a repeated verdict is answered with the row")
+            return self._compare(record, e, history=True)
         live = e.state == IN_FLIGHT and e.effective == IN_FLIGHT  # its holder may be acting
         if live or not (e.state in (IN_FLIGHT, AMBIGUOUS)
                         or (e.state == FAILED and outcome == COMMITTED)):
@@ -620,6 +627,7 @@ class GateMachine(RuleBasedStateMachine):
             self.spent += e.actual - (e.est or 0)  # the cost its holder reported counts
             self.over_ok |= self.spent > CEILING
         e.moved(outcome, token=1)
+        e.verdict = (outcome, value if outcome == COMMITTED else None)
         e.result = result if outcome == COMMITTED else None
         e.why = None
         if outcome == COMMITTED:
