@@ -138,14 +138,14 @@ def model_data(value: Any, path: str = "payload") -> Any:
     served = decorators is not None and bool(getattr(decorators, "field_serializers", None) or
                                               getattr(decorators, "model_serializers", None))
     data: dict[str, Any] = {}
-    dumped: dict[str, Any] | None = None  # the model's own dump, made once if one needs it
+    dumped: Any = None  # the model's own dump (a model serializer's: any value), made once
     for name, info in fields.items():
         field_value = getattr(value, name)
         named = _dumped_name(name, info) if by_alias else name
-        if not _has_form(field_value) or (served and _holds_formless(field_value, 0)):
+        if not _has_form(field_value) or (served and _holds_formless(field_value)):
             if dumped is None:
                 dumped = value.model_dump()
-            if named in dumped:
+            if isinstance(dumped, dict) and named in dumped:
                 field_value = dumped[named]
             elif getattr(info, "exclude", None) is True:
                 continue  # excluded, and nothing of it could be written: as the dump had it
@@ -173,16 +173,19 @@ def _put(data: dict[str, Any], named: str, value: Any, path: str) -> None:
     data[named] = value
 
 
-def _holds_formless(value: Any, depth: int) -> bool:
+def _holds_formless(value: Any, seen: frozenset[int] = frozenset()) -> bool:
     """Whether a list, tuple, set or mapping holds, at any depth, a value with no canonical
     form of its own (a field serializer may make it plain)."""
-    if depth > MAX_RESULT_DEPTH:
-        return False  # (too deep to write at all: to_canonical says so)
+    if len(seen) > MAX_RESULT_DEPTH or id(value) in seen:
+        return False  # (too deep, or a cycle: to_canonical says so)
     if isinstance(value, Mapping):
-        return any(_holds_formless(v, depth + 1) or not _has_form(v) for v in value.values())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return any(_holds_formless(v, depth + 1) or not _has_form(v) for v in value)
-    return False
+        items: Any = value.values()
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = value
+    else:
+        return False
+    inner = seen | {id(value)}
+    return any(not _has_form(v) or _holds_formless(v, inner) for v in items)
 
 
 def _dumped_name(name: str, info: Any) -> str:

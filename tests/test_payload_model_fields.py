@@ -485,3 +485,23 @@ def test_two_fields_named_alike_in_the_dump_are_a_payload_error() -> None:
 
     with pytest.raises(eg.PayloadError, match="two of its fields are named 'b'"):
         payload_hash({"m": Clash(a=1, b=2)})
+
+
+def test_a_model_serializer_that_returns_no_mapping_is_hashed_as_it_returns() -> None:
+    """A model serializer may return any value (a string): a field of the application's type
+    is then hashed as that value (it was read as a mapping: a TypeError), and a cycle in a
+    container under a field serializer is the payload's cycle error, however it repeats."""
+    class Shown(BaseModel):
+        model_config = ConfigDict(arbitrary_types_allowed=True)
+        to: _Account
+
+        @model_serializer
+        def _text(self) -> str:
+            return f"to {self.to.iban}"
+
+    assert payload_hash({"m": Shown(to=_Account("A"))}) != payload_hash(
+        {"m": Shown(to=_Account("B"))})
+    loop: list[Any] = []
+    loop += [loop, loop]
+    with pytest.raises(eg.PayloadError, match="cycle"):
+        payload_hash({"b": _Batch.model_construct(tos=loop)})
